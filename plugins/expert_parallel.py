@@ -1,0 +1,55 @@
+"""Expert parallelism for MoE layers (GShard, Lepikhin et al. 2020; Megatron-Core
+all-to-all token dispatcher; DeepEP).
+
+Each MoE sub-layer dispatches every token to its top-k experts and combines the results:
+two all-to-alls of tokens*top_k*hidden in the forward pass and two in the backward pass.
+Where the expert group fits the NVLink domain the all-to-all runs over NVLink, otherwise
+its off-domain share crosses the scale-out NICs (the placement decides; topology.py).
+Exposed unless the plan overlaps it with another micro-batch (DualPipe-style).
+"""
+
+from __future__ import annotations
+
+from twin.core.api import Contribution, EvalContext, Strategy
+from twin.core.collectives import bus_factor
+from twin.core.workload import ACT_BYTES
+from twin.hookimpl import hookimpl
+
+# Share of expert all-to-all that DualPipe-style overlap hides (DeepSeek-V3 report §3.2.1:
+# "computation-communication overlap ... nearly full"); the rest is pipeline edges.
+EP_OVERLAP_HIDDEN = 0.9
+
+
+class ExpertParallel(Strategy):
+    """All-to-all token dispatch and combine across the expert-parallel group."""
+
+    name = "expert"
+    phase = "microbatch"
+    summary = "Expert parallel (MoE): all-to-all dispatch/combine per MoE layer, NVLink or NICs by placement"
+
+    def active(self, ctx: EvalContext) -> bool:
+        return ctx.plan.ep > 1 and "moe" in ctx.workload.counts
+
+    def evaluate(self, ctx: EvalContext) -> Contribution:
+        plan, model, w, stage = ctx.plan, ctx.model, ctx.workload, ctx.stage
+        moe = model.moe
+        assert moe is not None
+        tokens = w.tokens / plan.tp if plan.sp else w.tokens
+        # Latent MoE (Nemotron-H/V3) routes tokens after projecting them to latent_size.
+        size = tokens * moe.top_k * (moe.latent_size or model.hidden) * ACT_BYTES
+        a2a = ctx.cost("all_to_all", size, "ep")
+        moe_layers = stage.layers * w.counts["moe"] / w.layers
+        passes = 4.0 + (2.0 if plan.recompute == "full" else 0.0)
+        comm = a2a.time_s * moe_layers * passes
+        exposed = comm * (1.0 - EP_OVERLAP_HIDDEN) if plan.overlap.ep_comm else comm
+        nbytes = size * bus_factor("all_to_all", plan.ep) * moe_layers * passes * ctx.microbatches
+        return Contribution(dimension="ep", exposed_per_microbatch_s=exposed,
+                            comm_per_step_s=comm * ctx.microbatches, bytes_per_step=nbytes,
+                            details={"algorithm": a2a.algorithm, "busbw_GBps": a2a.busbw_Bps / 1e9,
+                                     "over": "nvlink" if ctx.spans["ep"].m == 1 else "scale-out"})
+
+
+@hookimpl
+def twin_strategies() -> list[Strategy]:
+    """Register expert parallelism."""
+    return [ExpertParallel()]

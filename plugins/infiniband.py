@@ -1,0 +1,105 @@
+"""InfiniBand scale-out: NICs/rails per node, fat-tree tiers from switch radix,
+oversubscription per tier, SHARP in-network reduction and adaptive routing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twin.core.api import ScaleOutFabric
+from twin.core.errors import SpecError
+from twin.core.fattree import build_fat_tree, scale_out_tiers
+from twin.core.specs import Cluster
+from twin.core.topology import Hierarchy, Tier
+from twin.hookimpl import hookimpl
+
+# Fraction of the NIC line rate NCCL achieves per NIC: NDR 400G 46-48 GB/s of 50
+# (NVIDIA/nccl-tests#290, maintainer), HDR 200G 192 GB/s per 8 NICs of 200
+# (NVIDIA/nccl#812, maintainer).
+NIC_EFFICIENCY = {400: 0.94, 200: 0.96}
+# Switch port-to-port latency: Quantum-2 NDR ~130 ns (NVIDIA Quantum-2 datasheet); cable
+# and NIC add ~0.5 us per hop.
+HOP_LATENCY_S = 0.6e-6
+# Static (destination-mod-k) routing on a fat tree is contention-free for the shift
+# permutations rings use (Zahavi et al. 2010), so losses only appear for irregular
+# patterns; adaptive routing removes most of the rest.
+STATIC_ROUTING_EFFICIENCY = 0.95
+PARAMS = {"static_routing_efficiency"}
+
+
+def nic_efficiency(cluster: Cluster) -> float:
+    """Achievable fraction of the NIC line rate (stated or by speed class)."""
+    so = cluster.scale_out
+    assert so is not None
+    if so.achievable_fraction:
+        return so.achievable_fraction
+    return NIC_EFFICIENCY[400] if so.nic_gbps >= 400 else NIC_EFFICIENCY[200]
+
+
+def check_params(cluster: Cluster, path: str, allowed: set[str], kind: str) -> None:
+    """Reject unknown fabric parameters, naming the field."""
+    so = cluster.scale_out
+    assert so is not None
+    unknown = sorted(set(so.params) - allowed)
+    if unknown:
+        raise SpecError(f"{path}.scale_out.params.{unknown[0]}",
+                        f"unknown parameter for {kind}; expected one of: {', '.join(sorted(allowed)) or 'none'}")
+    for key, value in so.params.items():
+        if not isinstance(value, (bool, int, float, str)):
+            raise SpecError(f"{path}.scale_out.params.{key}",
+                            f"must be a number, a boolean or a string (got {value!r})")
+
+
+def fabric_report(cluster: Cluster, radix: int, kind: str) -> dict[str, Any]:
+    """Switches, links and tiers of a fat-tree fabric (per rail summed over rails)."""
+    so = cluster.scale_out
+    assert so is not None
+    rail = so.topology == "rail_optimized"
+    nodes = cluster.num_nodes
+    nics = cluster.nics_per_node
+    tree = build_fat_tree(nodes if rail else nodes * nics, radix, so.tiers, so.oversubscription)
+    copies = nics if rail else 1
+    return {"kind": kind, "topology": so.topology, "tiers": tree.tiers, "switch_radix": radix,
+            "switches": tree.switches * copies, "links": tree.links * copies, "nics": nodes * nics,
+            "switch_to_switch_links": (tree.links - tree.endpoints) * copies,
+            "switches_per_tier": [lv.switches * copies for lv in tree.levels]}
+
+
+class InfiniBandFabric(ScaleOutFabric):
+    """InfiniBand fat tree (rail-optimised by default) with optional SHARP."""
+
+    kind = "infiniband"
+    summary = "InfiniBand fat tree: rails, tiers from radix, oversubscription, SHARP, adaptive routing"
+
+    def validate(self, cluster: Cluster, path: str) -> None:
+        check_params(cluster, path, PARAMS, self.kind)
+        so = cluster.scale_out
+        assert so is not None
+        rail = so.topology == "rail_optimized"
+        if so.nics_per_node is not None and rail and so.nics_per_node > cluster.gpus_per_node:
+            raise SpecError(f"{path}.scale_out.nics_per_node",
+                            f"a rail-optimised node has at most one rail per GPU ({cluster.gpus_per_node})")
+
+    def tiers(self, cluster: Cluster, radix: int | None) -> list[Tier]:
+        so = cluster.scale_out
+        assert so is not None
+        eff = nic_efficiency(cluster)
+        adaptive = True if so.adaptive_routing is None else so.adaptive_routing
+        routing = 1.0 if adaptive else float(so.params.get("static_routing_efficiency", STATIC_ROUTING_EFFICIENCY))
+        tiers, _ = scale_out_tiers(cluster, radix or so.switch_radix, self.kind, (eff, eff * routing),
+                                   HOP_LATENCY_S, reduction="sharp" if so.sharp else "")
+        return tiers
+
+    def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:
+        so = cluster.scale_out
+        assert so is not None
+        out = fabric_report(cluster, so.switch_radix, self.kind)
+        out.update(sharp=so.sharp, adaptive_routing=True if so.adaptive_routing is None else so.adaptive_routing,
+                   nic_efficiency=nic_efficiency(cluster))
+        return out
+
+
+@hookimpl
+def twin_fabrics() -> list[ScaleOutFabric]:
+    """Register the InfiniBand fabric."""
+    return [InfiniBandFabric()]

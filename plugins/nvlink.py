@@ -1,0 +1,107 @@
+"""NVLink / NVSwitch scale-up domains (8-GPU HGX boards, 72-GPU NVL72 racks).
+
+Per generation: per-link bandwidth and links per GPU (NVIDIA NVLink/NVSwitch product
+pages), the fraction of it NCCL achieves, NVLS (NVLink SHARP) in-switch all-reduce on
+third-generation NVSwitch and later, and the domain size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twin.core.api import ScaleUpFabric
+from twin.core.errors import SpecError
+from twin.core.specs import Cluster
+from twin.core.topology import Hierarchy, Tier
+from twin.hookimpl import hookimpl
+
+# generation -> (GB/s per link per direction, links per GPU, source)
+GENERATIONS: dict[int, tuple[float, int, str]] = {
+    1: (20.0, 4, "NVLink 1 (P100): 4 links x 20 GB/s per direction"),
+    2: (25.0, 6, "NVLink 2 (V100): 6 links x 25 GB/s per direction = 300 GB/s bidirectional"),
+    3: (25.0, 12, "NVLink 3 (A100): 12 links x 25 GB/s = 600 GB/s bidirectional"),
+    4: (25.0, 18, "NVLink 4 (H100): 18 links x 25 GB/s = 900 GB/s bidirectional"),
+    5: (50.0, 18, "NVLink 5 (B200/GB200): 18 links x 50 GB/s = 1.8 TB/s bidirectional"),
+    6: (100.0, 18, "NVLink 6 (Rubin): 3.6 TB/s bidirectional per GPU (NVIDIA Vera Rubin announcement)"),
+}
+# Ring bus bandwidth NCCL achieves as a fraction of the per-direction link bandwidth.
+ACHIEVABLE = {
+    2: (0.80, "assumption: A100-like ratio (no V100 figure in validation/reference)"),
+    3: (0.775, "nccl-tests#175: DGX A100 single-node all-reduce 232.5 GB/s of 300"),
+    4: (0.82, "NVIDIA/nccl#1442 (sjeaugey): 370 GB/s app-level per direction of 450"),
+    5: (0.82, "assumption: same ratio as NVLink 4 (no B200 nccl-tests figure in validation/reference)"),
+    6: (0.82, "assumption: same ratio as NVLink 4"),
+}
+# NVLS all-reduce algorithm bandwidth / link bandwidth: NVIDIA/nccl#1455, 8x H100,
+# NCCL_ALGO=NVLS algbw ~273 GB/s of 450 (busbw 480 GB/s).
+NVLS_ALGBW_FRACTION = 273.0 / 450.0
+# All-to-all (expert dispatch) over NVLink: DeepEP (deepseek-ai/DeepEP README, H800)
+# 153-158 GB/s bottleneck bandwidth of 200 GB/s per direction.
+A2A_FRACTION = 155.0 / 200.0
+# NVSwitch chips per domain (for inventories): HGX A100 6, HGX H100 4 (NVSwitch gen3),
+# GB200 NVL72 18 (9 switch trays x 2); DGX-2 12.
+NVSWITCH_CHIPS = {(2, 16): 12, (3, 8): 6, (4, 8): 4, (5, 8): 2, (5, 72): 18}
+
+
+def link_bandwidth_GBps(cluster: Cluster) -> float:
+    """Per-GPU, per-direction NVLink bandwidth: stated, else the GPU's, else the generation's."""
+    up = cluster.scale_up
+    if up.link_GBps:
+        return up.link_GBps
+    if cluster.gpu.nvlink_GBps:
+        return cluster.gpu.nvlink_GBps
+    gen = up.generation or 4
+    per_link, links, _ = GENERATIONS[gen]
+    return per_link * links
+
+
+def generation_of(cluster: Cluster) -> int:
+    """NVLink generation: stated, else inferred from the GPU generation."""
+    if cluster.scale_up.generation:
+        return cluster.scale_up.generation
+    return {"volta": 2, "ampere": 3, "hopper": 4, "blackwell": 5}[cluster.gpu.generation]
+
+
+class NVLinkFabric(ScaleUpFabric):
+    """NVLink + NVSwitch: one switch hop between any two GPUs of the domain."""
+
+    kind = "nvlink"
+    summary = "NVLink/NVSwitch scale-up domain (per-generation bandwidth, NVLS in-switch all-reduce)"
+
+    def validate(self, cluster: Cluster, path: str) -> None:
+        gen = cluster.scale_up.generation
+        if gen is not None and gen not in GENERATIONS:
+            raise SpecError(f"{path}.scale_up.generation",
+                            f"must be one of {sorted(GENERATIONS)} for nvlink (got {gen})")
+        if cluster.scale_up.nvls and generation_of(cluster) < 4:
+            raise SpecError(f"{path}.scale_up.nvls", "NVLS needs NVLink 4 / NVSwitch gen3 or later")
+        unknown = sorted(set(cluster.scale_up.params) - {"nvswitch_chips"})
+        if unknown:
+            raise SpecError(f"{path}.scale_up.params.{unknown[0]}",
+                            "unknown parameter for nvlink; expected: nvswitch_chips")
+
+    def tier(self, cluster: Cluster) -> Tier:
+        up = cluster.scale_up
+        gen = generation_of(cluster)
+        link = link_bandwidth_GBps(cluster) * 1e9
+        frac = up.achievable_fraction or ACHIEVABLE.get(gen, ACHIEVABLE[4])[0]
+        nvls = up.nvls if up.nvls is not None else gen >= 4
+        return Tier(name="nvlink", fabric=self.kind, span_gpus=max(1, min(up.domain_gpus, cluster.num_gpus)),
+                    bw_Bps=link * frac, latency_s=(up.latency_us or 1.0) * 1e-6,
+                    reduction="nvls" if nvls else "", nvls_bw_Bps=link * NVLS_ALGBW_FRACTION if nvls else 0.0,
+                    a2a_bw_Bps=link * A2A_FRACTION)
+
+    def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:
+        gen = generation_of(cluster)
+        domains = max(1, cluster.num_gpus // max(1, cluster.scale_up.domain_gpus))
+        chips = cluster.scale_up.params.get("nvswitch_chips",
+                                            NVSWITCH_CHIPS.get((gen, cluster.scale_up.domain_gpus), 0))
+        return {"kind": self.kind, "generation": gen, "domain_gpus": cluster.scale_up.domain_gpus,
+                "link_GBps_per_gpu": link_bandwidth_GBps(cluster), "domains": domains,
+                "nvswitch_chips": chips * domains, "source": GENERATIONS.get(gen, ("", 0, ""))[2]}
+
+
+@hookimpl
+def twin_fabrics() -> list[ScaleUpFabric]:
+    """Register the NVLink fabric."""
+    return [NVLinkFabric()]

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): set up, lint, check import layers, run the suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+echo "== ruff"
+.venv/bin/ruff check .
+echo "== import layers"
+.venv/bin/lint-imports
+echo "== tests"
+.venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,1 @@
+"""An example third-party Fabric Twin plugin (installed in the test run)."""

@@ -1,0 +1,87 @@
+"""The twin against published measurements (validation/reference, copied from the
+reference set). These thresholds are the acceptance bar of the core; a model change that
+breaks them must be justified, not the threshold moved."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import REFERENCE
+from twin.core.errors import SpecError
+from twin.reference import validate_file
+
+
+@pytest.fixture(scope="module")
+def training(engine):
+    return validate_file(engine, REFERENCE / "training_runs.yaml")
+
+
+def test_training_runs_step_time_error(training):
+    s = training.summary()
+    assert s["median_abs_error_pct"] <= 10.5
+    assert s["p90_abs_error_pct"] <= 25.0
+
+
+def test_pretraining_cases_error(training, engine):
+    import yaml
+
+    kinds = {c["id"]: c["kind"] for c in yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]}
+    errs = sorted(abs(c.error_pct) for c in training.cases if kinds[c.id] == "pretrain")
+    median = errs[len(errs) // 2]
+    assert median <= 10.5
+
+
+def test_no_case_with_a_step_time_and_complete_plan_is_skipped(training):
+    for s in training.skipped:
+        # The only acceptable skips: published plans that are internally inconsistent.
+        assert "not a multiple of dp" in s["reason"] or "no step time" in s["reason"], s
+
+
+def test_json_shape(training):
+    d = training.to_dict()
+    row = d["cases"][0]
+    assert {"id", "predicted_step_time_s", "measured_step_time_s", "error_pct"} <= set(row)
+    assert {"n", "median_abs_error_pct", "p90_abs_error_pct", "skipped"} <= set(d["summary"])
+
+
+def test_collectives_bus_bandwidth_error(engine):
+    report = validate_file(engine, REFERENCE / "collectives.yaml")
+    d = report.to_dict()
+    assert d["summary"]["median_abs_error_pct"] <= 15.0
+    assert {"predicted_busbw_GBps", "measured_busbw_GBps"} <= set(d["cases"][0])
+
+
+def test_malformed_reference_file_is_an_error(engine, tmp_path):
+    bad = tmp_path / "x.yaml"
+    bad.write_text("schema: something-else\ncases: []\n")
+    with pytest.raises(SpecError):
+        validate_file(engine, bad)
+    bad.write_text("just a string")
+    with pytest.raises(SpecError):
+        validate_file(engine, bad)
+
+
+def test_unmodellable_case_is_listed_as_skipped(engine, tmp_path):
+    f = tmp_path / "cases.yaml"
+    f.write_text("""
+schema: twin-reference-cases/v1
+cases:
+  - id: no-step
+    family: f
+    kind: pretrain
+    cluster: {gpu: H100-SXM-80GB, num_gpus: 8, gpus_per_node: 8}
+    model: {layers: 2, hidden: 256, heads: 4, vocab: 1000, seq_len: 512}
+    plan: {tp: 1, pp: 1, dp: 8, gbs: 8}
+    measured: {step_time_s: null}
+  - id: unknown-gpu
+    family: f
+    kind: pretrain
+    cluster: {gpu: TPU-v9, num_gpus: 8, gpus_per_node: 8}
+    model: {layers: 2, hidden: 256, heads: 4, vocab: 1000, seq_len: 512}
+    plan: {tp: 1, pp: 1, dp: 8, gbs: 8}
+    measured: {step_time_s: 1.0}
+""")
+    report = validate_file(engine, f)
+    reasons = {s["id"]: s["reason"] for s in report.skipped}
+    assert set(reasons) == {"no-step", "unknown-gpu"}
+    assert "TPU-v9" in reasons["unknown-gpu"]

@@ -1,0 +1,68 @@
+"""The ``twin`` command. Each verb lives in its own module under ``twin.commands``.
+
+A command module exposes ``register(subparsers)``, which adds its sub-parser and sets
+``func`` (taking the parsed arguments, returning the exit status). Domain errors print a
+one-line message naming the field and exit 2; nothing prints a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from twin import __version__
+from twin.core.errors import InfeasibleError, NotFoundError, PluginError, SpecError, TooLargeError, TwinError
+
+COMMANDS = (
+    "twin.commands.predict",
+    "twin.commands.plugins",
+    "twin.commands.validate",
+)
+
+EXIT_BAD_INPUT = 2
+EXIT_NOT_FOUND = 3
+EXIT_INFEASIBLE = 4
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every command registered."""
+    parser = argparse.ArgumentParser(
+        prog="twin", description="Fabric Twin: a digital twin of AI training cluster interconnects.")
+    parser.add_argument("--version", action="version", version=f"twin {__version__}")
+    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``twin`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except (SpecError, TooLargeError) as err:
+        print(f"twin: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except NotFoundError as err:
+        print(f"twin: error: {err}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except InfeasibleError as err:
+        print(f"twin: infeasible: {err}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    except (PluginError, TwinError) as err:
+        print(f"twin: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ``twin`` command's verbs, one module each (see ``twin.cli``)."""

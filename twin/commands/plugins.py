@@ -1,0 +1,39 @@
+"""``twin plugins``: what is loaded, from which package, and what each provides."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from twin.commands.render import console, print_json, table
+from twin.engine import Engine
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``plugins`` verb."""
+    p = sub.add_parser("plugins", help="list loaded plugins, fabrics and strategies")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the plugin inventory."""
+    engine = Engine(autoload=False if args.no_plugins else None)
+    infos = engine.plugins()
+    comps = engine.components()
+    if args.json:
+        print_json({"plugins": [dataclasses.asdict(i) for i in infos], "components": comps,
+                    "presets": {k: engine.catalog.names(k) for k in ("gpus", "systems", "models")}})
+        return 0
+    out = console()
+    t = table("Plugins", "name", "module", "package", "version")
+    for i in infos:
+        t.add_row(i.name, i.module, i.distribution, i.version)
+    out.print(t)
+    c = table("Components", "role", "kind", "plugin")
+    for role, rows in comps.items():
+        for row in rows:
+            c.add_row(role, row["kind"], row["plugin"])
+    out.print(c)
+    return 0

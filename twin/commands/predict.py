@@ -1,0 +1,63 @@
+"""``twin predict SCENARIO.yaml``: step time, breakdown, memory, MFU of one scenario."""
+
+from __future__ import annotations
+
+import argparse
+
+from twin.commands.render import console, print_json, table
+from twin.core.estimate import Estimate
+from twin.engine import Engine
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``predict`` verb."""
+    p = sub.add_parser("predict", help="predict one training step of a scenario file",
+                       description="Predict step time (with its breakdown), memory per GPU and MFU.")
+    p.add_argument("scenario", help="scenario file (YAML or JSON)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins")
+    p.set_defaults(func=run)
+
+
+def render(est: Estimate) -> None:
+    """Human-readable tables of an estimate."""
+    out = console()
+    bd = est.breakdown
+    t = table(f"Step of {est.scenario or 'scenario'}: {est.step_time_s:.3f} s", "part", "seconds", "share")
+    rows = [("compute (fwd+bwd)", bd.compute_s), ("recompute", bd.recompute_s)]
+    rows += [(f"exposed comm: {k}", v) for k, v in sorted(bd.exposed_comm_s.items())]
+    rows += [("pipeline bubble", bd.bubble_s), ("optimizer step", bd.optimizer_s), ("offload", bd.offload_s),
+             ("overlap interference", bd.overlap_interference_s)]
+    for name, value in rows:
+        if value > 0 or name.startswith("compute"):
+            t.add_row(name, f"{value:.4f}", f"{100 * value / est.step_time_s:.1f}%")
+    out.print(t)
+    m = est.memory.as_gib()
+    out.print(f"Memory per GPU: {m['total_gib']:.1f} of {m['capacity_gib']:.0f} GiB -> "
+              f"{'fits' if est.fits else 'DOES NOT FIT'}")
+    mt = table("", "category", "GiB")
+    for key in ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "runtime_gib",
+                "offloaded_gib"):
+        if m[key] > 0:
+            mt.add_row(key.removesuffix("_gib"), f"{m[key]:.2f}")
+    out.print(mt)
+    st = table("Throughput", "metric", "value")
+    st.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")
+    st.add_row("tokens/s per GPU", f"{est.tokens_per_s_per_gpu:,.0f}")
+    st.add_row("model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:.1f}")
+    st.add_row("MFU (16-bit peak)", f"{100 * est.mfu:.1f}%")
+    st.add_row("micro-batches per step", str(est.microbatches))
+    out.print(st)
+    for note in est.notes:
+        out.print(f"note: {note}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Evaluate the scenario and print it."""
+    engine = Engine(autoload=False if args.no_plugins else None)
+    est = engine.evaluate(args.scenario)
+    if args.json:
+        print_json(est.to_dict())
+    else:
+        render(est)
+    return 0

@@ -1,0 +1,54 @@
+"""Domain errors of the twin.
+
+Every error names the offending field (a dotted path such as ``plan.tp``) and the rule it
+broke, so the CLI, the gRPC service and library users can all report it the same way.
+The gRPC adapter maps each class to one status code (see ``twin.server.errors``).
+"""
+
+from __future__ import annotations
+
+
+class TwinError(Exception):
+    """Base class of every error the twin raises on purpose."""
+
+
+class SpecError(TwinError, ValueError):
+    """Bad input: a field is missing, unknown, of the wrong type or breaks a rule."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        self.field = field
+        self.rule = rule
+        super().__init__(f"{field}: {rule}" if field else rule)
+
+
+class NotFoundError(TwinError, LookupError):
+    """A named preset, fabric, strategy or plugin does not exist."""
+
+    def __init__(self, field: str, name: str, known: list[str] | tuple[str, ...] = ()) -> None:
+        self.field = field
+        self.name = name
+        self.known = tuple(sorted(known))
+        hint = f"; known: {', '.join(self.known)}" if self.known else ""
+        super().__init__(f"{field}: unknown name {name!r}{hint}")
+
+
+class InfeasibleError(TwinError):
+    """The scenario is well formed but cannot run (e.g. the plan does not fit in memory)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}" if field else reason)
+
+
+class TooLargeError(TwinError):
+    """A request exceeds a configured limit (sweep size, message size, ...)."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        self.field = field
+        self.rule = rule
+        super().__init__(f"{field}: {rule}")
+
+
+class PluginError(TwinError):
+    """A plugin is broken: duplicate kind, wrong hook result, failed import."""

@@ -1,0 +1,87 @@
+"""The twin's answer for one scenario: step time and where it goes, memory, MFU."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from twin.core.memory import MemoryBreakdown
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Step time by cause, in seconds. The parts add up to the step time.
+
+    ``compute_s``: forward + backward kernels of the bottleneck stage (all micro-batches);
+    ``recompute_s``: activation recomputation; ``exposed_comm_s``: communication not hidden
+    behind compute, per parallel dimension; ``bubble_s``: pipeline fill and drain;
+    ``optimizer_s``: the optimizer step; ``offload_s``: exposed traffic to a memory pool;
+    ``overlap_interference_s``: compute slowed by communication kernels running alongside
+    it (hidden communication is not free: it occupies SMs and memory bandwidth).
+    """
+
+    compute_s: float
+    recompute_s: float
+    exposed_comm_s: dict[str, float]
+    bubble_s: float
+    optimizer_s: float
+    offload_s: float
+    overlap_interference_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        """Sum of every part (== the step time)."""
+        return (self.compute_s + self.recompute_s + sum(self.exposed_comm_s.values()) + self.bubble_s
+                + self.optimizer_s + self.offload_s + self.overlap_interference_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Predicted behaviour of one training step."""
+
+    scenario: str
+    step_time_s: float
+    breakdown: Breakdown
+    memory: MemoryBreakdown
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+    mfu_at_precision_peak: float
+    model_flops_per_step: float
+    microbatches: int
+    dp: int
+    comm_issued_s: dict[str, float] = field(default_factory=dict)
+    bytes_per_step: dict[str, float] = field(default_factory=dict)
+    algorithms: dict[str, str] = field(default_factory=dict)
+    fabric: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        """Whether the plan fits in memory."""
+        return self.memory.fits
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (JSON-ready)."""
+        bd = asdict(self.breakdown)
+        bd["total_s"] = self.breakdown.total_s
+        return {
+            "scenario": self.scenario,
+            "step_time_s": self.step_time_s,
+            "breakdown": bd,
+            "memory": {**self.memory.as_gib(), "fits": self.memory.fits},
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "mfu_at_precision_peak": self.mfu_at_precision_peak,
+            "model_flops_per_step": self.model_flops_per_step,
+            "microbatches": self.microbatches,
+            "dp": self.dp,
+            "comm_issued_s": dict(self.comm_issued_s),
+            "bytes_per_step": dict(self.bytes_per_step),
+            "algorithms": dict(self.algorithms),
+            "fabric": dict(self.fabric),
+            "notes": list(self.notes),
+        }

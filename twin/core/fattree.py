@@ -1,0 +1,143 @@
+"""Folded-Clos (fat-tree) sizing from switch radix: tiers, spans, switches and links.
+
+Standard results (Al-Fares et al., SIGCOMM 2008, "A Scalable, Commodity Data Center
+Network Architecture"; Leiserson 1985): with radix-R switches a non-blocking tree
+connects R endpoints in one tier, R^2/2 in two tiers and R^3/4 in three (R^(t)/2^(t-1)).
+A leaf with down:up oversubscription o uses R*o/(1+o) ports down and R/(1+o) up.
+
+Rail-optimised designs (NVIDIA DGX SuperPOD reference architecture) build one such tree
+per NIC rail; the leaf of rail r joins the r-th NIC of every node in its group.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from twin.core.specs import Cluster
+    from twin.core.topology import Tier
+
+
+@dataclass(frozen=True, slots=True)
+class FatTreeLevel:
+    """One switch tier: how many switches, endpoints under one switch, link counts."""
+
+    switches: int
+    span_endpoints: int
+    down_links: int
+    up_links: int
+    oversubscription: float
+
+
+@dataclass(frozen=True, slots=True)
+class FatTree:
+    """A fat tree (per rail for rail-optimised fabrics)."""
+
+    radix: int
+    levels: tuple[FatTreeLevel, ...]
+    endpoints: int
+
+    @property
+    def tiers(self) -> int:
+        """Number of switch tiers."""
+        return len(self.levels)
+
+    @property
+    def switches(self) -> int:
+        """Switches in all tiers."""
+        return sum(lv.switches for lv in self.levels)
+
+    @property
+    def links(self) -> int:
+        """Cables: endpoint links plus switch-to-switch links."""
+        return self.endpoints + sum(lv.up_links for lv in self.levels)
+
+
+def tiers_needed(endpoints: int, radix: int) -> int:
+    """Fewest tiers of a non-blocking tree of radix ``radix`` that reach ``endpoints``."""
+    t = 1
+    while radix ** t / 2 ** (t - 1) < endpoints and t < 6:
+        t += 1
+    return t
+
+
+def build_fat_tree(endpoints: int, radix: int, tiers: int | None = None,
+                   oversubscription: tuple[float, ...] = (), spans: tuple[int, ...] = ()) -> FatTree:
+    """Size a fat tree for ``endpoints`` NIC ports.
+
+    ``oversubscription[i]`` is the down:up ratio of tier ``i+1``'s uplinks (leaf first).
+    ``spans`` (optional) forces the endpoints under one switch of each tier.
+    """
+    endpoints = max(1, endpoints)
+    t = tiers or tiers_needed(endpoints, radix)
+    levels: list[FatTreeLevel] = []
+    for i in range(t):
+        o = oversubscription[i] if i < len(oversubscription) else 1.0
+        top = i == t - 1
+        if top:
+            span = endpoints
+        elif spans and i < len(spans):
+            span = min(spans[i], endpoints)
+        elif i == 0:
+            span = min(endpoints, max(1, int(radix * o / (1 + o))))
+        else:
+            span = min(endpoints, levels[-1].span_endpoints * max(1, radix // 2))
+        down = endpoints if i == 0 else levels[-1].up_links
+        if i == 0:
+            n_sw = math.ceil(endpoints / span)
+        else:  # enough switches to terminate every uplink of the tier below
+            ports_down = radix if top else radix / 2
+            n_sw = max(math.ceil(endpoints / span), math.ceil(down / ports_down))
+        up = 0 if top else math.ceil(down / o)
+        levels.append(FatTreeLevel(switches=n_sw, span_endpoints=span, down_links=down, up_links=up,
+                                   oversubscription=o))
+    return FatTree(radix=radix, levels=tuple(levels), endpoints=endpoints)
+
+
+def scale_out_tiers(cluster: Cluster, radix: int, fabric: str, efficiency: list[float] | tuple[float, ...],
+                    hop_latency_s: float, reduction: str = "") -> tuple[list[Tier], FatTree]:
+    """Tiers 1.. of a fat-tree scale-out fabric for ``cluster`` (helper for fabric plugins).
+
+    ``efficiency[i]`` is the achievable fraction of NIC bandwidth for traffic that reaches
+    tier ``i+1`` (NIC efficiency times routing/congestion losses; the last entry repeats).
+    Spans convert NIC endpoints to GPUs: a rail-optimised leaf joins one NIC of each of its
+    nodes, a plain fat-tree leaf joins every NIC of fewer nodes.
+    """
+    from twin.core.topology import Tier
+
+    so = cluster.scale_out
+    assert so is not None
+    nics = cluster.nics_per_node
+    nodes = cluster.num_nodes
+    rail = so.topology == "rail_optimized"
+    endpoints = nodes if rail else nodes * nics
+    gpn = cluster.gpus_per_node
+    if so.tier_spans:  # stated in GPUs; convert to NIC endpoints under one switch
+        spans = tuple(max(1, s // gpn if rail else s * nics // gpn) for s in so.tier_spans)
+    elif so.gpus_per_leaf:
+        per = so.gpus_per_leaf // gpn if rail else so.gpus_per_leaf * nics // gpn
+        spans = (max(1, per),)
+    else:
+        spans = ()
+    tree = build_fat_tree(endpoints, radix, so.tiers, so.oversubscription, spans)
+    nic_Bps = so.nic_gbps * 1e9 / 8.0
+    per_gpu = nic_Bps * nics / gpn
+    tiers: list[Tier] = []
+    cum_over = 1.0
+    names = ("leaf", "spine", "core", "super-core", "tier5", "tier6")
+    for i, level in enumerate(tree.levels):
+        if i > 0:
+            cum_over *= tree.levels[i - 1].oversubscription
+        eff = efficiency[min(i, len(efficiency) - 1)]
+        span_gpus = level.span_endpoints * gpn if rail else level.span_endpoints * gpn // nics
+        tiers.append(Tier(name=names[i], fabric=fabric, span_gpus=max(span_gpus, gpn),
+                          bw_Bps=per_gpu * eff, latency_s=hop_latency_s * (2 * i + 1),
+                          oversubscription=cum_over, reduction=reduction))
+    # The top tier always reaches the whole cluster.
+    last = tiers[-1]
+    if last.span_gpus < cluster.num_gpus:
+        tiers[-1] = Tier(name=last.name, fabric=last.fabric, span_gpus=cluster.num_gpus, bw_Bps=last.bw_Bps,
+                         latency_s=last.latency_s, oversubscription=last.oversubscription, reduction=last.reduction)
+    return tiers, tree

@@ -1,0 +1,153 @@
+"""Scenario files: YAML/JSON mappings -> validated :class:`Scenario`, resolving presets.
+
+A scenario may name presets instead of spelling everything out::
+
+    cluster: {system: DGX-H100, num_gpus: 1024}      # any field may be overridden
+    model: llama3.1-405b                              # or {preset: llama3.1-405b, seq_len: 4096}
+    plan: {tp: 8, pp: 16, gbs: 2048, mbs: 1}
+
+Nested mappings of a preset (``scale_out``, ``params`` ...) merge key by key with the
+overrides; everything else replaces.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from twin.core import schema
+from twin.core.catalog import Catalog
+from twin.core.errors import SpecError
+from twin.core.specs import GPU, Cluster, ComputeEfficiency, Model, Plan, Scenario, validate_scenario
+
+_META_KEYS = ("source", "notes")
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+def resolve_efficiency(value: Any, catalog: Catalog, path: str) -> ComputeEfficiency:
+    """An efficiency profile by name or inline mapping."""
+    if isinstance(value, str):
+        return schema.load(ComputeEfficiency, catalog.get("efficiency", value, path), path)
+    return schema.load(ComputeEfficiency, value, path)
+
+
+def resolve_gpu(value: Any, catalog: Catalog, path: str = "cluster.gpu") -> GPU:
+    """A GPU by preset name, ``{preset: NAME, ...overrides}`` or a full inline mapping."""
+    if isinstance(value, GPU):
+        return value
+    if isinstance(value, str):
+        data = catalog.get("gpus", value, path)
+        data["name"] = catalog.canonical("gpus", value)
+    elif isinstance(value, Mapping):
+        data = dict(value)
+        preset = data.pop("preset", None)
+        if preset is not None:
+            data = _merge(catalog.get("gpus", preset, f"{path}.preset"), data)
+            data.setdefault("name", catalog.canonical("gpus", preset))
+    else:
+        raise SpecError(path, f"must be a GPU preset name or a mapping (got {value!r})")
+    eff = data.get("efficiency")
+    if eff is None:
+        eff = data.get("generation")
+    if eff is not None:
+        data["efficiency"] = resolve_efficiency(eff, catalog, f"{path}.efficiency")
+    gpu = schema.load(GPU, data, path)
+    for prec, tflops in gpu.peak_tflops.items():
+        if not tflops > 0:
+            raise SpecError(f"{path}.peak_tflops.{prec}", f"must be > 0 (got {tflops})")
+    return gpu
+
+
+def resolve_cluster(value: Any, catalog: Catalog, path: str = "cluster") -> Cluster:
+    """A cluster from ``{system: NAME, num_gpus: N, ...overrides}`` or a full mapping."""
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"must be a mapping (got {value!r})")
+    data = dict(value)
+    system = data.pop("system", None)
+    if system is not None:
+        base = catalog.get("systems", system, f"{path}.system")
+        for k in _META_KEYS:
+            base.pop(k, None)
+        base["name"] = catalog.canonical("systems", system)
+        data = _merge(base, data)
+    if "gpu" not in data:
+        raise SpecError(f"{path}.gpu", "is required (or name a system)")
+    data["gpu"] = resolve_gpu(data["gpu"], catalog, f"{path}.gpu")
+    return schema.load(Cluster, data, path)
+
+
+def resolve_model(value: Any, catalog: Catalog, path: str = "model") -> Model:
+    """A model by preset name, ``{preset: NAME, ...overrides}`` or a full mapping."""
+    if isinstance(value, str):
+        data = catalog.get("models", value, path)
+    elif isinstance(value, Mapping):
+        data = dict(value)
+        preset = data.pop("preset", None)
+        if preset is not None:
+            data = _merge(catalog.get("models", preset, f"{path}.preset"), data)
+    else:
+        raise SpecError(path, f"must be a model preset name or a mapping (got {value!r})")
+    for k in _META_KEYS:
+        data.pop(k, None)
+    return schema.load(Model, data, path)
+
+
+def scenario_from_dict(data: Any, catalog: Catalog) -> Scenario:
+    """Build and validate a scenario; errors name the field and the rule."""
+    if not isinstance(data, Mapping):
+        raise SpecError("", f"a scenario must be a mapping (got {type(data).__name__})")
+    known = {"name", "cluster", "model", "plan", "calibration", "description"}
+    for key in data:
+        if key not in known:
+            raise SpecError(str(key), f"unknown field; expected one of: {', '.join(sorted(known))}")
+    for key in ("cluster", "model", "plan"):
+        if key not in data:
+            raise SpecError(key, "is required")
+    cluster = resolve_cluster(data["cluster"], catalog)
+    model = resolve_model(data["model"], catalog)
+    plan = schema.load(Plan, data["plan"], "plan")
+    extra: dict[str, Any] = {}
+    if "calibration" in data and data["calibration"] is not None:
+        from twin.core.specs import Calibration
+
+        extra["calibration"] = schema.load(Calibration, data["calibration"], "calibration")
+    name = data.get("name", "")
+    if not isinstance(name, str):
+        raise SpecError("name", f"must be a string (got {name!r})")
+    scenario = Scenario(cluster=cluster, model=model, plan=plan, name=name, **extra)
+    validate_scenario(scenario)
+    return scenario
+
+
+def read_mapping(path: str | Path) -> Any:
+    """Parse a YAML or JSON file (JSON is YAML, but a .json file gets JSON's errors)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(str(path), f"cannot read file: {err.strerror or err}") from err
+    try:
+        if p.suffix.lower() == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise SpecError(str(path), f"is not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {err}") \
+            from err
+
+
+def load_scenario_file(path: str | Path, catalog: Catalog) -> Scenario:
+    """Read and validate a scenario file."""
+    return scenario_from_dict(read_mapping(path), catalog)

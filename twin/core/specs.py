@@ -1,0 +1,473 @@
+"""The domain model: cluster, model, plan and scenario specs.
+
+Specs are frozen dataclasses, loaded strictly by :mod:`twin.core.schema` (unknown keys,
+wrong types and out-of-range numbers are errors naming the field) and then checked by
+``validate_*`` for rules that span fields (``tp*pp*cp*dp == num_gpus`` ...).
+Units are in the field names (see :mod:`twin.core.units`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from twin.core.errors import SpecError
+from twin.core.schema import spec_field
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
+Generation = Literal["volta", "ampere", "hopper", "blackwell"]
+Recompute = Literal["none", "selective", "full"]
+Sharding = Literal["none", "distributed_optimizer", "zero1", "zero2", "zero3", "fsdp"]
+OffloadTarget = Literal["none", "cxl", "host"]
+
+_GENERATION_ORDER = {"volta": 0, "ampere": 1, "hopper": 2, "blackwell": 3}
+# The first GPU generation whose tensor cores run each precision (NVIDIA architecture
+# whitepapers: Volta fp16; Ampere bf16/tf32; Hopper fp8; Blackwell fp4).
+PRECISION_MIN_GENERATION = {"fp32": "volta", "fp16": "volta", "tf32": "ampere", "bf16": "ampere",
+                            "fp8": "hopper", "fp4": "blackwell"}
+
+
+# --------------------------------------------------------------------------- GPU
+@dataclass(frozen=True, slots=True)
+class ComputeEfficiency:
+    """Achievable fractions of the datasheet peaks (calibration targets, see presets).
+
+    ``gemm`` maps precision -> fraction of the dense peak a large, well-shaped GEMM reaches;
+    ``attention_fwd``/``attention_bwd`` the fraction of the 16-bit peak fused (flash)
+    attention reaches at long sequence; ``hbm`` the fraction of the datasheet HBM bandwidth
+    that streaming kernels reach; ``kernel_min_us`` the floor on any kernel's duration.
+    These are kernel-level figures. ``sustained`` is the fraction of kernel-level throughput
+    a whole training step sustains (clocks under the power cap, launch gaps, framework
+    work between kernels); it is the one factor fitted to the reference runs.
+    """
+
+    gemm: dict[str, float]
+    attention_fwd: float = spec_field(gt=0, le=1)
+    attention_bwd: float = spec_field(gt=0, le=1)
+    hbm: float = spec_field(gt=0, le=1)
+    sustained: float = spec_field(1.0, gt=0, le=1)
+    kernel_min_us: float = spec_field(4.0, ge=0)
+    flash_attention: bool = True
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """One accelerator model. Peaks are dense (no sparsity), per GPU."""
+
+    name: str
+    generation: Generation
+    peak_tflops: dict[str, float]
+    hbm_gib: float = spec_field(gt=0)
+    hbm_TBps: float = spec_field(gt=0)
+    sm_count: int = spec_field(ge=1)
+    nvlink_GBps: float = spec_field(0.0, ge=0, doc="NVLink bandwidth per GPU per direction")
+    tdp_w: float = spec_field(700.0, gt=0)
+    efficiency: ComputeEfficiency | None = None
+    source: str = ""
+
+    def supports(self, precision: str) -> bool:
+        """Whether this GPU's tensor cores run ``precision`` natively."""
+        need = PRECISION_MIN_GENERATION.get(precision)
+        return need is not None and _GENERATION_ORDER[self.generation] >= _GENERATION_ORDER[need] \
+            and precision in self.peak_tflops
+
+
+# ----------------------------------------------------------------------- fabrics
+@dataclass(frozen=True, slots=True)
+class ScaleUp:
+    """The scale-up domain (NVLink/NVSwitch): GPUs that reach each other over one switch hop."""
+
+    fabric: str = "nvlink"
+    generation: int | None = spec_field(None, ge=1)
+    domain_gpus: int = spec_field(8, ge=1)
+    link_GBps: float | None = spec_field(None, gt=0, doc="per GPU per direction; None: from generation")
+    achievable_fraction: float | None = spec_field(None, gt=0, le=1)
+    nvls: bool | None = None
+    latency_us: float | None = spec_field(None, ge=0)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleOut:
+    """The scale-out network between scale-up domains (InfiniBand, RoCE, ...)."""
+
+    fabric: str = "infiniband"
+    nics_per_node: int | None = spec_field(None, ge=1, doc="None: one NIC per GPU (rail design)")
+    nic_gbps: float = spec_field(400.0, gt=0)
+    topology: Literal["fat_tree", "rail_optimized"] = "rail_optimized"
+    switch_radix: int = spec_field(64, ge=4)
+    tiers: int | None = spec_field(None, ge=1, le=5)
+    oversubscription: tuple[float, ...] = spec_field(
+        default_factory=tuple, ge=1,
+        doc="down:up ratio of the uplinks of each switch tier, leaf first (1 = non-blocking)")
+    gpus_per_leaf: int | None = spec_field(None, ge=1)
+    tier_spans: tuple[int, ...] = spec_field(
+        default_factory=tuple, ge=1, doc="GPUs under one switch of each tier, leaf first; empty: from radix")
+    sharp: bool = False
+    adaptive_routing: bool | None = None
+    achievable_fraction: float | None = spec_field(None, gt=0, le=1)
+    latency_us: float | None = spec_field(None, ge=0)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Optics:
+    """Optical interconnect of the scale-out fabric: pluggable transceivers or co-packaged."""
+
+    kind: Literal["pluggable", "cpo"] = "pluggable"
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPool:
+    """A CXL-attached memory pool shared by the GPUs of a node."""
+
+    fabric: str = "cxl"
+    capacity_gib_per_node: float = spec_field(1024.0, gt=0)
+    bandwidth_GBps_per_node: float = spec_field(256.0, gt=0)
+    latency_ns: float = spec_field(250.0, ge=0)
+    devices_per_node: int = spec_field(4, ge=1)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A training cluster: GPUs, nodes, scale-up domains, scale-out network, optics, CXL."""
+
+    gpu: GPU
+    num_gpus: int = spec_field(ge=1)
+    gpus_per_node: int = spec_field(8, ge=1)
+    name: str = ""
+    scale_up: ScaleUp = dataclasses.field(default_factory=ScaleUp)
+    scale_out: ScaleOut | None = dataclasses.field(default_factory=ScaleOut)
+    optics: Optics | None = None
+    memory_pool: MemoryPool | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes in use (a partial node counts as one)."""
+        return max(1, -(-self.num_gpus // self.gpus_per_node))
+
+    @property
+    def nics_per_node(self) -> int:
+        """NICs per node, one per GPU unless stated."""
+        if self.scale_out is None:
+            return 0
+        return self.scale_out.nics_per_node or self.gpus_per_node
+
+
+# ------------------------------------------------------------------------- model
+@dataclass(frozen=True, slots=True)
+class MoE:
+    """Mixture-of-experts layers."""
+
+    experts: int = spec_field(ge=1)
+    top_k: int = spec_field(ge=1)
+    expert_ffn: int = spec_field(ge=1)
+    shared_experts: int = spec_field(0, ge=0)
+    shared_expert_ffn: int | None = spec_field(None, ge=1)
+    moe_layers: int | None = spec_field(None, ge=0)
+    dense_layers: int = spec_field(0, ge=0)
+    latent_size: int | None = spec_field(None, ge=1)
+    capacity_factor: float | None = spec_field(None, gt=0)
+
+
+@dataclass(frozen=True, slots=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2/V3) projection ranks and head dims."""
+
+    q_lora_rank: int | None = spec_field(None, ge=1)
+    kv_lora_rank: int = spec_field(512, ge=1)
+    qk_nope_head_dim: int = spec_field(128, ge=1)
+    qk_rope_head_dim: int = spec_field(64, ge=1)
+    v_head_dim: int = spec_field(128, ge=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Hybrid:
+    """A hybrid Mamba/attention/MLP stack. ``pattern``: M=Mamba-2, *=attention, E=MoE, -=MLP."""
+
+    pattern: str
+    mamba_heads: int = spec_field(128, ge=1)
+    mamba_head_dim: int = spec_field(64, ge=1)
+    mamba_state_dim: int = spec_field(128, ge=1)
+    mamba_groups: int = spec_field(8, ge=1)
+    mamba_layers: int | None = spec_field(None, ge=0)
+    attention_layers: int | None = spec_field(None, ge=0)
+    moe_layers: int | None = spec_field(None, ge=0)
+    legend: str = ""
+
+    def count(self, symbol: str) -> int:
+        """How many entries of the pattern are ``symbol``."""
+        return self.pattern.count(symbol)
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindow:
+    """Sliding-window attention on some layers (e.g. GPT-OSS: every other layer, 128 tokens)."""
+
+    window: int = spec_field(ge=1)
+    every_other_layer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """A decoder-only transformer (dense, MoE, MLA or hybrid Mamba)."""
+
+    layers: int = spec_field(ge=1)
+    hidden: int = spec_field(ge=1)
+    heads: int = spec_field(ge=1)
+    vocab: int = spec_field(ge=1)
+    seq_len: int = spec_field(ge=1)
+    name: str = ""
+    ffn: int | None = spec_field(None, ge=1, doc="None: 4*hidden")
+    kv_heads: int | None = spec_field(None, ge=1, doc="None: heads (MHA)")
+    head_dim: int | None = spec_field(None, ge=1, doc="None: hidden/heads")
+    gated_mlp: bool = False
+    attention: Literal["mha", "gqa", "mla"] = "mha"
+    moe: MoE | None = None
+    mla: MLA | None = None
+    hybrid: Hybrid | None = None
+    sliding_window: SlidingWindow | None = None
+    mtp_layers: int = spec_field(0, ge=0)
+    tied_embeddings: bool = False
+
+    @property
+    def ffn_size(self) -> int:
+        """Dense MLP inner size."""
+        return self.ffn or 4 * self.hidden
+
+    @property
+    def kv_head_count(self) -> int:
+        """Key/value heads (== heads for MHA)."""
+        return self.kv_heads or self.heads
+
+    @property
+    def head_size(self) -> int:
+        """Per-head dimension."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def moe_layer_count(self) -> int:
+        """How many layers carry an MoE MLP."""
+        if self.hybrid is not None:
+            return self.hybrid.count("E")
+        if self.moe is None:
+            return 0
+        if self.moe.moe_layers is not None:
+            return self.moe.moe_layers
+        return self.layers - self.moe.dense_layers
+
+
+# -------------------------------------------------------------------------- plan
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """Which communication overlaps with compute (Megatron-Core switch names).
+
+    ``tp_comm`` None means the default of the GPU generation's performance recipes:
+    on for Hopper and newer (NeMo/Megatron-Core enable userbuffer TP overlap there), off before.
+    ``ep_comm``: expert all-to-all overlapped with another micro-batch's compute
+    (DeepSeek-V3 DualPipe, Megatron-Core --overlap-moe-expert-parallel-comm); off by default.
+    """
+
+    grad_reduce: bool = True
+    param_gather: bool = True
+    tp_comm: bool | None = None
+    p2p: bool = True
+    ep_comm: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Offload:
+    """What is kept outside HBM, and where (a CXL pool or host DRAM)."""
+
+    optimizer: OffloadTarget = "none"
+    params: OffloadTarget = "none"
+    activations: OffloadTarget = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A parallel training plan. ``dp`` None: derived as num_gpus/(tp*pp*cp)."""
+
+    gbs: int = spec_field(ge=1, doc="global batch in sequences")
+    tp: int = spec_field(1, ge=1)
+    pp: int = spec_field(1, ge=1)
+    vp: int = spec_field(1, ge=1, doc="virtual pipeline chunks per pp rank (interleaving)")
+    dp: int | None = spec_field(None, ge=1)
+    cp: int = spec_field(1, ge=1)
+    ep: int = spec_field(1, ge=1)
+    etp: int | None = spec_field(None, ge=1, doc="expert tensor parallel; None: tp")
+    mbs: int = spec_field(1, ge=1, doc="micro-batch in sequences")
+    sequence_parallel: bool | None = None
+    recompute: Recompute = "none"
+    precision: Precision = "bf16"
+    optimizer_sharding: Sharding = "distributed_optimizer"
+    fsdp_reshard_after_forward: bool = True
+    grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    overlap: Overlap = dataclasses.field(default_factory=Overlap)
+    offload: Offload = dataclasses.field(default_factory=Offload)
+    trainable: Literal["full", "lora"] = "full"
+    lora_rank: int = spec_field(16, ge=1)
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism in effect (default: on whenever tp > 1)."""
+        return self.tp > 1 if self.sequence_parallel is None else (self.sequence_parallel and self.tp > 1)
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree inside each expert."""
+        return self.etp or self.tp
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Multiplicative corrections fitted from observation (bounded; 1.0 = as designed)."""
+
+    compute_efficiency: float = spec_field(1.0, gt=0, le=2)
+    scale_up_bandwidth: float = spec_field(1.0, gt=0, le=2)
+    scale_out_bandwidth: float = spec_field(1.0, gt=0, le=2)
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """cluster + model + plan (+ calibration): one question to the twin."""
+
+    cluster: Cluster
+    model: Model
+    plan: Plan
+    name: str = ""
+    calibration: Calibration = dataclasses.field(default_factory=Calibration)
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree (stated or derived)."""
+        return self.plan.dp or self.cluster.num_gpus // (self.plan.tp * self.plan.pp * self.plan.cp)
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches per pipeline per step: gbs / (mbs * dp)."""
+        return self.plan.gbs // (self.plan.mbs * self.dp)
+
+
+# ---------------------------------------------------------------- cross-field rules
+def _divides(a: int, b: int) -> bool:
+    return b % a == 0
+
+
+def validate_model(model: Model, path: str = "model") -> None:
+    """Rules spanning model fields."""
+    if model.kv_head_count > model.heads:
+        raise SpecError(f"{path}.kv_heads", f"must be <= heads ({model.heads}) (got {model.kv_head_count})")
+    if not _divides(model.kv_head_count, model.heads):
+        raise SpecError(f"{path}.kv_heads", f"must divide heads ({model.heads}) (got {model.kv_head_count})")
+    if model.attention == "mla" and model.mla is None:
+        raise SpecError(f"{path}.mla", "is required when attention is 'mla'")
+    if model.moe is not None:
+        moe = model.moe
+        if moe.top_k > moe.experts:
+            raise SpecError(f"{path}.moe.top_k", f"must be <= experts ({moe.experts}) (got {moe.top_k})")
+        if model.hybrid is None and moe.moe_layers is not None and moe.moe_layers + moe.dense_layers > model.layers:
+            raise SpecError(f"{path}.moe.moe_layers",
+                            f"moe_layers + dense_layers must be <= layers ({model.layers})")
+        if model.hybrid is None and moe.moe_layers is None and moe.dense_layers > model.layers:
+            raise SpecError(f"{path}.moe.dense_layers", f"must be <= layers ({model.layers})")
+    if model.hybrid is not None:
+        hy = model.hybrid
+        bad = sorted(set(hy.pattern) - set("M*E-"))
+        if bad:
+            raise SpecError(f"{path}.hybrid.pattern", f"may only contain M, *, E, - (got {''.join(bad)!r})")
+        if len(hy.pattern) != model.layers:
+            raise SpecError(f"{path}.hybrid.pattern",
+                            f"must have one symbol per layer ({model.layers}) (got {len(hy.pattern)})")
+        if hy.count("E") and model.moe is None:
+            raise SpecError(f"{path}.moe", "is required when the hybrid pattern has MoE layers (E)")
+        for name, symbol in (("mamba_layers", "M"), ("attention_layers", "*"), ("moe_layers", "E")):
+            stated = getattr(hy, name)
+            if stated is not None and stated != hy.count(symbol):
+                raise SpecError(f"{path}.hybrid.{name}",
+                                f"must equal the count of {symbol!r} in pattern ({hy.count(symbol)}) (got {stated})")
+
+
+def validate_cluster(cluster: Cluster, path: str = "cluster") -> None:
+    """Rules spanning cluster fields."""
+    n, per_node = cluster.num_gpus, cluster.gpus_per_node
+    if n > per_node and n % per_node:
+        raise SpecError(f"{path}.num_gpus", f"must be a multiple of gpus_per_node ({per_node}) (got {n})")
+    dom = cluster.scale_up.domain_gpus
+    if dom % per_node and per_node % dom:
+        raise SpecError(f"{path}.scale_up.domain_gpus",
+                        f"must divide or be a multiple of gpus_per_node ({per_node}) (got {dom})")
+    if cluster.scale_out is not None:
+        so = cluster.scale_out
+        if so.tiers is not None and len(so.oversubscription) > max(0, so.tiers - 1):
+            raise SpecError(f"{path}.scale_out.oversubscription",
+                            f"has {len(so.oversubscription)} entries but a {so.tiers}-tier fabric has "
+                            f"{max(0, so.tiers - 1)} uplink tiers")
+        if so.tiers is not None and so.tier_spans and len(so.tier_spans) != so.tiers:
+            raise SpecError(f"{path}.scale_out.tier_spans",
+                            f"must have one entry per tier ({so.tiers}) (got {len(so.tier_spans)})")
+        if any(b < a for a, b in zip(so.tier_spans, so.tier_spans[1:], strict=False)):
+            raise SpecError(f"{path}.scale_out.tier_spans", "must not decrease from leaf to top")
+    elif n > dom:
+        raise SpecError(f"{path}.scale_out", f"is required when num_gpus ({n}) exceeds the scale-up domain ({dom})")
+
+
+def validate_plan(plan: Plan, model: Model, cluster: Cluster, path: str = "plan") -> None:
+    """Rules spanning plan, model and cluster: divisibility of every degree."""
+    n = cluster.num_gpus
+    mp = plan.tp * plan.pp * plan.cp
+    if plan.dp is None:
+        if n % mp:
+            raise SpecError(f"{path}.tp", f"tp*pp*cp ({mp}) must divide num_gpus ({n})")
+        dp = n // mp
+    else:
+        dp = plan.dp
+        if mp * dp != n:
+            raise SpecError(f"{path}.dp", f"tp*pp*cp*dp must equal num_gpus ({n}) (got {mp * dp})")
+    if plan.gbs % (plan.mbs * dp):
+        raise SpecError(f"{path}.gbs", f"must be a multiple of mbs*dp ({plan.mbs * dp}) (got {plan.gbs})")
+    if model.heads % plan.tp:
+        raise SpecError(f"{path}.tp", f"must divide the attention heads ({model.heads}) (got {plan.tp})")
+    kv = model.kv_head_count
+    if kv % plan.tp and plan.tp % kv:
+        raise SpecError(f"{path}.tp", f"must divide or be a multiple of kv_heads ({kv}) (got {plan.tp})")
+    if plan.pp > model.layers:
+        raise SpecError(f"{path}.pp", f"must be <= layers ({model.layers}) (got {plan.pp})")
+    if plan.vp > 1:
+        if plan.pp == 1:
+            raise SpecError(f"{path}.vp", "interleaving (vp > 1) needs pipeline parallelism (pp > 1)")
+        if plan.pp * plan.vp > model.layers:
+            raise SpecError(f"{path}.vp",
+                            f"pp*vp ({plan.pp * plan.vp}) must be <= the layers ({model.layers}): "
+                            "every virtual stage needs a layer")
+    if plan.cp > 1 and model.seq_len % (2 * plan.cp):
+        raise SpecError(f"{path}.cp", f"2*cp ({2 * plan.cp}) must divide seq_len ({model.seq_len})")
+    if plan.sp and model.seq_len % (plan.tp * plan.cp):
+        raise SpecError(f"{path}.sequence_parallel",
+                        f"tp*cp ({plan.tp * plan.cp}) must divide seq_len ({model.seq_len})")
+    if plan.ep > 1:
+        if model.moe is None:
+            raise SpecError(f"{path}.ep", "expert parallelism needs an MoE model (model.moe)")
+        if model.moe.experts % plan.ep:
+            raise SpecError(f"{path}.ep", f"must divide the experts ({model.moe.experts}) (got {plan.ep})")
+    expert_group = plan.ep * plan.expert_tp
+    if (plan.tp * plan.cp * dp) % expert_group:
+        raise SpecError(f"{path}.ep", f"ep*etp ({expert_group}) must divide tp*cp*dp ({plan.tp * plan.cp * dp})")
+    if not cluster.gpu.supports(plan.precision):
+        raise SpecError(f"{path}.precision",
+                        f"{cluster.gpu.name} ({cluster.gpu.generation}) has no {plan.precision} tensor cores")
+    for what in ("optimizer", "params", "activations"):
+        if getattr(plan.offload, what) == "cxl" and cluster.memory_pool is None:
+            raise SpecError(f"{path}.offload.{what}", "offloading to 'cxl' needs cluster.memory_pool")
+
+
+def validate_scenario(scenario: Scenario) -> None:
+    """Every cross-field rule of a scenario."""
+    validate_cluster(scenario.cluster)
+    validate_model(scenario.model)
+    validate_plan(scenario.plan, scenario.model, scenario.cluster)

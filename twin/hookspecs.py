@@ -1,0 +1,68 @@
+"""Every hook a Fabric Twin plugin can implement. One file, ``twin_`` prefix.
+
+A plugin is a module (or object) with functions decorated ``@twin.hookimpl.hookimpl``,
+exposed through the ``twin`` entry-point group in its package metadata::
+
+    [project.entry-points.twin]
+    myfabric = "my_package.myfabric"
+
+Built-in plugins (``twin_plugins.*``) use the same hooks and the same entry-point group.
+Hook results are plain objects from ``twin.core.api`` (fabrics, strategies) or plain
+mappings (presets); nothing here imports grpc, ray or opentelemetry.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from twin.hookimpl import PROJECT
+
+if TYPE_CHECKING:
+    from twin.core.api import Fabric, Strategy
+    from twin.core.collectives import CollectiveCost
+    from twin.core.specs import Scenario
+    from twin.core.topology import GroupSpan, Hierarchy
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+
+
+@hookspec
+def twin_fabrics() -> list[Fabric]:
+    """Return fabric models this plugin provides.
+
+    Each is an instance of a ``twin.core.api`` fabric base class (``ScaleUpFabric``,
+    ``ScaleOutFabric``, ``OpticsModel`` or ``MemoryFabric``) with a unique ``kind`` within
+    its role; scenarios select it by that kind (``scale_out: {fabric: KIND}``). Two plugins
+    registering the same role and kind is an error naming both.
+    """
+
+
+@hookspec
+def twin_strategies() -> list[Strategy]:
+    """Return parallelism strategies (``twin.core.api.Strategy`` instances).
+
+    A strategy decides, for one evaluation, what its parallel dimension communicates and
+    how much of it the schedule hides. Names must be unique across plugins.
+    """
+
+
+@hookspec
+def twin_presets() -> dict[str, dict[str, dict[str, Any]]]:
+    """Return named presets: ``{"gpus"|"efficiency"|"systems"|"models": {name: mapping}}``.
+
+    Mappings use the same fields as scenario files; every number should carry its source
+    in a ``source`` field. A name defined twice (any plugins) is an error naming both.
+    """
+
+
+@hookspec(firstresult=True)
+def twin_collective_cost(op: str, size_bytes: float, span: GroupSpan, hierarchy: Hierarchy,
+                         algorithm: str | None, scenario: Scenario) -> CollectiveCost | None:
+    """Cost one collective, overriding the built-in NCCL-style model.
+
+    Return ``None`` to defer to the next implementation (the built-in model runs last).
+    Use it for fabrics whose collectives the generic tier model cannot express, e.g. an
+    in-network reduction engine with its own bandwidth curve.
+    """

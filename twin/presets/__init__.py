@@ -1,0 +1,33 @@
+"""Built-in presets (package data): GPUs, efficiency profiles, systems and models.
+
+Registered as the built-in plugin ``presets`` through the ``twin_presets`` hook, the same
+way a third-party package adds its own hardware or models.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from twin.hookimpl import hookimpl
+
+_FILES = {"gpus": ("gpus.yaml", "gpus"), "efficiency": ("efficiency.yaml", "profiles"),
+          "systems": ("systems.yaml", "systems"), "models": ("models.yaml", "models")}
+
+
+def builtin_presets() -> dict[str, dict[str, dict[str, Any]]]:
+    """The shipped presets by kind."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    root = resources.files(__name__)
+    for kind, (fname, key) in _FILES.items():
+        data = yaml.safe_load(root.joinpath(fname).read_text(encoding="utf-8"))
+        out[kind] = data[key]
+    return out
+
+
+@hookimpl
+def twin_presets() -> dict[str, dict[str, dict[str, Any]]]:
+    """Contribute the built-in presets."""
+    return builtin_presets()

@@ -1,0 +1,120 @@
+"""Conformance kit for plugin authors: test a new fabric or strategy in a few lines.
+
+    from twin.testing import assert_scale_out_fabric_conforms
+    from my_pkg.fabric import MyFabric
+
+    def test_my_fabric():
+        assert_scale_out_fabric_conforms(MyFabric())
+
+Each check builds real scenarios around the plugin (through a real Engine with the
+built-in plugins plus yours) and asserts the properties every fabric or strategy must
+have: valid tiers, more bandwidth never slower, unknown parameters rejected with the
+field named, a JSON-ready report, and a full evaluation that succeeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from twin.core.api import ScaleOutFabric, ScaleUpFabric, Strategy
+from twin.core.errors import SpecError
+from twin.core.specs import Scenario
+from twin.engine import Engine
+from twin.hookimpl import hookimpl
+from twin.plugins import make_plugin_manager
+
+
+class _Provider:
+    """Registers the objects under test as a plugin."""
+
+    def __init__(self, fabrics: list[Any], strategies: list[Any]) -> None:
+        self._fabrics, self._strategies = fabrics, strategies
+
+    @hookimpl
+    def twin_fabrics(self) -> list[Any]:
+        return self._fabrics
+
+    @hookimpl
+    def twin_strategies(self) -> list[Any]:
+        return self._strategies
+
+
+def engine_with(*objects: Any, replace_builtin: str | None = None) -> Engine:
+    """A real engine with the built-ins (autoload off) plus ``objects`` registered."""
+    fabrics = [o for o in objects if not isinstance(o, Strategy)]
+    strategies = [o for o in objects if isinstance(o, Strategy)]
+    block = (replace_builtin,) if replace_builtin else ()
+    pm = make_plugin_manager(autoload=False, block=block, extra=[_Provider(fabrics, strategies)])
+    return Engine(pm)
+
+
+def _scenario(engine: Engine, scale_out: Mapping[str, Any], num_gpus: int = 1024) -> Scenario:
+    return engine.scenario({
+        "name": "conformance",
+        "cluster": {"system": "DGX-H100", "num_gpus": num_gpus, "scale_out": dict(scale_out)},
+        "model": "llama3.1-70b",
+        "plan": {"tp": 8, "pp": 4, "vp": 5, "gbs": 1024, "mbs": 1},
+    })
+
+
+def assert_scale_out_fabric_conforms(fabric: ScaleOutFabric, params: Mapping[str, Any] | None = None) -> None:
+    """Check a scale-out fabric model end to end; raises AssertionError on a violation."""
+    assert isinstance(fabric, ScaleOutFabric), "must subclass twin.core.api.ScaleOutFabric"
+    assert fabric.kind and fabric.role == "scale_out", "needs a kind and the scale_out role"
+    engine = engine_with(fabric)
+    spec = {"fabric": fabric.kind, "params": dict(params or {})}
+    scn = _scenario(engine, spec)
+    tiers = engine.model.hierarchy(scn).tiers
+    assert tiers[0].fabric != fabric.kind, "tier 0 belongs to the scale-up fabric"
+    outer = tiers[1:]
+    assert outer, "a scale-out fabric must build at least one tier"
+    spans = [t.span_gpus for t in outer]
+    assert spans == sorted(spans), f"tier spans must not shrink outwards: {spans}"
+    assert spans[-1] >= scn.cluster.num_gpus, "the top tier must reach every GPU"
+    for t in outer:
+        assert t.bw_Bps > 0 and math.isfinite(t.bw_Bps), f"tier {t.name}: bandwidth must be positive"
+        assert t.oversubscription >= 1.0, f"tier {t.name}: oversubscription must be >= 1"
+        assert t.latency_s >= 0, f"tier {t.name}: latency must be >= 0"
+    slow = engine.model.evaluate(scn)
+    fast_scn = _scenario(engine, {**spec, "nic_gbps": scn.cluster.scale_out.nic_gbps * 4})  # type: ignore[union-attr]
+    fast = engine.model.evaluate(fast_scn)
+    assert fast.step_time_s <= slow.step_time_s * (1 + 1e-9), "more NIC bandwidth must never slow a step"
+    json.dumps(fabric.report(scn.cluster, engine.model.hierarchy(scn)))
+    try:
+        _scenario(engine, {"fabric": fabric.kind, "params": {"no_such_parameter_xyz": 1}})
+    except SpecError as err:
+        assert "no_such_parameter_xyz" in err.field, f"unknown parameter error must name it (got {err.field!r})"
+    else:
+        raise AssertionError("an unknown fabric parameter must be rejected with a SpecError")
+
+
+def assert_scale_up_fabric_conforms(fabric: ScaleUpFabric) -> None:
+    """Check a scale-up fabric model (replaces the built-in ``nvlink`` plugin for the test)."""
+    assert isinstance(fabric, ScaleUpFabric), "must subclass twin.core.api.ScaleUpFabric"
+    engine = engine_with(fabric)
+    scn = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64,
+                                       "scale_up": {"fabric": fabric.kind, "domain_gpus": 8}},
+                           "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 64}})
+    tier = engine.model.hierarchy(scn).tiers[0]
+    assert tier.span_gpus >= 1 and tier.bw_Bps > 0, "tier 0 needs a span and a bandwidth"
+    est = engine.model.evaluate(scn)
+    assert est.step_time_s > 0 and math.isfinite(est.step_time_s)
+
+
+def assert_strategy_conforms(strategy: Strategy, scenario: Mapping[str, Any]) -> None:
+    """Check a strategy: it runs in ``scenario``, its contribution is finite and non-negative,
+    and the step time stays the sum of its breakdown.
+    """
+    assert isinstance(strategy, Strategy), "must subclass twin.core.api.Strategy"
+    assert strategy.name and strategy.phase in ("microbatch", "pipeline", "step")
+    engine = engine_with(strategy)
+    est = engine.evaluate(scenario)
+    assert math.isfinite(est.step_time_s) and est.step_time_s > 0
+    assert abs(est.breakdown.total_s - est.step_time_s) <= 1e-9 * est.step_time_s, "breakdown must add up"
+    for key, value in est.breakdown.exposed_comm_s.items():
+        assert value >= 0, f"exposed {key} communication must be >= 0"
+    assert dataclasses.asdict(est.breakdown) is not None
