@@ -7,6 +7,6 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test,ray,parquet,plot]'
 # The example third-party plugin, installed the way a user installs any plugin package.
 .venv/bin/python -m pip install -q --no-deps ./tests/example_plugin

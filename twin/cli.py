@@ -20,6 +20,9 @@ COMMANDS = (
     "twin.commands.predict",
     "twin.commands.plugins",
     "twin.commands.validate",
+    "twin.commands.sweep",
+    "twin.commands.plan",
+    "twin.commands.plot",
 )
 
 EXIT_BAD_INPUT = 2

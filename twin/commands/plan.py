@@ -1,0 +1,89 @@
+"""``twin plan --model M --system S --gpus N``: search every valid plan, print the fastest that fit."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from twin.commands.render import console, print_json, table
+from twin.commands.sweep import top_table
+from twin.sweep.job import EngineSettings
+from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, search_plans, space_for
+from twin.sweep.runner import EXECUTORS
+
+
+def _csv(kind: type, name: str) -> Any:
+    def parse(text: str) -> tuple[Any, ...]:
+        try:
+            return tuple(kind(x) for x in text.split(",") if x)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"{name}: {err}") from err
+    return parse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``plan`` verb."""
+    p = sub.add_parser("plan", help="search all valid parallel plans for the fastest that fits in memory",
+                       description="Enumerate every valid plan (tp, pp, vp, dp, cp, ep, mbs, recompute, optimizer "
+                                   "sharding) of a model on N GPUs of a system, rank those that fit in memory by "
+                                   "step time and print the best with their step-time breakdowns.")
+    p.add_argument("--model", required=True, help="model preset name or file (model mapping or scenario)")
+    p.add_argument("--system", required=True, help="system preset name or file (cluster mapping or scenario)")
+    p.add_argument("--gpus", required=True, type=int, help="number of GPUs")
+    p.add_argument("--gbs", type=int, default=None, help="global batch in sequences (default: ~4M tokens)")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    p.add_argument("--top", type=int, default=5, help="how many plans to print (default 5)")
+    p.add_argument("--precision", type=_csv(str, "precision"), default=None,
+                   help="comma-separated precisions to try (default bf16)")
+    p.add_argument("--sharding", type=_csv(str, "sharding"), default=tuple(SHARDINGS),
+                   help=f"comma-separated optimizer shardings (default all: {','.join(SHARDINGS)})")
+    p.add_argument("--recompute", type=_csv(str, "recompute"), default=RECOMPUTE,
+                   help="comma-separated recompute settings (default none,selective,full)")
+    p.add_argument("--max-tp", type=int, default=None, help="largest tensor-parallel degree to try")
+    p.add_argument("--executor", choices=EXECUTORS, default="inline", help="inline (default), ray or auto")
+    p.add_argument("--ray-address", default=None, help="Ray cluster address")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Search and print."""
+    settings = EngineSettings(autoload=False if args.no_plugins else None)
+    engine = settings.build()
+    space = space_for(engine, args.model, args.system, args.gpus, gbs=args.gbs, seq_len=args.seq_len,
+                      shardings=args.sharding, recompute=args.recompute, precisions=args.precision,
+                      max_tp=args.max_tp)
+    res = search_plans(engine, space, top=max(1, args.top), executor=args.executor, ray_address=args.ray_address,
+                       settings=settings)
+    if args.json:
+        print_json(res.to_dict())
+        return 0
+    out = console()
+    r = res.result
+    head = table(f"Plan search: {space.name}, gbs {space.base.gbs}, seq {space.model.seq_len}", "", "value")
+    head.add_row("plans searched", f"{r.done:,} ({len(space.groups):,} groups x interleaving depths)")
+    head.add_row("fit in memory", f"{r.feasible:,}")
+    for reason, n in sorted(r.counts.items(), key=lambda kv: -kv[1]):
+        head.add_row(f"  {reason}", f"{n:,}")
+    head.add_row("time", f"{res.seconds:.2f} s ({r.done / max(res.seconds, 1e-9):,.0f} plans/s, {r.executor})")
+    out.print(head)
+    if not res.plans():
+        out.print("no plan fits in memory")
+        return 0
+    out.print(top_table(r.top, "step_time_s", f"Fastest {len(res.plans())} plans that fit"))
+    for i, plan in enumerate(res.plans(), 1):
+        est = plan["estimate"]
+        bd = est["breakdown"]
+        t = table(f"#{i}: tp{plan['tp']} pp{plan['pp']} vp{plan['vp']} dp{est['dp']} cp{plan['cp']} ep{plan['ep']} "
+                  f"mbs{plan['mbs']} {plan['recompute']} {plan['sharding']}: {est['step_time_s']:.3f} s, "
+                  f"MFU {100 * est['mfu']:.1f}%, {est['memory']['total_gib']:.1f} GiB", "part", "seconds", "share")
+        parts = [("compute", bd["compute_s"]), ("recompute", bd["recompute_s"])]
+        parts += [(f"exposed {k}", v) for k, v in sorted(bd["exposed_comm_s"].items())]
+        parts += [("bubble", bd["bubble_s"]), ("optimizer", bd["optimizer_s"]), ("offload", bd["offload_s"]),
+                  ("overlap interference", bd["overlap_interference_s"])]
+        for name, v in parts:
+            if v > 0 or name == "compute":
+                t.add_row(name, f"{v:.4f}", f"{100 * v / est['step_time_s']:.1f}%")
+        out.print(t)
+    return 0

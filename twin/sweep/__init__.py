@@ -1,0 +1,1 @@
+"""Scenario sweeps and plan search (see ``twin.sweep.runner`` for the entry points)."""

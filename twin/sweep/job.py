@@ -1,0 +1,108 @@
+"""A sweep job as plain data, and the per-process state that evaluates its batches.
+
+The job (what to evaluate, how to rank, which plugins) is shipped once to every worker
+(``ray.put``); a worker builds its engine, point source and evaluator once per job and
+keeps them for every batch it runs, so caches (collectives, stage times, groups) carry
+over between batches.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from twin.sweep.fastpath import FastEvaluator
+from twin.sweep.reduce import BatchResult, reduce_batch
+
+if TYPE_CHECKING:
+    from twin.engine import Engine
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How to rebuild an equivalent :class:`Engine` in another process."""
+
+    autoload: bool | None = None
+    block: tuple[str, ...] = ()
+
+    def build(self) -> Engine:
+        """A fresh engine with these plugin settings."""
+        from twin.engine import Engine
+
+        return Engine(autoload=self.autoload, block=self.block)
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs: the point recipe (sweep spec or plan space) and the ranking."""
+
+    recipe: Any
+    total: int
+    metric: str = "step_time_s"
+    order: str = "min"
+    top: int = 10
+    keep_rows: bool = False
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    name: str = "sweep"
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    vector: bool = True
+
+
+class Worker:
+    """Engine + point source + evaluator for one job in one process."""
+
+    def __init__(self, job: Job, engine: Engine) -> None:
+        self.job = job
+        self.engine = engine
+        self.source = make_source(job.recipe, engine)
+        self.evaluator = FastEvaluator(engine, vector=job.vector)
+
+    def run(self, index: int, start: int, stop: int) -> BatchResult:
+        """Evaluate and reduce points ``start`` .. ``stop - 1``."""
+        t0 = time.perf_counter()
+        batch = self.source.batch(start, stop)
+        ev = self.evaluator.evaluate(batch)
+        job = self.job
+        return reduce_batch(index, batch, ev, job.metric, job.order, job.top, job.keep_rows,
+                            time.perf_counter() - t0)
+
+
+def make_source(recipe: Any, engine: Engine) -> Any:
+    """The point source of a recipe (a sweep spec or a plan space)."""
+    from twin.sweep.plansearch import PlanSource, PlanSpace
+    from twin.sweep.points import SweepSource
+    from twin.sweep.spec import SweepSpec
+
+    if isinstance(recipe, SweepSpec):
+        return SweepSource(recipe, engine.catalog)
+    if isinstance(recipe, PlanSpace):
+        return PlanSource(recipe, engine)
+    raise TypeError(f"unknown sweep recipe {type(recipe).__name__}")
+
+
+# One worker per job per process; engines are shared by jobs with the same settings.
+_ENGINES: dict[EngineSettings, Any] = {}
+_WORKERS: dict[str, Worker] = {}
+
+
+def worker_for(job: Job, engine: Engine | None = None) -> Worker:
+    """The worker of this process for ``job`` (built on first use)."""
+    w = _WORKERS.get(job.token)
+    if w is None:
+        if engine is None:
+            engine = _ENGINES.get(job.engine)
+            if engine is None:
+                engine = job.engine.build()
+                _ENGINES[job.engine] = engine
+        if len(_WORKERS) >= 4:
+            _WORKERS.pop(next(iter(_WORKERS)))
+        w = Worker(job, engine)
+        _WORKERS[job.token] = w
+    return w
+
+
+def forget(job: Job) -> None:
+    """Drop this process's state for a finished job."""
+    _WORKERS.pop(job.token, None)

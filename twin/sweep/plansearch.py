@@ -1,0 +1,308 @@
+"""Plan search: every valid parallel plan of a model on a cluster, ranked by step time.
+
+The space: tensor (tp), pipeline (pp) and context (cp) degrees whose product divides the
+GPU count, data parallelism dp = GPUs / (tp*pp*cp) dividing the global batch, expert
+parallelism (MoE: ep dividing the experts, expert-tensor-parallel = tp or 1), every
+micro-batch size dividing gbs/dp, every interleaving depth with pp*vp <= layers,
+activation recomputation (none / selective / full) and optimizer-state sharding (none,
+distributed optimizer = ZeRO-1, FSDP with and without resharding after forward = ZeRO-3
+and ZeRO-2). Degrees are enumerated so the divisibility rules hold by construction; every
+plan still goes through the twin's own validation, and plans that do not fit in memory
+are counted, not ranked. Precision, sequence length, gbs and overlap switches come from
+the base plan.
+
+Points are (group, vp): a group fixes every field but vp, so the whole range of
+interleaving depths of a group is evaluated in one vectorised pass (``fastpath.py``).
+The best plans are re-evaluated with the full model (``Engine.evaluate``) for their
+breakdowns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from twin.core import schema
+from twin.core.errors import SpecError
+from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model
+from twin.core.specs import Calibration, Cluster, Model, Plan, Scenario
+from twin.sweep.job import EngineSettings, Job
+from twin.sweep.points import GroupSpec, PointBatch
+from twin.sweep.reduce import SweepResult, nrows, row_dict
+
+if TYPE_CHECKING:
+    from twin.engine import Engine
+
+RECOMPUTE = ("none", "selective", "full")
+# name -> (optimizer_sharding, fsdp_reshard_after_forward)
+SHARDINGS: dict[str, tuple[str, bool]] = {
+    "none": ("none", True), "distributed_optimizer": ("distributed_optimizer", True),
+    "fsdp": ("fsdp", True), "fsdp-noreshard": ("fsdp", False),
+}
+# Tokens per step when no global batch is given: 4 Mi tokens, the order of magnitude of
+# published large-model runs (GPT-3 3.2M, Llama 2 4M; Llama 3 405B 16M at 8K).
+DEFAULT_TOKENS_PER_STEP = 4 * 2**20
+_GROUP_FIELDS = ("tp", "pp", "cp", "ep", "etp", "mbs", "recompute", "sharding", "precision")
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n``, ascending."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
+@dataclass(frozen=True)
+class PlanSpace:
+    """All plans to search for one (cluster, model, gbs): groups x interleaving depths."""
+
+    name: str
+    cluster: Cluster
+    model: Model
+    base: Plan
+    calibration: Calibration
+    groups: np.ndarray            # int64 (G, 9): tp, pp, cp, ep, etp(0 = tp), mbs, recompute, sharding, precision
+    vp_counts: np.ndarray         # int64 (G,): vp = 1 .. count
+    shardings: tuple[str, ...]
+    precisions: tuple[str, ...]
+    start: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def total(self) -> int:
+        """Plans in the space."""
+        return int(self.vp_counts.sum())
+
+
+def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plans",
+                calibration: Calibration | None = None, shardings: Sequence[str] = tuple(SHARDINGS),
+                recompute: Sequence[str] = RECOMPUTE, precisions: Sequence[str] | None = None,
+                max_tp: int | None = None, max_pp: int | None = None, max_cp: int | None = None) -> PlanSpace:
+    """Enumerate the plan space (see module docstring)."""
+    for s in shardings:
+        if s not in SHARDINGS:
+            raise SpecError("sharding", f"must be one of {', '.join(SHARDINGS)} (got {s!r})")
+    for r in recompute:
+        if r not in RECOMPUTE:
+            raise SpecError("recompute", f"must be one of {', '.join(RECOMPUTE)} (got {r!r})")
+    precisions = tuple(precisions or (base.precision,))
+    n, gbs, L, seq = cluster.num_gpus, base.gbs, model.layers, model.seq_len
+    kv, heads = model.kv_head_count, model.heads
+    rows: list[tuple[int, ...]] = []
+    counts: list[int] = []
+    for tp in divisors(n):
+        if heads % tp or (kv % tp and tp % kv) or (max_tp and tp > max_tp):
+            continue
+        for pp in divisors(n // tp):
+            if pp > L or (max_pp and pp > max_pp):
+                continue
+            nvp = 1 if pp == 1 else L // pp
+            for cp in divisors(n // (tp * pp)):
+                if (cp > 1 and seq % (2 * cp)) or (max_cp and cp > max_cp):
+                    continue
+                if tp > 1 and (base.sequence_parallel is None or base.sequence_parallel) and seq % (tp * cp):
+                    continue
+                dp = n // (tp * pp * cp)
+                if gbs % dp:
+                    continue
+                eps = [1]
+                if model.moe is not None:
+                    eps = [e for e in divisors(model.moe.experts) if e <= tp * cp * dp]
+                etps = (0, 1) if model.moe is not None and tp > 1 else (0,)
+                for ep in eps:
+                    for etp in etps:
+                        if (tp * cp * dp) % (ep * (etp or tp)):
+                            continue
+                        for mbs in divisors(gbs // dp):
+                            for r in recompute:
+                                for s in shardings:
+                                    for pr in precisions:
+                                        rows.append((tp, pp, cp, ep, etp, mbs, RECOMPUTE.index(r),
+                                                     list(SHARDINGS).index(s), precisions.index(pr)))
+                                        counts.append(nvp)
+    groups = np.asarray(rows, dtype=np.int64).reshape(-1, len(_GROUP_FIELDS))
+    vp_counts = np.asarray(counts, dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(vp_counts)[:-1]]).astype(np.int64) if counts else np.zeros(0, np.int64)
+    return PlanSpace(name=name, cluster=cluster, model=model, base=base, calibration=calibration or Calibration(),
+                     groups=groups, vp_counts=vp_counts, shardings=tuple(SHARDINGS), precisions=precisions,
+                     start=start)
+
+
+class PlanSource:
+    """Points of a :class:`PlanSpace` (one per process)."""
+
+    def __init__(self, space: PlanSpace, engine: Engine | None = None) -> None:
+        self.space = space
+        self.total = space.total
+        self._groups: dict[int, GroupSpec] = {}
+        self._base_kw = {f.name: getattr(space.base, f.name) for f in dataclasses.fields(Plan) if f.init}
+
+    def group(self, g: int) -> GroupSpec:
+        """The group's scenario parts (plan at one micro-batch, vp = 1)."""
+        hit = self._groups.get(g)
+        if hit is None:
+            sp = self.space
+            tp, pp, cp, ep, etp, mbs, r, s, pr = (int(x) for x in sp.groups[g])
+            dp = sp.cluster.num_gpus // (tp * pp * cp)
+            sharding, reshard = SHARDINGS[sp.shardings[s]]
+            kw = dict(self._base_kw)
+            kw.update(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp or None, mbs=mbs, dp=None, recompute=RECOMPUTE[r],
+                      optimizer_sharding=sharding, fsdp_reshard_after_forward=reshard,
+                      precision=sp.precisions[pr], gbs=mbs * dp, vp=1)
+            hit = GroupSpec(cluster=sp.cluster, model=sp.model, plan=Plan(**kw), calibration=sp.calibration,
+                            gbs=sp.base.gbs, vp=1)
+            if len(self._groups) > 262144:
+                self._groups.clear()
+            self._groups[g] = hit
+        return hit
+
+    def batch(self, start: int, stop: int) -> PointBatch:
+        """Plans ``start`` .. ``stop - 1``."""
+        sp = self.space
+        ids = np.arange(start, stop, dtype=np.int64)
+        g = np.searchsorted(sp.start, ids, side="right") - 1
+        vp = ids - sp.start[g] + 1
+        uniq, gix = np.unique(g, return_inverse=True)
+        groups = [self.group(int(k)) for k in uniq]
+        etp = sp.groups[g, 4]
+        columns = {"etp": np.where(etp == 0, sp.groups[g, 0], etp)} if sp.model.moe is not None else {}
+        return PointBatch(ids=ids, groups=groups, gix=gix.reshape(-1).astype(np.int64),
+                          gbs=np.full(len(ids), sp.base.gbs, np.int64), vp=vp, columns=columns)
+
+
+# ----------------------------------------------------------------- inputs
+def load_model(value: Any, engine: Engine) -> Model:
+    """A model from a preset name or a YAML/JSON file (a model mapping or a scenario with ``model``)."""
+    if isinstance(value, str) and not _is_file(value):
+        return resolve_model(value, engine.catalog, "model")
+    data = read_mapping(value) if isinstance(value, str | Path) else value
+    if isinstance(data, Mapping) and "model" in data and "layers" not in data:
+        data = data["model"]
+    return resolve_model(data, engine.catalog, "model")
+
+
+def load_cluster(value: Any, gpus: int, engine: Engine) -> Cluster:
+    """A cluster from a system preset name or a file (a cluster mapping or a scenario with ``cluster``)."""
+    if isinstance(value, str) and not _is_file(value):
+        data: Any = {"system": value}
+    else:
+        data = read_mapping(value) if isinstance(value, str | Path) else value
+        if isinstance(data, Mapping) and "cluster" in data:
+            data = data["cluster"]
+        if not isinstance(data, Mapping):
+            raise SpecError("system", f"must be a system preset name or a cluster mapping (got {data!r})")
+        data = dict(data)
+    data["num_gpus"] = gpus
+    return resolve_cluster(data, engine.catalog, "cluster")
+
+
+def _is_file(value: str) -> bool:
+    return value.endswith((".yaml", ".yml", ".json")) or Path(value).is_file()
+
+
+def default_gbs(seq_len: int) -> int:
+    """Sequences per step giving about DEFAULT_TOKENS_PER_STEP tokens (a power of two)."""
+    target = max(1, DEFAULT_TOKENS_PER_STEP // max(1, seq_len))
+    return 1 << (target.bit_length() - 1)
+
+
+def space_for(engine: Engine, model: Any, system: Any, gpus: int, *, gbs: int | None = None,
+              seq_len: int | None = None, plan: Mapping[str, Any] | None = None, **options: Any) -> PlanSpace:
+    """The plan space of ``model`` on ``gpus`` GPUs of ``system`` (names or files)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise SpecError("gpus", f"must be an integer >= 1 (got {gpus!r})")
+    m = model if isinstance(model, Model) else load_model(model, engine)
+    if seq_len is not None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise SpecError("seq_len", f"must be an integer >= 1 (got {seq_len!r})")
+        m = dataclasses.replace(m, seq_len=seq_len)
+    c = system if isinstance(system, Cluster) else load_cluster(system, gpus, engine)
+    if c.num_gpus != gpus:
+        c = dataclasses.replace(c, num_gpus=gpus)
+    if gbs is not None and (isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1):
+        raise SpecError("gbs", f"must be an integer >= 1 (got {gbs!r})")
+    base_data = {"gbs": gbs or default_gbs(m.seq_len), **dict(plan or {})}
+    base = schema.load(Plan, base_data, "plan")
+    # cluster-level rules first: a bad cluster is an input error, not an empty search
+    scn = Scenario(cluster=c, model=m, plan=Plan(gbs=base.gbs))
+    from twin.core.specs import validate_cluster, validate_model
+
+    validate_cluster(c)
+    validate_model(m)
+    for fab in engine.model._cluster_fabrics(scn):
+        fab.validate(c, "cluster")
+    name = f"{m.name or 'model'} on {gpus} x {c.name or c.gpu.name}"
+    return build_space(c, m, base, name=name, **options)
+
+
+def plan_job(space: PlanSpace, *, top: int = 5, metric: str = "step_time_s", order: str = "min",
+             settings: EngineSettings | None = None, keep_rows: bool = False) -> Job:
+    """A job that searches ``space``."""
+    return Job(recipe=space, total=space.total, metric=metric, order=order, top=top, keep_rows=keep_rows,
+               engine=settings or EngineSettings(), name=space.name)
+
+
+@dataclass
+class PlanSearchResult:
+    """Search outcome: counts, the best plans and their full estimates."""
+
+    space: PlanSpace
+    result: SweepResult
+    estimates: list[dict[str, Any]]
+    seconds: float
+
+    def plans(self) -> list[dict[str, Any]]:
+        """The best plans (rows) with their full estimates attached."""
+        out = []
+        for i in range(nrows(self.result.top)):
+            row = row_dict(self.result.top, i)
+            row["estimate"] = self.estimates[i] if i < len(self.estimates) else None
+            out.append(row)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        r = self.result
+        return {"search": self.space.name, "num_gpus": self.space.cluster.num_gpus, "gbs": self.space.base.gbs,
+                "seq_len": self.space.model.seq_len, "plans_searched": r.done, "plans_total": r.total,
+                "feasible": r.feasible, "infeasible_by_reason": dict(sorted(r.counts.items(), key=lambda kv: -kv[1])),
+                "seconds": self.seconds, "cancelled": r.cancelled, "executor": r.executor,
+                "top": self.plans()}
+
+
+def plan_scenario(space: PlanSpace, row: Mapping[str, Any]) -> Scenario:
+    """The full scenario of one result row."""
+    sharding, reshard = SHARDINGS.get(str(row["sharding"]), (str(row["sharding"]), True))
+    etp = row.get("etp")
+    plan = dataclasses.replace(space.base, tp=int(row["tp"]), pp=int(row["pp"]), vp=int(row["vp"]),
+                               cp=int(row["cp"]), ep=int(row["ep"]), mbs=int(row["mbs"]), gbs=int(row["gbs"]),
+                               recompute=str(row["recompute"]), precision=str(row["precision"]),
+                               optimizer_sharding=sharding, fsdp_reshard_after_forward=reshard, dp=None,
+                               etp=None if etp is None or int(etp) == int(row["tp"]) else int(etp))
+    return Scenario(cluster=space.cluster, model=space.model, plan=plan, calibration=space.calibration,
+                    name=space.name)
+
+
+def search_plans(engine: Engine, space: PlanSpace, *, top: int = 5, executor: Any = "inline",
+                 ray_address: str | None = None, cancel: Any = None, settings: EngineSettings | None = None,
+                 metric: str = "step_time_s", order: str = "min") -> PlanSearchResult:
+    """Search ``space``; the best ``top`` plans re-evaluated with the full model."""
+    from twin.sweep.runner import run_job
+
+    t0 = time.perf_counter()
+    job = plan_job(space, top=top, metric=metric, order=order, settings=settings)
+    result = run_job(job, engine=engine, executor=executor, ray_address=ray_address, cancel=cancel)
+    estimates = [engine.evaluate(plan_scenario(space, row_dict(result.top, i))).to_dict()
+                 for i in range(nrows(result.top))]
+    return PlanSearchResult(space=space, result=result, estimates=estimates, seconds=time.perf_counter() - t0)

@@ -1,0 +1,178 @@
+"""The Ray executor: coarse batches on a Ray cluster, reduced inside each task.
+
+Connect order (DESIGN.md): an existing Ray session in this process -> an explicit address
+(``--ray-address``) -> ``RAY_ADDRESS`` -> start a local Ray (dashboard off). Only a Ray we
+started is shut down; a session we joined is left alone; a cluster we connected to is
+only disconnected from.
+
+Token authentication: Ray >= 2.59 enables it by default for local clusters (a token in
+``~/.ray/auth_token``), but a client given an explicit address does not turn it on by
+itself. When ``RAY_AUTH_MODE`` is unset and a token is available (``RAY_AUTH_TOKEN``,
+``RAY_AUTH_TOKEN_PATH`` or the default file), token mode is enabled before connecting,
+which also works against clusters without authentication.
+
+Work: the job is ``ray.put`` once; batches of contiguous point ids go out as tasks, at
+most ``2 x workers`` in flight; a ``ray.wait`` loop yields each finished batch (and a
+heartbeat every half second). A task whose worker died (killed, OOM, node lost) is
+resubmitted (up to ``max_retries`` times); results are merged by batch index, so every
+point counts exactly once. Cancelling cancels the in-flight tasks with ``ray.cancel``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from twin.core.errors import TwinError
+from twin.sweep.job import Job, worker_for
+from twin.sweep.reduce import BatchResult
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 0.5
+CANCEL_WAIT_S = 10.0
+
+
+def _token_available() -> bool:
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or (Path.home() / ".ray" / "auth_token").is_file())
+
+
+def _enable_token_auth_if_available() -> None:
+    """Client side of Ray token auth for explicit addresses (see module docstring)."""
+    if os.environ.get("RAY_AUTH_MODE") is not None or not _token_available():
+        return
+    try:  # Ray's own switch (sets RAY_AUTH_MODE and refreshes its cached config)
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    except (ImportError, AttributeError):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def import_ray() -> Any:
+    """Import Ray (an optional dependency) with a clear error when it is missing."""
+    try:
+        import ray
+    except ImportError as err:
+        raise TwinError("the Ray executor needs Ray: pip install 'fabric-twin[ray]' (or pip install 'ray>=2.40')") \
+            from err
+    return ray
+
+
+def _run_batch(job: Job, index: int, start: int, stop: int) -> BatchResult:
+    """The task: evaluate and reduce one batch in this worker process."""
+    return worker_for(job).run(index, start, stop)
+
+
+class RayExecutor:
+    """Runs sweep batches as Ray tasks (see module docstring)."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, *, max_retries: int = 3,
+                 max_in_flight: int | None = None) -> None:
+        self.address = address
+        self.num_cpus = num_cpus
+        self.max_retries = max_retries
+        self.retried = 0
+        self.cancelled_tasks = 0
+        self.mode = ""            # "session" (joined), "connected" (explicit address) or "started"
+        self._lock = threading.Lock()
+        if address is None and os.environ.get("RAY_ADDRESS"):
+            self.address = os.environ["RAY_ADDRESS"]
+        if self.address:  # must happen before Ray is imported to take effect everywhere
+            _enable_token_auth_if_available()
+        ray = import_ray()
+        if ray.is_initialized():
+            self.mode = "session"
+        elif self.address:
+            try:
+                ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+            except Exception as err:  # ConnectionError, AuthenticationError, RuntimeError ...
+                hint = ""
+                text = f"{err} {err.__cause__ or ''}"
+                if "uth" in text:
+                    hint = ("; the cluster uses token authentication: set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH "
+                            "(the head's `ray get-auth-token`)")
+                raise TwinError(f"cannot connect to the Ray cluster at {self.address!r}: {err}{hint}") from err
+            self.mode = "connected"
+        else:
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+            self.mode = "started"
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.max_in_flight = max_in_flight or 2 * self.workers
+        self._task = ray.remote(num_cpus=1, max_retries=0)(_run_batch)
+        self._ray = ray
+
+    @property
+    def owns_cluster(self) -> bool:
+        """Whether close() shuts the Ray cluster down (only one we started)."""
+        return self.mode == "started"
+
+    def map(self, job: Job, batches: list[tuple[int, int, int]],
+            cancel: threading.Event) -> Iterator[BatchResult | None]:
+        ray = self._ray
+        from ray.exceptions import RayTaskError, TaskCancelledError
+
+        job_ref = ray.put(job)
+        pending: collections.deque[tuple[tuple[int, int, int], int]] = collections.deque((b, 0) for b in batches)
+        in_flight: dict[Any, tuple[tuple[int, int, int], int]] = {}
+        try:
+            while (pending or in_flight) and not cancel.is_set():
+                while pending and len(in_flight) < self.max_in_flight:
+                    b, attempts = pending.popleft()
+                    in_flight[self._task.remote(job_ref, *b)] = (b, attempts)
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=HEARTBEAT_S)
+                if not ready:
+                    yield None
+                    continue
+                for ref in ready:
+                    b, attempts = in_flight.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except TaskCancelledError:
+                        continue
+                    except RayTaskError as err:  # the task itself raised: not a lost worker
+                        cause = err.cause if hasattr(err, "cause") else None
+                        if isinstance(cause, TwinError):
+                            raise cause from err
+                        raise TwinError(f"sweep batch {b[0]} failed: {err}") from err
+                    except ray.exceptions.RayError as err:  # worker died, node lost, object lost
+                        if attempts >= self.max_retries:
+                            raise TwinError(f"sweep batch {b[0]} lost {attempts + 1} times; last: {err}") from err
+                        log.warning("sweep batch %d lost (%s); retrying", b[0], type(err).__name__)
+                        with self._lock:
+                            self.retried += 1
+                        pending.appendleft((b, attempts + 1))
+                        continue
+                    yield result
+        finally:
+            if in_flight:
+                self._cancel(list(in_flight))
+
+    def _cancel(self, refs: list[Any]) -> None:
+        ray = self._ray
+        for ref in refs:
+            try:
+                ray.cancel(ref, force=False, recursive=True)
+            except Exception as err:  # already finished or lost: nothing to stop
+                log.debug("cancel %s: %s", ref, err)
+        # Wait (bounded) until the cancelled tasks have stopped, so their CPUs are free.
+        ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
+        self.cancelled_tasks += len(refs)
+
+    def close(self) -> None:
+        """Shut down a Ray we started; disconnect from a cluster we connected to; leave a joined session."""
+        ray = self._ray
+        if self.mode in ("started", "connected") and ray.is_initialized():
+            ray.shutdown()
+        self.mode = "closed"
