@@ -64,10 +64,14 @@ def _label(rows: Rows, i: int) -> str:
     bits = []
     for k in ("tp", "pp", "vp", "cp", "ep", "mbs"):
         if k in rows:
-            bits.append(f"{k}{rows[k][i]}")
+            bits.append(f"{k}{_num(rows[k][i])}")
     if "num_gpus" in rows:
-        bits.insert(0, f"{rows['num_gpus'][i]}g")
+        bits.insert(0, f"{_num(rows['num_gpus'][i])}g")
     return " ".join(bits) or str(i + 1)
+
+
+def _num(v: Any) -> str:
+    return str(int(v)) if isinstance(v, float | np.floating) and float(v).is_integer() else str(v)
 
 
 def plot_breakdown(rows: Rows, out: Path, title: str = "Step time breakdown") -> Path:

@@ -506,8 +506,7 @@ def check_values(spec: SweepSpec, catalog: Catalog, fabric_kinds: Mapping[str, S
         except (SpecError, NotFoundError) as err:
             if section == "model" and spec.base.get("model") is None and not idx:
                 raise SpecError("base.model", "is required") from err
-            which = f"axes[{idx[0]}].values[0]" if idx else f"base.{section}"
-            raise SpecError(which, str(err)) from err
+            raise SpecError(_blame(spec, idx, err, section), str(err)) from err
         for i in idx:
             axis = spec.axes[i]
             probes = list(enumerate(axis.values))
@@ -520,6 +519,16 @@ def check_values(spec: SweepSpec, catalog: Catalog, fabric_kinds: Mapping[str, S
                 except (SpecError, NotFoundError) as err:
                     raise SpecError(where, str(err)) from err
                 _check_kind(axis, value, fabric_kinds, where)
+
+
+def _blame(spec: SweepSpec, idx: Sequence[int], err: SpecError | NotFoundError, section: str) -> str:
+    """Which axis value (or the base) a failure with every axis at its first value comes from."""
+    field_path = err.field
+    for i in idx:
+        path = spec.axes[i].path
+        if field_path == path or field_path.startswith(path + ".") or path.startswith(field_path + "."):
+            return f"axes[{i}].sample.low" if spec.axes[i].continuous else f"axes[{i}].values[0]"
+    return f"base.{section}"
 
 
 def _probe_value(axis: Axis) -> Any:

@@ -1,0 +1,117 @@
+"""Plan search covers every valid plan and finds the fastest one that fits."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import subprocess
+import sys
+
+from twin.core.errors import TwinError
+from twin.core.specs import Scenario, validate_plan
+from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, PlanSource, divisors, plan_scenario, search_plans, space_for
+from twin.sweep.reduce import nrows, row_dict
+
+
+def test_divisors():
+    assert divisors(1) == [1]
+    assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
+
+
+def test_space_is_exactly_the_valid_plans(engine):
+    """Brute force over every degree combination: the valid ones are exactly the space."""
+    space = space_for(engine, "llama3.1-8b", "DGX-H100", 32, gbs=64, seq_len=2048,
+                      shardings=("distributed_optimizer",), recompute=("none",))
+    model, cluster = space.model, space.cluster
+    valid = set()
+    for tp, pp, cp in itertools.product(divisors(32), repeat=3):
+        for vp in range(1, model.layers + 2):
+            for mbs in [*divisors(64), 3, 5]:
+                plan = dataclasses.replace(space.base, tp=tp, pp=pp, cp=cp, vp=vp, mbs=mbs)
+                try:
+                    validate_plan(plan, model, cluster)
+                except TwinError:
+                    continue
+                valid.add((tp, pp, cp, vp, mbs))
+    source = PlanSource(space)
+    batch = source.batch(0, space.total)
+    found = set()
+    for i in range(len(batch)):
+        p = batch.groups[batch.gix[i]].plan
+        found.add((p.tp, p.pp, p.cp, int(batch.vp[i]), p.mbs))
+    assert len(found) == space.total  # no plan twice
+    assert found == valid
+
+
+def test_search_finds_the_brute_force_best(engine):
+    space = space_for(engine, "llama3.1-8b", "DGX-H100", 16, gbs=32, seq_len=4096,
+                      shardings=("distributed_optimizer", "fsdp"), recompute=("none", "full"))
+    res = search_plans(engine, space, top=3)
+    assert res.result.done == space.total and not res.result.cancelled
+    best = None
+    fits = 0
+    source = PlanSource(space)
+    batch = source.batch(0, space.total)
+    for i in range(len(batch)):
+        g = batch.groups[batch.gix[i]]
+        scn = Scenario(cluster=g.cluster, model=g.model,
+                       plan=dataclasses.replace(g.plan, gbs=32, vp=int(batch.vp[i])))
+        try:
+            est = engine.model.evaluate(scn, report=False)
+        except TwinError:
+            continue
+        if est.fits:
+            fits += 1
+            best = est.step_time_s if best is None else min(best, est.step_time_s)
+    assert res.result.feasible == fits
+    top = [row_dict(res.result.top, i) for i in range(nrows(res.result.top))]
+    assert top[0]["step_time_s"] == best
+    assert [t["step_time_s"] for t in top] == sorted(t["step_time_s"] for t in top)
+    # the full re-evaluation of each listed plan agrees with the ranked figure
+    for row, est in zip(top, res.estimates, strict=True):
+        assert est["step_time_s"] == row["step_time_s"]
+        assert est["memory"]["fits"]
+        assert engine.evaluate(plan_scenario(space, row)).step_time_s == row["step_time_s"]
+
+
+def test_moe_space_includes_expert_parallel_plans(engine):
+    space = space_for(engine, "mixtral-8x7b", "DGX-H100", 64, gbs=256, shardings=("distributed_optimizer",),
+                      recompute=("selective",))
+    eps = {int(e) for e in space.groups[:, 3]}
+    assert eps == {1, 2, 4, 8}
+    res = search_plans(engine, space, top=5)
+    assert res.result.feasible > 0
+    assert set(SHARDINGS) >= {"fsdp", "fsdp-noreshard"} and "full" in RECOMPUTE
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twin.cli", "plan", *args], check=False, capture_output=True,
+                          text=True, timeout=300, env={"TWIN_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"})
+
+
+def test_plan_cli_json_and_table():
+    out = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "32", "--seq-len", "4096",
+              "--top", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["plans_searched"] == data["plans_total"] > 100
+    assert 1 <= len(data["top"]) <= 3
+    first = data["top"][0]
+    assert first["estimate"]["breakdown"]["compute_s"] > 0 and first["estimate"]["memory"]["fits"]
+    table = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "32", "--top", "2")
+    assert table.returncode == 0, table.stderr
+    assert "plans searched" in table.stdout and "#1:" in table.stdout and "compute" in table.stdout
+
+
+def test_plan_cli_bad_input_names_the_field(tmp_path):
+    out = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "0")
+    assert out.returncode == 2 and "gpus" in out.stderr and "Traceback" not in out.stderr
+    out = cli("--model", "gpt-99", "--system", "DGX-H100", "--gpus", "8")
+    assert out.returncode == 3 and "model" in out.stderr
+    out = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "12")
+    assert out.returncode == 2 and "cluster.num_gpus" in out.stderr
+    f = tmp_path / "m.yaml"
+    f.write_text("model: {preset: llama3.1-8b, layers: 0}\n")
+    out = cli("--model", str(f), "--system", "DGX-H100", "--gpus", "8")
+    assert out.returncode == 2 and "model.layers" in out.stderr

@@ -1,0 +1,210 @@
+"""The Ray executor against a real Ray cluster that the test starts (``ray start --head``) and stops.
+
+- inline and Ray runs of the same sweep give identical rows;
+- a Ray worker killed (SIGKILL) mid-sweep has its batch retried: every point exactly once;
+- setting the cancel event stops the running tasks (ray.cancel);
+- connecting to an existing cluster works and closing does not shut that cluster down;
+- with no address a local Ray is started and, being ours, shut down at the end.
+
+Ray binds to 127.0.0.1 only (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray use the loopback
+address as the node address). The cluster has 2 CPUs, like CI. Slow: ~1 minute.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported anywhere in this process
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from twin.sweep.job import EngineSettings
+from twin.sweep.plansearch import plan_job, space_for
+from twin.sweep.ray_exec import RayExecutor
+from twin.sweep.runner import Finished, Progress, events, run_job
+
+pytestmark = pytest.mark.slow
+RAY = str(Path(sys.executable).parent / "ray")
+SETTINGS = EngineSettings(autoload=False)
+
+
+def ray_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def batch_tasks() -> list[int]:
+    """PIDs of Ray workers currently running a sweep batch (their process title)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read().split(b"\0")[0]
+        except OSError:
+            continue
+        if title.startswith(b"ray::_run_batch"):
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def head():
+    """A Ray head started the way an operator starts one; stopped with `ray stop` at the end."""
+    port = free_port()
+    subprocess.run([RAY, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                    "--include-dashboard=false", "--disable-usage-stats"], check=True, env=ray_env(), timeout=180,
+                   capture_output=True)
+    yield f"127.0.0.1:{port}"
+    subprocess.run([RAY, "stop"], env=ray_env(), timeout=180, capture_output=True, check=False)
+
+
+@pytest.fixture(autouse=True)
+def no_ray_address(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+@pytest.fixture(scope="module")
+def job(engine):
+    """~270k plans of Llama 3.1 405B on 16,384 GPUs: batches long enough to kill one mid-run."""
+    space = space_for(engine, "llama3.1-405b", "Meta-RoCE-H100", 16384, gbs=2048,
+                      shardings=("distributed_optimizer", "fsdp-noreshard"), recompute=("none", "full"))
+    return plan_job(space, top=20, settings=SETTINGS, keep_rows=True)
+
+
+@pytest.fixture(scope="module")
+def inline_result(engine, job):
+    return run_job(job, engine=engine, executor="inline")
+
+
+def assert_same(a, b) -> None:
+    assert a.done == b.done == a.total and a.counts == b.counts and a.feasible == b.feasible
+    for part in ("rows", "top", "pareto"):
+        x, y = getattr(a, part), getattr(b, part)
+        assert set(x) == set(y)
+        for k in x:
+            assert np.array_equal(x[k], y[k], equal_nan=x[k].dtype.kind == "f"), (part, k)
+
+
+def cluster_alive(address: str) -> bool:
+    """The cluster's GCS still accepts connections (the next tests also run sweeps on it)."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def test_existing_cluster_is_used_and_not_shut_down(head, engine):
+    import ray
+
+    small = space_for(engine, "llama3.1-8b", "DGX-H100", 16, gbs=32)
+    ex = RayExecutor(address=head)
+    assert ex.mode == "connected" and not ex.owns_cluster and ex.workers == 2
+    try:
+        r = run_job(plan_job(small, settings=SETTINGS), engine=engine, executor=ex)
+    finally:
+        ex.close()
+    ref = run_job(plan_job(small, settings=SETTINGS), engine=engine, executor="inline")
+    assert r.done == small.total and r.feasible == ref.feasible and r.executor == "ray"
+    assert not ray.is_initialized()      # our connection is closed ...
+    assert cluster_alive(head)           # ... the cluster we joined is still up
+
+
+def test_inline_and_ray_give_identical_results(head, engine, job, inline_result):
+    ex = RayExecutor(address=head)
+    try:
+        r = run_job(job, engine=engine, executor=ex, batch_points=40_000)
+    finally:
+        ex.close()
+    assert r.workers == 2 and r.retried == 0
+    assert_same(r, inline_result)
+
+
+def test_killed_worker_batch_is_retried_every_point_once(head, engine, job, inline_result):
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def killer() -> None:  # SIGKILL the first worker seen running a batch
+        while not stop.is_set() and not killed:
+            pids = batch_tasks()
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+            time.sleep(0.02)
+
+    ex = RayExecutor(address=head)
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    try:
+        r = run_job(job, engine=engine, executor=ex, batch_points=70_000)
+    finally:
+        stop.set()
+        t.join()
+        ex.close()
+    assert killed, "no worker was seen running a batch"
+    assert r.retried >= 1
+    assert list(r.rows["point_id"]) == list(range(job.total))   # every point exactly once
+    assert_same(r, inline_result)
+
+
+def test_cancel_stops_the_ray_tasks(head, engine):
+    space = space_for(engine, "llama3.1-405b", "Meta-RoCE-H100", 16384, gbs=2048)
+    job = plan_job(space, settings=SETTINGS)
+    cancel = threading.Event()
+    ex = RayExecutor(address=head)
+    result = None
+    running_at_cancel: list[int] = []
+    t0 = time.monotonic()
+    try:
+        for ev in events(job, ex, cancel=cancel, batch_points=50_000):
+            if isinstance(ev, Progress) and not cancel.is_set() and batch_tasks():
+                running_at_cancel = batch_tasks()
+                cancel.set()
+            if isinstance(ev, Finished):
+                result = ev.result
+        deadline = time.monotonic() + 20
+        while batch_tasks() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        still_running = batch_tasks()
+    finally:
+        ex.close()
+    assert running_at_cancel, "cancelled before any task ran"
+    assert result is not None and result.cancelled and result.done < job.total
+    assert ex.cancelled_tasks >= 1
+    assert still_running == []           # no worker is still evaluating a batch
+    assert time.monotonic() - t0 < 60
+
+
+def test_without_an_address_a_local_ray_is_started_and_shut_down(engine):
+    import ray
+
+    small = space_for(engine, "llama3.1-8b", "DGX-H100", 8, gbs=16)
+    ex = RayExecutor(num_cpus=1)
+    assert ex.mode == "started" and ex.owns_cluster and ex.workers == 1
+    session = ray.get_runtime_context().gcs_address
+    try:
+        r = run_job(plan_job(small, settings=SETTINGS), engine=engine, executor=ex)
+    finally:
+        ex.close()
+    assert r.done == small.total and not ray.is_initialized()
+    assert not cluster_alive(session)    # the Ray we started is gone

@@ -1,0 +1,169 @@
+"""Sweep specs: errors in the spec name the field; infeasible points are counted, not errors."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from twin.core.errors import SpecError, TooLargeError
+from twin.sweep.points import SweepSource
+from twin.sweep.runner import run_sweep, sweep_job
+from twin.sweep.spec import check_values, load_spec, parse_spec
+
+BASE = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b", "plan": {"gbs": 64}}
+
+
+def spec(**over: object) -> dict:
+    data = {"name": "t", "base": copy.deepcopy(BASE), "axes": [{"path": "plan.tp", "values": [1, 2, 4, 8]}]}
+    data.update(over)
+    return data
+
+
+def checked(data: dict, engine) -> None:
+    check_values(parse_spec(data), engine.catalog, engine.fabrics.kinds())
+
+
+BAD_SPECS = [
+    # (spec overrides, field named in the error, words in the rule)
+    ({"axes": [{"path": "plan.tpp", "values": [1]}]}, "axes[0].path", "unknown field 'plan.tpp'"),
+    ({"axes": [{"path": "clusters.num_gpus", "values": [1]}]}, "axes[0].path", "starts with one of"),
+    ({"axes": [{"path": "cluster.scale_out.nic_gbps.x", "values": [1]}]}, "axes[0].path", "no sub-fields"),
+    ({"axes": [{"path": "plan.tp"}]}, "axes[0]", "exactly one of values, range, sample"),
+    ({"axes": [{"path": "plan.tp", "values": []}]}, "axes[0].values", "non-empty list"),
+    ({"axes": [{"path": "plan.tp", "values": [1], "step": 2}]}, "axes[0].step", "unknown field"),
+    ({"axes": [{"path": "plan.tp", "range": {"start": 8, "stop": 1}}]}, "axes[0].range", "is empty"),
+    ({"axes": [{"path": "plan.tp", "range": {"start": 1, "stop": 8, "factor": 1}}]}, "axes[0].range.factor", "> 1"),
+    ({"axes": [{"path": "plan.tp", "sample": {"low": 1, "high": 8}}]}, "axes[0].sample.n", "required in grid"),
+    ({"axes": [{"path": "plan.tp", "values": [1]}, {"path": "plan", "values": [{}]}]}, "axes[1].path", "overlaps"),
+    ({"mode": "diagonal"}, "mode", "one of grid, zip, random"),
+    ({"mode": "random"}, "samples", "required in random mode"),
+    ({"samples": 5}, "samples", "only applies to random mode"),
+    ({"mode": "zip", "axes": [{"path": "plan.tp", "values": [1, 2]}, {"path": "plan.pp", "values": [1]}]},
+     "axes[1]", "zip mode needs every axis to have 2 values"),
+    ({"objective": {"metric": "happiness"}}, "objective.metric", "must be one of"),
+    ({"objective": {"metric": "mfu", "order": "up"}}, "objective.order", "'min' or 'max'"),
+    ({"keep_rows": "yes"}, "keep_rows", "boolean"),
+    ({"colour": "red"}, "colour", "unknown field"),
+]
+
+
+@pytest.mark.parametrize(("over", "field", "words"), BAD_SPECS)
+def test_bad_specs_name_the_field(over, field, words):
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec(**over))
+    assert err.value.field == field
+    assert words in err.value.rule
+
+
+BAD_VALUES = [
+    # axis values that break the field's own type or bounds: spec errors naming the value
+    ({"path": "plan.tp", "values": [1, 0]}, "axes[0].values[1]", "plan.tp: must be >= 1"),
+    ({"path": "plan.recompute", "values": ["none", "sometimes"]}, "axes[0].values[1]", "plan.recompute"),
+    ({"path": "cluster.num_gpus", "values": ["many"]}, "axes[0].values[0]", "cluster.num_gpus: must be an integer"),
+    ({"path": "cluster.scale_out.fabric", "values": ["roce", "carrier-pigeon"]}, "axes[0].values[1]",
+     "unknown scale_out fabric 'carrier-pigeon'"),
+    ({"path": "model", "values": ["llama3.1-8b", "gpt-99"]}, "axes[0].values[1]", "unknown name 'gpt-99'"),
+    ({"path": "cluster.system", "values": ["DGX-Z"]}, "axes[0].values[0]", "cluster.system"),
+    ({"path": "cluster.scale_out.nic_gbps", "sample": {"choices": [400, -5], "n": 40, "seed": 1}},
+     "axes[0].values", "must be > 0"),
+]
+
+
+@pytest.mark.parametrize(("axis", "field", "words"), BAD_VALUES)
+def test_bad_axis_values_name_the_value(engine, axis, field, words):
+    with pytest.raises(SpecError) as err:
+        checked(spec(axes=[axis]), engine)
+    assert err.value.field.startswith(field)
+    assert words in err.value.rule
+
+
+def test_random_mode_checks_the_sample_range(engine):
+    data = spec(mode="random", samples=10,
+                axes=[{"path": "cluster.scale_out.nic_gbps", "sample": {"low": -5, "high": 400}}])
+    with pytest.raises(SpecError) as err:
+        checked(data, engine)
+    assert err.value.field == "axes[0].sample.low" and "must be > 0" in err.value.rule
+
+
+def test_too_many_points_is_refused(engine):
+    data = spec(axes=[{"path": "plan.gbs", "range": {"start": 1, "stop": 5000}},
+                      {"path": "plan.mbs", "range": {"start": 1, "stop": 5000}}])
+    with pytest.raises(TooLargeError):
+        check_values(parse_spec(data), engine.catalog, engine.fabrics.kinds(), max_points=1_000_000)
+
+
+def test_ranges_and_counts():
+    s = parse_spec(spec(axes=[{"path": "cluster.num_gpus", "range": {"start": 64, "stop": 1024, "factor": 2}},
+                              {"path": "plan.mbs", "range": {"start": 1, "stop": 4, "step": 1}},
+                              {"path": "cluster.scale_out.nic_gbps", "range": {"start": 100.0, "stop": 200.0,
+                                                                               "step": 50.0}}]))
+    assert s.axes[0].values == (64, 128, 256, 512, 1024)
+    assert s.axes[1].values == (1, 2, 3, 4)
+    assert s.axes[2].values == (100.0, 150.0, 200.0)
+    assert s.total_points == 5 * 4 * 3
+
+
+def test_grid_enumeration_is_row_major(engine):
+    s = parse_spec(spec(axes=[{"path": "plan.tp", "values": [1, 2]}, {"path": "plan.mbs", "values": [1, 2, 4]}]))
+    src = SweepSource(s, engine.catalog)
+    b = src.batch(0, s.total_points)
+    assert list(b.columns["plan.tp"]) == [1, 1, 1, 2, 2, 2]
+    assert list(b.columns["plan.mbs"]) == [1, 2, 4, 1, 2, 4]
+
+
+def test_random_points_are_a_function_of_the_id(engine):
+    data = spec(mode="random", samples=500, seed=7,
+                axes=[{"path": "plan.tp", "values": [1, 2, 4, 8]},
+                      {"path": "cluster.scale_out.nic_gbps", "sample": {"low": 100, "high": 800, "log": True}}])
+    s = load_spec(data)
+    whole = SweepSource(s, engine.catalog).batch(0, 500)
+    part = SweepSource(s, engine.catalog).batch(200, 300)
+    assert list(part.columns["plan.tp"]) == list(whole.columns["plan.tp"][200:300])
+    np.testing.assert_array_equal(part.columns["cluster.scale_out.nic_gbps"],
+                                  whole.columns["cluster.scale_out.nic_gbps"][200:300])
+    nic = whole.columns["cluster.scale_out.nic_gbps"]
+    assert nic.min() >= 100 and nic.max() <= 800 and len(set(nic.tolist())) > 100  # integer draws (ints given)
+    assert set(whole.columns["plan.tp"]) == {1, 2, 4, 8}
+    other = SweepSource(load_spec({**data, "seed": 8}), engine.catalog).batch(0, 500)
+    assert list(other.columns["plan.tp"]) != list(whole.columns["plan.tp"])
+
+
+def test_sampled_axis_in_grid_mode_is_seeded():
+    data = spec(axes=[{"path": "plan.mbs", "sample": {"choices": [1, 2, 4], "n": 5, "seed": 3}}])
+    assert parse_spec(data).axes[0].values == parse_spec(data).axes[0].values
+    assert len(parse_spec(data).axes[0].values) == 5
+
+
+def test_paths_into_presets_merge_with_the_preset(engine):
+    """model.seq_len on a preset name, cluster.gpu.hbm_gib on a system's GPU: overrides, not replacements."""
+    s = parse_spec(spec(axes=[{"path": "model.seq_len", "values": [4096]},
+                              {"path": "cluster.gpu.hbm_gib", "values": [141]},
+                              {"path": "cluster.scale_out.nic_gbps", "values": [800]}]))
+    job = sweep_job(s, engine)
+    g = SweepSource(job.recipe, engine.catalog).batch(0, 1).groups[0]
+    assert g.model.seq_len == 4096 and g.model.layers == 32           # llama3.1-8b preset kept
+    assert g.cluster.gpu.hbm_gib == 141 and g.cluster.gpu.generation == "hopper"
+    assert g.cluster.scale_out.nic_gbps == 800 and g.cluster.scale_out.fabric == "infiniband"
+
+
+def test_infeasible_points_are_counted_by_reason_not_errors(engine):
+    data = spec(axes=[{"path": "plan.tp", "values": [1, 3, 8]},            # 3 divides neither heads nor 64
+                      {"path": "plan.pp", "values": [1, 2]},
+                      {"path": "plan.vp", "values": [1, 2]},                # vp 2 needs pp > 1
+                      {"path": "cluster.num_gpus", "values": [64, 100]}])   # 100 is not a multiple of 8
+    r = run_sweep(data, engine=engine, executor="inline")
+    assert r.done == r.total == 24
+    assert r.feasible + r.infeasible == 24 and r.feasible > 0
+    assert r.counts["cluster.num_gpus: must be a multiple of gpus_per_node"] == 12
+    assert r.counts["plan.tp: tp*pp*cp must divide num_gpus"] == 4               # tp 3 on 64 GPUs
+    assert r.counts["plan.vp: interleaving needs pipeline parallelism"] == 2     # tp 1 and 8, pp 1, vp 2
+
+
+def test_base_may_be_a_scenario_file(tmp_path, engine):
+    (tmp_path / "s.yaml").write_text("cluster: {system: DGX-H100, num_gpus: 64}\nmodel: llama3.1-8b\n"
+                                     "plan: {gbs: 64}\n")
+    (tmp_path / "sweep.yaml").write_text("name: f\nbase: s.yaml\naxes: [{path: plan.tp, values: [4, 8]}]\n")
+    r = run_sweep(tmp_path / "sweep.yaml", engine=engine, executor="inline")
+    assert r.done == 2 and r.feasible == 2
