@@ -82,7 +82,7 @@ class RayExecutor:
         self.address = address
         self.num_cpus = num_cpus
         self.max_retries = max_retries
-        self.retried = 0
+        self.retried = 0            # totals over every sweep run on this executor
         self.cancelled_tasks = 0
         self.mode = ""            # "session" (joined), "connected" (explicit address) or "started"
         self._lock = threading.Lock()
@@ -118,11 +118,14 @@ class RayExecutor:
         """Whether close() shuts the Ray cluster down (only one we started)."""
         return self.mode == "started"
 
-    def map(self, job: Job, batches: list[tuple[int, int, int]],
-            cancel: threading.Event) -> Iterator[BatchResult | None]:
+    def map(self, job: Job, batches: list[tuple[int, int, int]], cancel: threading.Event,
+            stats: dict[str, int] | None = None) -> Iterator[BatchResult | None]:
         ray = self._ray
         from ray.exceptions import RayTaskError, TaskCancelledError
 
+        stats = stats if stats is not None else {}
+        stats.setdefault("retried", 0)
+        stats.setdefault("cancelled_tasks", 0)
         job_ref = ray.put(job)
         pending: collections.deque[tuple[tuple[int, int, int], int]] = collections.deque((b, 0) for b in batches)
         in_flight: dict[Any, tuple[tuple[int, int, int], int]] = {}
@@ -152,12 +155,14 @@ class RayExecutor:
                         log.warning("sweep batch %d lost (%s); retrying", b[0], type(err).__name__)
                         with self._lock:
                             self.retried += 1
+                        stats["retried"] += 1
                         pending.appendleft((b, attempts + 1))
                         continue
                     yield result
         finally:
             if in_flight:
                 self._cancel(list(in_flight))
+                stats["cancelled_tasks"] += len(in_flight)
 
     def _cancel(self, refs: list[Any]) -> None:
         ray = self._ray
@@ -168,7 +173,8 @@ class RayExecutor:
                 log.debug("cancel %s: %s", ref, err)
         # Wait (bounded) until the cancelled tasks have stopped, so their CPUs are free.
         ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
-        self.cancelled_tasks += len(refs)
+        with self._lock:
+            self.cancelled_tasks += len(refs)
 
     def close(self) -> None:
         """Shut down a Ray we started; disconnect from a cluster we connected to; leave a joined session."""

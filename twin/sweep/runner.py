@@ -63,14 +63,17 @@ SweepEvent = Progress | Finished
 
 
 class Executor(Protocol):
-    """Runs batches of a job; yields each batch's result (or None as a heartbeat)."""
+    """Runs batches of a job; yields each batch's result (or None as a heartbeat).
+
+    ``stats`` is per call (several sweeps may share one executor): the executor counts
+    ``retried`` batches and ``cancelled_tasks`` there.
+    """
 
     name: str
     workers: int
-    retried: int
 
-    def map(self, job: Job, batches: list[tuple[int, int, int]],
-            cancel: threading.Event) -> Iterator[BatchResult | None]: ...
+    def map(self, job: Job, batches: list[tuple[int, int, int]], cancel: threading.Event,
+            stats: dict[str, int]) -> Iterator[BatchResult | None]: ...
 
     def close(self) -> None: ...
 
@@ -83,10 +86,9 @@ class InlineExecutor:
 
     def __init__(self, engine: Engine | None = None) -> None:
         self.engine = engine
-        self.retried = 0
 
-    def map(self, job: Job, batches: list[tuple[int, int, int]],
-            cancel: threading.Event) -> Iterator[BatchResult | None]:
+    def map(self, job: Job, batches: list[tuple[int, int, int]], cancel: threading.Event,
+            stats: dict[str, int]) -> Iterator[BatchResult | None]:
         worker = worker_for(job, self.engine)
         try:
             for index, start, stop in batches:
@@ -143,21 +145,43 @@ def events(job: Job, executor: Executor, *, cancel: threading.Event | None = Non
     result = SweepResult(name=job.name, total=job.total, metric=job.metric, order=job.order, top_n=job.top,
                          executor=executor.name, workers=executor.workers)
     t0 = time.perf_counter()
-    stream = executor.map(job, batches, cancel)
+    stats = {"retried": 0, "cancelled_tasks": 0}
+    stream = executor.map(job, batches, cancel, stats)
     try:
         for item in stream:
             if item is not None:
                 result.add(item)
             yield Progress(done=result.done, total=job.total, feasible=result.feasible,
                            batches_done=len(result.batches), batches_total=len(batches),
-                           elapsed_s=time.perf_counter() - t0, best=result.best(), retried=executor.retried)
+                           elapsed_s=time.perf_counter() - t0, best=result.best(), retried=stats["retried"])
     finally:
         stream.close()  # cancels outstanding work if the consumer stopped early
-    result.retried = executor.retried
+    result.retried = stats["retried"]
+    result.stats["cancelled_tasks"] = stats["cancelled_tasks"]
     result.cancelled = result.done < job.total
     result.seconds = time.perf_counter() - t0
     result.finish()
     yield Finished(result)
+
+
+def stream(job: Job, *, engine: Engine | None = None, executor: str | Executor = "auto",
+           ray_address: str | None = None, num_cpus: int | None = None, cancel: threading.Event | None = None,
+           batch_points: int | None = None) -> Iterator[SweepEvent]:
+    """:func:`events` with an executor by name (created here and closed when the stream ends).
+
+    For a service: build the job first (:func:`sweep_job` / ``plansearch.plan_job``, which
+    raise :class:`SpecError` for a bad request), then iterate this; set ``cancel`` (or
+    close the generator) when the client goes away. A long-lived server should pass one
+    shared executor instance instead of a name, so Ray is connected once.
+    """
+    owned = isinstance(executor, str)
+    ex = make_executor(executor, engine=engine, ray_address=ray_address, num_cpus=num_cpus,
+                       total=job.total) if isinstance(executor, str) else executor
+    try:
+        yield from events(job, ex, cancel=cancel, batch_points=batch_points)
+    finally:
+        if owned:
+            ex.close()
 
 
 def sweep_job(spec: SweepSpec, engine: Engine, settings: EngineSettings | None = None,
@@ -187,16 +211,10 @@ def run_job(job: Job, *, engine: Engine | None = None, executor: str | Executor 
             ray_address: str | None = None, num_cpus: int | None = None, cancel: threading.Event | None = None,
             batch_points: int | None = None) -> SweepResult:
     """Run a prepared job to completion (closing an executor it created)."""
-    owned = isinstance(executor, str)
-    ex = make_executor(executor, engine=engine, ray_address=ray_address, num_cpus=num_cpus,
-                       total=job.total) if isinstance(executor, str) else executor
-    try:
-        last: SweepResult | None = None
-        for ev in events(job, ex, cancel=cancel, batch_points=batch_points):
-            if isinstance(ev, Finished):
-                last = ev.result
-        assert last is not None
-        return last
-    finally:
-        if owned:
-            ex.close()
+    last: SweepResult | None = None
+    for ev in stream(job, engine=engine, executor=executor, ray_address=ray_address, num_cpus=num_cpus,
+                     cancel=cancel, batch_points=batch_points):
+        if isinstance(ev, Finished):
+            last = ev.result
+    assert last is not None
+    return last
