@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+
 from twin.core.errors import TwinError
 from twin.core.specs import Scenario, validate_plan
 from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, PlanSource, divisors, plan_scenario, search_plans, space_for
@@ -115,3 +117,21 @@ def test_plan_cli_bad_input_names_the_field(tmp_path):
     f.write_text("model: {preset: llama3.1-8b, layers: 0}\n")
     out = cli("--model", str(f), "--system", "DGX-H100", "--gpus", "8")
     assert out.returncode == 2 and "model.layers" in out.stderr
+
+
+def test_memory_headroom_keeps_hbm_free_on_both_paths(engine):
+    from twin.sweep.fastpath import FastEvaluator
+
+    space = space_for(engine, "llama3.1-8b", "DGX-H100", 8, gbs=16, seq_len=8192,
+                      shardings=("distributed_optimizer",), recompute=("none", "full"))
+    batch = PlanSource(space).batch(0, space.total)
+    plain = FastEvaluator(engine).evaluate(batch)
+    vec = FastEvaluator(engine, memory_headroom=0.25).evaluate(batch)
+    sca = FastEvaluator(engine, vector=False, memory_headroom=0.25).evaluate(batch)
+    ok_plain, ok_vec, ok_sca = plain.reason_ix < 0, vec.reason_ix < 0, sca.reason_ix < 0
+    assert np.array_equal(ok_vec, ok_sca)
+    assert ok_vec.sum() < ok_plain.sum() and not (ok_vec & ~ok_plain).any()
+    assert (vec.floats["memory_gib"][ok_vec] <= 0.75 * 80).all()
+    assert (plain.floats["memory_gib"][ok_plain & ~ok_vec] > 0.75 * 80).all()
+    res = search_plans(engine, space, top=3, memory_headroom=0.25)
+    assert all(e["memory"]["total_gib"] <= 60 for e in res.estimates)

@@ -40,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", type=_csv(str, "recompute"), default=RECOMPUTE,
                    help="comma-separated recompute settings (default none,selective,full)")
     p.add_argument("--max-tp", type=int, default=None, help="largest tensor-parallel degree to try")
+    p.add_argument("--memory-headroom", type=float, default=0.0,
+                   help="fraction of HBM a plan must leave free to count as fitting (default 0)")
     p.add_argument("--executor", choices=EXECUTORS, default="inline", help="inline (default), ray or auto")
     p.add_argument("--ray-address", default=None, help="Ray cluster address")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                       shardings=args.sharding, recompute=args.recompute, precisions=args.precision,
                       max_tp=args.max_tp)
     res = search_plans(engine, space, top=max(1, args.top), executor=args.executor, ray_address=args.ray_address,
-                       settings=settings)
+                       settings=settings, memory_headroom=args.memory_headroom)
     if args.json:
         print_json(res.to_dict())
         return 0

@@ -55,7 +55,7 @@ from twin_plugins.tensor_parallel import TensorParallel
 from twin.core.api import EvalContext, MemoryFabric, StageTimes, stride_of
 from twin.core.collectives import CollectiveCost, collective_cost
 from twin.core.compute import Device, device_for
-from twin.core.errors import TwinError
+from twin.core.errors import SpecError, TwinError
 from twin.core.estimate import Estimate
 from twin.core.evaluate import DEFAULT_EFFICIENCY, OVERLAP_INTERFERENCE, TwinModel, model_flops_per_step
 from twin.core.memory import (
@@ -195,8 +195,13 @@ class _Group:
 class FastEvaluator:
     """Evaluates :class:`PointBatch` es: vector path for built-in models, scalar otherwise."""
 
-    def __init__(self, engine: Engine, *, check_every: int = 256, vector: bool = True) -> None:
+    def __init__(self, engine: Engine, *, check_every: int = 256, vector: bool = True,
+                 memory_headroom: float = 0.0) -> None:
+        if not 0.0 <= memory_headroom < 1.0:
+            raise SpecError("memory_headroom", f"must be in [0, 1) (got {memory_headroom!r})")
         self.engine = engine
+        # Fraction of HBM a plan must leave free to count as fitting (0: the model's own verdict).
+        self.headroom = memory_headroom
         self.scalar = CachedModel(engine.model)
         self.check_every = max(1, check_every)
         self.vector = vector and self._vector_supported()
@@ -209,6 +214,8 @@ class FastEvaluator:
         self._cluster: dict[int, tuple[Cluster, dict[str, float]]] = {}
         self._mf: dict[tuple[Any, ...], tuple[Any, float]] = {}
         self._groups: dict[int, _Group] = {}
+        self._act: dict[tuple[Any, ...], tuple[Workload, float]] = {}
+        self._par: dict[tuple[Any, ...], tuple[Workload, tuple[float, float]]] = {}
         self._static: dict[tuple[int, int], tuple[Cluster, Any, tuple[str | None, str | None]]] = {}
 
     def _vector_supported(self) -> bool:
@@ -283,6 +290,16 @@ class FastEvaluator:
             one = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, gbs=1))
             hit = (scn.model, model_flops_per_step(one))
             self._mf[key] = hit
+        return hit[1]
+
+    def _params(self, scn: Scenario, w: Workload, stage: StageTimes) -> tuple[float, float]:
+        key = (id(w), stage.layers, scn.plan.pp > 1)
+        hit = self._par.get(key)
+        if hit is None or hit[0] is not w:
+            if len(self._par) > 65536:
+                self._par.clear()
+            hit = (w, _params(scn, w, stage))
+            self._par[key] = hit
         return hit[1]
 
     # ------------------------------------------------------------ validity
@@ -445,7 +462,7 @@ class FastEvaluator:
         act = np.where(g_full[gv], act + mem[:, 1], act)
         live = mem[:, 2] + act + mem[:, 3]
         total = live + (RUNTIME_RESERVED_BYTES + FRAGMENTATION * live)
-        fits = total <= mem[:, 4]
+        fits = total <= mem[:, 4] if self.headroom == 0.0 else total <= mem[:, 4] * (1.0 - self.headroom)
         reason[pv[~fits]] = memory_code
         pv, gv, m, p, vpv, total = pv[fits], gv[fits], m[fits], p[fits], vpv[fits], total[fits]
         # strategies of the groups with fitting points, once per group
@@ -477,9 +494,17 @@ class FastEvaluator:
         dev = self._device(scn.cluster, plan.precision, scn.calibration.compute_efficiency)
         w = self._workload(scn)
         stage = self.scalar._stage_times(scn, dev, w)
-        params_gpu, expert_gpu = _params(scn, w, stage)
+        params_gpu, expert_gpu = self._params(scn, w, stage)
         mem1 = memory_per_gpu(scn, w, scn.dp, 1, params_gpu, expert_gpu, facts["pool_capacity"])
-        per_token = _activation_bytes_per_token_layer(scn, w)
+        flash = True if scn.cluster.gpu.efficiency is None else scn.cluster.gpu.efficiency.flash_attention
+        akey = (id(w), plan.recompute, plan.sp, plan.tp, plan.cp, plan.expert_tp, flash)
+        hit = self._act.get(akey)
+        if hit is None or hit[0] is not w:
+            if len(self._act) > 65536:
+                self._act.clear()
+            hit = (w, _activation_bytes_per_token_layer(scn, w))
+            self._act[akey] = hit
+        per_token = hit[1]
         act_base = per_token * w.tokens * first_stage_layers(model.layers, plan.pp)
         full_extra = _activation_bytes_per_token_layer_full(scn, w) * w.tokens if plan.recompute == "full" else 0.0
         act1 = act_base * 1.0
@@ -507,7 +532,7 @@ class FastEvaluator:
         hierarchy = self.scalar.hierarchy(scn)
         spans = {dim: self._span(*stride_of(plan, dp, dim), hierarchy) for dim in _DIMS}
         stage = self.scalar._stage_times(scn, dev, w)
-        params_gpu, expert_gpu = _params(scn, w, stage)
+        params_gpu, expert_gpu = self._params(scn, w, stage)
         tp_overlap = plan.overlap.tp_comm
         if tp_overlap is None:
             tp_overlap = cluster.gpu.generation in ("hopper", "blackwell")
@@ -669,7 +694,7 @@ class FastEvaluator:
             except TwinError as err:
                 out.reason_ix[j] = code(reason_of(err))
                 continue
-            if not est.fits:
+            if not est.fits or (self.headroom and est.memory.total > est.memory.capacity * (1.0 - self.headroom)):
                 out.reason_ix[j] = code(MEMORY_REASON)
                 continue
             out.reason_ix[j] = -1

@@ -48,6 +48,7 @@ class Job:
     name: str = "sweep"
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     vector: bool = True
+    memory_headroom: float = 0.0    # fraction of HBM a point must leave free to count as fitting
 
 
 class Worker:
@@ -57,7 +58,7 @@ class Worker:
         self.job = job
         self.engine = engine
         self.source = make_source(job.recipe, engine)
-        self.evaluator = FastEvaluator(engine, vector=job.vector)
+        self.evaluator = FastEvaluator(engine, vector=job.vector, memory_headroom=job.memory_headroom)
 
     def run(self, index: int, start: int, stop: int) -> BatchResult:
         """Evaluate and reduce points ``start`` .. ``stop - 1``."""

@@ -247,10 +247,13 @@ def space_for(engine: Engine, model: Any, system: Any, gpus: int, *, gbs: int | 
 
 
 def plan_job(space: PlanSpace, *, top: int = 5, metric: str = "step_time_s", order: str = "min",
-             settings: EngineSettings | None = None, keep_rows: bool = False) -> Job:
-    """A job that searches ``space``."""
+             settings: EngineSettings | None = None, keep_rows: bool = False, memory_headroom: float = 0.0) -> Job:
+    """A job that searches ``space`` (``memory_headroom``: fraction of HBM a plan must leave free)."""
+    if isinstance(memory_headroom, bool) or not isinstance(memory_headroom, int | float) \
+            or not 0.0 <= memory_headroom < 1.0:
+        raise SpecError("memory_headroom", f"must be a fraction in [0, 1) (got {memory_headroom!r})")
     return Job(recipe=space, total=space.total, metric=metric, order=order, top=top, keep_rows=keep_rows,
-               engine=settings or EngineSettings(), name=space.name)
+               engine=settings or EngineSettings(), name=space.name, memory_headroom=float(memory_headroom))
 
 
 @dataclass
@@ -296,12 +299,12 @@ def plan_scenario(space: PlanSpace, row: Mapping[str, Any]) -> Scenario:
 
 def search_plans(engine: Engine, space: PlanSpace, *, top: int = 5, executor: Any = "inline",
                  ray_address: str | None = None, cancel: Any = None, settings: EngineSettings | None = None,
-                 metric: str = "step_time_s", order: str = "min") -> PlanSearchResult:
+                 metric: str = "step_time_s", order: str = "min", memory_headroom: float = 0.0) -> PlanSearchResult:
     """Search ``space``; the best ``top`` plans re-evaluated with the full model."""
     from twin.sweep.runner import run_job
 
     t0 = time.perf_counter()
-    job = plan_job(space, top=top, metric=metric, order=order, settings=settings)
+    job = plan_job(space, top=top, metric=metric, order=order, settings=settings, memory_headroom=memory_headroom)
     result = run_job(job, engine=engine, executor=executor, ray_address=ray_address, cancel=cancel)
     estimates = [engine.evaluate(plan_scenario(space, row_dict(result.top, i))).to_dict()
                  for i in range(nrows(result.top))]
