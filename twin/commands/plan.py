@@ -77,9 +77,10 @@ def run(args: argparse.Namespace) -> int:
     for i, plan in enumerate(res.plans(), 1):
         est = plan["estimate"]
         bd = est["breakdown"]
-        t = table(f"#{i}: tp{plan['tp']} pp{plan['pp']} vp{plan['vp']} dp{est['dp']} cp{plan['cp']} ep{plan['ep']} "
-                  f"mbs{plan['mbs']} {plan['recompute']} {plan['sharding']}: {est['step_time_s']:.3f} s, "
-                  f"MFU {100 * est['mfu']:.1f}%, {est['memory']['total_gib']:.1f} GiB", "part", "seconds", "share")
+        out.print(f"\n#{i}: tp{plan['tp']} pp{plan['pp']} vp{plan['vp']} dp{est['dp']} cp{plan['cp']} ep{plan['ep']} "
+                  f"mbs{plan['mbs']} recompute={plan['recompute']} sharding={plan['sharding']}: "
+                  f"{est['step_time_s']:.3f} s, MFU {100 * est['mfu']:.1f}%, {est['memory']['total_gib']:.1f} GiB")
+        t = table("", "part", "seconds", "share")
         parts = [("compute", bd["compute_s"]), ("recompute", bd["recompute_s"])]
         parts += [(f"exposed {k}", v) for k, v in sorted(bd["exposed_comm_s"].items())]
         parts += [("bubble", bd["bubble_s"]), ("optimizer", bd["optimizer_s"]), ("offload", bd["offload_s"]),

@@ -133,7 +133,7 @@ def top_table(rows: Any, metric: str, title: str) -> Any:
                              "gbs", "recompute", "sharding") if c in first]
     plan_cols += [c for c in first if "." in c]  # axis columns not shown as plan descriptors
     # Columns equal in every row go to the caption, so the table fits a terminal.
-    same = [c for c in plan_cols if len({str(r.get(c)) for r in records}) == 1 and len(records) > 1]
+    same = [c for c in plan_cols if len({str(r.get(c)) for r in records}) == 1]
     cols = ["#", metric, *[c for c in plan_cols if c not in same]]
     for c in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib"):
         if c != metric and c in first:

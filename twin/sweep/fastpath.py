@@ -155,8 +155,6 @@ def estimate_columns(est: Estimate, power_kw: float) -> dict[str, float]:
 
 # ----------------------------------------------------------------- results
 @dataclass
-# ----------------------------------------------------------------- results
-@dataclass
 class Evaluated:
     """Per-point results of one batch: reason index (-1 = feasible) and metric columns."""
 
@@ -206,7 +204,6 @@ class FastEvaluator:
         self.check_every = max(1, check_every)
         self.vector = vector and self._vector_supported()
         self.strategies = list(self.scalar.strategies)
-        self._stepped = 0
         self._seq = -1
         self._dev: dict[tuple[Any, ...], tuple[Any, Device]] = {}
         self._wl: dict[tuple[Any, ...], tuple[Any, Workload]] = {}
@@ -478,9 +475,12 @@ class FastEvaluator:
             pv, gv, m, p, vpv, total = pv[keep], gv[keep], m[keep], p[keep], vpv[keep], total[keep]
         self._tail(infos, pv, gv, m, p, vpv, gbs[pv], total, out)
         out.reason_ix[:] = reason
-        for k in scalar_groups:
-            pts = np.flatnonzero((gix == k) & valid)
-            self._scalar(infos[k], pts, gbs[pts], vp[pts], out, code)
+        if scalar_groups:
+            sel = np.flatnonzero(valid & np.isin(gix, np.asarray(scalar_groups, np.int64)))
+            sel = sel[np.argsort(gix[sel], kind="stable")]
+            for pts in np.split(sel, np.flatnonzero(np.diff(gix[sel])) + 1):
+                if len(pts):
+                    self._scalar(infos[int(gix[pts[0]])], pts, gbs[pts], vp[pts], out, code)
         self._self_check(infos, pv, gv, gbs, vp, out)
         out.reasons = list(codes)
 
@@ -574,7 +574,6 @@ class FastEvaluator:
                     seq=model.seq_len, dp=dp)
         info.slots = slots
         info.step = step
-        self._stepped += 1
         return True
 
     def _tail(self, infos: list[_Group], pv: np.ndarray, gv: np.ndarray, m: np.ndarray, p: np.ndarray,
