@@ -28,7 +28,7 @@ from typing import Any
 from twin.core.errors import TwinError
 from twin.engine import Engine
 from twin.reference import best_plan, training_scenario
-from twin.sweep.plansearch import build_space, plan_scenario, search_plans
+from twin.sweep.plansearch import SHARDINGS, build_space, plan_scenario, search_plans
 from twin.sweep.reduce import nrows, row_dict
 
 HERE = Path(__file__).resolve().parent
@@ -64,14 +64,23 @@ def why(published: dict[str, Any], best: dict[str, Any]) -> str:
     return "; ".join(filter(None, [", ".join(saved), ("pays " + ", ".join(paid)) if paid else "", mem]))
 
 
-def compare_case(engine: Engine, case: dict[str, Any], headroom: float = 0.0) -> dict[str, Any]:
+def compare_case(engine: Engine, case: dict[str, Any], headroom: float = 0.0,
+                 hold: tuple[str, ...] = ()) -> dict[str, Any]:
     cid = str(case.get("id"))
     scn, knobs, _ = training_scenario(engine, case)
     published, pub_time, pub_notes = best_plan(engine, scn, knobs)
     pub_est = engine.model.evaluate(published).to_dict()
     # same model, cluster, batch, sequence, precision and training mode; every plan degree free
     base = dataclasses.replace(published.plan, dp=None, vp=1, etp=None)
-    space = build_space(published.cluster, published.model, base, name=cid)
+    pub = _plan_dict(published)
+    options: dict[str, Any] = {}
+    if "sharding" in hold:
+        options["shardings"] = (pub["sharding"],) if pub["sharding"] in SHARDINGS else ("distributed_optimizer",)
+    if "cp" in hold:
+        options["cp_values"] = (pub["cp"],)
+    if "ep" in hold:
+        options["ep_values"] = (pub["ep"],)
+    space = build_space(published.cluster, published.model, base, name=cid, **options)
     res = search_plans(engine, space, top=1, memory_headroom=headroom)
     row: dict[str, Any] = {"id": cid, "family": case.get("family"), "gpus": published.cluster.num_gpus,
                            "plans_searched": res.result.done, "fit": res.result.feasible,
@@ -98,6 +107,9 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write every case's comparison to this file")
     ap.add_argument("--cases", default=None, help="comma-separated case ids (default: all)")
     ap.add_argument("--max-gpus", type=int, default=None, help="skip cases larger than this")
+    ap.add_argument("--hold", default="",
+                    help="comma-separated fields kept at the published value: sharding, cp, ep (features a "
+                         "publisher may not have had)")
     ap.add_argument("--headroom", type=float, default=0.0,
                     help="fraction of HBM the twin's plans must leave free (sensitivity to the memory model)")
     args = ap.parse_args()
@@ -106,6 +118,10 @@ def main() -> int:
     engine = Engine(autoload=False)
     data = yaml.safe_load(CASES.read_text(encoding="utf-8"))
     wanted = set(args.cases.split(",")) if args.cases else None
+    hold = tuple(h for h in args.hold.split(",") if h)
+    for h in hold:
+        if h not in ("sharding", "cp", "ep"):
+            ap.error(f"--hold: {h!r} is not one of sharding, cp, ep")
     rows, skipped = [], []
     t0 = time.perf_counter()
     for case in data.get("cases") or []:
@@ -115,7 +131,7 @@ def main() -> int:
         if args.max_gpus and int((case.get("cluster") or {}).get("num_gpus") or 0) > args.max_gpus:
             continue
         try:
-            row = compare_case(engine, case, args.headroom)
+            row = compare_case(engine, case, args.headroom, hold)
         except TwinError as err:
             skipped.append({"id": cid, "reason": str(err)})
             print(f"skip {cid}: {err}", file=sys.stderr)
@@ -129,13 +145,14 @@ def main() -> int:
     within = [r for r in ranked if r["within"]]
     gaps = sorted((r for r in ranked if not r["within"]), key=lambda r: -r["ratio"])
     summary = {
-        "headroom": args.headroom, "cases": len(rows), "compared": len(ranked), "skipped": skipped,
+        "headroom": args.headroom, "hold": list(hold), "cases": len(rows), "compared": len(ranked), "skipped": skipped,
         "within_5pct": len(within), "share_within_5pct": len(within) / len(ranked) if ranked else None,
         "median_ratio": statistics.median(r["ratio"] for r in ranked) if ranked else None,
         "plans_searched": sum(r["plans_searched"] for r in rows), "seconds": time.perf_counter() - t0,
     }
     print(f"\n## Published plan vs the twin's best ({summary['compared']} cases compared, "
-          f"{len(skipped)} skipped; memory headroom {100 * args.headroom:.0f}%)\n")
+          f"{len(skipped)} skipped; memory headroom {100 * args.headroom:.0f}%; held at the published value: "
+          f"{', '.join(hold) or 'nothing'})\n")
     print(f"- within 5% of the twin's best: {summary['within_5pct']} of {summary['compared']} "
           f"({100 * (summary['share_within_5pct'] or 0):.0f}%); median published/best {summary['median_ratio']:.3f}")
     print(f"- plans searched: {summary['plans_searched']:,} in {summary['seconds']:.0f} s\n")

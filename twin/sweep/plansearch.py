@@ -88,8 +88,9 @@ class PlanSpace:
 def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plans",
                 calibration: Calibration | None = None, shardings: Sequence[str] = tuple(SHARDINGS),
                 recompute: Sequence[str] = RECOMPUTE, precisions: Sequence[str] | None = None,
-                max_tp: int | None = None, max_pp: int | None = None, max_cp: int | None = None) -> PlanSpace:
-    """Enumerate the plan space (see module docstring)."""
+                max_tp: int | None = None, max_pp: int | None = None, max_cp: int | None = None,
+                cp_values: Sequence[int] | None = None, ep_values: Sequence[int] | None = None) -> PlanSpace:
+    """Enumerate the plan space (see module docstring); ``*_values`` restrict a degree to given values."""
     for s in shardings:
         if s not in SHARDINGS:
             raise SpecError("sharding", f"must be one of {', '.join(SHARDINGS)} (got {s!r})")
@@ -109,7 +110,7 @@ def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plan
                 continue
             nvp = 1 if pp == 1 else L // pp
             for cp in divisors(n // (tp * pp)):
-                if (cp > 1 and seq % (2 * cp)) or (max_cp and cp > max_cp):
+                if (cp > 1 and seq % (2 * cp)) or (max_cp and cp > max_cp) or (cp_values and cp not in cp_values):
                     continue
                 if tp > 1 and (base.sequence_parallel is None or base.sequence_parallel) and seq % (tp * cp):
                     continue
@@ -118,7 +119,8 @@ def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plan
                     continue
                 eps = [1]
                 if model.moe is not None:
-                    eps = [e for e in divisors(model.moe.experts) if e <= tp * cp * dp]
+                    eps = [e for e in divisors(model.moe.experts) if e <= tp * cp * dp
+                           and (not ep_values or e in ep_values)]
                 etps = (0, 1) if model.moe is not None and tp > 1 else (0,)
                 for ep in eps:
                     for etp in etps:

@@ -190,7 +190,6 @@ def set_path(root: dict[str, Any], parts: Sequence[str], value: Any, catalog: Ca
     system preset supplies (``cluster.scale_out`` of ``DGX-H100``) merges the same way.
     """
     node: Any = root
-    section = parts[0]
     for i, seg in enumerate(parts[:-1]):
         child = node.get(seg)
         if isinstance(child, str) and seg in ("model", "gpu"):
@@ -207,8 +206,6 @@ def set_path(root: dict[str, Any], parts: Sequence[str], value: Any, catalog: Ca
             raise SpecError(".".join(parts[: i + 1]), f"is not a mapping (got {child!r}); cannot set {'.'.join(parts)}")
         node[seg] = child
         node = child
-        section = seg
-    del section
     node[parts[-1]] = copy.deepcopy(value)
 
 
