@@ -167,6 +167,7 @@ class _Knobs:
     recompute: tuple[str, ...]
     vp: tuple[int, ...]
     reshard: tuple[bool, ...] = (True,)
+    partial: bool = False
 
 
 def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario, _Knobs, list[str]]:
@@ -214,6 +215,7 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     else:
         mbs_opts = (int(mbs),)
     rc = p.get("recompute")
+    partial = False
     if rc is None and cluster.gpu.generation in ("volta", "ampere"):
         # Megatron-LM's published GPT scripts of the V100/A100 era ran with full activation
         # checkpointing (--checkpoint-activations; Narayanan et al. 2021 count its FLOPs), so
@@ -222,6 +224,7 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         notes.append("recompute not published: full assumed (V100/A100-era Megatron default)")
     elif rc is None or "recompute" in assumed:
         rc_opts = ("none", "selective", "full")
+        partial = True
     else:
         rc_opts = (str(rc),)
     vp = p.get("vp")
@@ -235,14 +238,23 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     plan_kwargs.update(mbs=mbs_opts[0], recompute=rc_opts[0], vp=vp_opts[0])
     plan = schema.load(Plan, plan_kwargs, "plan")
     scn = Scenario(cluster=cluster, model=model, plan=plan, name=str(cid))
-    return scn, _Knobs(mbs_opts, rc_opts, vp_opts, reshard_opts), notes
+    return scn, _Knobs(mbs_opts, rc_opts, vp_opts, reshard_opts, partial), notes
 
 
 def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, float, list[str]]:
     """The fastest setting of the free knobs that fits in memory (else the fastest)."""
     best: tuple[bool, float, Scenario] | None = None
-    for mbs, rc, vp, rs in itertools.product(knobs.mbs, knobs.recompute, knobs.vp, knobs.reshard):
+    layers_stage = math.ceil(scn.model.layers / scn.plan.pp)
+    options = []
+    for rc in knobs.recompute:
+        if rc == "full" and knobs.partial:
+            # Megatron --recompute-num-layers: recompute only as many layers as memory needs.
+            options += [("full", k) for k in sorted({max(1, math.ceil(layers_stage * f)) for f in (0.25, 0.5, 0.75)})
+                        if k < layers_stage]
+        options.append((rc, None))
+    for mbs, (rc, rl), vp, rs in itertools.product(knobs.mbs, options, knobs.vp, knobs.reshard):
         cand = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, mbs=mbs, recompute=rc, vp=vp,
+                                                                 recompute_layers=rl,
                                                                  fsdp_reshard_after_forward=rs))
         try:
             validate_scenario(cand)
@@ -292,7 +304,8 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
             id=cid, family=str(case.get("family") or case.get("kind") or "?"), predicted=predicted,
             measured=measured, metric="step_time_s", notes=notes + more,
             plan={"tp": pl.tp, "pp": pl.pp, "vp": pl.vp, "dp": chosen.dp, "cp": pl.cp, "ep": pl.ep, "mbs": pl.mbs,
-                  "recompute": pl.recompute, "precision": pl.precision}))
+                  "recompute": pl.recompute, "recompute_layers": pl.recompute_layers,
+                  "precision": pl.precision}))
     for s in data.get("skipped") or []:
         skipped.append({"id": str(s.get("id", "?")), "reason": f"skipped by the reference file: {s.get('reason', '')}"})
     return Report(kind="training", cases=results, skipped=skipped)

@@ -37,9 +37,10 @@ class ComputeEfficiency:
     ``attention_fwd``/``attention_bwd`` the fraction of the 16-bit peak fused (flash)
     attention reaches at long sequence; ``hbm`` the fraction of the datasheet HBM bandwidth
     that streaming kernels reach; ``kernel_min_us`` the floor on any kernel's duration.
-    These are kernel-level figures. ``sustained`` is the fraction of kernel-level throughput
-    a whole training step sustains (clocks under the power cap, launch gaps, framework
-    work between kernels); it is the one factor fitted to the reference runs.
+    GEMM and HBM figures are kernel-level; ``sustained`` is the fraction of them a whole
+    training step sustains (clocks under the power cap, launch gaps, framework work
+    between kernels). Attention figures are end-to-end already (one fused kernel per
+    layer). ``sustained`` and the attention figures are fitted to the reference runs.
     """
 
     gemm: dict[str, float]
@@ -303,6 +304,8 @@ class Plan:
     mbs: int = spec_field(1, ge=1, doc="micro-batch in sequences")
     sequence_parallel: bool | None = None
     recompute: Recompute = "none"
+    recompute_layers: int | None = spec_field(
+        None, ge=1, doc="with recompute 'full': layers per pipeline stage recomputed (None: all)")
     precision: Precision = "bf16"
     optimizer_sharding: Sharding = "distributed_optimizer"
     fsdp_reshard_after_forward: bool = True
@@ -461,6 +464,8 @@ def validate_plan(plan: Plan, model: Model, cluster: Cluster, path: str = "plan"
     if not cluster.gpu.supports(plan.precision):
         raise SpecError(f"{path}.precision",
                         f"{cluster.gpu.name} ({cluster.gpu.generation}) has no {plan.precision} tensor cores")
+    if plan.recompute_layers is not None and plan.recompute != "full":
+        raise SpecError(f"{path}.recompute_layers", "applies only with recompute: full")
     for what in ("optimizer", "params", "activations"):
         if getattr(plan.offload, what) == "cxl" and cluster.memory_pool is None:
             raise SpecError(f"{path}.offload.{what}", "offloading to 'cxl' needs cluster.memory_pool")
