@@ -291,7 +291,12 @@ class Offload:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A parallel training plan. ``dp`` None: derived as num_gpus/(tp*pp*cp)."""
+    """A parallel training plan. ``dp`` None: derived as num_gpus/(tp*pp*cp).
+
+    ``moe_dispatcher``: "alltoall" sends one copy of a token per selected expert (Megatron-
+    Core's all-to-all dispatcher); "deepep" sends one copy per destination NVLink domain and
+    forwards inside it over NVLink (DeepEP; Megatron-Core's flex dispatcher).
+    """
 
     gbs: int = spec_field(ge=1, doc="global batch in sequences")
     tp: int = spec_field(1, ge=1)
@@ -312,6 +317,7 @@ class Plan:
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     overlap: Overlap = dataclasses.field(default_factory=Overlap)
     offload: Offload = dataclasses.field(default_factory=Offload)
+    moe_dispatcher: Literal["alltoall", "deepep"] = "deepep"
     trainable: Literal["full", "lora"] = "full"
     lora_rank: int = spec_field(16, ge=1)
 
