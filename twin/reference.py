@@ -193,6 +193,16 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         dp = n // (tp * pp * cp)
     dp = int(dp)
     gbs = int(p["gbs"])
+    published_dp = p.get("dp")
+    if gbs % dp and published_dp and gbs % int(published_dp) == 0:
+        # The derived dp cannot split the batch; the published dp can, so the mismatch is in
+        # another degree. Context parallelism is the one that scales with GPUs at fixed batch
+        # in long-sequence tables: give it the remaining factor.
+        rest = n // (tp * pp * int(published_dp))
+        if n % (tp * pp * int(published_dp)) == 0 and model.seq_len % (2 * rest) == 0:
+            notes[-1] = (f"published tp*pp*cp*dp = {tp * pp * cp * int(published_dp)} != {n} GPUs and "
+                         f"gbs={gbs} < GPUs/(tp*pp*cp); cp={rest} (published {cp}) with dp={published_dp} used")
+            cp, dp = rest, int(published_dp)
     precision = p.get("precision")
     if precision is None:
         precision = "bf16" if cluster.gpu.supports("bf16") else "fp16"
