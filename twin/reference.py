@@ -25,7 +25,19 @@ from twin.core import schema
 from twin.core.collectives import bus_factor, collective_cost
 from twin.core.errors import SpecError, TwinError
 from twin.core.scenario_io import read_mapping, resolve_gpu, resolve_model
-from twin.core.specs import Cluster, Model, MoE, Plan, ScaleOut, ScaleUp, Scenario, validate_scenario
+from twin.core.specs import (
+    MLA,
+    Cluster,
+    Hybrid,
+    Model,
+    MoE,
+    Plan,
+    ScaleOut,
+    ScaleUp,
+    Scenario,
+    SlidingWindow,
+    validate_scenario,
+)
 from twin.core.topology import place_group
 from twin.engine import Engine
 
@@ -37,8 +49,6 @@ COLLECTIVES_SCHEMA = "twin-reference-collectives/v1"
 PEAK_MESSAGE_BYTES = 2 * 2**30
 # Nodes assumed when a multi-node collective figure does not state its node count.
 ASSUMED_NODES = 4
-_MODEL_FIELDS = {f.name for f in dataclasses.fields(Model)}
-_MOE_FIELDS = {f.name for f in dataclasses.fields(MoE)}
 _FABRIC_ALIASES = {"unknown": "infiniband", "ethernet": "ethernet"}
 _SEARCH_MBS = (1, 2, 4, 8, 16)
 _SEARCH_VP = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20)
@@ -148,17 +158,49 @@ def _cluster(engine: Engine, c: Mapping[str, Any], notes: list[str], path: str,
                    name=str(c.get("system") or ""))
 
 
+def _known(cls: type, data: Any) -> Any:
+    """Keep the fields ``cls`` knows (reference files carry bookkeeping keys the twin ignores)."""
+    if not isinstance(data, Mapping):
+        return data
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names and v is not None}
+
+
 def _model(engine: Engine, m: Mapping[str, Any]) -> dict[str, Any]:
-    data = {k: v for k, v in m.items() if k in _MODEL_FIELDS and v is not None}
-    if "moe" in data:
-        data["moe"] = {k: v for k, v in data["moe"].items() if k in _MOE_FIELDS and v is not None}
-    if "sliding_window" in data and isinstance(data["sliding_window"], Mapping):
-        data["sliding_window"] = {k: v for k, v in data["sliding_window"].items() if v is not None}
-    if "mla" in data:
-        data["mla"] = {k: v for k, v in data["mla"].items() if v is not None}
-    if "hybrid" in data:
-        data["hybrid"] = {k: v for k, v in data["hybrid"].items() if v is not None}
+    data = _known(Model, m)
+    for key, cls in (("moe", MoE), ("mla", MLA), ("hybrid", Hybrid), ("sliding_window", SlidingWindow)):
+        if key in data:
+            data[key] = _known(cls, data[key])
     return data
+
+
+def _norm_precision(value: Any) -> str | None:
+    if value is None:
+        return None
+    v = str(value).lower()
+    for key in ("fp4", "fp8", "bf16", "fp16", "tf32", "fp32"):
+        if key in v:
+            return key
+    return v
+
+
+def _norm_recompute(value: Any) -> str | None:
+    if value is None:
+        return None
+    v = str(value).lower()
+    if v in ("none", "false", "no", "off", "0"):
+        return "none"
+    if v in ("full", "uniform", "block", "true", "all"):
+        return "full"
+    return v
+
+
+def _norm_sharding(value: Any) -> str | None:
+    if value is None:
+        return None
+    v = str(value).lower().replace("-", "").replace("_", "")
+    return {"none": "none", "distributedoptimizer": "distributed_optimizer", "zero1": "zero1", "zero2": "zero2",
+            "zero3": "zero3", "fsdp": "fsdp", "fsdp1": "fsdp", "fsdp2": "fsdp", "hsdp": "fsdp"}.get(v, str(value))
 
 
 @dataclass
@@ -203,11 +245,11 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
             notes[-1] = (f"published tp*pp*cp*dp = {tp * pp * cp * int(published_dp)} != {n} GPUs and "
                          f"gbs={gbs} < GPUs/(tp*pp*cp); cp={rest} (published {cp}) with dp={published_dp} used")
             cp, dp = rest, int(published_dp)
-    precision = p.get("precision")
+    precision = _norm_precision(p.get("precision"))
     if precision is None:
         precision = "bf16" if cluster.gpu.supports("bf16") else "fp16"
         notes.append(f"precision not published: {precision} assumed")
-    sharding = p.get("optimizer_sharding") or "distributed_optimizer"
+    sharding = _norm_sharding(p.get("optimizer_sharding")) or "distributed_optimizer"
     if p.get("optimizer_sharding") is None:
         notes.append("optimizer sharding not published: distributed optimizer assumed")
     plan_kwargs: dict[str, Any] = {
@@ -224,7 +266,7 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         mbs_opts = tuple(b for b in _SEARCH_MBS if per_rank % b == 0) or (1,)
     else:
         mbs_opts = (int(mbs),)
-    rc = p.get("recompute")
+    rc = _norm_recompute(p.get("recompute"))
     partial = False
     if rc is None and cluster.gpu.generation in ("volta", "ampere"):
         # Megatron-LM's published GPT scripts of the V100/A100 era ran with full activation
