@@ -222,12 +222,23 @@ def _cost_context(spec: FailureSpec, ckpt: dict[str, Any], interval: float) -> C
                        init_s=r.init_s, spare_nodes=spec.spare_nodes, elastic=spec.elastic)
 
 
-def _interval(spec: FailureSpec, write_s: float, rate: float) -> tuple[float, float, float]:
-    """(interval used, Daly optimum, Young) for interruption rate ``rate`` per second."""
+def _interval(spec: FailureSpec, ckpt: dict[str, Any], step_s: float,
+              rate: float) -> tuple[float, float, float]:
+    """(interval used, optimal interval, Young) for interruption rate ``rate`` per second.
+
+    The optimum is Daly's, rounded to whole steps (checkpoints are taken between steps)
+    and, for asynchronous checkpoints, no shorter than the background write (the next
+    checkpoint waits for the previous one to reach storage).
+    """
+    write = ckpt["blocking_write_s"]
     mtbi = 1.0 / rate if rate > 0 else math.inf
-    daly, young = daly_interval(write_s, mtbi), young_interval(write_s, mtbi)
-    used = spec.checkpoint.interval_s or (daly if math.isfinite(daly) else FALLBACK_INTERVAL_S)
-    return used, daly, young
+    daly, young = daly_interval(write, mtbi), young_interval(write, mtbi)
+    best = daly
+    if math.isfinite(daly):
+        floor = max(step_s, ckpt["write_s"] if ckpt["asynchronous"] else 0.0)
+        best = max(1, round(max(daly, floor) / step_s)) * step_s
+    used = spec.checkpoint.interval_s or (best if math.isfinite(best) else FALLBACK_INTERVAL_S)
+    return used, best, young
 
 
 def _decide_all(classes: Sequence[FailureClass], ev: ImpactEvaluator, ctx: CostContext) -> None:
@@ -257,13 +268,14 @@ def analyze(model: TwinModel, scenario: Scenario, spec: FailureSpec, collect: Co
 
     # Outcomes depend on the interval (lost work) and the interval on which classes
     # interrupt: two passes settle it (a class flips only if degraded running stops fitting).
+    step = ev.nominal.step_time_s
     crash_rate = sum(c.events_per_s for c in classes if c.mode.interrupts)
-    interval, daly, young = _interval(spec, ckpt["blocking_write_s"], crash_rate)
+    interval, daly, young = _interval(spec, ckpt, step, crash_rate)
     ctx = _cost_context(spec, ckpt, interval)
     _decide_all(classes, ev, ctx)
     rate = sum(c.events_per_s for c in classes if c.outcome and c.outcome.interrupts)
     if abs(rate - crash_rate) > 1e-12 * max(rate, 1e-30):
-        interval, daly, young = _interval(spec, ckpt["blocking_write_s"], rate)
+        interval, daly, young = _interval(spec, ckpt, step, rate)
         ctx = _cost_context(spec, ckpt, interval)
         _decide_all(classes, ev, ctx)
     if not math.isfinite(daly) and not spec.checkpoint.interval_s:
@@ -273,7 +285,9 @@ def analyze(model: TwinModel, scenario: Scenario, spec: FailureSpec, collect: Co
         notes.append(f"asynchronous checkpoint writes ({ckpt['write_s']:.0f} s) take longer than the interval "
                      f"({interval:.0f} s): storage is the bottleneck")
     figures = _closed_form(classes, spec, ckpt, interval, daly, young, ctx, ev.nominal_run())
-    ckpt.update(interval_s=interval, optimal_interval_s=daly, young_interval_s=young)
+    raw = daly_interval(ckpt["blocking_write_s"], 1.0 / rate) if rate > 0 else math.inf
+    ckpt.update(interval_s=interval, optimal_interval_s=daly, young_interval_s=young, daly_interval_s=raw,
+                interval_steps=interval / step)
     report = FailureReport(scenario=scenario.name, num_gpus=scenario.cluster.num_gpus, nominal=ev.nominal_run(),
                            inventory=Inventory(tuple(inv.groups), tuple(modes), tuple(inv.notes)), classes=classes,
                            checkpoint=ckpt, figures=figures, notes=notes)
