@@ -14,8 +14,9 @@ from typing import Any
 
 from twin.core.api import Contribution, EvalContext, MemoryFabric, Strategy
 from twin.core.errors import SpecError
+from twin.core.failures.components import ComponentGroup, FailureMode, Impact
 from twin.core.memory import ADAM_STATE_BYTES, memory_per_gpu
-from twin.core.specs import Cluster
+from twin.core.specs import Cluster, Scenario
 from twin.core.topology import Hierarchy
 from twin.core.units import GIB
 from twin.hookimpl import hookimpl
@@ -125,3 +126,40 @@ def twin_fabrics() -> list[MemoryFabric]:
 def twin_strategies() -> list[Strategy]:
     """Register the offload strategy."""
     return [OffloadStrategy()]
+
+
+# ------------------------------------------------------------------ failure scenarios
+@hookimpl
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+    """The CXL memory devices of every node's pool."""
+    pool = scenario.cluster.memory_pool
+    if pool is None or pool.fabric != CXLPool.kind:
+        return None
+    return [ComponentGroup("cxl_device", "cxl_device", pool.devices_per_node * scenario.cluster.num_nodes,
+                           CXLPool.kind, attrs={"per_node": pool.devices_per_node,
+                                                "gib_each": pool.capacity_gib_per_node / pool.devices_per_node},
+                           source="cluster.memory_pool.devices_per_node x nodes")]
+
+
+@hookimpl
+def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
+                       switch_radix: int | None) -> list[FailureMode] | None:
+    """A lost CXL device: state offloaded there is gone (crash), and the pool shrinks."""
+    if component.name != "cxl_device" or component.fabric != CXLPool.kind:
+        return None
+    pool = scenario.cluster.memory_pool
+    assert pool is not None
+    offload = scenario.plan.offload
+    used = "cxl" in (offload.optimizer, offload.params, offload.activations)
+    d = pool.devices_per_node
+    # Interleaved pool memory (CXL 2.0 interleave sets span the devices): losing one
+    # device loses data in the job's address range, so a job with state there crashes;
+    # it can restart with the node's pool at (d-1)/d capacity and bandwidth, if its
+    # offloaded state still fits (the memory model re-checks).
+    impact = Impact(pool=(d - 1) / d, note=f"node pool on {d - 1} of {d} CXL devices") if d > 1 else None
+    return [FailureMode("cxl_device", "down", "down", None,
+                        "no published CXL device failure rate in validation/reference (set failures.rates)",
+                        interrupts=used, nodes_lost=1 if used else 0,
+                        degraded=impact if used else Impact(note="the job keeps nothing in the pool"),
+                        detection_s=30.0, repair_h=48.0, repair_source="assumption (a device swap)",
+                        description="CXL memory device lost")]

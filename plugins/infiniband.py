@@ -4,12 +4,15 @@ oversubscription per tier, SHARP in-network reduction and adaptive routing.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from twin.core.api import ScaleOutFabric
 from twin.core.errors import SpecError
+from twin.core.failures.components import ComponentGroup, FailureMode
+from twin.core.failures.fabric import fat_tree_components, fat_tree_failure_modes
 from twin.core.fattree import build_fat_tree, scale_out_tiers
-from twin.core.specs import Cluster
+from twin.core.specs import Cluster, Scenario
 from twin.core.topology import Hierarchy, Tier
 from twin.hookimpl import hookimpl
 
@@ -103,3 +106,28 @@ class InfiniBandFabric(ScaleOutFabric):
 def twin_fabrics() -> list[ScaleOutFabric]:
     """Register the InfiniBand fabric."""
     return [InfiniBandFabric()]
+
+
+# ------------------------------------------------------------------ failure scenarios
+@hookimpl
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+    """NICs, switches and cables of an InfiniBand fat tree (sized like its tiers)."""
+    so = scenario.cluster.scale_out
+    if so is None or so.fabric != InfiniBandFabric.kind:
+        return None
+    adaptive = True if so.adaptive_routing is None else so.adaptive_routing
+    groups = fat_tree_components(scenario, hierarchy, switch_radix or so.switch_radix, so.fabric)
+    # Adaptive routing re-balances around a slow link; static (D-mod-k) routes are
+    # recomputed by the subnet manager when a link goes down, so no hashed collisions.
+    return [dataclasses.replace(g, attrs={**g.attrs, "adaptive_routing": adaptive, "hashed_flows_per_uplink": 0.0})
+            if g.kind == "link" else g for g in groups]
+
+
+@hookimpl
+def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
+                       switch_radix: int | None) -> list[FailureMode] | None:
+    """NIC, cable and switch failures of the fat tree and how the job rides them out."""
+    so = scenario.cluster.scale_out
+    if so is None or component.fabric != InfiniBandFabric.kind or so.fabric != InfiniBandFabric.kind:
+        return None
+    return fat_tree_failure_modes(component, scenario, hierarchy, switch_radix or so.switch_radix)

@@ -7,11 +7,13 @@ third-generation NVSwitch and later, and the domain size.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from twin.core.api import ScaleUpFabric
 from twin.core.errors import SpecError
-from twin.core.specs import Cluster
+from twin.core.failures.components import ComponentGroup, FailureMode, Impact
+from twin.core.specs import Cluster, Scenario
 from twin.core.topology import Hierarchy, Tier
 from twin.hookimpl import hookimpl
 
@@ -105,3 +107,69 @@ class NVLinkFabric(ScaleUpFabric):
 def twin_fabrics() -> list[ScaleUpFabric]:
     """Register the NVLink fabric."""
     return [NVLinkFabric()]
+
+
+# ------------------------------------------------------------------ failure scenarios
+# An NVSwitch chip or an NVLink link failing mid-step is a fatal fabric error for the
+# CUDA jobs using it (Fabric Manager user guide: NVSwitch fatal SXid errors and NVLink
+# errors require the GPUs to be reset), so the job crashes. On restart the GPUs can run
+# over the remaining switch planes / links at reduced bandwidth (NVIDIA NMX partition
+# health: "adaptive bandwidth mode" keeps a partition operational with missing links),
+# or the node is swapped. No per-chip or per-link NVLink failure rate is published in
+# validation/reference (Llama 3's GPU causes may include some), so no default rate.
+NO_RATE = "no published per-unit rate in validation/reference/failures.yaml (set failures.rates)"
+
+
+def _chips_per_domain(cluster: Cluster) -> int:
+    gen = generation_of(cluster)
+    return int(cluster.scale_up.params.get("nvswitch_chips",
+                                           NVSWITCH_CHIPS.get((gen, cluster.scale_up.domain_gpus), 0)))
+
+
+@hookimpl
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+    """NVSwitch chips and NVLink links of the scale-up domains."""
+    cluster = scenario.cluster
+    if cluster.scale_up.fabric != NVLinkFabric.kind:
+        return None
+    gen = generation_of(cluster)
+    _, links, src = GENERATIONS[gen]
+    domain = max(1, min(cluster.scale_up.domain_gpus, cluster.num_gpus))
+    domains = max(1, -(-cluster.num_gpus // domain))
+    chips = _chips_per_domain(cluster)
+    groups = [ComponentGroup("nvlink_link", "nvlink_link", cluster.num_gpus * links, NVLinkFabric.kind, tier=0,
+                             attrs={"links_per_gpu": links, "generation": gen}, source=src)]
+    if chips:
+        groups.append(ComponentGroup("nvswitch", "nvswitch", chips * domains, NVLinkFabric.kind, tier=0,
+                                     attrs={"chips_per_domain": chips, "domain_gpus": domain, "links_per_gpu": links,
+                                            "links_per_gpu_per_chip": math.ceil(links / chips)},
+                                     source="NVSWITCH_CHIPS (HGX A100 6, HGX H100 4, NVL72 18 chips)"))
+    return groups
+
+
+@hookimpl
+def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
+                       switch_radix: int | None) -> list[FailureMode] | None:
+    """NVSwitch chip and NVLink link failures: crash, then run over the remaining planes."""
+    if component.fabric != NVLinkFabric.kind:
+        return None
+    cluster = scenario.cluster
+    links = int(component.attrs.get("links_per_gpu", 18))
+    domain = int(component.attrs.get("domain_gpus", cluster.scale_up.domain_gpus))
+    nodes = max(1, domain // cluster.gpus_per_node)
+    if component.name == "nvswitch":
+        per_chip = int(component.attrs["links_per_gpu_per_chip"])
+        keep = (links - per_chip) / links
+        impact = Impact(tier_bw=((0, keep),), nvls=False,
+                        note=f"domain runs on {links - per_chip} of {links} NVLink links per GPU, no NVLS")
+        return [FailureMode("nvswitch", "down", "down", None, NO_RATE, interrupts=True, nodes_lost=nodes,
+                            degraded=impact, detection_s=30.0, repair_h=48.0,
+                            repair_source="assumption (a baseboard/tray swap)",
+                            description="NVSwitch chip fails: fatal for the domain's jobs")]
+    if component.name == "nvlink_link":
+        impact = Impact(tier_bw=((0, (links - 1) / links),), note=f"one GPU on {links - 1} of {links} NVLink links")
+        return [FailureMode("nvlink_link", "down", "down", None, NO_RATE, interrupts=True, nodes_lost=1,
+                            degraded=impact, detection_s=30.0, repair_h=48.0,
+                            repair_source="assumption (a baseboard swap)",
+                            description="NVLink link fails: fatal for its GPU's jobs")]
+    return None

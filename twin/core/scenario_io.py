@@ -109,7 +109,8 @@ def scenario_from_dict(data: Any, catalog: Catalog) -> Scenario:
     """Build and validate a scenario; errors name the field and the rule."""
     if not isinstance(data, Mapping):
         raise SpecError("", f"a scenario must be a mapping (got {type(data).__name__})")
-    known = {"name", "cluster", "model", "plan", "calibration", "description"}
+    # "failures" is read by twin.core.failures.spec (``twin failures``); other verbs ignore it.
+    known = {"name", "cluster", "model", "plan", "calibration", "description", "failures"}
     for key in data:
         if key not in known:
             raise SpecError(str(key), f"unknown field; expected one of: {', '.join(sorted(known))}")
