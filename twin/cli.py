@@ -20,6 +20,8 @@ COMMANDS = (
     "twin.commands.predict",
     "twin.commands.plugins",
     "twin.commands.validate",
+    "twin.commands.serve",
+    "twin.commands.catalog",
 )
 
 EXIT_BAD_INPUT = 2
