@@ -39,7 +39,7 @@ class ServerProcess:
         self._new = queue.Queue()
         self._lock = threading.Lock()
         threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=lambda: self.proc.stdout.read(), daemon=True).start()
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
         serving = self.wait_log(lambda r: r.get("msg") == "serving", START_TIMEOUT_S)
         self.address: str = serving["address"]
         self.port: int = serving["port"]

@@ -59,7 +59,8 @@ def test_grid_sweep_streams_rows_progress_and_best(sweep_stub):
 
 def test_zip_random_and_document_sweeps(sweep_stub):
     zipped = {"base": BASE, "mode": "zip", "keep_rows": False, "objective": {"metric": "mfu", "top": 2},
-              "axes": [{"path": "plan.tp", "values": [2, 4, 8]}, {"path": "model.seq_len", "values": [2048, 4096, 8192]}]}
+              "axes": [{"path": "plan.tp", "values": [2, 4, 8]},
+                       {"path": "model.seq_len", "values": [2048, 4096, 8192]}]}
     events = list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(zipped)), timeout=60))
     assert not any(e.HasField("row") for e in events)  # keep_rows false: progress and best only
     fin = events[-1].finished

@@ -20,7 +20,7 @@ from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinErro
 from twin.core.specs import Scenario
 from twin.engine import Engine
 from twin.rpc.v1 import catalog_pb2, sweep_service_pb2, twin_service_pb2
-from twin.server import convert, sweeps
+from twin.server import convert, guard, sweeps
 from twin.server.context import ServerContext
 from twin.server.convert import Limits
 from twin.server.errors import code_for, field_of, rule_of
@@ -96,7 +96,7 @@ class TwinServicer:
     def Predict(self, request: twin_service_pb2.PredictRequest, context: grpc.ServicerContext
                 ) -> twin_service_pb2.PredictResponse:
         scenario = self._scenario(request)
-        est = self.engine.model.evaluate(scenario, validate=False, report=not request.omit_fabric_report)
+        est = guard.evaluate(self.engine, scenario, report=not request.omit_fabric_report)
         if request.require_fit and not est.fits:
             mem = est.memory.as_gib()
             raise InfeasibleError("plan", f"does not fit in memory: needs {mem['total_gib']:.1f} GiB per GPU, "

@@ -35,6 +35,7 @@ from typing import Any
 from twin.core.errors import SpecError, TooLargeError, TwinError
 from twin.core.estimate import Estimate
 from twin.engine import Engine
+from twin.server import guard
 
 MODES = ("grid", "zip", "random")
 # Estimate fields a sweep can rank by; the first set ranks highest first.
@@ -332,7 +333,7 @@ def run_inline(engine: Engine, data: Mapping[str, Any], should_stop: Callable[[]
             break
         try:
             scenario = engine.scenario(apply(spec.base, assignment))
-            est = engine.model.evaluate(scenario, validate=False, report=False)
+            est = guard.evaluate(engine, scenario, report=False)
             row = Row(index, assignment, estimate=est)
             entry = (_score(est, spec.metric), -index, row)
             if len(best) < spec.top:
