@@ -110,9 +110,9 @@ def test_every_proto_element_is_commented_and_enums_start_unspecified(tmp_path):
         assert f.package == "twin.rpc.v1" and f.name.startswith("twin/rpc/v1/")
         comments = {tuple(loc.path): loc.leading_comments.strip() for loc in f.source_code_info.location}
 
-        def need(path: tuple[int, ...], what: str) -> None:
+        def need(path: tuple[int, ...], what: str, comments=comments, name=f.name) -> None:
             if not comments.get(path):
-                missing.append(f"{f.name}: {what}")
+                missing.append(f"{name}: {what}")
 
         def walk_message(m, path):
             need(path, m.name)
