@@ -48,7 +48,9 @@ STRUCT_VALUES = st.one_of(st.none(), st.booleans(), FLOATS.filter(math.isfinite)
 @pytest.fixture(scope="module")
 def fuzz_server(start_server_module):
     # Small sweep limit: any fuzzed sweep stays quick.
-    return start_server_module(env={"TWIN_LIMITS_MAX_SWEEP_POINTS": "40"})
+    srv = start_server_module(env={"TWIN_LIMITS_MAX_SWEEP_POINTS": "40"})
+    SERVERS.append(srv)
+    return srv
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +76,9 @@ def fuzz_channel(fuzz_server):
         yield ch
 
 
+SERVERS: list = []
+
+
 def check(fn) -> None:
     COUNT["cases"] += 1
     try:
@@ -82,7 +87,10 @@ def check(fn) -> None:
             for _ in result:
                 pass
     except grpc.RpcError as err:
-        assert err.code() in ALLOWED, (err.code(), err.details())
+        if err.code() not in ALLOWED:  # show the server's side of it
+            incident = (err.details() or "").partition("incident ")[2].partition(")")[0]
+            logged = [r.get("exc", "") for srv in SERVERS for r in srv.records if r.get("incident") == incident]
+            raise AssertionError(f"{err.code()}: {err.details()}\n{''.join(logged)}")
         assert "Traceback" not in (err.details() or "")
 
 

@@ -136,8 +136,11 @@ def to_jsonable(obj: Any) -> Any:
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
         return [to_jsonable(v) for v in obj]
+    if isinstance(obj, int) and not isinstance(obj, bool) and abs(obj) >= 2**53:
+        # Struct numbers are doubles; an integer past 1.8e308 has no double at all.
+        return float(obj) if abs(obj) < 2**1023 else str(obj)
     if obj is None or isinstance(obj, bool | int | float | str):
-        return float(obj) if isinstance(obj, int) and not isinstance(obj, bool) and abs(obj) >= 2**53 else obj
+        return obj
     return str(obj)
 
 
@@ -293,7 +296,11 @@ def scenario_from_mapping(data: Any) -> scenario_pb2.Scenario:
 
 # ---------------------------------------------------------------------- estimates
 def estimate_to_message(est: Estimate, *, fabric: bool = True) -> estimate_pb2.Estimate:
-    """The core estimate as a wire message."""
+    """The core estimate as a wire message (TooLargeError if a count overflows int64)."""
+    for name in ("dp", "microbatches"):
+        value = getattr(est, name)
+        if not -(2**63) <= value < 2**63:
+            raise TooLargeError(f"estimate.{name}", f"{value:.3g} does not fit the wire format's 64-bit integer")
     bd = est.breakdown
     mem = est.memory
     msg = estimate_pb2.Estimate(

@@ -141,7 +141,8 @@ def _range_values(data: Any, path: str, max_points: int) -> tuple[Any, ...]:
     step = _number(data.get("step", 1), f"{path}.step")
     if step <= 0:
         raise SpecError(f"{path}.step", f"must be > 0 (got {step})")
-    count = max(0, math.ceil((stop - start) / step))
+    span = (stop - start) / step
+    count = max(0, math.ceil(span)) if math.isfinite(span) else max_points + 1  # e.g. 1e308 - -1e308
     if count > max_points:
         raise TooLargeError(path, f"has {count} values; a sweep may have at most {max_points} points "
                                   "(limits.max_sweep_points)")
