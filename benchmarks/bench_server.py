@@ -45,9 +45,10 @@ SCENARIO = {"cluster": {"system": "DGX-H100", "num_gpus": 1024}, "model": "llama
 METHOD = "/twin.rpc.v1.TwinService/Predict"
 
 
-def start_server(workers: int) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1", "TWIN_WORKERS": str(workers),
-           "TWIN_LOG_LEVEL": "WARNING"}
+def start_server(workers: int | None) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    if workers:
+        env["TWIN_WORKERS"] = str(workers)
     env.pop("TWIN_AUTH_TOKEN", None)
     proc = subprocess.Popen([sys.executable, "-m", "twin.cli", "serve", "--port", "0", "--state-dir",
                              "/tmp/twin-bench-state"], cwd=ROOT, env={**env, "TWIN_LOG_LEVEL": "INFO"},
@@ -67,8 +68,19 @@ def percentile(sorted_ms: list[float], q: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
 
 
-async def run(address: str, clients: int, requests: int, rate: float, warmup: int) -> dict[str, float]:
-    payload = twin_service_pb2.PredictRequest(scenario=scenario_from_mapping(SCENARIO)).SerializeToString()
+def payloads(n: int, distinct: bool) -> list[bytes]:
+    """Serialized requests: all the same, or each unique (a different name: a cache miss, same work)."""
+    if not distinct:
+        one = twin_service_pb2.PredictRequest(scenario=scenario_from_mapping(SCENARIO)).SerializeToString()
+        return [one] * n
+    return [twin_service_pb2.PredictRequest(scenario=scenario_from_mapping({**SCENARIO, "name": f"bench-{i}"}))
+            .SerializeToString() for i in range(n)]
+
+
+async def run(address: str, clients: int, requests: int, rate: float, warmup: int, distinct: bool
+              ) -> dict[str, float]:
+    bodies = payloads(requests + warmup, distinct)
+    payload = bodies[-1]
     channels = [grpc.aio.insecure_channel(address) for _ in range(clients)]
     calls = [ch.unary_unary(METHOD) for ch in channels]
     for call in calls:
@@ -83,6 +95,7 @@ async def run(address: str, clients: int, requests: int, rate: float, warmup: in
         nonlocal errors
         call = calls[i]
         for k in range(per_client[i]):
+            body = bodies[k * clients + i]
             if rate > 0:
                 # Request k of client i is the (k*clients + i)-th of the whole schedule.
                 scheduled = t0 + (k * clients + i) / rate
@@ -92,7 +105,7 @@ async def run(address: str, clients: int, requests: int, rate: float, warmup: in
             else:
                 scheduled = time.perf_counter()
             try:
-                await call(payload, timeout=30)
+                await call(body, timeout=30)
             except grpc.aio.AioRpcError:
                 errors += 1
                 continue
@@ -120,8 +133,11 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
     ap.add_argument("--requests", type=int, default=3000, help="Predict requests per run (default 3000)")
     ap.add_argument("--rate", type=float, default=None,
-                    help="requests/s in total (open loop); 0: closed loop; default: both 200 and 0")
-    ap.add_argument("--workers", type=int, default=8, help="server worker threads when started here (default 8)")
+                    help="requests/s in total (open loop); 0: closed loop; default: 200 then 0")
+    ap.add_argument("--repeat", action="store_true",
+                    help="send one request over and over (the server's scenario cache hits); default: every "
+                         "request distinct, so every one is resolved and checked from scratch")
+    ap.add_argument("--workers", type=int, default=None, help="server worker threads when started here (default 8)")
     ap.add_argument("--warmup", type=int, default=200)
     args = ap.parse_args()
     proc = None
@@ -132,9 +148,10 @@ def main() -> None:
         proc.stderr.close()
     try:
         rates = [args.rate] if args.rate is not None else [200.0, 0.0]
-        print(f"server {address}, {args.clients} clients, {os.cpu_count()} CPUs on this machine")
+        kind = "one repeated request" if args.repeat else "distinct requests"
+        print(f"server {address}, {args.clients} clients, {kind}, {os.cpu_count()} CPUs on this machine")
         for rate in rates:
-            r = asyncio.run(run(address, args.clients, args.requests, rate, args.warmup))
+            r = asyncio.run(run(address, args.clients, args.requests, rate, args.warmup, not args.repeat))
             report(f"open loop at {rate:.0f} req/s" if rate else "closed loop", r)
     finally:
         if proc is not None:

@@ -90,7 +90,7 @@ def check(fn) -> None:
         if err.code() not in ALLOWED:  # show the server's side of it
             incident = (err.details() or "").partition("incident ")[2].partition(")")[0]
             logged = [r.get("exc", "") for srv in SERVERS for r in srv.records if r.get("incident") == incident]
-            raise AssertionError(f"{err.code()}: {err.details()}\n{''.join(logged)}")
+            raise AssertionError(f"{err.code()}: {err.details()}\n{''.join(logged)}") from None
         assert "Traceback" not in (err.details() or "")
 
 
