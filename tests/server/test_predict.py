@@ -151,7 +151,7 @@ def test_catalog_lists_everything_with_versions(twin_stub):
     assert gpu.spec.fields["hbm_gib"].number_value == 80 and "datasheet" in gpu.source
 
 
-def test_python_client_and_cli_against_server(server):
+def test_python_client_and_cli_against_server(server, tmp_path):
     path = EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml"
     with TwinClient(server.address) as client:
         assert client.health() == "SERVING"
@@ -162,13 +162,10 @@ def test_python_client_and_cli_against_server(server):
                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, check=False)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["step_time_s"] == est.step_time_s
-    bad = ROOT / "tests" / "server" / "_bad.yaml"
-    try:
-        bad.write_text("cluster: {system: DGX-H100, num_gpus: 64}\nmodel: llama3.1-8b\nplan: {tp: 3, gbs: 64}\n")
-        out = subprocess.run([sys.executable, "-m", "twin.cli", "predict", "--server", server.address, str(bad)],
-                             capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, check=False)
-    finally:
-        bad.unlink()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {system: DGX-H100, num_gpus: 64}\nmodel: llama3.1-8b\nplan: {tp: 3, gbs: 64}\n")
+    out = subprocess.run([sys.executable, "-m", "twin.cli", "predict", "--server", server.address, str(bad)],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, check=False)
     assert out.returncode == 2 and "plan.tp" in out.stderr and "Traceback" not in out.stderr
     cat = subprocess.run([sys.executable, "-m", "twin.cli", "catalog", "--server", server.address, "--json"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, check=False)

@@ -114,9 +114,23 @@ def test_cancel_stops_the_work(server, sweep_stub):
             seen = event.progress.done_points
             break
     call.cancel()
-    rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("total_points") == 12_000
-                          and r.get("reason") == "cancelled", timeout=10)
-    assert seen <= rec["done_points"] < 12_000
+    rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "to-cancel", timeout=10)
+    assert rec["reason"] == "cancelled" and seen <= rec["done_points"] < 12_000
+
+
+def test_python_client_sweep_and_early_close(server):
+    from twin.client import TwinClient
+
+    spec = {"name": "client", "base": BASE, "axes": [{"path": "plan.pp", "values": [1, 2, 4]}]}
+    with TwinClient(server.address) as client:
+        events = list(client.sweep(spec))
+        assert events[-1].finished.done_points == 3
+        stream = client.sweep({**BIG, "name": "client-cancel"})
+        assert next(stream).started.total_points == 12_000
+        stream.close()  # closing the iterator cancels the call
+    rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "client-cancel",
+                          timeout=10)
+    assert rec["reason"] == "cancelled" and rec["done_points"] < rec["total_points"] == 12_000
 
 
 def test_deadline_stops_the_work(server, sweep_stub):
@@ -124,5 +138,5 @@ def test_deadline_stops_the_work(server, sweep_stub):
     with pytest.raises(grpc.RpcError) as info:
         list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(spec)), timeout=0.7))
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("total_points") == 6000, timeout=10)
-    assert rec["done_points"] < 6000
+    rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "deadline", timeout=10)
+    assert rec["reason"] == "deadline" and rec["done_points"] < 6000

@@ -189,11 +189,12 @@ class SweepServicer:
 
         t0 = time.perf_counter()
         done = total = 0
+        name = ""
         finished = False
         try:
             for event in runner(spec, should_stop):
                 if isinstance(event, sweeps.Started):
-                    total = event.total
+                    total, name = event.total, event.name
                     self.ctx.log.info("sweep started", extra={"sweep": event.name, "total_points": total})
                 elif isinstance(event, sweeps.Progress):
                     done = event.done
@@ -203,6 +204,8 @@ class SweepServicer:
                 yield event_message(event)
         finally:
             outcome = "finished" if finished else "stopped"
+            remaining = context.time_remaining()
+            reason = "" if finished else ("deadline" if remaining is not None and remaining <= 0 else "cancelled")
             self.ctx.log.info(f"sweep {outcome}", extra={
-                "done_points": done, "total_points": total, "elapsed_s": round(time.perf_counter() - t0, 3),
-                "reason": "" if finished else ("deadline" if (context.time_remaining() or 1) <= 0 else "cancelled")})
+                "sweep": name, "done_points": done, "total_points": total, "elapsed_s": round(time.perf_counter() - t0, 3),
+                "reason": reason})
