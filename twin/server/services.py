@@ -207,5 +207,5 @@ class SweepServicer:
             remaining = context.time_remaining()
             reason = "" if finished else ("deadline" if remaining is not None and remaining <= 0 else "cancelled")
             self.ctx.log.info(f"sweep {outcome}", extra={
-                "sweep": name, "done_points": done, "total_points": total, "elapsed_s": round(time.perf_counter() - t0, 3),
-                "reason": reason})
+                "sweep": name, "done_points": done, "total_points": total,
+                "elapsed_s": round(time.perf_counter() - t0, 3), "reason": reason})
