@@ -191,6 +191,7 @@ class SweepServicer:
         done = total = 0
         name = ""
         finished = False
+        failed = ""
         try:
             for event in runner(spec, should_stop):
                 if isinstance(event, sweeps.Started):
@@ -202,10 +203,14 @@ class SweepServicer:
                     done = event.done
                     finished = not event.stopped
                 yield event_message(event)
+        except Exception as err:
+            failed = type(err).__name__
+            raise
         finally:
             outcome = "finished" if finished else "stopped"
             remaining = context.time_remaining()
-            reason = "" if finished else ("deadline" if remaining is not None and remaining <= 0 else "cancelled")
+            reason = failed or ("" if finished else
+                                "deadline" if remaining is not None and remaining <= 0 else "cancelled")
             self.ctx.log.info(f"sweep {outcome}", extra={
                 "sweep": name, "done_points": done, "total_points": total,
                 "elapsed_s": round(time.perf_counter() - t0, 3), "reason": reason})
