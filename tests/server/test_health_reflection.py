@@ -44,11 +44,14 @@ def test_health_goes_not_serving_during_shutdown(start_server):
         watch = stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30)
         seen: list[int] = []
         got_not_serving = threading.Event()
+        got_serving = threading.Event()
 
         def follow() -> None:
             try:
                 for reply in watch:
                     seen.append(reply.status)
+                    if reply.status == SERVING:
+                        got_serving.set()
                     if reply.status == NOT_SERVING:
                         got_not_serving.set()
             except grpc.RpcError:
@@ -57,6 +60,7 @@ def test_health_goes_not_serving_during_shutdown(start_server):
         reader = threading.Thread(target=follow, daemon=True)
         reader.start()
         assert stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == SERVING
+        assert got_serving.wait(5), seen  # the watch stream has said SERVING
         srv.proc.send_signal(signal.SIGTERM)
         srv.wait_log(lambda r: r.get("msg") == "shutting down")
         # During the drain the listener is still open and says NOT_SERVING.
