@@ -21,6 +21,8 @@ COMMANDS = (
     "twin.commands.plugins",
     "twin.commands.validate",
     "twin.commands.failures",
+    "twin.commands.serve",
+    "twin.commands.catalog",
 )
 
 EXIT_BAD_INPUT = 2
