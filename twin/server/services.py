@@ -91,7 +91,18 @@ class TwinServicer:
             mapping = parse_document(str(key), "scenario_document")
         else:
             raise SpecError("scenario", "is required (a structured scenario or a scenario_document)")
+        self._check_size(mapping)
         return self.engine.scenario(mapping)
+
+    def _check_size(self, mapping: Any) -> None:
+        """A request over the server's size limits is RESOURCE_EXHAUSTED, checked before the
+        spec rules (which reject absurd sizes too, but as bad input).
+        """
+        cluster = mapping.get("cluster") if isinstance(mapping, dict) else None
+        n = cluster.get("num_gpus") if isinstance(cluster, dict) else None
+        if isinstance(n, int | float) and not isinstance(n, bool) and n > self.max_num_gpus:
+            raise TooLargeError("cluster.num_gpus", f"{n:.0f} GPUs is over the server's limit "
+                                                    f"of {self.max_num_gpus} (limits.max_num_gpus)")
 
     def _scenario(self, request: Any) -> Scenario:
         source = request.WhichOneof("scenario_source")
