@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from twin.core.api import Fabric, Strategy
     from twin.core.collectives import CollectiveCost
     from twin.core.specs import Scenario
+    from twin.core.telemetry import MetricMapping
     from twin.core.topology import GroupSpan, Hierarchy
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -65,4 +66,16 @@ def twin_collective_cost(op: str, size_bytes: float, span: GroupSpan, hierarchy:
     Return ``None`` to defer to the next implementation (the built-in model runs last).
     Use it for fabrics whose collectives the generic tier model cannot express, e.g. an
     in-network reduction engine with its own bandwidth curve.
+    """
+
+
+@hookspec
+def twin_metric_mappings() -> list[MetricMapping]:
+    """Return the exporter metrics this plugin's components report (telemetry ingest).
+
+    Each ``twin.core.telemetry.MetricMapping`` names a metric in all its spellings (matched
+    case-insensitively, ``_total`` optional), the component kind and signal it feeds, the
+    attributes that identify the component, and the health rules (with their sources)
+    that mark it degraded or down. A fabric brought by a third party brings its own
+    exporter names this way. Two plugins mapping the same name is an error naming both.
     """
