@@ -47,8 +47,8 @@ class MetricCatalog:
         self._exact: dict[str, MetricMapping] = {}
         self._patterns: list[tuple[object, MetricMapping]] = []
         self._cache: dict[str, Resolved | None] = {}
-        owners: dict[str, str] = {}
-        for m in mappings:
+        owners: dict[str, tuple[str, int]] = {}
+        for index, m in enumerate(mappings):
             problem = m.validate()
             if problem:
                 raise PluginError(f"metric mapping {m.names[:1]} from {m.plugin or '?'}: {problem}")
@@ -56,8 +56,10 @@ class MetricCatalog:
             for name in m.names:
                 norm = normalize_name(name)
                 if norm in owners:
-                    raise PluginError(f"metric {name!r} is mapped by both {owners[norm]!r} and {m.plugin or '?'!r}")
-                owners[norm] = m.plugin or "?"
+                    if owners[norm][1] == index:  # two spellings of one name in one mapping
+                        continue
+                    raise PluginError(f"metric {name!r} is mapped by both {owners[norm][0]!r} and {m.plugin or '?'!r}")
+                owners[norm] = (m.plugin or "?", index)
                 pattern = name_pattern(name)
                 if pattern is None:
                     self._exact[norm] = m
