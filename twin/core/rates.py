@@ -49,10 +49,9 @@ def update_counter(prev: SeriesPoint | None, start_ns: int, time_ns: int, value:
         rate = value / (span * 1e-9) if span > 0 else (prev.derived if prev else None)
         return SeriesPoint(start_ns, time_ns, value, rate), "rate" if prev else "first"
     if prev is None:
-        # The first point only sets the baseline, unless its start time says when the
-        # counter began (OTLP cumulative start_time_unix_nano): then it already has a rate.
-        rate = value / ((time_ns - start_ns) * 1e-9) if 0 < start_ns < time_ns else None
-        return SeriesPoint(start_ns, time_ns, value, rate), "first"
+        # The first point only sets the baseline (as Prometheus rate() needs two samples):
+        # exporters' start times are often the exporter's own start, not the counter's.
+        return SeriesPoint(start_ns, time_ns, value, None), "first"
     restarted = start_ns != prev.start_ns and start_ns > 0 and prev.start_ns > 0
     if value < prev.value or restarted:
         # Counted from zero since the reset: since the new start time if it falls inside

@@ -24,6 +24,8 @@ class TelemetryConfig:
     ``max_series``/``max_components``: cardinality caps (memory bound).
     ``otlp_address``: also serve OTLP on a dedicated port (e.g. ``0.0.0.0:4317``, the
     OTLP/gRPC default port); None: only on the server it is registered with.
+    ``series_checkpoint_s``: how often counter baselines are written (component state is
+    written with every batch).
     ``calibrate_interval_s``: automatic calibration period (0: only when asked).
     ``self_metrics_endpoint``: OTLP endpoint for the twin's own metrics (divergence,
     calibration factors, ingest counters); None: not exported.
@@ -39,6 +41,7 @@ class TelemetryConfig:
     calibrate_interval_s: float = 60.0
     min_observations: int = 3
     synchronous: str = "NORMAL"
+    series_checkpoint_s: float = 5.0
     self_metrics_endpoint: str | None = None
     self_metrics_interval_s: float = 15.0
     fit: FitSettings = field(default_factory=FitSettings)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
-from twin.telemetry.mapping import MetricCatalog
-from twin.telemetry.state import Point
+from twin.telemetry.mapping import MetricCatalog, Resolved
+from twin.telemetry.state import Point, SeriesId, series_id
 
 # Where the host name comes from, in order (OTel resource semantic conventions first,
 # then the labels Prometheus exporters carry: dcgm-exporter "Hostname", "instance").
@@ -47,18 +47,25 @@ class Decoded:
         return sum(self.rejected.values())
 
 
-def _attrs(kvs: object) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _scalar(v: object) -> str | None:
+    which = v.WhichOneof("value")  # type: ignore[attr-defined]
+    if which is None or which in ("array_value", "kvlist_value", "bytes_value"):
+        return None
+    return str(getattr(v, which))
+
+
+def _attr_items(kvs: object) -> tuple[tuple[str, str], ...]:
+    """Attributes as (key, value-as-text) pairs, in order: cheap, hashable, exact."""
+    out = []
     for kv in kvs:  # type: ignore[attr-defined]
         v = kv.value
         s = v.string_value
         if not s:
-            which = v.WhichOneof("value")
-            if which is None or which in ("array_value", "kvlist_value", "bytes_value"):
+            s = _scalar(v)
+            if s is None:
                 continue
-            s = str(getattr(v, which))
-        out[kv.key.lower()] = s
-    return out
+        out.append((kv.key, s))
+    return tuple(out)
 
 
 def _first(attrs: dict[str, str], res: dict[str, str], keys: tuple[str, ...]) -> str | None:
@@ -71,80 +78,114 @@ def _first(attrs: dict[str, str], res: dict[str, str], keys: tuple[str, ...]) ->
     return None
 
 
-def decode(request: ExportMetricsServiceRequest, catalog: MetricCatalog) -> Decoded:
-    """Map every data point of ``request``; refused points are counted by reason."""
-    out = Decoded()
-    points = out.points
-    for rm in request.resource_metrics:
-        res = _attrs(rm.resource.attributes)
-        res_host = _first(res, {}, HOST_KEYS) or ""
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                kind = metric.WhichOneof("data")
-                if kind == "gauge":
-                    dps, delta, cumulative_sum = metric.gauge.data_points, False, False
-                elif kind == "sum":
-                    dps = metric.sum.data_points
-                    delta = metric.sum.aggregation_temporality == _DELTA
-                    cumulative_sum = metric.sum.is_monotonic
-                else:
-                    n = len(getattr(metric, kind).data_points) if kind else 0
-                    out.total += n
-                    if n:
-                        out.reject("data type not gauge or sum", n, f"{metric.name} ({kind})")
-                    continue
-                n = len(dps)
-                out.total += n
-                resolved = catalog.lookup(metric.name)
-                if resolved is None:
-                    out.reject("unknown metric", n, metric.name)
-                    continue
-                m = resolved.mapping
-                counter = m.kind == "counter"
-                if not counter and cumulative_sum and delta:
-                    out.reject("delta sum for a gauge signal", n, metric.name)
-                    continue
-                scale = m.scale
-                captures = dict(resolved.captures)
-                ident_keys, detail_keys = resolved.identity, resolved.detail
-                for dp in dps:
-                    which = dp.WhichOneof("value")
-                    if which is None:
-                        if dp.flags & _NO_RECORDED_VALUE:
-                            continue
-                        out.reject("data point without a value", 1, metric.name)
-                        continue
-                    value = dp.as_double if which == "as_double" else float(dp.as_int)
-                    if not math.isfinite(value):
-                        out.reject("non-finite value (NaN or infinity)", 1, metric.name)
-                        continue
-                    if counter and value < 0:
-                        out.reject("negative counter value", 1, metric.name)
-                        continue
-                    t = dp.time_unix_nano
-                    if t <= 0:
-                        out.reject("data point without a timestamp", 1, metric.name)
-                        continue
-                    attrs = _attrs(dp.attributes)
-                    if captures:
-                        attrs.update(captures)
-                    ident = []
-                    missing = None
-                    for alts in ident_keys:
-                        v = _first(attrs, res, alts)
-                        if v is None:
-                            missing = "|".join(alts)
-                            break
-                        ident.append(v)
-                    if missing is not None:
-                        out.reject(f"missing identifying attribute {missing!r}", 1, metric.name)
-                        continue
-                    detail = tuple(_first(attrs, res, alts) or "" for alts in detail_keys)
-                    sw = _first(attrs, res, SWITCH_KEYS)
-                    host = sw or _first(attrs, {}, HOST_KEYS) or res_host
-                    points.append(Point(resolved, host, sw is not None, tuple(ident), detail, dp.start_time_unix_nano,
-                                        t, value * scale, delta))
-    return out
+class Decoder:
+    """Decodes requests against a catalog, remembering the series id of each attribute set.
+
+    Exporters send the same attribute sets every interval, so identity extraction runs
+    once per (metric, resource, attributes) and is then a dict lookup. The memo is
+    bounded (cleared when full), like the catalog's name cache.
+    """
+
+    def __init__(self, catalog: MetricCatalog, memo_limit: int = 400_000) -> None:
+        self.catalog = catalog
+        self.memo_limit = memo_limit
+        self._memo: dict[tuple[object, ...], SeriesId | str] = {}
+
+    def _series_id(self, resolved: Resolved, items: tuple[tuple[str, str], ...], res: dict[str, str],
+                   res_host: str) -> SeriesId | str:
+        attrs = {k.lower(): v for k, v in items}
+        if resolved.captures:
+            attrs.update(resolved.captures)
+        ident = []
+        for alts in resolved.identity:
+            v = _first(attrs, res, alts)
+            if v is None:
+                return f"missing identifying attribute {'|'.join(alts)!r}"
+            ident.append(v)
+        detail = tuple(_first(attrs, res, alts) or "" for alts in resolved.detail)
+        sw = _first(attrs, res, SWITCH_KEYS)
+        host = sw or _first(attrs, {}, HOST_KEYS) or res_host
+        return series_id(resolved, host, sw is not None, tuple(ident), detail)
+
+    def decode(self, request: ExportMetricsServiceRequest) -> Decoded:
+        """Map every data point of ``request``; refused points are counted by reason."""
+        out = Decoded()
+        points = out.points
+        memo = self._memo
+        if len(memo) > self.memo_limit:
+            memo.clear()
+        for rm in request.resource_metrics:
+            res_key = rm.resource.SerializeToString()
+            res = {k.lower(): v for k, v in _attr_items(rm.resource.attributes)}
+            res_host = _first(res, {}, HOST_KEYS) or ""
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    self._metric(metric, res_key, res, res_host, memo, points, out)
+        return out
+
+    def _metric(self, metric: metrics_pb2.Metric, res_key: bytes, res: dict[str, str],
+                res_host: str, memo: dict[tuple[object, ...], SeriesId | str], points: list[Point],
+                out: Decoded) -> None:
+        kind = metric.WhichOneof("data")
+        if kind == "gauge":
+            dps, delta, monotonic = metric.gauge.data_points, False, False
+        elif kind == "sum":
+            dps = metric.sum.data_points
+            delta = metric.sum.aggregation_temporality == _DELTA
+            monotonic = metric.sum.is_monotonic
+        else:
+            n = len(getattr(metric, kind).data_points) if kind else 0
+            out.total += n
+            if n:
+                out.reject("data type not gauge or sum", n, f"{metric.name} ({kind})")
+            return
+        n = len(dps)
+        out.total += n
+        resolved = self.catalog.lookup(metric.name)
+        if resolved is None:
+            out.reject("unknown metric", n, metric.name)
+            return
+        m = resolved.mapping
+        counter = m.kind == "counter"
+        if not counter and monotonic and delta:
+            out.reject("delta sum for a gauge signal", n, metric.name)
+            return
+        scale = m.scale
+        name = resolved.key
+        isfinite = math.isfinite
+        append = points.append
+        for dp in dps:
+            which = dp.WhichOneof("value")
+            if which is None:
+                if not dp.flags & _NO_RECORDED_VALUE:
+                    out.reject("data point without a value", 1, metric.name)
+                continue
+            value = dp.as_double if which == "as_double" else float(dp.as_int)
+            if not isfinite(value):
+                out.reject("non-finite value (NaN or infinity)", 1, metric.name)
+                continue
+            if counter and value < 0:
+                out.reject("negative counter value", 1, metric.name)
+                continue
+            t = dp.time_unix_nano
+            if t <= 0:
+                out.reject("data point without a timestamp", 1, metric.name)
+                continue
+            start = dp.start_time_unix_nano
+            # The point without its times and value is its attribute set in wire form:
+            # serialising it in C is several times cheaper than walking the attributes in
+            # Python, and it is the memo key (the request is ours to modify).
+            dp.ClearField("time_unix_nano")
+            dp.ClearField("start_time_unix_nano")
+            dp.ClearField("value")
+            mkey = (name, res_key, dp.SerializeToString())
+            sid = memo.get(mkey)
+            if sid is None:
+                sid = memo[mkey] = self._series_id(resolved, _attr_items(dp.attributes), res, res_host)
+            if type(sid) is str:
+                out.reject(sid, 1, metric.name)
+                continue
+            append((sid, start, t, value * scale, delta))  # type: ignore[arg-type]
 
 
 def summarize(reasons: dict[str, int], examples: dict[str, str], limit: int = 512) -> str:

@@ -22,7 +22,7 @@ from twin.core.specs import Calibration, Scenario
 from twin.engine import Engine
 from twin.telemetry import predict
 from twin.telemetry.config import TelemetryConfig
-from twin.telemetry.decode import decode, summarize
+from twin.telemetry.decode import Decoder, summarize
 from twin.telemetry.ingest import IngestQueue, Item, Overloaded
 from twin.telemetry.mapping import MetricCatalog
 from twin.telemetry.state import ApplyResult, Dirty, LiveState
@@ -47,6 +47,7 @@ class TelemetryService:
         self.engine = engine
         self.config = config
         self.catalog = MetricCatalog.from_plugins(engine.pm)
+        self.decoder = Decoder(self.catalog, memo_limit=2 * config.max_series)
         self.store = Store(config.db_path, config.synchronous)
         self.state = LiveState(self.catalog, max_series=config.max_series, max_components=config.max_components)
         self.lock = threading.RLock()
@@ -62,6 +63,12 @@ class TelemetryService:
                 log.warning("registered job %r no longer evaluates: %s", job, err)
         self.stats = {"points_accepted": 0, "points_rejected": 0, "points_duplicate": 0, "counter_resets": 0,
                       "requests": 0}
+        # Series baselines (last counter values) are written every series_checkpoint_s, not
+        # with every batch: after a crash a counter's next rate is then taken over a longer
+        # interval, which is still its true average rate. Component state, observations and
+        # events are written with every batch before it is acknowledged.
+        self._unsaved_series: set[tuple[str, str, tuple[str, ...]]] = set()
+        self._next_checkpoint = 0.0
         self.queue = IngestQueue(self._apply_batch, config.max_pending_points, config.retry_after_s)
         self._stop = threading.Event()
         self._calibrator: threading.Thread | None = None
@@ -80,7 +87,7 @@ class TelemetryService:
 
         Raises :class:`Overloaded` (retry later) or :class:`InvalidData` (do not retry).
         """
-        decoded = decode(request, self.catalog)
+        decoded = self.decoder.decode(request)
         reasons, examples = dict(decoded.rejected), dict(decoded.examples)
         if not decoded.points and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
             with self.lock:
@@ -110,8 +117,13 @@ class TelemetryService:
                 self.stats["points_accepted"] += res.accepted
                 self.stats["points_duplicate"] += res.duplicates
                 self.stats["counter_resets"] += res.resets
-            series = [(k, self.state.series[k]) for k in dirty.series]
             comps = [self.state.components[c] for c in dirty.components]
+            self._unsaved_series |= dirty.series
+            series = []
+            if time.monotonic() >= self._next_checkpoint:
+                series = [(k, self.state.series[k]) for k in self._unsaved_series]
+                self._unsaved_series = set()
+                self._next_checkpoint = time.monotonic() + self.config.series_checkpoint_s
         self.store.commit_batch(series, comps, dirty.observations, dirty.events)
         for it, res in zip(items, results, strict=True):
             it.future.set_result(res)
@@ -243,6 +255,10 @@ class TelemetryService:
         """Apply what is queued, stop the threads, close the store."""
         self._stop.set()
         self.queue.close()
+        with self.lock:
+            series = [(k, self.state.series[k]) for k in self._unsaved_series]
+            self._unsaved_series = set()
+        self.store.commit_batch(series, [], [], [])
         if self.self_metrics is not None:
             self.self_metrics.shutdown()
         self.store.close()

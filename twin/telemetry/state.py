@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twin.core.health import ComponentView, assess
-from twin.core.rates import SeriesPoint, update_counter, update_gauge
+from twin.core.rates import SeriesPoint, update_counter
 from twin.core.telemetry import STEP_TIME_SIGNAL, Evidence, MetricMapping
 from twin.telemetry.mapping import MetricCatalog, Resolved
 
@@ -27,19 +27,51 @@ EVENTS_KEPT = 1000
 SeriesKey = tuple[str, str, tuple[str, ...]]  # (metric key, component id, detail values)
 
 
-@dataclass(slots=True)
-class Point:
-    """One decoded, mapped data point, ready to apply."""
+@dataclass(frozen=True, slots=True)
+class SeriesId:
+    """Everything about a series that its attributes determine, computed once per attribute set.
 
+    ``key``: (metric key, component id, detail values); ``text``: the same as one string
+    for the store.
+    """
+
+    key: SeriesKey
+    text: str
     resolved: Resolved
     host: str
     switch: bool
-    identity: tuple[str, ...]
-    detail: tuple[str, ...]
-    start_ns: int
-    time_ns: int
-    value: float
-    delta: bool = False
+    labels: tuple[tuple[str, str], ...]
+
+    @property
+    def cid(self) -> str:
+        """Component id."""
+        return self.key[1]
+
+
+def series_id(resolved: Resolved, host: str, switch: bool, identity: tuple[str, ...],
+              detail: tuple[str, ...]) -> SeriesId:
+    """The id of the series of ``resolved``'s metric for one component and detail."""
+    m = resolved.mapping
+    cid = f"job:{identity[0]}" if m.component == "job" else f"{host}/{m.component}:{'/'.join(identity)}"
+    key = (resolved.key, cid, detail)
+    labels = tuple(zip((alts[0] for alts in resolved.identity), identity, strict=False))
+    return SeriesId(key, series_key_text(key), resolved, host if m.component != "job" else "", switch, labels)
+
+
+def series_key_text(key: SeriesKey) -> str:
+    """Series key as one string (unit/record separators cannot occur in metric names)."""
+    return key[0] + _SEP + key[1] + _SEP + _RS.join(key[2])
+
+
+def series_key_parse(text: str) -> SeriesKey:
+    """Inverse of :func:`series_key_text`."""
+    metric, cid, detail = text.split(_SEP, 2)
+    return metric, cid, tuple(detail.split(_RS)) if detail else ()
+
+
+# One decoded point: (series id, start ns, time ns, value, delta temporality).
+Point = tuple[SeriesId, int, int, float, bool]
+_SEP, _RS = "\x1f", "\x1e"
 
 
 @dataclass(slots=True)
@@ -61,15 +93,16 @@ class Component:
     capacity: float = 1.0
     last_seen_ns: int = 0
     since_ns: int = 0
+    ruled: tuple[tuple[str, float], ...] | None = None
 
     def view(self) -> ComponentView:
         """What the tier roll-up needs."""
         return ComponentView(self.id, self.kind, self.tier, self.state, self.capacity)  # type: ignore[arg-type]
 
     def to_record(self) -> dict[str, Any]:
-        """Persistent form (signals are rebuilt from series on load)."""
+        """Persistent form: everything the API shows (series baselines are checkpointed apart)."""
         return {"kind": self.kind, "host": self.host, "tier": self.tier, "labels": self.labels,
-                "switch": self.switch, "peaks": self.peaks, "state": self.state,
+                "switch": self.switch, "peaks": self.peaks, "signals": self.signals, "state": self.state,
                 "evidence": [[e.signal, e.value, e.rule, e.severity, e.why, e.metric] for e in self.evidence],
                 "capacity": self.capacity, "last_seen_ns": self.last_seen_ns, "since_ns": self.since_ns}
 
@@ -127,27 +160,30 @@ class LiveState:
     def apply(self, points: Iterable[Point], now_ns: int, result: ApplyResult, dirty: Dirty) -> None:
         """Fold ``points`` into the state, counting outcomes in ``result`` and changes in ``dirty``."""
         series, components = self.series, self.components
+        max_series, max_components = self.max_series, self.max_components
         touched: set[str] = set()
-        for p in points:
-            m = p.resolved.mapping
-            cid = f"job:{p.identity[0]}" if m.component == "job" else f"{p.host}/{m.component}:{'/'.join(p.identity)}"
-            skey = (p.resolved.key, cid, p.detail)
+        dirty_series = dirty.series
+        for sid, start, t, value, delta in points:
+            skey = sid.key
             prev = series.get(skey)
-            if prev is None and len(series) >= self.max_series:
-                result.reject(f"series limit ({self.max_series}) reached")
+            if prev is None and len(series) >= max_series:
+                result.reject(f"series limit ({max_series}) reached")
                 continue
+            m = sid.resolved.mapping
+            cid = skey[1]
             comp = components.get(cid)
             if comp is None:
-                if len(components) >= self.max_components:
-                    result.reject(f"component limit ({self.max_components}) reached")
+                if len(components) >= max_components:
+                    result.reject(f"component limit ({max_components}) reached")
                     continue
-                labels = dict(zip((alts[0] for alts in p.resolved.identity), p.identity, strict=False))
-                comp = components[cid] = Component(cid, m.component, p.host if m.component != "job" else "",
-                                                   m.tier, labels, switch=p.switch, since_ns=now_ns)
+                comp = components[cid] = Component(cid, m.component, sid.host, m.tier, dict(sid.labels),
+                                                   switch=sid.switch, since_ns=now_ns)
             if m.kind == "counter":
-                new, outcome = update_counter(prev, p.start_ns, p.time_ns, p.value, p.delta)
+                new, outcome = update_counter(prev, start, t, value, delta)
+            elif prev is not None and t <= prev.time_ns:
+                outcome = "duplicate"
             else:
-                new, outcome = update_gauge(prev, p.time_ns, p.value)
+                new, outcome = SeriesPoint(0, t, value, value), "rate"
             if outcome == "duplicate":
                 result.duplicates += 1
                 result.accepted += 1
@@ -155,29 +191,39 @@ class LiveState:
             if outcome == "reset":
                 result.resets += 1
             series[skey] = new  # type: ignore[assignment]
-            if new is not None and new.derived is not None:
-                comp.series.setdefault(m.signal, {})[(p.resolved.key, p.detail)] = new.derived
-                comp.mappings[m.signal] = m
-            if p.time_ns > comp.last_seen_ns:
-                comp.last_seen_ns = p.time_ns
-            dirty.series.add(skey)
+            if new.derived is not None:  # type: ignore[union-attr]
+                per = comp.series.get(m.signal)
+                if per is None:
+                    per = comp.series[m.signal] = {}
+                    comp.mappings[m.signal] = m
+                per[(skey[0], skey[2])] = new.derived  # type: ignore[union-attr]
+            if t > comp.last_seen_ns:
+                comp.last_seen_ns = t
+            dirty_series.add(skey)
             touched.add(cid)
             if m.signal == STEP_TIME_SIGNAL:
-                job = p.identity[0]
-                self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((p.time_ns, p.value))
-                dirty.observations.append((job, p.time_ns, p.value))
+                job = comp.labels[next(iter(comp.labels))]
+                self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, value))
+                dirty.observations.append((job, t, value))
             result.accepted += 1
         for cid in touched:
             self._reassess(components[cid], now_ns, dirty)
         dirty.components |= touched
 
     def _reassess(self, comp: Component, now_ns: int, dirty: Dirty) -> None:
-        comp.signals = self._aggregate(comp)
-        for sig, value in comp.signals.items():
-            m = comp.mappings.get(sig)
-            if m is not None and m.capacity == "ratio_to_peak" and value > comp.peaks.get(sig, 0.0):
+        comp.signals = signals = self._aggregate(comp)
+        mappings = comp.mappings
+        # Only signals with rules decide health: when none of them moved (byte counters
+        # change every interval, error counters rarely do), the assessment cannot change.
+        ruled = tuple((sig, v) for sig, v in signals.items()
+                      if sig in mappings and (mappings[sig].conditions or mappings[sig].capacity))
+        if ruled == comp.ruled and comp.ruled is not None:
+            return
+        comp.ruled = ruled
+        for sig, value in ruled:
+            if mappings[sig].capacity == "ratio_to_peak" and value > comp.peaks.get(sig, 0.0):
                 comp.peaks[sig] = value
-        health = assess(comp.signals, comp.mappings, comp.peaks)
+        health = assess(signals, mappings, comp.peaks)
         if health.state != comp.state:
             why = "; ".join(e.text() for e in health.evidence if e.severity != "info") or "no rule fires any more"
             event = (now_ns, comp.id, comp.state, health.state, why)
@@ -201,7 +247,8 @@ class LiveState:
     def restore(self, series: Iterable[tuple[SeriesKey, SeriesPoint]], components: Iterable[tuple[str, dict[str, Any]]],
                 observations: Iterable[tuple[str, int, float]], events: Iterable[tuple[int, str, str, str, str]]) -> None:
         """Rebuild the state from what the store persisted (no reassessment: identical state)."""
-        for cid, rec in components:
+        records = dict(components)
+        for cid, rec in records.items():
             self.components[cid] = Component(
                 cid, rec["kind"], rec["host"], rec["tier"], dict(rec["labels"]), switch=bool(rec.get("switch")),
                 peaks=dict(rec["peaks"]), state=rec["state"], evidence=tuple(Evidence(*e) for e in rec["evidence"]),
@@ -215,8 +262,9 @@ class LiveState:
             m = resolved.mapping
             comp.series.setdefault(m.signal, {})[(key[0], key[2])] = point.derived
             comp.mappings[m.signal] = m
-        for comp in self.components.values():
-            comp.signals = self._aggregate(comp)
+        for cid, rec in records.items():
+            # As persisted with the last acknowledged batch (series may be a checkpoint older).
+            self.components[cid].signals = {k: float(v) for k, v in rec.get("signals", {}).items()}
         for job, t, v in observations:
             self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, v))
         self.events.extend(events)

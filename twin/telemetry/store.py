@@ -20,10 +20,9 @@ from typing import Any
 from twin.core.calibration import Adjustment
 from twin.core.rates import SeriesPoint
 from twin.core.specs import Calibration
-from twin.telemetry.state import OBSERVATIONS_PER_JOB, Component, SeriesKey
+from twin.telemetry.state import OBSERVATIONS_PER_JOB, Component, SeriesKey, series_key_parse, series_key_text
 
 SCHEMA_VERSION = 1
-_SEP = "\x1f"  # unit separator: cannot appear in metric names; attribute values are escaped by JSON
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS series (key TEXT PRIMARY KEY, start_ns INTEGER, time_ns INTEGER, value REAL,
@@ -37,17 +36,6 @@ CREATE TABLE IF NOT EXISTS calibration (id INTEGER PRIMARY KEY CHECK (id = 1), d
 CREATE TABLE IF NOT EXISTS calibration_history (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER,
                                                 factor TEXT, old REAL, new REAL, reason TEXT);
 """
-
-
-def series_key_text(key: SeriesKey) -> str:
-    """Series key as one TEXT column."""
-    return key[0] + _SEP + key[1] + _SEP + json.dumps(key[2])
-
-
-def series_key_parse(text: str) -> SeriesKey:
-    """Inverse of :func:`series_key_text`."""
-    metric, cid, detail = text.split(_SEP, 2)
-    return metric, cid, tuple(json.loads(detail))
 
 
 class Store:
