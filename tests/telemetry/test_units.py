@@ -29,8 +29,10 @@ def test_counter_rate_duplicate_and_reset() -> None:
     assert out == "duplicate" and older is p
     r, out = update_counter(p, 1 * S, 30 * S, 500.0)  # value dropped: counter restarted from 0
     assert out == "reset" and r.derived == pytest.approx(50.0)
-    r2, out = update_counter(p, 25 * S, 30 * S, 500.0)  # new start time inside the interval
+    r2, out = update_counter(p, 25 * S, 30 * S, 500.0)  # restarted at a start time inside the interval
     assert out == "reset" and r2.derived == pytest.approx(100.0)
+    r3, out = update_counter(p, 25 * S, 30 * S, 4000.0)  # exporter restarted, hardware counter kept going
+    assert out == "reset" and r3.derived == pytest.approx(100.0)
     d, out = update_counter(None, 10 * S, 20 * S, 40.0, delta=True)  # delta temporality
     assert d.derived == pytest.approx(4.0)
 

@@ -6,9 +6,12 @@ one into a rate. The rules follow the Prometheus/OpenMetrics reading of counters
 
 - a point whose timestamp is not newer than the last accepted one is a duplicate (a
   retried request, or two collectors scraping the same target) and changes nothing;
-- a value lower than the last one, or a new ``start_time`` (OTLP's start of the
-  cumulative period), is a reset: the counter restarted from zero, so the increase since
-  the reset is the value itself (Prometheus ``rate()``/``increase()`` reset handling);
+- a value lower than the last one is a reset: the counter restarted from zero, so the
+  increase since the reset is the value itself (Prometheus ``rate()``/``increase()``
+  reset handling), over the interval since the new ``start_time`` when it falls inside;
+- a new ``start_time`` (OTLP's start of the cumulative period) without a drop is an
+  exporter restart over a counter that kept counting (hardware counters do): the
+  difference is the increase;
 - delta-temporality points (OTLP ``AGGREGATION_TEMPORALITY_DELTA``) already carry the
   increase over ``[start, time]``.
 Negative or non-finite counter values are invalid and rejected by the caller.
@@ -52,12 +55,16 @@ def update_counter(prev: SeriesPoint | None, start_ns: int, time_ns: int, value:
         # The first point only sets the baseline (as Prometheus rate() needs two samples):
         # exporters' start times are often the exporter's own start, not the counter's.
         return SeriesPoint(start_ns, time_ns, value, None), "first"
-    restarted = start_ns != prev.start_ns and start_ns > 0 and prev.start_ns > 0
-    if value < prev.value or restarted:
+    if value < prev.value:
         # Counted from zero since the reset: since the new start time if it falls inside
-        # the interval, otherwise over the whole interval (the reset time is unknown).
+        # the interval (the counter's own start), otherwise over the whole interval.
         since = start_ns if prev.time_ns < start_ns < time_ns else prev.time_ns
         rate = value / ((time_ns - since) * 1e-9)
+        return SeriesPoint(start_ns, time_ns, value, rate), "reset"
+    if start_ns != prev.start_ns and start_ns > 0 and prev.start_ns > 0:
+        # A new start time without a drop: the exporter restarted but the counter it
+        # reads (a NIC or GPU hardware counter) kept counting, so the increase is real.
+        rate = (value - prev.value) / ((time_ns - prev.time_ns) * 1e-9)
         return SeriesPoint(start_ns, time_ns, value, rate), "reset"
     rate = (value - prev.value) / ((time_ns - prev.time_ns) * 1e-9)
     return SeriesPoint(start_ns, time_ns, value, rate), "rate"
