@@ -68,6 +68,8 @@ def otlp_handler(service: TelemetryService) -> grpc.GenericRpcHandler:
         except DecodeError:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request: not a valid OTLP ExportMetricsServiceRequest")
         remaining = context.time_remaining()
+        if remaining is None or remaining > 3600:  # no deadline: gRPC reports "forever"
+            remaining = None
         try:
             rejected, message = service.ingest(request, timeout=remaining)
         except Overloaded as err:
