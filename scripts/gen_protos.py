@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
-    from grpc_tools import protoc  # build-time only
+    """Run protoc over proto/ into the source tree; returns protoc's status."""
     import grpc_tools
+    from grpc_tools import protoc  # build-time only
 
     protos = sorted(str(p.relative_to(ROOT / "proto")) for p in (ROOT / "proto").rglob("*.proto"))
     if not protos:

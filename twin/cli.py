@@ -20,6 +20,7 @@ COMMANDS = (
     "twin.commands.predict",
     "twin.commands.plugins",
     "twin.commands.validate",
+    "twin.commands.demo",
 )
 
 EXIT_BAD_INPUT = 2

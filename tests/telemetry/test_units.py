@@ -136,3 +136,34 @@ def test_live_calibration_applies_capacity() -> None:
     cal = live_calibration(Calibration(scale_out_bandwidth=0.9), {"scale_out": 0.5})
     assert cal.scale_out_bandwidth == pytest.approx(0.45) and cal.compute_efficiency == 1.0
     assert math.isclose(live_calibration(Calibration(), {"scale_out": 0.0}).scale_out_bandwidth, 1e-3)
+
+
+def test_divergence_is_an_otel_metric(tmp_path) -> None:
+    """The twin's own divergence metric, read through the OpenTelemetry SDK."""
+    import time as _time
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from tests.telemetry.conftest import EXAMPLES
+    from twin.telemetry.config import TelemetryConfig
+    from twin.telemetry.otlpbuild import request
+    from twin.telemetry.service import TelemetryService
+
+    reader = InMemoryMetricReader()
+    svc = TelemetryService(Engine(autoload=False), TelemetryConfig(state_dir=tmp_path, calibrate_interval_s=0),
+                           meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        designed = svc.register_job("j", (EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml").read_text())
+        t = _time.time_ns()
+        svc.ingest(request({}, [("twin.training.step_time", "gauge", [({"job": "j"}, 0, t, designed * 1.2)])]))
+        got = {}
+        for rm in reader.get_metrics_data().resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    for dp in m.data.data_points:
+                        got[(m.name, tuple(sorted(dp.attributes.items())))] = dp.value
+        assert got[("twin.prediction.divergence", (("basis", "designed"), ("job", "j")))] == pytest.approx(0.2)
+        assert got[("twin.calibration.factor", (("factor", "compute_efficiency"),))] == 1.0
+    finally:
+        svc.close()

@@ -64,7 +64,8 @@ def _cal(c: dict[str, Any]) -> pb.Calibration:
 
 def _job(j: dict[str, Any]) -> pb.JobDivergence:
     return pb.JobDivergence(job=j["job"], observed_step_time_s=j["observed_step_time_s"],
-                            observations=j.get("observations", 0), predicted_designed_s=j.get("predicted_designed_s", 0),
+                            observations=j.get("observations", 0),
+                            predicted_designed_s=j.get("predicted_designed_s", 0),
                             predicted_now_s=j["predicted_now_s"], divergence_designed=j.get("divergence_designed", 0),
                             divergence_now=j["divergence_now"])
 
@@ -109,7 +110,8 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
             designed_estimate_json=json.dumps(out["designed"]) if "designed" in out else "",
             now_estimate_json=json.dumps(out["now"]) if "now" in out else "", notes=out["notes"])
 
-    def GetDivergence(self, request: pb.GetDivergenceRequest, context: grpc.ServicerContext) -> pb.GetDivergenceResponse:
+    def GetDivergence(self, request: pb.GetDivergenceRequest,
+                      context: grpc.ServicerContext) -> pb.GetDivergenceResponse:
         return pb.GetDivergenceResponse(jobs=[_job(j) for j in _call(context, self.service.divergence)])
 
     def Calibrate(self, request: pb.CalibrateRequest, context: grpc.ServicerContext) -> pb.CalibrateResponse:

@@ -43,7 +43,7 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
 
 
 def server_options(max_receive_bytes: int) -> list[tuple[str, int]]:
-    """gRPC server options the OTLP receiver needs (receive limit above gRPC's 4 MiB default)."""
+    """GRPC server options the OTLP receiver needs (receive limit above gRPC's 4 MiB default)."""
     return [("grpc.max_receive_message_length", max_receive_bytes)]
 
 

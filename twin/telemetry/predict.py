@@ -47,7 +47,7 @@ def evaluate_with(engine: Engine, scenario: Scenario, calibration: Calibration, 
 
 
 def sensitivities(engine: Engine, scenario: Scenario, calibration: Calibration, base_s: float) -> dict[str, float]:
-    """d ln(step) / d ln(factor) for each calibration factor, at ``calibration``."""
+    """D ln(step) / d ln(factor) for each calibration factor, at ``calibration``."""
     out = {}
     for f in FACTORS:
         value = getattr(calibration, f)

@@ -197,8 +197,7 @@ class LiveState:
                     per = comp.series[m.signal] = {}
                     comp.mappings[m.signal] = m
                 per[(skey[0], skey[2])] = new.derived  # type: ignore[union-attr]
-            if t > comp.last_seen_ns:
-                comp.last_seen_ns = t
+            comp.last_seen_ns = max(comp.last_seen_ns, t)
             dirty_series.add(skey)
             touched.add(cid)
             if m.signal == STEP_TIME_SIGNAL:
@@ -244,8 +243,9 @@ class LiveState:
         return out
 
     # ---------------------------------------------------------------- restore
-    def restore(self, series: Iterable[tuple[SeriesKey, SeriesPoint]], components: Iterable[tuple[str, dict[str, Any]]],
-                observations: Iterable[tuple[str, int, float]], events: Iterable[tuple[int, str, str, str, str]]) -> None:
+    def restore(self, series: Iterable[tuple[SeriesKey, SeriesPoint]],
+                components: Iterable[tuple[str, dict[str, Any]]], observations: Iterable[tuple[str, int, float]],
+                events: Iterable[tuple[int, str, str, str, str]]) -> None:
         """Rebuild the state from what the store persisted (no reassessment: identical state)."""
         records = dict(components)
         for cid, rec in records.items():
