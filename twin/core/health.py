@@ -126,7 +126,7 @@ def tier_status(components: Iterable[ComponentView]) -> dict[str, TierStatus]:
             t.capacity, t.by = cap, c.id
     return {tier: TierStatus(tier=tier, capacity=t.capacity, limited_by=t.by, down=tuple(sorted(t.down)),
                              degraded=tuple(sorted(t.degraded)), notes=tuple(t.notes))
-            for tier, t in acc.items()}
+            for tier, t in sorted(acc.items())}
 
 
 @dataclass
