@@ -42,7 +42,7 @@ def test_sdk_push_live_state_and_now_prediction(start_server) -> None:
         assert port.tx_bytes_per_s == pytest.approx(0.8 * 50e9, rel=0.2)  # achieved bandwidth from the counter
         assert srv.component("node-1/gpu:0").signals["temperature_c"] == 62.0
         p0 = api.PredictLive(pb.PredictLiveRequest(job="gpt"))
-        # Healthy, except ~2% PFC pause time on every RoCE port: "now" is barely slower.
+        # Healthy, except ~0.5% PFC pause time on every RoCE port: "now" is barely slower.
         assert p0.designed_step_time_s <= p0.now_step_time_s < p0.designed_step_time_s * 1.02
         assert not p0.down_components and not p0.degraded_components
 

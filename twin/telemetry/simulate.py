@@ -7,8 +7,9 @@ counters (bytes, symbol errors, link downs, state, rate), mlx5 RoCE congestion c
 step time as ``twin.training.step_time``. Metric names are the exporters' own; the SDK
 lower-cases them, as it does in production. ``twin demo`` and the tests drive it.
 
-Counters advance by rate x the real time between pushes, so the rates the twin derives
-are the simulated ones whatever the push cadence.
+Counters advance by rate x the real time between collections (inside the SDK's
+collection, next to its timestamps), so the rates the twin derives are the simulated ones
+whatever the push cadence.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Node:
     name: str
     gpus: int = 8
     ports: list[Port] = field(default_factory=list)
+    last: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         if not self.ports:
@@ -73,7 +75,6 @@ class SimulatedCluster:
         self.job = job
         self.step_time_s = step_time_s
         self.utilization_busy = 0.92
-        self._last = time.time()
         self._providers: list[tuple[MeterProvider, InMemoryMetricReader, OTLPMetricExporter]] = []
         for node in self.nodes:
             reader = InMemoryMetricReader()
@@ -93,6 +94,7 @@ class SimulatedCluster:
 
         def ports(fn: Any) -> Any:
             def cb(options: CallbackOptions) -> list[Observation]:
+                self._advance(node)  # at collection time, so counters match the SDK's timestamps
                 return [Observation(fn(p), {**per_port, "device": p.device}) for p in node.ports]
             return [cb]
 
@@ -141,26 +143,25 @@ class SimulatedCluster:
             p.link_downed += 1
         p.state = state
 
-    def advance(self) -> float:
-        """Move counters forward by the real time since the last push; returns the seconds."""
+    def _advance(self, node: Node) -> None:
+        """Move the node's counters forward by the real time since they last moved."""
         now = time.time()
-        dt = max(1e-3, now - self._last)
-        self._last = now
-        for node in self.nodes:
-            for p in node.ports:
-                bw = 0.8 * p.rate
-                p.tx_bytes += bw * dt
-                p.rx_bytes += bw * dt
-                if p.state == "degraded":
-                    p.symbol_errors += 50 * dt
-                    p.fec_uncorrectable += 5 * dt
-                p.pause_us += 1e6 * dt * (0.02 if p.state == "up" else 0.1)
-                p.ecn_marked += 1000 * dt
-        return dt
+        dt = now - node.last
+        if dt < 0.01:  # the same collection: every callback but the first sees dt ~ 0
+            return
+        node.last = now
+        for p in node.ports:
+            bw = 0.8 * p.rate
+            p.tx_bytes += bw * dt
+            p.rx_bytes += bw * dt
+            if p.state == "degraded":
+                p.symbol_errors += 50 * dt
+                p.fec_uncorrectable += 5 * dt
+            p.pause_us += 1e6 * dt * (0.005 if p.state == "up" else 0.2)
+            p.ecn_marked += 1000 * dt
 
     def collect(self) -> list[tuple[OTLPMetricExporter, MetricsData]]:
         """Collect every node's metrics now (the job's step time too)."""
-        self.advance()
         self._step_gauge.set(self.step_time_s, {"job": self.job})
         return [(exp, reader.get_metrics_data()) for _, reader, exp in self._providers]
 
