@@ -17,6 +17,7 @@ from twin.core.errors import SpecError
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact
 from twin.core.memory import ADAM_STATE_BYTES, memory_per_gpu
 from twin.core.specs import Cluster, Scenario
+from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy
 from twin.core.units import GIB
 from twin.hookimpl import hookimpl
@@ -163,3 +164,45 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
                         degraded=impact if used else Impact(note="the job keeps nothing in the pool"),
                         detection_s=30.0, repair_h=48.0, repair_source="assumption (a device swap)",
                         description="CXL memory device lost")]
+
+
+# ----------------------------------------------------------------------- telemetry
+# CXL memory device health: the fields of the CXL 2.0 "Get Health Info" mailbox command
+# (§8.2.9.8.3.1; Linux `cxl list -H` prints them) published as cxl_* metrics per memdev.
+# Health Status bits (Table 181): 0 maintenance needed, 1 performance degraded,
+# 2 hardware replacement needed. Media Status (Table 182): 0 normal.
+_MEMDEV = ("memdev|device",)
+CXL_MAPPINGS = [
+    MetricMapping(("{*}cxl_health_status",), "cxl_device", "health_status", identity=_MEMDEV, tier="memory",
+                  aggregate="max",
+                  conditions=(Condition("degraded", "mask", float(0b110),
+                                        "CXL health status: performance degraded or hardware replacement needed"),
+                              Condition("info", "mask", float(0b001), "CXL health status: maintenance needed")),
+                  source="CXL 2.0 Get Health Info, Health Status bitmask"),
+    MetricMapping(("{*}cxl_media_status",), "cxl_device", "media_status", identity=_MEMDEV, tier="memory",
+                  aggregate="max",
+                  conditions=(Condition("down", "not_in", (0.0,), "CXL media status not normal (Table 182)"),),
+                  source="CXL 2.0 Get Health Info, Media Status"),
+    MetricMapping(("{*}cxl_life_used_percent", "{*}cxl_health_life_used"), "cxl_device", "life_used_pct",
+                  identity=_MEMDEV, tier="memory", aggregate="max", unit="%",
+                  conditions=(Condition("degraded", ">", 90.0, "over 90% of rated life used (twin threshold; "
+                                        "the device also raises its own Life Used warning)"),),
+                  source="CXL 2.0 Get Health Info, Life Used"),
+    MetricMapping(("{*}cxl_device_temperature_celsius", "{*}cxl_health_temperature"), "cxl_device",
+                  "temperature_c", identity=_MEMDEV, tier="memory", aggregate="max", unit="C",
+                  source="CXL 2.0 Get Health Info, Device Temperature"),
+    MetricMapping(("{*}cxl_corrected_volatile_errors", "{*}cxl_corrected_persistent_errors"), "cxl_device",
+                  "corrected_errors_per_s", kind="counter", identity=_MEMDEV, tier="memory", unit="1/s",
+                  conditions=(Condition("info", ">", 0.0, "corrected media errors"),),
+                  source="CXL 2.0 Get Health Info, Corrected Volatile/Persistent Error Count"),
+    MetricMapping(("{*}cxl_dirty_shutdowns",), "cxl_device", "dirty_shutdowns_per_s", kind="counter",
+                  identity=_MEMDEV, tier="memory", unit="1/s",
+                  conditions=(Condition("info", ">", 0.0, "dirty shutdown recorded"),),
+                  source="CXL 2.0 Get Health Info, Dirty Shutdown Count"),
+]
+
+
+@hookimpl
+def twin_metric_mappings() -> list[MetricMapping]:
+    """CXL memory device health metrics."""
+    return list(CXL_MAPPINGS)

@@ -29,6 +29,7 @@ from twin.core.errors import SpecError
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact, UplinkLoss
 from twin.core.failures.fabric import LEVEL_NAMES, REROUTE_STALL_S, fat_tree_of, nic_share_factor
 from twin.core.specs import Cluster, Scenario
+from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy
 from twin.hookimpl import hookimpl
 
@@ -204,3 +205,57 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
                                  description=f"external laser of a {LEVEL_NAMES[level]}'s up ports fails: "
                                              f"{lost:g} uplinks re-route"))
     return modes
+
+
+# ----------------------------------------------------------------------- telemetry
+# Transceiver digital optical monitoring (DOM, SFF-8636 / CMIS) and FEC statistics. No
+# single exporter owns these names: switch and host exporters publish the module's DOM
+# pages as transceiver_* / optics_* gauges (per lane or channel) and FEC counters as the
+# Linux ethtool FEC statistics (corrected/uncorrectable blocks) or mlx5's phy counters.
+# Thresholds: IEEE 802.3bs 400GBASE-DR4 (Table 124-7: average receive power per lane
+# min -5.9 dBm; Table 124-6: launch power min -2.9 dBm); KP4 RS(544,514) FEC corrects up to
+# a pre-FEC BER of 2.4e-4 (IEEE 802.3bs); QSFP-DD/OSFP modules are rated to 70 C case
+# temperature (commercial class, SFF-8636/CMIS).
+_XCVR = ("device|interface|port",)
+_DR4 = "IEEE 802.3bs 400GBASE-DR4"
+OPTICS_MAPPINGS = [
+    MetricMapping(("{*}transceiver_rx_power_dbm", "{*}optics_rx_power_dbm", "{*}module_rx_power_dbm"),
+                  "transceiver", "rx_power_dbm", identity=_XCVR, detail=("lane|channel",), aggregate="min",
+                  tier="scale_out", unit="dBm",
+                  conditions=(Condition("degraded", "<", -5.9, f"receive power below the {_DR4} minimum -5.9 dBm "
+                                        "(dirty or damaged fibre, failing laser at the far end)"),),
+                  source="DOM receive power per lane"),
+    MetricMapping(("{*}transceiver_tx_power_dbm", "{*}optics_tx_power_dbm", "{*}module_tx_power_dbm"),
+                  "transceiver", "tx_power_dbm", identity=_XCVR, detail=("lane|channel",), aggregate="min",
+                  tier="scale_out", unit="dBm",
+                  conditions=(Condition("degraded", "<", -2.9,
+                                        f"launch power below the {_DR4} minimum -2.9 dBm (laser ageing)"),),
+                  source="DOM transmit power per lane"),
+    MetricMapping(("{*}transceiver_temperature_celsius", "{*}transceiver_temperature", "{*}optics_temperature_c"),
+                  "transceiver", "temperature_c", identity=_XCVR, aggregate="max", tier="scale_out", unit="C",
+                  conditions=(Condition("degraded", ">", 70.0, "module above its 70 C rated case temperature"),),
+                  source="DOM module temperature"),
+    MetricMapping(("{*}transceiver_pre_fec_ber", "{*}phy_pre_fec_ber", "{*}pre_fec_ber"), "transceiver",
+                  "pre_fec_ber", identity=_XCVR, aggregate="max", tier="scale_out",
+                  conditions=(Condition("degraded", ">", 2.4e-4,
+                                        "pre-FEC BER above the KP4 RS(544,514) correction limit 2.4e-4"),),
+                  source="pre-FEC bit error ratio (gauge)"),
+    MetricMapping(("{*}transceiver_post_fec_ber", "{*}phy_post_fec_ber", "{*}post_fec_ber"), "transceiver",
+                  "post_fec_ber", identity=_XCVR, aggregate="max", tier="scale_out",
+                  conditions=(Condition("degraded", ">", 0.0, "post-FEC errors: frames are being lost"),),
+                  source="post-FEC bit error ratio (gauge)"),
+    MetricMapping(("{*}fec_uncorrectable_blocks", "{*}rx_fec_uncorrectable_blocks", "{*}rx_uncorrectable_errors_phy"),
+                  "transceiver", "fec_uncorrectable_per_s", kind="counter", identity=_XCVR, tier="scale_out",
+                  unit="1/s",
+                  conditions=(Condition("degraded", ">", 0.0, "uncorrectable FEC codewords: frames are being lost"),),
+                  source="Linux ethtool FEC statistics (uncorrectable_blocks) / mlx5 phy counter"),
+    MetricMapping(("{*}fec_corrected_blocks", "{*}rx_fec_corrected_blocks", "{*}rx_corrected_bits_phy"),
+                  "transceiver", "fec_corrected_per_s", kind="counter", identity=_XCVR, tier="scale_out",
+                  unit="1/s", source="Linux ethtool FEC statistics (corrected_blocks) / mlx5 rx_corrected_bits_phy"),
+]
+
+
+@hookimpl
+def twin_metric_mappings() -> list[MetricMapping]:
+    """Transceiver DOM (power, temperature) and FEC metrics."""
+    return list(OPTICS_MAPPINGS)

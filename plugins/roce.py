@@ -23,6 +23,7 @@ from twin.core.failures.components import ComponentGroup, FailureMode, Impact
 from twin.core.failures.fabric import fat_tree_components, fat_tree_failure_modes
 from twin.core.fattree import scale_out_tiers
 from twin.core.specs import Cluster, Scenario
+from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy, Tier
 from twin.hookimpl import hookimpl
 
@@ -210,3 +211,56 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
                     detection_s=0.0, repair_h=ECMP_EPISODE_S / 3600.0, repair_source="assumption",
                     description="ECMP hash collisions (flows collapse to one per GPU pair)"),
     ]
+
+
+# ----------------------------------------------------------------------- telemetry
+# RoCE congestion counters of NVIDIA/Mellanox mlx5 NICs: ethtool -S per-priority PFC
+# counters (rx_prio<N>_pause, rx_prio<N>_pause_duration in microseconds, mlx5 ethtool
+# counters documentation) and RDMA hw_counters (/sys/class/infiniband/<dev>/ports/<port>/
+# hw_counters: np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled, out_of_sequence,
+# Linux drivers/infiniband/hw/mlx5/counters.c). Exporters prefix them (node_exporter's
+# ethtool collector: node_ethtool_<stat>; telegraf infiniband: rdma_...), hence {*}.
+_NIC = ("device|interface|ifname",)
+ROCE_MAPPINGS = [
+    MetricMapping(("{*}rx_prio{prio}_pause_duration",), "roce_port", "paused_fraction", kind="counter",
+                  identity=_NIC, detail=("prio",), aggregate="max", scale=1e-6, tier="scale_out",
+                  capacity="one_minus",
+                  conditions=(Condition("degraded", ">", 0.05,
+                                        "paused by the peer more than 5% of the time: PFC pause time is transmit "
+                                        "time lost (IEEE 802.1Qbb); twin threshold"),),
+                  source="mlx5 ethtool: microseconds the port was paused on priority N"),
+    MetricMapping(("{*}rx_prio{prio}_pause", "{*}rx_pause_ctrl_phy"), "roce_port", "pfc_rx_pause_per_s",
+                  kind="counter", identity=_NIC, detail=("prio",), tier="scale_out", unit="frames/s",
+                  conditions=(Condition("info", ">", 0.0, "PFC pause frames received (the peer is congested)"),),
+                  source="mlx5 ethtool: pause frames received per priority / link-level"),
+    MetricMapping(("{*}tx_prio{prio}_pause", "{*}tx_pause_ctrl_phy"), "roce_port", "pfc_tx_pause_per_s",
+                  kind="counter", identity=_NIC, detail=("prio",), tier="scale_out", unit="frames/s",
+                  conditions=(Condition("info", ">", 0.0, "PFC pause frames sent (this port is congested)"),),
+                  source="mlx5 ethtool: pause frames sent"),
+    MetricMapping(("{*}np_ecn_marked_roce_packets",), "roce_port", "ecn_marked_per_s", kind="counter",
+                  identity=_NIC, tier="scale_out", unit="pkt/s",
+                  conditions=(Condition("info", ">", 0.0, "ECN-marked RoCE packets received (DCQCN congestion)"),),
+                  source="mlx5 hw_counters: CE-marked RoCE packets at the notification point"),
+    MetricMapping(("{*}np_cnp_sent",), "roce_port", "cnp_sent_per_s", kind="counter", identity=_NIC,
+                  tier="scale_out", unit="pkt/s", source="mlx5 hw_counters: CNPs sent"),
+    MetricMapping(("{*}rp_cnp_handled",), "roce_port", "cnp_handled_per_s", kind="counter", identity=_NIC,
+                  tier="scale_out", unit="pkt/s",
+                  conditions=(Condition("info", ">", 0.0, "CNPs handled: DCQCN is throttling this sender"),),
+                  source="mlx5 hw_counters: CNPs handled by the reaction point"),
+    MetricMapping(("{*}out_of_sequence", "{*}packet_seq_err"), "roce_port", "out_of_sequence_per_s",
+                  kind="counter", identity=_NIC, tier="scale_out", unit="pkt/s",
+                  conditions=(Condition("degraded", ">", 1.0,
+                                        "out-of-sequence packets on a lossless fabric mean drops and go-back-N "
+                                        "retransmission (mlx5 counters documentation); twin threshold 1/s"),),
+                  source="mlx5 hw_counters: out_of_sequence / packet_seq_err"),
+    MetricMapping(("{*}local_ack_timeout_err",), "roce_port", "ack_timeouts_per_s", kind="counter",
+                  identity=_NIC, tier="scale_out", unit="1/s",
+                  conditions=(Condition("degraded", ">", 0.0, "RDMA ACK timeouts: packets lost in the fabric"),),
+                  source="mlx5 hw_counters: local_ack_timeout_err"),
+]
+
+
+@hookimpl
+def twin_metric_mappings() -> list[MetricMapping]:
+    """mlx5 RoCE congestion counters (PFC, ECN, CNP, out-of-sequence)."""
+    return list(ROCE_MAPPINGS)

@@ -23,6 +23,7 @@ COMMANDS = (
     "twin.commands.failures",
     "twin.commands.serve",
     "twin.commands.catalog",
+    "twin.commands.demo",
 )
 
 EXIT_BAD_INPUT = 2

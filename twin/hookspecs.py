@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from twin.core.collectives import CollectiveCost
     from twin.core.failures.components import ComponentGroup, FailureMode
     from twin.core.specs import Scenario
+    from twin.core.telemetry import MetricMapping
     from twin.core.topology import GroupSpan, Hierarchy
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -95,4 +96,16 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
     crashes the job, the nodes it takes out and the degraded ``Impact`` the job runs with
     until the repair. A mode with the same (component, name) and a higher ``priority``
     replaces a lower one.
+    """
+
+
+@hookspec
+def twin_metric_mappings() -> list[MetricMapping]:
+    """Return the exporter metrics this plugin's components report (telemetry ingest).
+
+    Each ``twin.core.telemetry.MetricMapping`` names a metric in all its spellings (matched
+    case-insensitively, ``_total`` optional), the component kind and signal it feeds, the
+    attributes that identify the component, and the health rules (with their sources)
+    that mark it degraded or down. A fabric brought by a third party brings its own
+    exporter names this way. Two plugins mapping the same name is an error naming both.
     """

@@ -10,7 +10,7 @@ naming the key. A config file looks like::
     state_dir: /var/lib/twin
     tls: {cert_file: /etc/twin/tls.crt, key_file: /etc/twin/tls.key, client_ca_file: /etc/twin/ca.crt}
     auth: {token_file: /etc/twin/token}
-    limits: {max_sweep_points: 100000, max_message_bytes: 4194304}
+    limits: {max_sweep_points: 100000, max_message_bytes: 67108864}
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ class LimitsConfig:
     """Bounds on requests. Over a bound: RESOURCE_EXHAUSTED naming the field."""
 
     # gRPC's own default receive limit is 4 MiB (grpc/impl/channel_arg_names.h); keep it.
-    max_message_bytes: int = spec_field(4 * 1024 * 1024, ge=1024)
+    # OTLP batches from a Collector exceed gRPC's 4 MiB default; 64 MiB as OTLP receivers allow.
+    max_message_bytes: int = spec_field(64 * 1024 * 1024, ge=1024)
     max_sweep_points: int = spec_field(100_000, ge=1)
     max_list_items: int = spec_field(4096, ge=1, doc="entries of any repeated field, map or Struct")
     # The largest published training clusters are ~10^5 GPUs (xAI Colossus 100k-200k H100,
@@ -99,6 +100,8 @@ class ServerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     otel: OtelConfig = field(default_factory=OtelConfig)
+    telemetry: dict[str, typing.Any] = field(
+        default_factory=dict, metadata={"doc": "OTLP ingest settings (twin.telemetry.config.TelemetryConfig fields)"})
 
     @property
     def state_path(self) -> Path:

@@ -38,7 +38,18 @@ def register_sweeps(server: grpc.Server, ctx: ServerContext) -> None:
     add_service(server, ctx, SWEEP_SERVICE, SweepServicer(ctx))
 
 
+def register_telemetry(server: grpc.Server, ctx: ServerContext) -> None:
+    """The OTLP MetricsService (same port) and twin.rpc.v1.TelemetryService."""
+    from twin.telemetry.extension import register
+
+    register(server, ctx)
+    for name in ("opentelemetry.proto.collector.metrics.v1.MetricsService", "twin.rpc.v1.TelemetryService"):
+        if name not in ctx.service_names:
+            ctx.service_names.append(name)
+
+
 EXTENSIONS: list[Register] = [
     register_core,
     register_sweeps,
+    register_telemetry,
 ]
