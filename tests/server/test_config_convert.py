@@ -26,7 +26,7 @@ def test_defaults_file_env_flags_in_that_order(tmp_path):
                     overrides={"port": 7000, "host": None})
     assert (c.port, c.workers, c.limits.max_sweep_points, c.state_dir) == (7000, 5, 20, "/x")
     assert c.host == "127.0.0.1"  # all interfaces only when asked for
-    assert c.tls.enabled and not c.tls.mutual and c.limits.max_message_bytes == 4 * 1024 * 1024
+    assert c.tls.enabled and not c.tls.mutual and c.limits.max_message_bytes == 64 * 1024 * 1024
     assert load_config(None, env={}).state_dir == "state" and load_config(None, env={}).port == 50051
 
 

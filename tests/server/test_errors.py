@@ -134,8 +134,8 @@ def test_too_large_is_resource_exhausted(twin_stub, sweep_stub):
 
 
 def test_message_size_limit(twin_stub):
-    # 5 MiB > the default 4 MiB receive limit: gRPC refuses it before any servicer runs.
-    err = call_error(twin_stub.Predict, t.PredictRequest(scenario_document="#" * (5 * 1024 * 1024)))
+    # 65 MiB > the default 64 MiB receive limit: gRPC refuses it before any servicer runs.
+    err = call_error(twin_stub.Predict, t.PredictRequest(scenario_document="#" * (65 * 1024 * 1024)))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 

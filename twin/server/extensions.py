@@ -48,8 +48,16 @@ def register_telemetry(server: grpc.Server, ctx: ServerContext) -> None:
             ctx.service_names.append(name)
 
 
+def register_failure_analysis(server: grpc.Server, ctx: ServerContext) -> None:
+    """FailureService (failure costs, goodput, criticality ranking)."""
+    from twin.server.failures import register_failures
+
+    register_failures(server, ctx)
+
+
 EXTENSIONS: list[Register] = [
     register_core,
     register_sweeps,
     register_telemetry,
+    register_failure_analysis,
 ]
