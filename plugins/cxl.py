@@ -14,8 +14,10 @@ from typing import Any
 
 from twin.core.api import Contribution, EvalContext, MemoryFabric, Strategy
 from twin.core.errors import SpecError
+from twin.core.failures.components import ComponentGroup, FailureMode, Impact
 from twin.core.memory import ADAM_STATE_BYTES, memory_per_gpu
-from twin.core.specs import Cluster
+from twin.core.specs import Cluster, Scenario
+from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy
 from twin.core.units import GIB
 from twin.hookimpl import hookimpl
@@ -125,3 +127,82 @@ def twin_fabrics() -> list[MemoryFabric]:
 def twin_strategies() -> list[Strategy]:
     """Register the offload strategy."""
     return [OffloadStrategy()]
+
+
+# ------------------------------------------------------------------ failure scenarios
+@hookimpl
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+    """The CXL memory devices of every node's pool."""
+    pool = scenario.cluster.memory_pool
+    if pool is None or pool.fabric != CXLPool.kind:
+        return None
+    return [ComponentGroup("cxl_device", "cxl_device", pool.devices_per_node * scenario.cluster.num_nodes,
+                           CXLPool.kind, attrs={"per_node": pool.devices_per_node,
+                                                "gib_each": pool.capacity_gib_per_node / pool.devices_per_node},
+                           source="cluster.memory_pool.devices_per_node x nodes")]
+
+
+@hookimpl
+def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
+                       switch_radix: int | None) -> list[FailureMode] | None:
+    """A lost CXL device: state offloaded there is gone (crash), and the pool shrinks."""
+    if component.name != "cxl_device" or component.fabric != CXLPool.kind:
+        return None
+    pool = scenario.cluster.memory_pool
+    assert pool is not None
+    offload = scenario.plan.offload
+    used = "cxl" in (offload.optimizer, offload.params, offload.activations)
+    d = pool.devices_per_node
+    # Interleaved pool memory (CXL 2.0 interleave sets span the devices): losing one
+    # device loses data in the job's address range, so a job with state there crashes;
+    # it can restart with the node's pool at (d-1)/d capacity and bandwidth, if its
+    # offloaded state still fits (the memory model re-checks).
+    impact = Impact(pool=(d - 1) / d, note=f"node pool on {d - 1} of {d} CXL devices") if d > 1 else None
+    return [FailureMode("cxl_device", "down", "down", None,
+                        "no published CXL device failure rate in validation/reference (set failures.rates)",
+                        interrupts=used, nodes_lost=1 if used else 0,
+                        degraded=impact if used else Impact(note="the job keeps nothing in the pool"),
+                        detection_s=30.0, repair_h=48.0, repair_source="assumption (a device swap)",
+                        description="CXL memory device lost")]
+
+
+# ----------------------------------------------------------------------- telemetry
+# CXL memory device health: the fields of the CXL 2.0 "Get Health Info" mailbox command
+# (§8.2.9.8.3.1; Linux `cxl list -H` prints them) published as cxl_* metrics per memdev.
+# Health Status bits (Table 181): 0 maintenance needed, 1 performance degraded,
+# 2 hardware replacement needed. Media Status (Table 182): 0 normal.
+_MEMDEV = ("memdev|device",)
+CXL_MAPPINGS = [
+    MetricMapping(("{*}cxl_health_status",), "cxl_device", "health_status", identity=_MEMDEV, tier="memory",
+                  aggregate="max",
+                  conditions=(Condition("degraded", "mask", float(0b110),
+                                        "CXL health status: performance degraded or hardware replacement needed"),
+                              Condition("info", "mask", float(0b001), "CXL health status: maintenance needed")),
+                  source="CXL 2.0 Get Health Info, Health Status bitmask"),
+    MetricMapping(("{*}cxl_media_status",), "cxl_device", "media_status", identity=_MEMDEV, tier="memory",
+                  aggregate="max",
+                  conditions=(Condition("down", "not_in", (0.0,), "CXL media status not normal (Table 182)"),),
+                  source="CXL 2.0 Get Health Info, Media Status"),
+    MetricMapping(("{*}cxl_life_used_percent", "{*}cxl_health_life_used"), "cxl_device", "life_used_pct",
+                  identity=_MEMDEV, tier="memory", aggregate="max", unit="%",
+                  conditions=(Condition("degraded", ">", 90.0, "over 90% of rated life used (twin threshold; "
+                                        "the device also raises its own Life Used warning)"),),
+                  source="CXL 2.0 Get Health Info, Life Used"),
+    MetricMapping(("{*}cxl_device_temperature_celsius", "{*}cxl_health_temperature"), "cxl_device",
+                  "temperature_c", identity=_MEMDEV, tier="memory", aggregate="max", unit="C",
+                  source="CXL 2.0 Get Health Info, Device Temperature"),
+    MetricMapping(("{*}cxl_corrected_volatile_errors", "{*}cxl_corrected_persistent_errors"), "cxl_device",
+                  "corrected_errors_per_s", kind="counter", identity=_MEMDEV, tier="memory", unit="1/s",
+                  conditions=(Condition("info", ">", 0.0, "corrected media errors"),),
+                  source="CXL 2.0 Get Health Info, Corrected Volatile/Persistent Error Count"),
+    MetricMapping(("{*}cxl_dirty_shutdowns",), "cxl_device", "dirty_shutdowns_per_s", kind="counter",
+                  identity=_MEMDEV, tier="memory", unit="1/s",
+                  conditions=(Condition("info", ">", 0.0, "dirty shutdown recorded"),),
+                  source="CXL 2.0 Get Health Info, Dirty Shutdown Count"),
+]
+
+
+@hookimpl
+def twin_metric_mappings() -> list[MetricMapping]:
+    """CXL memory device health metrics."""
+    return list(CXL_MAPPINGS)

@@ -5,13 +5,14 @@ Each MoE sub-layer dispatches every token to its top-k experts and combines the 
 two all-to-alls of tokens*top_k*hidden in the forward pass and two in the backward pass.
 Where the expert group fits the NVLink domain the all-to-all runs over NVLink, otherwise
 its off-domain share crosses the scale-out NICs (the placement decides; topology.py).
+With the DeepEP dispatcher a token crosses the network once per destination domain.
 Exposed unless the plan overlaps it with another micro-batch (DualPipe-style).
 """
 
 from __future__ import annotations
 
 from twin.core.api import Contribution, EvalContext, Strategy
-from twin.core.collectives import bus_factor
+from twin.core.collectives import bus_factor, dedup_dispatch_cost
 from twin.core.workload import ACT_BYTES
 from twin.hookimpl import hookimpl
 
@@ -36,8 +37,12 @@ class ExpertParallel(Strategy):
         assert moe is not None
         tokens = w.tokens / plan.tp if plan.sp else w.tokens
         # Latent MoE (Nemotron-H/V3) routes tokens after projecting them to latent_size.
-        size = tokens * moe.top_k * (moe.latent_size or model.hidden) * ACT_BYTES
-        a2a = ctx.cost("all_to_all", size, "ep")
+        token_bytes = (moe.latent_size or model.hidden) * ACT_BYTES
+        size = tokens * moe.top_k * token_bytes
+        if plan.moe_dispatcher == "deepep":
+            a2a = dedup_dispatch_cost(token_bytes, tokens, moe.top_k, ctx.spans["ep"], ctx.hierarchy)
+        else:
+            a2a = ctx.cost("all_to_all", size, "ep")
         moe_layers = stage.layers * w.counts["moe"] / w.layers
         passes = 4.0 + (2.0 if plan.recompute == "full" else 0.0)
         comm = a2a.time_s * moe_layers * passes

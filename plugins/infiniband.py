@@ -4,12 +4,16 @@ oversubscription per tier, SHARP in-network reduction and adaptive routing.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from twin.core.api import ScaleOutFabric
 from twin.core.errors import SpecError
+from twin.core.failures.components import ComponentGroup, FailureMode
+from twin.core.failures.fabric import fat_tree_components, fat_tree_failure_modes
 from twin.core.fattree import build_fat_tree, scale_out_tiers
-from twin.core.specs import Cluster
+from twin.core.specs import Cluster, Scenario
+from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy, Tier
 from twin.hookimpl import hookimpl
 
@@ -103,3 +107,88 @@ class InfiniBandFabric(ScaleOutFabric):
 def twin_fabrics() -> list[ScaleOutFabric]:
     """Register the InfiniBand fabric."""
     return [InfiniBandFabric()]
+
+
+# ------------------------------------------------------------------ failure scenarios
+@hookimpl
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+    """NICs, switches and cables of an InfiniBand fat tree (sized like its tiers)."""
+    so = scenario.cluster.scale_out
+    if so is None or so.fabric != InfiniBandFabric.kind:
+        return None
+    adaptive = True if so.adaptive_routing is None else so.adaptive_routing
+    groups = fat_tree_components(scenario, hierarchy, switch_radix or so.switch_radix, so.fabric)
+    # Adaptive routing re-balances around a slow link; static (D-mod-k) routes are
+    # recomputed by the subnet manager when a link goes down, so no hashed collisions.
+    return [dataclasses.replace(g, attrs={**g.attrs, "adaptive_routing": adaptive, "hashed_flows_per_uplink": 0.0})
+            if g.kind == "link" else g for g in groups]
+
+
+@hookimpl
+def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
+                       switch_radix: int | None) -> list[FailureMode] | None:
+    """NIC, cable and switch failures of the fat tree and how the job rides them out."""
+    so = scenario.cluster.scale_out
+    if so is None or component.fabric != InfiniBandFabric.kind or so.fabric != InfiniBandFabric.kind:
+        return None
+    return fat_tree_failure_modes(component, scenario, hierarchy, switch_radix or so.switch_radix)
+
+
+# ----------------------------------------------------------------------- telemetry
+# node_exporter's infiniband collector (prometheus/node_exporter collector/infiniband_linux.go,
+# from /sys/class/infiniband/<device>/ports/<port>/): labels device, port. Both the
+# Prometheus names (..._bytes_total) and the OTel Collector's normalised names (unit
+# suffix dropped) are listed. Error thresholds: infiniband-diags ibqueryerrors defaults
+# (SymbolErrorCounter 10, LinkErrorRecoveryCounter 10, PortRcvErrors 10), read per hour.
+_PORT = ("device|hca|ca", "port")
+_PER_HOUR_10 = 10.0 / 3600.0
+_IBQ = "above the ibqueryerrors default threshold of 10 (per hour)"
+IB_MAPPINGS = [
+    MetricMapping(("node_infiniband_port_data_transmitted_bytes_total", "node_infiniband_port_data_transmitted",
+                   "node_infiniband_legacy_data_transmitted_bytes_total"),
+                  "ib_port", "tx_Bps", kind="counter", identity=_PORT, tier="scale_out", unit="B/s",
+                  source="node_exporter: PortXmitData x 4 (the counter is in 4-byte words)"),
+    MetricMapping(("node_infiniband_port_data_received_bytes_total", "node_infiniband_port_data_received",
+                   "node_infiniband_legacy_data_received_bytes_total"),
+                  "ib_port", "rx_Bps", kind="counter", identity=_PORT, tier="scale_out", unit="B/s",
+                  source="node_exporter: PortRcvData x 4"),
+    MetricMapping(("node_infiniband_symbol_error_total", "node_infiniband_symbol_error"), "ib_port",
+                  "symbol_errors_per_s", kind="counter", identity=_PORT, tier="scale_out", unit="1/s",
+                  conditions=(Condition("degraded", ">", _PER_HOUR_10, f"symbol errors {_IBQ}"),),
+                  source="node_exporter: SymbolErrorCounter"),
+    MetricMapping(("node_infiniband_link_error_recovery_total", "node_infiniband_link_error_recovery"), "ib_port",
+                  "link_recoveries_per_s", kind="counter", identity=_PORT, tier="scale_out", unit="1/s",
+                  conditions=(Condition("degraded", ">", _PER_HOUR_10, f"link error recoveries {_IBQ}"),),
+                  source="node_exporter: LinkErrorRecoveryCounter"),
+    MetricMapping(("node_infiniband_link_downed_total", "node_infiniband_link_downed"), "ib_port",
+                  "link_downed_per_s", kind="counter", identity=_PORT, tier="scale_out", unit="1/s",
+                  conditions=(Condition("degraded", ">", 0.0, "the link went down and retrained (flapping)"),),
+                  source="node_exporter: LinkDownedCounter"),
+    MetricMapping(("node_infiniband_port_errors_received_total", "node_infiniband_port_errors_received"), "ib_port",
+                  "rx_errors_per_s", kind="counter", identity=_PORT, tier="scale_out", unit="1/s",
+                  conditions=(Condition("degraded", ">", _PER_HOUR_10, f"receive errors {_IBQ}"),),
+                  source="node_exporter: PortRcvErrors"),
+    MetricMapping(("node_infiniband_port_transmit_wait_total", "node_infiniband_port_transmit_wait"), "ib_port",
+                  "transmit_wait_per_s", kind="counter", identity=_PORT, tier="scale_out", unit="ticks/s",
+                  conditions=(Condition("info", ">", 0.0, "congestion: data waited for credits (PortXmitWait)"),),
+                  source="node_exporter: PortXmitWait"),
+    MetricMapping(("node_infiniband_state_id",), "ib_port", "state", identity=_PORT, tier="scale_out",
+                  aggregate="min",
+                  conditions=(Condition("down", "not_in", (4.0, 5.0),
+                                        "logical port state not ACTIVE (IBTA: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE)"),),
+                  source="node_exporter: /sys/class/infiniband/*/ports/*/state"),
+    MetricMapping(("node_infiniband_physical_state_id",), "ib_port", "physical_state", identity=_PORT,
+                  tier="scale_out", aggregate="min",
+                  conditions=(Condition("down", "not_in", (5.0,),
+                                        "physical state not LinkUp (IBTA: 2 Polling, 3 Disabled, 5 LinkUp)"),),
+                  source="node_exporter: /sys/class/infiniband/*/ports/*/phys_state"),
+    MetricMapping(("node_infiniband_rate_bytes_per_second", "node_infiniband_rate"), "ib_port", "rate_Bps",
+                  identity=_PORT, tier="scale_out", aggregate="min", unit="B/s", capacity="ratio_to_peak",
+                  source="node_exporter: negotiated link rate (width x speed); a drop means the link trained down"),
+]
+
+
+@hookimpl
+def twin_metric_mappings() -> list[MetricMapping]:
+    """node_exporter's InfiniBand port metrics."""
+    return list(IB_MAPPINGS)

@@ -7,11 +7,14 @@ third-generation NVSwitch and later, and the domain size.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from twin.core.api import ScaleUpFabric
 from twin.core.errors import SpecError
-from twin.core.specs import Cluster
+from twin.core.failures.components import ComponentGroup, FailureMode, Impact
+from twin.core.specs import Cluster, Scenario
+from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy, Tier
 from twin.hookimpl import hookimpl
 
@@ -105,3 +108,159 @@ class NVLinkFabric(ScaleUpFabric):
 def twin_fabrics() -> list[ScaleUpFabric]:
     """Register the NVLink fabric."""
     return [NVLinkFabric()]
+
+
+# ------------------------------------------------------------------ failure scenarios
+# An NVSwitch chip or an NVLink link failing mid-step is a fatal fabric error for the
+# CUDA jobs using it (Fabric Manager user guide: NVSwitch fatal SXid errors and NVLink
+# errors require the GPUs to be reset), so the job crashes. On restart the GPUs can run
+# over the remaining switch planes / links at reduced bandwidth (NVIDIA NMX partition
+# health: "adaptive bandwidth mode" keeps a partition operational with missing links),
+# or the node is swapped. No per-chip or per-link NVLink failure rate is published in
+# validation/reference (Llama 3's GPU causes may include some), so no default rate.
+NO_RATE = "no published per-unit rate in validation/reference/failures.yaml (set failures.rates)"
+
+
+def _chips_per_domain(cluster: Cluster) -> int:
+    gen = generation_of(cluster)
+    return int(cluster.scale_up.params.get("nvswitch_chips",
+                                           NVSWITCH_CHIPS.get((gen, cluster.scale_up.domain_gpus), 0)))
+
+
+@hookimpl
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+    """NVSwitch chips and NVLink links of the scale-up domains."""
+    cluster = scenario.cluster
+    if cluster.scale_up.fabric != NVLinkFabric.kind:
+        return None
+    gen = generation_of(cluster)
+    _, links, src = GENERATIONS[gen]
+    domain = max(1, min(cluster.scale_up.domain_gpus, cluster.num_gpus))
+    domains = max(1, -(-cluster.num_gpus // domain))
+    chips = _chips_per_domain(cluster)
+    groups = [ComponentGroup("nvlink_link", "nvlink_link", cluster.num_gpus * links, NVLinkFabric.kind, tier=0,
+                             attrs={"links_per_gpu": links, "generation": gen}, source=src)]
+    if chips:
+        groups.append(ComponentGroup("nvswitch", "nvswitch", chips * domains, NVLinkFabric.kind, tier=0,
+                                     attrs={"chips_per_domain": chips, "domain_gpus": domain, "links_per_gpu": links,
+                                            "links_per_gpu_per_chip": math.ceil(links / chips)},
+                                     source="NVSWITCH_CHIPS (HGX A100 6, HGX H100 4, NVL72 18 chips)"))
+    return groups
+
+
+@hookimpl
+def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
+                       switch_radix: int | None) -> list[FailureMode] | None:
+    """NVSwitch chip and NVLink link failures: crash, then run over the remaining planes."""
+    if component.fabric != NVLinkFabric.kind:
+        return None
+    cluster = scenario.cluster
+    links = int(component.attrs.get("links_per_gpu", 18))
+    domain = int(component.attrs.get("domain_gpus", cluster.scale_up.domain_gpus))
+    nodes = max(1, domain // cluster.gpus_per_node)
+    if component.name == "nvswitch":
+        per_chip = int(component.attrs["links_per_gpu_per_chip"])
+        keep = (links - per_chip) / links
+        impact = Impact(tier_bw=((0, keep),), nvls=False,
+                        note=f"domain runs on {links - per_chip} of {links} NVLink links per GPU, no NVLS")
+        return [FailureMode("nvswitch", "down", "down", None, NO_RATE, interrupts=True, nodes_lost=nodes,
+                            degraded=impact, detection_s=30.0, repair_h=48.0,
+                            repair_source="assumption (a baseboard/tray swap)",
+                            description="NVSwitch chip fails: fatal for the domain's jobs")]
+    if component.name == "nvlink_link":
+        impact = Impact(tier_bw=((0, (links - 1) / links),), note=f"one GPU on {links - 1} of {links} NVLink links")
+        return [FailureMode("nvlink_link", "down", "down", None, NO_RATE, interrupts=True, nodes_lost=1,
+                            degraded=impact, detection_s=30.0, repair_h=48.0,
+                            repair_source="assumption (a baseboard swap)",
+                            description="NVLink link fails: fatal for its GPU's jobs")]
+    return None
+
+
+# ----------------------------------------------------------------------- telemetry
+# dcgm-exporter metric names (NVIDIA/dcgm-exporter etc/default-counters.csv and
+# dcp-metrics-included.csv; field meanings from DCGM's dcgm_fields.h). Labels: gpu
+# (index), UUID, device, modelName, Hostname. Per-link fields end in _L<link>.
+_GPU = ("gpu|uuid|device",)
+_XID_SRC = "NVIDIA XID catalog (docs.nvidia.com/deploy/xid-errors)"
+NVLINK_MAPPINGS = [
+    MetricMapping(("DCGM_FI_PROF_NVLINK_TX_BYTES",), "nvlink", "tx_Bps", identity=_GPU, tier="scale_up", unit="B/s",
+                  source="dcp-metrics-included.csv: gauge, bytes/s transmitted over NVLink (no protocol headers)"),
+    MetricMapping(("DCGM_FI_PROF_NVLINK_RX_BYTES",), "nvlink", "rx_Bps", identity=_GPU, tier="scale_up", unit="B/s",
+                  source="dcp-metrics-included.csv: gauge, bytes/s received over NVLink"),
+    MetricMapping(("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",), "nvlink", "bandwidth_Bps", kind="counter", identity=_GPU,
+                  tier="scale_up", unit="B/s", scale=2**20,
+                  source="default-counters.csv: counter of NVLink bandwidth over all lanes; DCGM counts it in MiB "
+                         "(dcgm_fields.h, DCGM_FI_DEV_NVLINK_BANDWIDTH_L0..)"),
+    MetricMapping(("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+                   "DCGM_FI_DEV_NVLINK_COUNT_RX_ERRORS"),
+                  "nvlink", "crc_errors_per_s", kind="counter", identity=_GPU, tier="scale_up", unit="1/s",
+                  conditions=(Condition("degraded", ">", 100.0,
+                                        "NVLink CRC error rate above DCGM's NVLink health-watch limit of 100/s"),),
+                  source="dcgm_fields.h: CRC flit/data error counters (old) and NVLINK_COUNT_RX_ERRORS (DCGM 3.3+)"),
+    MetricMapping(("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L{link}",
+                   "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{link}"),
+                  "nvlink", "crc_errors_per_s", kind="counter", identity=(*_GPU, "link"), tier="scale_up", unit="1/s",
+                  conditions=(Condition("degraded", ">", 100.0,
+                                        "NVLink CRC error rate above DCGM's NVLink health-watch limit of 100/s"),),
+                  source="dcgm_fields.h per-link CRC counters"),
+    MetricMapping(("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L{link}"),
+                  "nvlink", "replay_errors_per_s", kind="counter", identity=_GPU, detail=("link",), tier="scale_up",
+                  unit="1/s",
+                  conditions=(Condition("info", ">", 0.0, "NVLink replays: retransmissions after CRC errors"),),
+                  source="dcgm_fields.h: NVLink replay error counter"),
+    MetricMapping(("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L{link}",
+                   "DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS"),
+                  "nvlink", "recovery_errors_per_s", kind="counter", identity=_GPU, detail=("link",), tier="scale_up",
+                  unit="1/s",
+                  conditions=(Condition("degraded", ">", 0.0,
+                                        "NVLink link recovery: the link retrained (DCGM health watch flags any)"),),
+                  source="dcgm_fields.h: NVLink recovery error counter (old) / recovery failed events (DCGM 3.3+)"),
+    # GPU health from the same exporter.
+    MetricMapping(("DCGM_FI_DEV_XID_ERRORS",), "gpu", "xid", identity=_GPU, tier="compute", aggregate="max",
+                  conditions=(Condition("down", "in", (48.0, 79.0, 95.0),
+                                        f"XID 48 double-bit ECC / 79 fallen off the bus / 95 uncontained ECC: "
+                                        f"GPU needs a reset ({_XID_SRC})"),
+                              Condition("degraded", "in", (63.0, 64.0, 74.0, 92.0, 94.0, 119.0, 120.0),
+                                        f"XID 63/64 row remap, 74 NVLink error, 92 high SBE rate, 94 contained "
+                                        f"ECC, 119/120 GSP error ({_XID_SRC})")),
+                  source="default-counters.csv: gauge, value of the last XID error"),
+    MetricMapping(("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"), "gpu", "ecc_dbe_per_s",
+                  kind="counter", identity=_GPU, tier="compute", unit="1/s",
+                  conditions=(Condition("degraded", ">", 0.0, "double-bit ECC errors: uncorrectable, page retired"),),
+                  source="dcgm_fields.h: volatile/aggregate double-bit ECC errors"),
+    MetricMapping(("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"), "gpu", "ecc_sbe_per_s",
+                  kind="counter", identity=_GPU, tier="compute", unit="1/s",
+                  conditions=(Condition("info", ">", 0.0, "single-bit ECC errors (corrected)"),),
+                  source="dcgm_fields.h: volatile/aggregate single-bit ECC errors"),
+    MetricMapping(("DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"), "gpu",
+                  "row_remap_failures", identity=_GPU, tier="compute", aggregate="max",
+                  conditions=(Condition("degraded", ">", 0.0,
+                                        "HBM row remapping failed / uncorrectable rows: NVIDIA A100/H100 memory "
+                                        "error management guide says the GPU needs service"),),
+                  source="default-counters.csv"),
+    MetricMapping(("DCGM_FI_DEV_GPU_UTIL",), "gpu", "utilization", identity=_GPU, tier="compute", scale=0.01,
+                  source="default-counters.csv: percent (old metric)"),
+    MetricMapping(("DCGM_FI_PROF_GR_ENGINE_ACTIVE",), "gpu", "utilization", identity=_GPU, tier="compute",
+                  source="dcp-metrics-included.csv: ratio of time the graphics engine is active (new metric)"),
+    MetricMapping(("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",), "gpu", "tensor_active", identity=_GPU, tier="compute",
+                  source="dcp-metrics-included.csv: ratio of cycles the tensor pipe is active"),
+    MetricMapping(("DCGM_FI_DEV_SM_CLOCK",), "gpu", "sm_clock_hz", identity=_GPU, tier="compute", scale=1e6,
+                  unit="Hz", source="default-counters.csv: SM clock in MHz"),
+    MetricMapping(("DCGM_FI_DEV_GPU_TEMP",), "gpu", "temperature_c", identity=_GPU, tier="compute", aggregate="max",
+                  unit="C", source="default-counters.csv: GPU temperature in C"),
+    MetricMapping(("DCGM_FI_DEV_POWER_USAGE",), "gpu", "power_w", identity=_GPU, tier="compute", unit="W",
+                  source="default-counters.csv: power draw in W"),
+    MetricMapping(("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"), "gpu",
+                  "clock_event_reasons", identity=_GPU, tier="compute", aggregate="max",
+                  conditions=(Condition("degraded", "mask", float(0x08 | 0x20 | 0x40 | 0x80),
+                                        "clocks slowed by HW slowdown (0x8), SW/HW thermal (0x20/0x40) or power "
+                                        "brake (0x80) (NVML nvmlClocksEventReasons)"),
+                              Condition("info", "mask", float(0x04), "clocks held at the power cap (0x4)")),
+                  source="bitmask; renamed from CLOCK_THROTTLE_REASONS to CLOCKS_EVENT_REASONS in DCGM 3.3"),
+]
+
+
+@hookimpl
+def twin_metric_mappings() -> list[MetricMapping]:
+    """dcgm-exporter's NVLink and GPU-health metrics."""
+    return list(NVLINK_MAPPINGS)

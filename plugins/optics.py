@@ -26,7 +26,10 @@ from twin_plugins.infiniband import fabric_report
 
 from twin.core.api import OpticsModel
 from twin.core.errors import SpecError
-from twin.core.specs import Cluster
+from twin.core.failures.components import ComponentGroup, FailureMode, Impact, UplinkLoss
+from twin.core.failures.fabric import LEVEL_NAMES, REROUTE_STALL_S, fat_tree_of, nic_share_factor
+from twin.core.specs import Cluster, Scenario
+from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy
 from twin.hookimpl import hookimpl
 
@@ -98,3 +101,161 @@ class CoPackagedOptics(_Optics):
 def twin_fabrics() -> list[OpticsModel]:
     """Register the optics models."""
     return [PluggableOptics(), CoPackagedOptics()]
+
+
+# ------------------------------------------------------------------ failure scenarios
+# Co-packaged switches feed their optical engines from pluggable external laser sources
+# shared by several ports: NVIDIA Quantum-X Photonics (Q3450-LD) carries 144 x 800G ports
+# fed by 18 detachable light-source modules, i.e. 8 ports per laser module (Lambda /
+# NVIDIA, 2025). One laser module failing takes those ports down together.
+PORTS_PER_LASER = 144 // 18
+
+
+def _optics_in_use(scenario: Scenario) -> str | None:
+    c = scenario.cluster
+    if c.optics is None or c.scale_out is None:
+        return None
+    return c.optics.kind
+
+
+@hookimpl
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+    """Transceivers (pluggable), optical engines and laser sources (co-packaged)."""
+    kind = _optics_in_use(scenario)
+    if kind is None:
+        return None
+    cluster = scenario.cluster
+    so = cluster.scale_out
+    assert so is not None
+    radix = switch_radix or so.switch_radix
+    tree = fat_tree_of(cluster, radix)
+    copies = cluster.nics_per_node if so.topology == "rail_optimized" else 1
+    endpoint = tree.endpoints * copies
+    inter = sum(lv.up_links for lv in tree.levels) * copies
+    src = f"optics plugin ({kind}); links from the fat tree of radix {radix}"
+    if kind == "pluggable":
+        return [ComponentGroup("transceiver", "transceiver", 2 * (endpoint + inter), "pluggable",
+                               attrs={"packaging": "pluggable", "per_link": 2}, source=src)]
+    groups = [ComponentGroup("transceiver", "transceiver", endpoint, "cpo",
+                             attrs={"packaging": "pluggable", "where": "NIC end of each endpoint link"}, source=src),
+              ComponentGroup("optical_engine", "optical_engine", endpoint + 2 * inter, "cpo",
+                             attrs={"packaging": "co-packaged", "where": "every switch port"}, source=src)]
+    for i, level in enumerate(tree.levels):
+        ports = (level.down_links + level.up_links) * copies
+        groups.append(ComponentGroup(f"laser_source.{LEVEL_NAMES[i]}", "laser_source",
+                                     -(-ports // PORTS_PER_LASER), "cpo", tier=i + 1,
+                                     attrs={"level": i, "ports_per_laser": PORTS_PER_LASER}, source=src))
+    return groups
+
+
+@hookimpl
+def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
+                       switch_radix: int | None) -> list[FailureMode] | None:
+    """Optical failures of the fabric's links (replacing the generic cable rate) and lasers."""
+    kind = _optics_in_use(scenario)
+    if kind is None:
+        return None
+    cluster = scenario.cluster
+    so = cluster.scale_out
+    assert so is not None and cluster.optics is not None
+    afr = float({**DEFAULTS[kind], **cluster.optics.params}["annual_failure_rate"])
+    if component.kind == "link" and component.fabric == so.fabric:
+        return [FailureMode(component.name, "optics", "down", afr,
+                            f"{kind} optics annual failure rate per link (plugins/optics.py: Meta 'Optics at scale'; "
+                            "CPO ~10x fewer, NVIDIA GTC 2025)", interrupts=False, same_as="down", supersedes=("down",),
+                            priority=10, description=f"{kind} optical link fails (transceiver/laser/fibre)")]
+    if component.kind != "laser_source":
+        return None
+    radix = switch_radix or so.switch_radix
+    tree = fat_tree_of(cluster, radix)
+    level = int(component.attrs["level"])
+    here = tree.levels[level]
+    rail = so.topology == "rail_optimized"
+    no_rate = "no published external-laser failure rate (set failures.rates); the link rate covers CPO optics"
+    common = {"detection_s": 30.0, "repair_h": 4.0, "repair_source": "assumption (a hot-swappable laser module)"}
+    p = PORTS_PER_LASER
+    modes = []
+    if level == 0:
+        # The laser feeds down ports: that many NICs lose their link (the job crashes).
+        nics = cluster.nics_per_node
+        share = nic_share_factor(cluster.gpus_per_node, nics)
+        nodes = p if rail else max(1, p // max(1, nics))
+        degraded = None if share is None or not rail else Impact(
+            tier_bw=tuple((t, share) for t in range(1, len(hierarchy.tiers))),
+            note=f"{nodes} nodes each run on {nics - 1} of {nics} NICs")
+        modes.append(FailureMode(component.name, "down_ports", "down", None, no_rate, interrupts=True,
+                                 nodes_lost=nodes, degraded=degraded, **common,
+                                 description=f"external laser of a leaf's down ports fails: {p} NIC links go dark"))
+    else:
+        below = tree.levels[level - 1]
+        up_below = below.up_links / below.switches
+        impact = Impact(uplinks=(UplinkLoss(tier=level + 1, uplinks=up_below, lost=1.0),), stall_s=REROUTE_STALL_S,
+                        note=f"{p} switches below each lose 1 of {up_below:g} uplinks")
+        modes.append(FailureMode(component.name, "down_ports", "down", None, no_rate, interrupts=False,
+                                 degraded=impact, **common,
+                                 description=f"external laser of a {LEVEL_NAMES[level]}'s down ports fails: "
+                                             f"{p} links re-route"))
+    if here.up_links:
+        up = here.up_links / here.switches
+        lost = min(float(p), up)
+        impact = Impact(uplinks=(UplinkLoss(tier=level + 2, uplinks=up, lost=lost),), stall_s=REROUTE_STALL_S,
+                        note=f"one {LEVEL_NAMES[level]} loses {lost:g} of {up:g} uplinks")
+        modes.append(FailureMode(component.name, "up_ports", "down", None, no_rate, interrupts=False,
+                                 degraded=impact, **common,
+                                 description=f"external laser of a {LEVEL_NAMES[level]}'s up ports fails: "
+                                             f"{lost:g} uplinks re-route"))
+    return modes
+
+
+# ----------------------------------------------------------------------- telemetry
+# Transceiver digital optical monitoring (DOM, SFF-8636 / CMIS) and FEC statistics. No
+# single exporter owns these names: switch and host exporters publish the module's DOM
+# pages as transceiver_* / optics_* gauges (per lane or channel) and FEC counters as the
+# Linux ethtool FEC statistics (corrected/uncorrectable blocks) or mlx5's phy counters.
+# Thresholds: IEEE 802.3bs 400GBASE-DR4 (Table 124-7: average receive power per lane
+# min -5.9 dBm; Table 124-6: launch power min -2.9 dBm); KP4 RS(544,514) FEC corrects up to
+# a pre-FEC BER of 2.4e-4 (IEEE 802.3bs); QSFP-DD/OSFP modules are rated to 70 C case
+# temperature (commercial class, SFF-8636/CMIS).
+_XCVR = ("device|interface|port",)
+_DR4 = "IEEE 802.3bs 400GBASE-DR4"
+OPTICS_MAPPINGS = [
+    MetricMapping(("{*}transceiver_rx_power_dbm", "{*}optics_rx_power_dbm", "{*}module_rx_power_dbm"),
+                  "transceiver", "rx_power_dbm", identity=_XCVR, detail=("lane|channel",), aggregate="min",
+                  tier="scale_out", unit="dBm",
+                  conditions=(Condition("degraded", "<", -5.9, f"receive power below the {_DR4} minimum -5.9 dBm "
+                                        "(dirty or damaged fibre, failing laser at the far end)"),),
+                  source="DOM receive power per lane"),
+    MetricMapping(("{*}transceiver_tx_power_dbm", "{*}optics_tx_power_dbm", "{*}module_tx_power_dbm"),
+                  "transceiver", "tx_power_dbm", identity=_XCVR, detail=("lane|channel",), aggregate="min",
+                  tier="scale_out", unit="dBm",
+                  conditions=(Condition("degraded", "<", -2.9,
+                                        f"launch power below the {_DR4} minimum -2.9 dBm (laser ageing)"),),
+                  source="DOM transmit power per lane"),
+    MetricMapping(("{*}transceiver_temperature_celsius", "{*}transceiver_temperature", "{*}optics_temperature_c"),
+                  "transceiver", "temperature_c", identity=_XCVR, aggregate="max", tier="scale_out", unit="C",
+                  conditions=(Condition("degraded", ">", 70.0, "module above its 70 C rated case temperature"),),
+                  source="DOM module temperature"),
+    MetricMapping(("{*}transceiver_pre_fec_ber", "{*}phy_pre_fec_ber", "{*}pre_fec_ber"), "transceiver",
+                  "pre_fec_ber", identity=_XCVR, aggregate="max", tier="scale_out",
+                  conditions=(Condition("degraded", ">", 2.4e-4,
+                                        "pre-FEC BER above the KP4 RS(544,514) correction limit 2.4e-4"),),
+                  source="pre-FEC bit error ratio (gauge)"),
+    MetricMapping(("{*}transceiver_post_fec_ber", "{*}phy_post_fec_ber", "{*}post_fec_ber"), "transceiver",
+                  "post_fec_ber", identity=_XCVR, aggregate="max", tier="scale_out",
+                  conditions=(Condition("degraded", ">", 0.0, "post-FEC errors: frames are being lost"),),
+                  source="post-FEC bit error ratio (gauge)"),
+    MetricMapping(("{*}fec_uncorrectable_blocks", "{*}rx_fec_uncorrectable_blocks", "{*}rx_uncorrectable_errors_phy"),
+                  "transceiver", "fec_uncorrectable_per_s", kind="counter", identity=_XCVR, tier="scale_out",
+                  unit="1/s",
+                  conditions=(Condition("degraded", ">", 0.0, "uncorrectable FEC codewords: frames are being lost"),),
+                  source="Linux ethtool FEC statistics (uncorrectable_blocks) / mlx5 phy counter"),
+    MetricMapping(("{*}fec_corrected_blocks", "{*}rx_fec_corrected_blocks", "{*}rx_corrected_bits_phy"),
+                  "transceiver", "fec_corrected_per_s", kind="counter", identity=_XCVR, tier="scale_out",
+                  unit="1/s", source="Linux ethtool FEC statistics (corrected_blocks) / mlx5 rx_corrected_bits_phy"),
+]
+
+
+@hookimpl
+def twin_metric_mappings() -> list[MetricMapping]:
+    """Transceiver DOM (power, temperature) and FEC metrics."""
+    return list(OPTICS_MAPPINGS)

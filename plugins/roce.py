@@ -11,6 +11,7 @@ efficiency model with its parameters exposed:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -18,8 +19,11 @@ from twin_plugins.infiniband import check_params, fabric_report, nic_efficiency
 
 from twin.core.api import ScaleOutFabric
 from twin.core.errors import SpecError
+from twin.core.failures.components import ComponentGroup, FailureMode, Impact
+from twin.core.failures.fabric import fat_tree_components, fat_tree_failure_modes
 from twin.core.fattree import scale_out_tiers
-from twin.core.specs import Cluster
+from twin.core.specs import Cluster, Scenario
+from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy, Tier
 from twin.hookimpl import hookimpl
 
@@ -124,3 +128,139 @@ class EthernetFabric(RoCEFabric):
 def twin_fabrics() -> list[ScaleOutFabric]:
     """Register RoCE, EFA and generic Ethernet fabrics."""
     return [RoCEFabric(), EFAFabric(), EthernetFabric()]
+
+
+_KINDS = (RoCEFabric.kind, EFAFabric.kind, EthernetFabric.kind)
+
+
+# ------------------------------------------------------------------ failure scenarios
+# Congestion episodes (no published rates: they are for "what if" injections).
+# PFC pause storm: a NIC stuck sending PAUSE frames halts its upstream ports and the
+# pauses spread through the fabric until a PFC watchdog breaks them (Guo et al., SIGCOMM
+# 2016, "RDMA over Commodity Ethernet at Scale", §4: NIC PFC pause-frame storms).
+# Bandwidth kept and duration are modelling assumptions (override fraction/duration_s).
+PFC_STORM_FRACTION = 0.25
+PFC_STORM_S = 60.0
+# ECMP collision episode: flows collapse to one per GPU pair (hash polarisation, or a
+# collective library without Llama 3's 16-flow E-ECMP), so the balls-into-bins loss of
+# ecmp_efficiency() with one flow per NIC applies. Duration: assumption (one job phase).
+ECMP_EPISODE_S = 600.0
+
+
+def _hashing(cluster: Cluster, radix: int) -> tuple[bool, float]:
+    """(adaptive/sprayed?, ECMP flows per leaf uplink) as the tier model assumes them."""
+    so = cluster.scale_out
+    assert so is not None
+    spraying = bool(so.params.get("packet_spraying", False)) or bool(so.adaptive_routing)
+    if spraying:
+        return True, 0.0
+    over = so.oversubscription[0] if so.oversubscription else 1.0
+    flows_per_nic = float(so.params.get("ecmp_flows_per_pair", DEFAULT_FLOWS_PER_NIC))
+    return False, flows_per_nic * over
+
+
+@hookimpl
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+    """NICs, switches and cables of a RoCE/Ethernet fat tree, plus the fabric (congestion)."""
+    so = scenario.cluster.scale_out
+    if so is None or so.fabric not in _KINDS:
+        return None
+    radix = switch_radix or so.switch_radix
+    adaptive, per_uplink = _hashing(scenario.cluster, radix)
+    if so.fabric == EFAFabric.kind:
+        adaptive, per_uplink = True, 0.0  # SRD sprays packets over all paths
+    groups = [dataclasses.replace(g, attrs={**g.attrs, "adaptive_routing": adaptive,
+                                            "hashed_flows_per_uplink": per_uplink})
+              if g.kind == "link" else g for g in fat_tree_components(scenario, hierarchy, radix, so.fabric)]
+    groups.append(ComponentGroup("scale_out", "fabric", 1, so.fabric, tier=1,
+                                 attrs={"congestion_control": so.params.get("congestion_control", "dcqcn"),
+                                        "ecmp": not adaptive}, source="the scale-out network as a whole"))
+    return groups
+
+
+@hookimpl
+def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
+                       switch_radix: int | None) -> list[FailureMode] | None:
+    """Fat-tree failures (re-hashed ECMP flows collide) and RoCE congestion episodes."""
+    cluster = scenario.cluster
+    so = cluster.scale_out
+    if so is None or component.fabric not in _KINDS or so.fabric not in _KINDS:
+        return None
+    radix = switch_radix or so.switch_radix
+    adaptive, per_uplink = _hashing(cluster, radix)
+    if component.name != "scale_out":
+        return fat_tree_failure_modes(component, scenario, hierarchy, radix, 0.0 if adaptive else per_uplink)
+    scale_out_tiers = tuple(range(1, len(hierarchy.tiers)))
+    beyond_leaf = tuple(range(2, len(hierarchy.tiers)))
+    over = so.oversubscription[0] if so.oversubscription else 1.0
+    uplinks = max(1, int(radix / (1 + over)))
+    now = ecmp_efficiency(per_uplink * uplinks, uplinks) if not adaptive else 1.0
+    collided = ecmp_efficiency(1.0 * uplinks * over, uplinks)
+    ecmp_factor = min(1.0, collided / now)
+    no_rate = "no published rate (an injection; set failures.rates to include it)"
+    return [
+        FailureMode("scale_out", "pfc_storm", "congestion", None, no_rate, interrupts=False,
+                    degraded=Impact(tier_bw=tuple((t, PFC_STORM_FRACTION) for t in scale_out_tiers),
+                                    note=f"PFC pause storm: {PFC_STORM_FRACTION:.0%} of scale-out bandwidth"),
+                    detection_s=0.0, repair_h=PFC_STORM_S / 3600.0,
+                    repair_source="assumption: until the PFC watchdog breaks the storm",
+                    description="PFC pause-frame storm spreading from a stuck NIC"),
+        FailureMode("scale_out", "ecmp_collision", "congestion", None, no_rate, interrupts=False,
+                    degraded=Impact(tier_bw=tuple((t, ecmp_factor) for t in beyond_leaf),
+                                    note=f"ECMP collisions with one flow per pair: {ecmp_factor:.0%} beyond the leaf"),
+                    detection_s=0.0, repair_h=ECMP_EPISODE_S / 3600.0, repair_source="assumption",
+                    description="ECMP hash collisions (flows collapse to one per GPU pair)"),
+    ]
+
+
+# ----------------------------------------------------------------------- telemetry
+# RoCE congestion counters of NVIDIA/Mellanox mlx5 NICs: ethtool -S per-priority PFC
+# counters (rx_prio<N>_pause, rx_prio<N>_pause_duration in microseconds, mlx5 ethtool
+# counters documentation) and RDMA hw_counters (/sys/class/infiniband/<dev>/ports/<port>/
+# hw_counters: np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled, out_of_sequence,
+# Linux drivers/infiniband/hw/mlx5/counters.c). Exporters prefix them (node_exporter's
+# ethtool collector: node_ethtool_<stat>; telegraf infiniband: rdma_...), hence {*}.
+_NIC = ("device|interface|ifname",)
+ROCE_MAPPINGS = [
+    MetricMapping(("{*}rx_prio{prio}_pause_duration",), "roce_port", "paused_fraction", kind="counter",
+                  identity=_NIC, detail=("prio",), aggregate="max", scale=1e-6, tier="scale_out",
+                  capacity="one_minus",
+                  conditions=(Condition("degraded", ">", 0.05,
+                                        "paused by the peer more than 5% of the time: PFC pause time is transmit "
+                                        "time lost (IEEE 802.1Qbb); twin threshold"),),
+                  source="mlx5 ethtool: microseconds the port was paused on priority N"),
+    MetricMapping(("{*}rx_prio{prio}_pause", "{*}rx_pause_ctrl_phy"), "roce_port", "pfc_rx_pause_per_s",
+                  kind="counter", identity=_NIC, detail=("prio",), tier="scale_out", unit="frames/s",
+                  conditions=(Condition("info", ">", 0.0, "PFC pause frames received (the peer is congested)"),),
+                  source="mlx5 ethtool: pause frames received per priority / link-level"),
+    MetricMapping(("{*}tx_prio{prio}_pause", "{*}tx_pause_ctrl_phy"), "roce_port", "pfc_tx_pause_per_s",
+                  kind="counter", identity=_NIC, detail=("prio",), tier="scale_out", unit="frames/s",
+                  conditions=(Condition("info", ">", 0.0, "PFC pause frames sent (this port is congested)"),),
+                  source="mlx5 ethtool: pause frames sent"),
+    MetricMapping(("{*}np_ecn_marked_roce_packets",), "roce_port", "ecn_marked_per_s", kind="counter",
+                  identity=_NIC, tier="scale_out", unit="pkt/s",
+                  conditions=(Condition("info", ">", 0.0, "ECN-marked RoCE packets received (DCQCN congestion)"),),
+                  source="mlx5 hw_counters: CE-marked RoCE packets at the notification point"),
+    MetricMapping(("{*}np_cnp_sent",), "roce_port", "cnp_sent_per_s", kind="counter", identity=_NIC,
+                  tier="scale_out", unit="pkt/s", source="mlx5 hw_counters: CNPs sent"),
+    MetricMapping(("{*}rp_cnp_handled",), "roce_port", "cnp_handled_per_s", kind="counter", identity=_NIC,
+                  tier="scale_out", unit="pkt/s",
+                  conditions=(Condition("info", ">", 0.0, "CNPs handled: DCQCN is throttling this sender"),),
+                  source="mlx5 hw_counters: CNPs handled by the reaction point"),
+    MetricMapping(("{*}out_of_sequence", "{*}packet_seq_err"), "roce_port", "out_of_sequence_per_s",
+                  kind="counter", identity=_NIC, tier="scale_out", unit="pkt/s",
+                  conditions=(Condition("degraded", ">", 1.0,
+                                        "out-of-sequence packets on a lossless fabric mean drops and go-back-N "
+                                        "retransmission (mlx5 counters documentation); twin threshold 1/s"),),
+                  source="mlx5 hw_counters: out_of_sequence / packet_seq_err"),
+    MetricMapping(("{*}local_ack_timeout_err",), "roce_port", "ack_timeouts_per_s", kind="counter",
+                  identity=_NIC, tier="scale_out", unit="1/s",
+                  conditions=(Condition("degraded", ">", 0.0, "RDMA ACK timeouts: packets lost in the fabric"),),
+                  source="mlx5 hw_counters: local_ack_timeout_err"),
+]
+
+
+@hookimpl
+def twin_metric_mappings() -> list[MetricMapping]:
+    """mlx5 RoCE congestion counters (PFC, ECN, CNP, out-of-sequence)."""
+    return list(ROCE_MAPPINGS)

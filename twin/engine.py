@@ -96,6 +96,12 @@ class Engine:
         """Predict one training step."""
         return self.model.evaluate(self.scenario(source), validate=False)
 
+    def failures(self, source: Scenario | Mapping[str, Any] | str | Path, **options: Any) -> Any:
+        """Failure analysis of a scenario: ``twin.failures.FailureAnalyzer(self).analyze(source, **options)``."""
+        from twin.failures import FailureAnalyzer
+
+        return FailureAnalyzer(self).analyze(source, **options)
+
     # ----------------------------------------------------------------- listings
     def plugins(self) -> list[PluginInfo]:
         """Loaded plugins with their distributions."""

@@ -22,7 +22,9 @@ from twin.hookimpl import PROJECT
 if TYPE_CHECKING:
     from twin.core.api import Fabric, Strategy
     from twin.core.collectives import CollectiveCost
+    from twin.core.failures.components import ComponentGroup, FailureMode
     from twin.core.specs import Scenario
+    from twin.core.telemetry import MetricMapping
     from twin.core.topology import GroupSpan, Hierarchy
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -65,4 +67,45 @@ def twin_collective_cost(op: str, size_bytes: float, span: GroupSpan, hierarchy:
     Return ``None`` to defer to the next implementation (the built-in model runs last).
     Use it for fabrics whose collectives the generic tier model cannot express, e.g. an
     in-network reduction engine with its own bandwidth curve.
+    """
+
+
+@hookspec
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+    """Describe the components this plugin's part of ``scenario``'s cluster is made of.
+
+    Return ``twin.core.failures.components.ComponentGroup`` objects (identical parts
+    grouped by symmetry: all leaf switches, all leaf-to-spine cables ...), or ``None``
+    when the cluster does not use this plugin's fabric. ``hierarchy`` is the tier
+    hierarchy the performance model evaluates (tier indices, spans); ``switch_radix`` the
+    radix forced by the optics model (``None``: the fabric's own). Group names must be
+    unique across plugins; GPUs, hosts and the job's software are the core's.
+    Used by failure scenarios (``twin failures``): inventory, rates, criticality.
+    """
+
+
+@hookspec
+def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
+                       switch_radix: int | None) -> list[FailureMode] | None:
+    """Describe how a member of ``component`` fails and what the job sees when it does.
+
+    Return ``twin.core.failures.components.FailureMode`` objects for groups this plugin
+    knows (any plugin may add modes to any group, e.g. the optics plugin adds transceiver
+    failures to the fabric's links with ``same_as="down"``), or ``None``. Each mode has a
+    rate per unit per year with its source (``None`` when none is published), whether it
+    crashes the job, the nodes it takes out and the degraded ``Impact`` the job runs with
+    until the repair. A mode with the same (component, name) and a higher ``priority``
+    replaces a lower one.
+    """
+
+
+@hookspec
+def twin_metric_mappings() -> list[MetricMapping]:
+    """Return the exporter metrics this plugin's components report (telemetry ingest).
+
+    Each ``twin.core.telemetry.MetricMapping`` names a metric in all its spellings (matched
+    case-insensitively, ``_total`` optional), the component kind and signal it feeds, the
+    attributes that identify the component, and the health rules (with their sources)
+    that mark it degraded or down. A fabric brought by a third party brings its own
+    exporter names this way. Two plugins mapping the same name is an error naming both.
     """

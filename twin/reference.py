@@ -25,7 +25,19 @@ from twin.core import schema
 from twin.core.collectives import bus_factor, collective_cost
 from twin.core.errors import SpecError, TwinError
 from twin.core.scenario_io import read_mapping, resolve_gpu, resolve_model
-from twin.core.specs import Cluster, Model, MoE, Plan, ScaleOut, ScaleUp, Scenario, validate_scenario
+from twin.core.specs import (
+    MLA,
+    Cluster,
+    Hybrid,
+    Model,
+    MoE,
+    Plan,
+    ScaleOut,
+    ScaleUp,
+    Scenario,
+    SlidingWindow,
+    validate_scenario,
+)
 from twin.core.topology import place_group
 from twin.engine import Engine
 
@@ -37,8 +49,6 @@ COLLECTIVES_SCHEMA = "twin-reference-collectives/v1"
 PEAK_MESSAGE_BYTES = 2 * 2**30
 # Nodes assumed when a multi-node collective figure does not state its node count.
 ASSUMED_NODES = 4
-_MODEL_FIELDS = {f.name for f in dataclasses.fields(Model)}
-_MOE_FIELDS = {f.name for f in dataclasses.fields(MoE)}
 _FABRIC_ALIASES = {"unknown": "infiniband", "ethernet": "ethernet"}
 _SEARCH_MBS = (1, 2, 4, 8, 16)
 _SEARCH_VP = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20)
@@ -148,17 +158,49 @@ def _cluster(engine: Engine, c: Mapping[str, Any], notes: list[str], path: str,
                    name=str(c.get("system") or ""))
 
 
+def _known(cls: type, data: Any) -> Any:
+    """Keep the fields ``cls`` knows (reference files carry bookkeeping keys the twin ignores)."""
+    if not isinstance(data, Mapping):
+        return data
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names and v is not None}
+
+
 def _model(engine: Engine, m: Mapping[str, Any]) -> dict[str, Any]:
-    data = {k: v for k, v in m.items() if k in _MODEL_FIELDS and v is not None}
-    if "moe" in data:
-        data["moe"] = {k: v for k, v in data["moe"].items() if k in _MOE_FIELDS and v is not None}
-    if "sliding_window" in data and isinstance(data["sliding_window"], Mapping):
-        data["sliding_window"] = {k: v for k, v in data["sliding_window"].items() if v is not None}
-    if "mla" in data:
-        data["mla"] = {k: v for k, v in data["mla"].items() if v is not None}
-    if "hybrid" in data:
-        data["hybrid"] = {k: v for k, v in data["hybrid"].items() if v is not None}
+    data = _known(Model, m)
+    for key, cls in (("moe", MoE), ("mla", MLA), ("hybrid", Hybrid), ("sliding_window", SlidingWindow)):
+        if key in data:
+            data[key] = _known(cls, data[key])
     return data
+
+
+def _norm_precision(value: Any) -> str | None:
+    if value is None:
+        return None
+    v = str(value).lower()
+    for key in ("fp4", "fp8", "bf16", "fp16", "tf32", "fp32"):
+        if key in v:
+            return key
+    return v
+
+
+def _norm_recompute(value: Any) -> str | None:
+    if value is None:
+        return None
+    v = str(value).lower()
+    if v in ("none", "false", "no", "off", "0"):
+        return "none"
+    if v in ("full", "uniform", "block", "true", "all"):
+        return "full"
+    return v
+
+
+def _norm_sharding(value: Any) -> str | None:
+    if value is None:
+        return None
+    v = str(value).lower().replace("-", "").replace("_", "")
+    return {"none": "none", "distributedoptimizer": "distributed_optimizer", "zero1": "zero1", "zero2": "zero2",
+            "zero3": "zero3", "fsdp": "fsdp", "fsdp1": "fsdp", "fsdp2": "fsdp", "hsdp": "fsdp"}.get(v, str(value))
 
 
 @dataclass
@@ -167,6 +209,7 @@ class _Knobs:
     recompute: tuple[str, ...]
     vp: tuple[int, ...]
     reshard: tuple[bool, ...] = (True,)
+    partial: bool = False
 
 
 def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario, _Knobs, list[str]]:
@@ -192,11 +235,21 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         dp = n // (tp * pp * cp)
     dp = int(dp)
     gbs = int(p["gbs"])
-    precision = p.get("precision")
+    published_dp = p.get("dp")
+    if gbs % dp and published_dp and gbs % int(published_dp) == 0:
+        # The derived dp cannot split the batch; the published dp can, so the mismatch is in
+        # another degree. Context parallelism is the one that scales with GPUs at fixed batch
+        # in long-sequence tables: give it the remaining factor.
+        rest = n // (tp * pp * int(published_dp))
+        if n % (tp * pp * int(published_dp)) == 0 and model.seq_len % (2 * rest) == 0:
+            notes[-1] = (f"published tp*pp*cp*dp = {tp * pp * cp * int(published_dp)} != {n} GPUs and "
+                         f"gbs={gbs} < GPUs/(tp*pp*cp); cp={rest} (published {cp}) with dp={published_dp} used")
+            cp, dp = rest, int(published_dp)
+    precision = _norm_precision(p.get("precision"))
     if precision is None:
         precision = "bf16" if cluster.gpu.supports("bf16") else "fp16"
         notes.append(f"precision not published: {precision} assumed")
-    sharding = p.get("optimizer_sharding") or "distributed_optimizer"
+    sharding = _norm_sharding(p.get("optimizer_sharding")) or "distributed_optimizer"
     if p.get("optimizer_sharding") is None:
         notes.append("optimizer sharding not published: distributed optimizer assumed")
     plan_kwargs: dict[str, Any] = {
@@ -213,7 +266,8 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         mbs_opts = tuple(b for b in _SEARCH_MBS if per_rank % b == 0) or (1,)
     else:
         mbs_opts = (int(mbs),)
-    rc = p.get("recompute")
+    rc = _norm_recompute(p.get("recompute"))
+    partial = False
     if rc is None and cluster.gpu.generation in ("volta", "ampere"):
         # Megatron-LM's published GPT scripts of the V100/A100 era ran with full activation
         # checkpointing (--checkpoint-activations; Narayanan et al. 2021 count its FLOPs), so
@@ -222,6 +276,7 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         notes.append("recompute not published: full assumed (V100/A100-era Megatron default)")
     elif rc is None or "recompute" in assumed:
         rc_opts = ("none", "selective", "full")
+        partial = True
     else:
         rc_opts = (str(rc),)
     vp = p.get("vp")
@@ -235,14 +290,23 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     plan_kwargs.update(mbs=mbs_opts[0], recompute=rc_opts[0], vp=vp_opts[0])
     plan = schema.load(Plan, plan_kwargs, "plan")
     scn = Scenario(cluster=cluster, model=model, plan=plan, name=str(cid))
-    return scn, _Knobs(mbs_opts, rc_opts, vp_opts, reshard_opts), notes
+    return scn, _Knobs(mbs_opts, rc_opts, vp_opts, reshard_opts, partial), notes
 
 
 def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, float, list[str]]:
     """The fastest setting of the free knobs that fits in memory (else the fastest)."""
     best: tuple[bool, float, Scenario] | None = None
-    for mbs, rc, vp, rs in itertools.product(knobs.mbs, knobs.recompute, knobs.vp, knobs.reshard):
+    layers_stage = math.ceil(scn.model.layers / scn.plan.pp)
+    options = []
+    for rc in knobs.recompute:
+        if rc == "full" and knobs.partial:
+            # Megatron --recompute-num-layers: recompute only as many layers as memory needs.
+            options += [("full", k) for k in sorted({max(1, math.ceil(layers_stage * f)) for f in (0.25, 0.5, 0.75)})
+                        if k < layers_stage]
+        options.append((rc, None))
+    for mbs, (rc, rl), vp, rs in itertools.product(knobs.mbs, options, knobs.vp, knobs.reshard):
         cand = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, mbs=mbs, recompute=rc, vp=vp,
+                                                                 recompute_layers=rl,
                                                                  fsdp_reshard_after_forward=rs))
         try:
             validate_scenario(cand)
@@ -292,7 +356,8 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
             id=cid, family=str(case.get("family") or case.get("kind") or "?"), predicted=predicted,
             measured=measured, metric="step_time_s", notes=notes + more,
             plan={"tp": pl.tp, "pp": pl.pp, "vp": pl.vp, "dp": chosen.dp, "cp": pl.cp, "ep": pl.ep, "mbs": pl.mbs,
-                  "recompute": pl.recompute, "precision": pl.precision}))
+                  "recompute": pl.recompute, "recompute_layers": pl.recompute_layers,
+                  "precision": pl.precision}))
     for s in data.get("skipped") or []:
         skipped.append({"id": str(s.get("id", "?")), "reason": f"skipped by the reference file: {s.get('reason', '')}"})
     return Report(kind="training", cases=results, skipped=skipped)

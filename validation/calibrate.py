@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import math
 import statistics
 import sys
@@ -37,13 +38,15 @@ PRESET = HERE.parent / "twin" / "presets" / "efficiency.yaml"
 # throughput; "fp8": kernel-level FP8 GEMM efficiency (capped at the 16-bit figure's
 # plausibility range); "*.attention": a shared scale on the attention efficiencies.
 PARAMS: dict[tuple[str, str], list[float]] = {
-    ("volta", "sustained"): [x / 100 for x in range(40, 101, 2)],
-    ("ampere", "sustained"): [x / 100 for x in range(40, 101, 2)],
-    ("hopper", "sustained"): [x / 100 for x in range(40, 101, 2)],
-    ("blackwell", "sustained"): [x / 100 for x in range(40, 101, 2)],
-    ("hopper", "fp8"): [x / 100 for x in range(50, 86, 2)],
-    ("blackwell", "fp8"): [x / 100 for x in range(50, 86, 2)],
-    ("*", "attention"): [x / 100 for x in range(70, 131, 5)],
+    ("volta", "sustained"): [x / 100 for x in range(50, 101, 2)],
+    ("ampere", "sustained"): [x / 100 for x in range(50, 101, 2)],
+    ("hopper", "sustained"): [x / 100 for x in range(50, 101, 2)],
+    ("blackwell", "sustained"): [x / 100 for x in range(50, 101, 2)],
+    ("hopper", "fp8"): [x / 100 for x in range(50, 81, 2)],
+    ("blackwell", "fp8"): [x / 100 for x in range(50, 81, 2)],
+    ("ampere", "attention"): [x / 100 for x in range(60, 141, 5)],
+    ("hopper", "attention"): [x / 100 for x in range(60, 141, 5)],
+    ("blackwell", "attention"): [x / 100 for x in range(60, 161, 5)],
 }
 
 
@@ -78,14 +81,16 @@ def with_params(scn: Scenario, params: dict[tuple[str, str], float]) -> Scenario
     prof = gpu.generation
     gemm = dict(eff.gemm)
     sustained = eff.sustained
+    scale = 1.0
     for (p, key), value in params.items():
         if p != prof:
             continue
         if key == "sustained":
             sustained = value
+        elif key == "attention":
+            scale = value
         else:
             gemm[key] = value
-    scale = params.get(("*", "attention"), 1.0)
     new_eff = dataclasses.replace(eff, gemm=gemm, sustained=sustained,
                                   attention_fwd=min(1.0, BASE_ATTN[prof][0] * scale),
                                   attention_bwd=min(1.0, BASE_ATTN[prof][1] * scale))
@@ -111,19 +116,29 @@ def objective(errs: list[float]) -> float:
 
 
 def fit(engine: Engine, cases: list[Case], start: dict[tuple[str, str], float], rounds: int = 3) -> dict:
+    """Per generation, a joint grid over (sustained, attention scale), then the FP8 GEMM
+    efficiency; repeated until nothing improves. Objective over all cases."""
     params = dict(start)
     best = objective(errors(engine, cases, params))
+    gens = sorted({k[0] for k in PARAMS})
     for _ in range(rounds):
         improved = False
-        for key, grid in PARAMS.items():
-            relevant = [c for c in cases if key[0] in ("*", c.scenario.cluster.gpu.generation)]
-            if not relevant:
-                continue
-            for value in grid:
-                trial = {**params, key: value}
+        for gen in gens:
+            keys = [k for k in (("sustained",), ("attention",)) if (gen, k[0]) in PARAMS]
+            grids = [PARAMS[(gen, k[0])] for k in keys]
+            for combo in itertools.product(*grids):
+                trial = dict(params)
+                for k, v in zip(keys, combo, strict=True):
+                    trial[(gen, k[0])] = v
                 score = objective(errors(engine, cases, trial))
                 if score < best - 1e-9:
                     best, params, improved = score, trial, True
+            if (gen, "fp8") in PARAMS:
+                for value in PARAMS[(gen, "fp8")]:
+                    trial = {**params, (gen, "fp8"): value}
+                    score = objective(errors(engine, cases, trial))
+                    if score < best - 1e-9:
+                        best, params, improved = score, trial, True
         if not improved:
             break
     return params
@@ -137,7 +152,8 @@ def summary(errs: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lofo", action="store_true", help="leave-one-family-out cross-validation")
-    ap.add_argument("--write", action="store_true", help="write the fitted values into efficiency.yaml")
+    ap.add_argument("--write", action="store_true", help="print the fitted values as efficiency.yaml profiles")
+    ap.add_argument("--no-fit", action="store_true", help="use the shipped values as they are (with --lofo)")
     args = ap.parse_args(argv)
     engine = Engine(autoload=False)
     profiles = yaml.safe_load(PRESET.read_text())["profiles"]
@@ -145,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         BASE_ATTN[name] = (prof["attention_fwd"], prof["attention_bwd"])
     start: dict[tuple[str, str], float] = {}
     for (prof, key) in PARAMS:
-        if prof == "*":
+        if key == "attention":
             start[(prof, key)] = 1.0
         elif key == "sustained":
             start[(prof, key)] = profiles[prof].get("sustained", 1.0)
@@ -153,17 +169,22 @@ def main(argv: list[str] | None = None) -> int:
             start[(prof, key)] = profiles[prof]["gemm"][key]
     cases = load_cases(engine)
     print("start:", summary(errors(engine, cases, start)))
-    params = fit(engine, cases, start)
+    params = start if args.no_fit else fit(engine, cases, start)
     print("fitted:", summary(errors(engine, cases, params)))
     for k, v in params.items():
         print(f"  {k[0]}.{k[1]} = {v:.2f}")
     if args.lofo:
+        # Leave one family out: refit each generation's `sustained` (the dominant factor)
+        # on the other families, keep the rest at the all-data fit, predict the family.
         fams = sorted({c.family for c in cases})
         all_errs: list[float] = []
         for fam in fams:
             train = [c for c in cases if c.family != fam]
             test = [c for c in cases if c.family == fam]
-            p = fit(engine, train, params, rounds=2)
+            p = dict(params)
+            for gen in sorted({k[0] for k in PARAMS}):
+                key = (gen, "sustained")
+                p[key] = min(PARAMS[key], key=lambda v, key=key: objective(errors(engine, train, {**p, key: v})))
             e = errors(engine, test, p)
             all_errs += e
             print(f"  LOFO {fam[:60]:60s} {summary(e)}")
@@ -172,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         text = PRESET.read_text()
         data: dict[str, Any] = yaml.safe_load(text)
         for (prof, key), value in params.items():
-            if prof == "*":
-                for name, pr in data["profiles"].items():
-                    pr["attention_fwd"] = round(BASE_ATTN[name][0] * value, 3)
-                    pr["attention_bwd"] = round(BASE_ATTN[name][1] * value, 3)
+            if key == "attention":
+                pr = data["profiles"][prof]
+                pr["attention_fwd"] = round(BASE_ATTN[prof][0] * value, 3)
+                pr["attention_bwd"] = round(BASE_ATTN[prof][1] * value, 3)
             elif key == "sustained":
                 data["profiles"][prof]["sustained"] = round(value, 3)
             else:

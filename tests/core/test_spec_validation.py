@@ -46,7 +46,8 @@ BAD = [
     ("cluster.num_gpus", 0, "cluster.num_gpus", ">= 1"),
     ("cluster.num_gpus", float("nan"), "cluster.num_gpus", "integer"),
     ("cluster.scale_out.nic_gbps", float("inf"), "cluster.scale_out.nic_gbps", "finite"),
-    ("cluster.scale_out.nic_gbps", -400, "cluster.scale_out.nic_gbps", "> 0"),
+    ("cluster.scale_out.nic_gbps", -400, "cluster.scale_out.nic_gbps", ">= 0.001"),
+    ("cluster.num_gpus", 10**12, "cluster.num_gpus", "<= 10000000"),
     ("cluster.scale_out.fabric", "carrier-pigeon", "cluster.scale_out.fabric", "unknown name"),
     ("cluster.scale_out.params", {"warp_drive": 1}, "cluster.scale_out.params.warp_drive", "unknown parameter"),
     ("cluster.scale_up.generation", 9, "cluster.scale_up.generation", "one of"),
@@ -116,3 +117,74 @@ def test_valid_scenario_loads_with_presets(engine):
     assert scn.dp == 128 // (8 * 2)
     assert scn.cluster.gpu.name == "H100-SXM-80GB"
     assert math.isclose(scn.cluster.gpu.peak_tflops["bf16"], 989.4)
+
+
+def _model(**over):
+    m = {"layers": 8, "hidden": 512, "heads": 8, "vocab": 1000, "seq_len": 1024}
+    m.update(over)
+    return m
+
+
+MORE_BAD = [
+    # (scenario overrides, expected field)
+    ({"model": _model(kv_heads=16)}, "model.kv_heads"),
+    ({"model": _model(attention="mla")}, "model.mla"),
+    ({"model": _model(moe={"experts": 4, "top_k": 8, "expert_ffn": 256})}, "model.moe.top_k"),
+    ({"model": _model(moe={"experts": 4, "top_k": 2, "expert_ffn": 256, "moe_layers": 8, "dense_layers": 2})},
+     "model.moe.moe_layers"),
+    ({"model": _model(moe={"experts": 4, "top_k": 2, "expert_ffn": 256, "dense_layers": 9})}, "model.moe.dense_layers"),
+    ({"model": _model(hybrid={"pattern": "MMMM**Xx"})}, "model.hybrid.pattern"),
+    ({"model": _model(hybrid={"pattern": "MMEE**MM"})}, "model.moe"),
+    ({"model": _model(hybrid={"pattern": "MM**MM**", "mamba_layers": 3})}, "model.hybrid.mamba_layers"),
+    ({"plan": {"gbs": 64, "tp": 1, "pp": 16}}, "plan.pp"),
+    ({"plan": {"gbs": 64, "tp": 1, "pp": 2, "vp": 8}}, "plan.vp"),
+    ({"plan": {"gbs": 64, "tp": 1, "cp": 2}, "model": _model(seq_len=1002)}, "plan.cp"),
+    ({"plan": {"gbs": 64, "tp": 8, "sequence_parallel": True}, "model": _model(seq_len=1004)},
+     "plan.sequence_parallel"),
+    ({"plan": {"gbs": 64, "tp": 1, "ep": 8, "etp": 3},
+      "model": _model(moe={"experts": 8, "top_k": 2, "expert_ffn": 256})}, "plan.ep"),
+    ({"plan": {"gbs": 64, "tp": 1, "recompute": "selective", "recompute_layers": 2}}, "plan.recompute_layers"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "scale_out": {"tiers": 2, "oversubscription": [1, 2]}}},
+     "cluster.scale_out.oversubscription"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "scale_out": {"tiers": 2, "tier_spans": [16]}}},
+     "cluster.scale_out.tier_spans"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "scale_out": {"tier_spans": [64, 16]}}},
+     "cluster.scale_out.tier_spans"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "scale_out": None}}, "cluster.scale_out"),
+    ({"cluster": {"system": "DGX-A100", "num_gpus": 64, "scale_up": {"nvls": True}}}, "cluster.scale_up.nvls"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "scale_up": {"params": {"x": 1}}}},
+     "cluster.scale_up.params.x"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "scale_out": {"nics_per_node": 16}}},
+     "cluster.scale_out.nics_per_node"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64,
+                  "scale_out": {"fabric": "roce", "params": {"congestion_control": "magic"}}}},
+     "cluster.scale_out.params.congestion_control"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64,
+                  "scale_out": {"fabric": "roce", "params": {"ecmp_flows_per_pair": 0}}}},
+     "cluster.scale_out.params.ecmp_flows_per_pair"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64,
+                  "scale_out": {"fabric": "roce", "params": {"congestion_efficiency": 1.5}}}},
+     "cluster.scale_out.params.congestion_efficiency"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "scale_out": {"params": {"nested": {"a": 1}}}}},
+     "cluster.scale_out.params.nested"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "optics": {"kind": "cpo", "params": {"pj_per_bit": -1}}}},
+     "cluster.optics.params.pj_per_bit"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64,
+                  "optics": {"kind": "pluggable", "params": {"max_link_length_m": 5000}}}},
+     "cluster.optics.params.max_link_length_m"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "optics": {"kind": "copper"}}}, "cluster.optics.kind"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "memory_pool": {"fabric": "cxl", "params": {"q": 1}}}},
+     "cluster.memory_pool.params.q"),
+    ({"cluster": {"system": "DGX-H100", "num_gpus": 64, "gpu": {"preset": "H100-SXM-80GB",
+                                                                "peak_tflops": {"bf16": 0}}}},
+     "cluster.gpu.peak_tflops.bf16"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field"), MORE_BAD)
+def test_every_cross_field_rule_names_its_field(engine, overrides, field):
+    data = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": _model(), "plan": {"gbs": 64, "tp": 1}}
+    data.update(overrides)
+    with pytest.raises((SpecError, NotFoundError)) as info:
+        engine.scenario(data)
+    assert info.value.field == field, str(info.value)

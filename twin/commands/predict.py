@@ -1,9 +1,10 @@
-"""``twin predict SCENARIO.yaml``: step time, breakdown, memory, MFU of one scenario."""
+"""``twin predict SCENARIO.yaml [--server HOST:PORT]``: step time, breakdown, memory, MFU of one scenario."""
 
 from __future__ import annotations
 
 import argparse
 
+from twin.commands.remote import add_client_args, client_from_args
 from twin.commands.render import console, print_json, table
 from twin.core.estimate import Estimate
 from twin.engine import Engine
@@ -16,6 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("scenario", help="scenario file (YAML or JSON)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins")
+    add_client_args(p)
     p.set_defaults(func=run)
 
 
@@ -53,9 +55,12 @@ def render(est: Estimate) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Evaluate the scenario and print it."""
-    engine = Engine(autoload=False if args.no_plugins else None)
-    est = engine.evaluate(args.scenario)
+    """Evaluate the scenario (here, or on ``--server``) and print it."""
+    if args.server:
+        with client_from_args(args) as client:
+            est = client.predict(args.scenario)
+    else:
+        est = Engine(autoload=False if args.no_plugins else None).evaluate(args.scenario)
     if args.json:
         print_json(est.to_dict())
     else:

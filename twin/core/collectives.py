@@ -163,6 +163,36 @@ def _all_to_all(size: float, span: GroupSpan, h: Hierarchy) -> CollectiveCost:
     return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", n) / t, bottleneck)
 
 
+def dedup_dispatch_cost(token_bytes: float, tokens: float, top_k: int, span: GroupSpan,
+                        hierarchy: Hierarchy) -> CollectiveCost:
+    """Expert dispatch that sends each token once per destination NVLink domain and
+    forwards it to the chosen experts inside the domain over NVLink (DeepEP normal kernels,
+    deepseek-ai/DeepEP README; DeepSeek-V3 report §3.2.2). With experts chosen uniformly,
+    a token reaches each of the other m-1 domains with probability 1-(1-1/m)^top_k.
+    RDMA and NVLink forwarding are pipelined, so the slower of the two sets the time.
+    """
+    if span.n <= 1 or tokens <= 0:
+        return ZERO_COST
+    up = hierarchy.scale_up
+    a2a_up = up.a2a_bw_Bps or up.bw_Bps
+    per_token = token_bytes
+    m = span.m
+    if m <= 1:
+        return _all_to_all(per_token * tokens * top_k, span, hierarchy)
+    remote_copies = (m - 1) * (1.0 - (1.0 - 1.0 / m) ** top_k)
+    tier = hierarchy.tiers[span.top]
+    crossing = 1.0 - span.k_top / span.n
+    inter_bw = tier.bw_Bps / max(1.0, tier.oversubscription * crossing)
+    t_inter = tokens * per_token * remote_copies / inter_bw
+    # Inside each domain every received token is fanned out to its local experts.
+    t_intra = tokens * per_token * top_k * (span.k - 1) / span.k / a2a_up if span.k > 1 else 0.0
+    lat = (_P2P_BASE_US + (span.n - 1) * _P2P_PER_PEER_US) * _US
+    t = max(t_inter, t_intra) + lat
+    nbytes = tokens * per_token * top_k
+    bottleneck = inter_bw if t_inter >= t_intra else a2a_up
+    return CollectiveCost(t, "deepep", "Simple", nbytes * bus_factor("all_to_all", span.n) / t, bottleneck)
+
+
 def _send_recv(size: float, span: GroupSpan, h: Hierarchy) -> CollectiveCost:
     if span.m > 1:
         bw = h.tiers[span.top].bw_Bps

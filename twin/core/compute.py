@@ -61,8 +61,10 @@ def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 
         peak_flops=gpu.peak_tflops[precision] * 1e12,
         attn_peak_flops=gpu.peak_tflops[half] * 1e12,
         gemm_eff=min(1.0, gemm_eff * sustained),
-        attn_fwd_eff=min(1.0, eff.attention_fwd * sustained),
-        attn_bwd_eff=min(1.0, eff.attention_bwd * sustained),
+        # Fused attention is one long kernel per layer: its efficiency is already the
+        # end-to-end figure, so the sustained factor (launch gaps etc.) does not apply.
+        attn_fwd_eff=min(1.0, eff.attention_fwd * scale),
+        attn_bwd_eff=min(1.0, eff.attention_bwd * scale),
         hbm_Bps=gpu.hbm_TBps * 1e12 * eff.hbm * min(1.0, sustained),
         sm_count=gpu.sm_count,
         kernel_min_s=eff.kernel_min_us * 1e-6,

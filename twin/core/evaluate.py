@@ -29,7 +29,7 @@ from twin.core.collectives import CollectiveCost, collective_cost
 from twin.core.compute import Device, device_for, gemm_fwd_time, sublayer_times
 from twin.core.errors import NotFoundError, PluginError
 from twin.core.estimate import Breakdown, Estimate
-from twin.core.memory import memory_per_gpu, shard_factors
+from twin.core.memory import memory_per_gpu, recomputed_layers, shard_factors
 from twin.core.specs import Calibration, Cluster, ComputeEfficiency, Scenario, validate_scenario
 from twin.core.topology import GroupSpan, Hierarchy, Tier, place_group
 from twin.core.workload import Workload, build_workload
@@ -214,7 +214,7 @@ class TwinModel:
             layers, fwd, bwd = float(n_layers), n_layers * t_layer_f + extra_f, n_layers * t_layer_b + extra_b
             avg = (L * per_layer + head + emb) / p
         if plan.recompute == "full":
-            recompute = layers * t_layer_f
+            recompute = recomputed_layers("full", plan.recompute_layers, layers) * t_layer_f
         elif plan.recompute == "selective":
             recompute = layers * t_attn
         else:

@@ -15,7 +15,6 @@ al. 2021 §2.2.2).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from twin.core.specs import Scenario
@@ -79,37 +78,47 @@ def shard_factors(sharding: str, reshard: bool, dp_shard: int) -> tuple[float, f
 
 
 def _activation_bytes_per_token_layer(scn: Scenario, w: Workload) -> float:
-    """Stored activation bytes per token (per micro-batch token on this GPU) per layer."""
+    """Stored activation bytes per token (per micro-batch token on this GPU) per layer,
+    for a layer that is not fully recomputed.
+
+    GEMM inputs kept for the weight-gradient GEMM are stored in FP8 when training in FP8
+    (Transformer Engine's Linear/LayerNormLinear save the FP8-cast input for backward);
+    everything else stays 16-bit.
+    """
     plan, model = scn.plan, scn.model
     tp = plan.tp
     h = model.hidden
     h_sp = h / tp if plan.sp else h
-    if plan.recompute == "full":
-        return ACT_BYTES * h_sp
+    g_in = 1.0 if plan.precision in ("fp8", "fp4") else ACT_BYTES  # bytes of a saved GEMM input
+    b = ACT_BYTES
+    mult = 3 if model.gated_mlp else 2  # fc1 output width in units of ffn (gated: two halves)
     total = 0.0
     for kind, count in w.counts.items():
         if kind == "attention":
             a, g, d = model.heads, model.kv_head_count, model.head_size
-            per = 2 * h_sp + ((a + 2 * max(g, tp)) * d + a * d) / tp
+            # norm input, QKV GEMM input, q/k/v for attention backward, output (proj input)
+            per = b * h_sp + g_in * h_sp + b * (a + 2 * max(g, tp)) * d / tp + g_in * a * d / tp
             if not _flash(scn) and plan.recompute == "none":
-                per += 2.5 * a * model.seq_len / plan.cp / tp  # scores, softmax, dropout (5as/h term)
+                per += b * 2.5 * a * model.seq_len / plan.cp / tp  # scores, softmax, dropout (5as/h term)
         elif kind == "mlp":
             f = model.ffn_size
-            per = 2 * h_sp + ((3 if model.gated_mlp else 2) * f) / tp
+            # norm input, fc1 input, fc1 output (activation input), activation output (fc2 input)
+            per = b * h_sp + g_in * h_sp + b * (mult - 1) * f / tp + g_in * f / tp
         elif kind == "moe":
             moe = model.moe
             assert moe is not None
             fe = moe.expert_ffn / plan.expert_tp
-            per = 2 * h_sp + moe.top_k * (h + (3 if model.gated_mlp else 2) * fe)
+            inner = moe.latent_size or h
+            per = b * h_sp + g_in * h_sp + moe.top_k * (g_in * inner + b * (mult - 1) * fe + g_in * fe)
             if moe.shared_experts:
-                per += (3 if model.gated_mlp else 2) * (moe.shared_expert_ffn or moe.expert_ffn) \
-                    * moe.shared_experts / tp
-        else:  # mamba
+                fs = (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts / tp
+                per += b * (mult - 1) * fs + g_in * fs
+        else:  # mamba: norm input, in_proj input, in_proj output, conv/scan output (out_proj input)
             hy = model.hybrid
             assert hy is not None
             d_in = hy.mamba_heads * hy.mamba_head_dim
-            per = 2 * h_sp + 3 * d_in / tp
-        total += ACT_BYTES * per * count
+            per = b * h_sp + g_in * h_sp + b * 2 * d_in / tp + g_in * d_in / tp
+        total += per * count
     return total / w.layers
 
 
@@ -141,14 +150,17 @@ def memory_per_gpu(scn: Scenario, w: Workload, dp: int, m: int, params_gpu: floa
         grads = grad_bytes * (dense / gdiv + expert_params_gpu / egdiv)
         optim = ADAM_STATE_BYTES * (dense / odiv + expert_params_gpu / eodiv)
     layers_stage = first_stage_layers(model.layers, p)
-    per_token = _activation_bytes_per_token_layer(scn, w)
+    stored = _activation_bytes_per_token_layer(scn, w)
+    checkpoint = ACT_BYTES * (model.hidden / plan.tp if plan.sp else model.hidden)  # a recomputed layer's input
+    recomputed = recomputed_layers(plan.recompute, plan.recompute_layers, layers_stage)
+    per_token = (stored * (layers_stage - recomputed) + checkpoint * recomputed) / max(layers_stage, 1)
     if p > 1:
         in_flight = min(p, m) * (1.0 + ((p - 1) / (p * v) if v > 1 else 0.0))
     else:
         in_flight = 1.0
     activations = per_token * w.tokens * layers_stage * in_flight
-    if plan.recompute == "full":  # one layer's full activations are live during its recompute
-        activations += _activation_bytes_per_token_layer_full(scn, w) * w.tokens
+    if recomputed:  # one layer's full activations are live during its recompute
+        activations += stored * w.tokens
     logits = (ACT_BYTES + 4.0) * w.tokens * model.vocab / plan.tp  # bf16 logits + fp32 softmax (last stage)
     offloaded = 0.0
     if plan.offload.optimizer != "none":
@@ -168,16 +180,18 @@ def memory_per_gpu(scn: Scenario, w: Workload, dp: int, m: int, params_gpu: floa
         pool_capacity=pool_capacity)
 
 
+def recomputed_layers(recompute: str, requested: int | None, layers_stage: float) -> float:
+    """Layers of a stage that are fully recomputed (Megatron --recompute-num-layers)."""
+    if recompute != "full":
+        return 0.0
+    if requested is None:
+        return float(layers_stage)
+    return float(min(requested, layers_stage))
+
+
 def first_stage_layers(layers: int, pp: int) -> int:
     """Layers on the first pipeline stage (see ``evaluate.stage_layers``)."""
     base, extra = divmod(layers, pp)
     if extra == 0:
         return base
     return base if pp - extra >= 2 else base + 1
-
-
-def _activation_bytes_per_token_layer_full(scn: Scenario, w: Workload) -> float:
-    if scn.plan.recompute != "full":
-        return 0.0
-    relaxed = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, recompute="selective"))
-    return _activation_bytes_per_token_layer(relaxed, w)

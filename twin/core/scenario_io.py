@@ -39,9 +39,12 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def resolve_efficiency(value: Any, catalog: Catalog, path: str) -> ComputeEfficiency:
     """An efficiency profile by name or inline mapping."""
-    if isinstance(value, str):
-        return schema.load(ComputeEfficiency, catalog.get("efficiency", value, path), path)
-    return schema.load(ComputeEfficiency, value, path)
+    data = catalog.get("efficiency", value, path) if isinstance(value, str) else value
+    eff = schema.load(ComputeEfficiency, data, path)
+    for prec, frac in eff.gemm.items():
+        if not 0.01 <= frac <= 1.0:
+            raise SpecError(f"{path}.gemm.{prec}", f"must be between 0.01 and 1 (got {frac})")
+    return eff
 
 
 def resolve_gpu(value: Any, catalog: Catalog, path: str = "cluster.gpu") -> GPU:
@@ -66,8 +69,8 @@ def resolve_gpu(value: Any, catalog: Catalog, path: str = "cluster.gpu") -> GPU:
         data["efficiency"] = resolve_efficiency(eff, catalog, f"{path}.efficiency")
     gpu = schema.load(GPU, data, path)
     for prec, tflops in gpu.peak_tflops.items():
-        if not tflops > 0:
-            raise SpecError(f"{path}.peak_tflops.{prec}", f"must be > 0 (got {tflops})")
+        if not 0.001 <= tflops <= 1e6:
+            raise SpecError(f"{path}.peak_tflops.{prec}", f"must be between 0.001 and 1e6 TFLOP/s (got {tflops})")
     return gpu
 
 
@@ -109,7 +112,8 @@ def scenario_from_dict(data: Any, catalog: Catalog) -> Scenario:
     """Build and validate a scenario; errors name the field and the rule."""
     if not isinstance(data, Mapping):
         raise SpecError("", f"a scenario must be a mapping (got {type(data).__name__})")
-    known = {"name", "cluster", "model", "plan", "calibration", "description"}
+    # "failures" is read by twin.core.failures.spec (``twin failures``); other verbs ignore it.
+    known = {"name", "cluster", "model", "plan", "calibration", "description", "failures"}
     for key in data:
         if key not in known:
             raise SpecError(str(key), f"unknown field; expected one of: {', '.join(sorted(known))}")

@@ -21,6 +21,10 @@ Recompute = Literal["none", "selective", "full"]
 Sharding = Literal["none", "distributed_optimizer", "zero1", "zero2", "zero3", "fsdp"]
 OffloadTarget = Literal["none", "cxl", "host"]
 
+# Largest cluster the twin accepts: 10 million GPUs is ~100x today's largest training
+# clusters; anything beyond is a typo (or hostile input) and is rejected by name.
+MAX_GPUS = 10_000_000
+
 _GENERATION_ORDER = {"volta": 0, "ampere": 1, "hopper": 2, "blackwell": 3}
 # The first GPU generation whose tensor cores run each precision (NVIDIA architecture
 # whitepapers: Volta fp16; Ampere bf16/tf32; Hopper fp8; Blackwell fp4).
@@ -37,17 +41,18 @@ class ComputeEfficiency:
     ``attention_fwd``/``attention_bwd`` the fraction of the 16-bit peak fused (flash)
     attention reaches at long sequence; ``hbm`` the fraction of the datasheet HBM bandwidth
     that streaming kernels reach; ``kernel_min_us`` the floor on any kernel's duration.
-    These are kernel-level figures. ``sustained`` is the fraction of kernel-level throughput
-    a whole training step sustains (clocks under the power cap, launch gaps, framework
-    work between kernels); it is the one factor fitted to the reference runs.
+    GEMM and HBM figures are kernel-level; ``sustained`` is the fraction of them a whole
+    training step sustains (clocks under the power cap, launch gaps, framework work
+    between kernels). Attention figures are end-to-end already (one fused kernel per
+    layer). ``sustained`` and the attention figures are fitted to the reference runs.
     """
 
     gemm: dict[str, float]
-    attention_fwd: float = spec_field(gt=0, le=1)
-    attention_bwd: float = spec_field(gt=0, le=1)
-    hbm: float = spec_field(gt=0, le=1)
-    sustained: float = spec_field(1.0, gt=0, le=1)
-    kernel_min_us: float = spec_field(4.0, ge=0)
+    attention_fwd: float = spec_field(ge=0.01, le=1)
+    attention_bwd: float = spec_field(ge=0.01, le=1)
+    hbm: float = spec_field(ge=0.01, le=1)
+    sustained: float = spec_field(1.0, ge=0.01, le=1)
+    kernel_min_us: float = spec_field(4.0, ge=0, le=1e4)
     flash_attention: bool = True
     source: str = ""
 
@@ -59,11 +64,11 @@ class GPU:
     name: str
     generation: Generation
     peak_tflops: dict[str, float]
-    hbm_gib: float = spec_field(gt=0)
-    hbm_TBps: float = spec_field(gt=0)
-    sm_count: int = spec_field(ge=1)
-    nvlink_GBps: float = spec_field(0.0, ge=0, doc="NVLink bandwidth per GPU per direction")
-    tdp_w: float = spec_field(700.0, gt=0)
+    hbm_gib: float = spec_field(ge=0.001, le=1e5)
+    hbm_TBps: float = spec_field(ge=0.001, le=1e3)
+    sm_count: int = spec_field(ge=1, le=100_000)
+    nvlink_GBps: float = spec_field(0.0, ge=0, le=1e6, doc="NVLink bandwidth per GPU per direction")
+    tdp_w: float = spec_field(700.0, ge=1, le=1e5)
     efficiency: ComputeEfficiency | None = None
     source: str = ""
 
@@ -80,12 +85,12 @@ class ScaleUp:
     """The scale-up domain (NVLink/NVSwitch): GPUs that reach each other over one switch hop."""
 
     fabric: str = "nvlink"
-    generation: int | None = spec_field(None, ge=1)
-    domain_gpus: int = spec_field(8, ge=1)
-    link_GBps: float | None = spec_field(None, gt=0, doc="per GPU per direction; None: from generation")
-    achievable_fraction: float | None = spec_field(None, gt=0, le=1)
+    generation: int | None = spec_field(None, ge=1, le=100)
+    domain_gpus: int = spec_field(8, ge=1, le=1_000_000)
+    link_GBps: float | None = spec_field(None, ge=0.001, le=1e6, doc="per GPU per direction; None: from generation")
+    achievable_fraction: float | None = spec_field(None, ge=0.01, le=1)
     nvls: bool | None = None
-    latency_us: float | None = spec_field(None, ge=0)
+    latency_us: float | None = spec_field(None, ge=0, le=1e6)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -94,21 +99,22 @@ class ScaleOut:
     """The scale-out network between scale-up domains (InfiniBand, RoCE, ...)."""
 
     fabric: str = "infiniband"
-    nics_per_node: int | None = spec_field(None, ge=1, doc="None: one NIC per GPU (rail design)")
-    nic_gbps: float = spec_field(400.0, gt=0)
+    nics_per_node: int | None = spec_field(None, ge=1, le=1024, doc="None: one NIC per GPU (rail design)")
+    nic_gbps: float = spec_field(400.0, ge=0.001, le=1e6)
     topology: Literal["fat_tree", "rail_optimized"] = "rail_optimized"
-    switch_radix: int = spec_field(64, ge=4)
+    switch_radix: int = spec_field(64, ge=4, le=100_000)
     tiers: int | None = spec_field(None, ge=1, le=5)
     oversubscription: tuple[float, ...] = spec_field(
-        default_factory=tuple, ge=1,
+        default_factory=tuple, ge=1, le=1000,
         doc="down:up ratio of the uplinks of each switch tier, leaf first (1 = non-blocking)")
-    gpus_per_leaf: int | None = spec_field(None, ge=1)
+    gpus_per_leaf: int | None = spec_field(None, ge=1, le=MAX_GPUS)
     tier_spans: tuple[int, ...] = spec_field(
-        default_factory=tuple, ge=1, doc="GPUs under one switch of each tier, leaf first; empty: from radix")
+        default_factory=tuple, ge=1, le=MAX_GPUS,
+        doc="GPUs under one switch of each tier, leaf first; empty: from radix")
     sharp: bool = False
     adaptive_routing: bool | None = None
-    achievable_fraction: float | None = spec_field(None, gt=0, le=1)
-    latency_us: float | None = spec_field(None, ge=0)
+    achievable_fraction: float | None = spec_field(None, ge=0.01, le=1)
+    latency_us: float | None = spec_field(None, ge=0, le=1e6)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -125,10 +131,10 @@ class MemoryPool:
     """A CXL-attached memory pool shared by the GPUs of a node."""
 
     fabric: str = "cxl"
-    capacity_gib_per_node: float = spec_field(1024.0, gt=0)
-    bandwidth_GBps_per_node: float = spec_field(256.0, gt=0)
-    latency_ns: float = spec_field(250.0, ge=0)
-    devices_per_node: int = spec_field(4, ge=1)
+    capacity_gib_per_node: float = spec_field(1024.0, ge=0.001, le=1e7)
+    bandwidth_GBps_per_node: float = spec_field(256.0, ge=0.001, le=1e6)
+    latency_ns: float = spec_field(250.0, ge=0, le=1e9)
+    devices_per_node: int = spec_field(4, ge=1, le=1024)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -137,8 +143,8 @@ class Cluster:
     """A training cluster: GPUs, nodes, scale-up domains, scale-out network, optics, CXL."""
 
     gpu: GPU
-    num_gpus: int = spec_field(ge=1)
-    gpus_per_node: int = spec_field(8, ge=1)
+    num_gpus: int = spec_field(ge=1, le=MAX_GPUS)
+    gpus_per_node: int = spec_field(8, ge=1, le=1024)
     name: str = ""
     scale_up: ScaleUp = dataclasses.field(default_factory=ScaleUp)
     scale_out: ScaleOut | None = dataclasses.field(default_factory=ScaleOut)
@@ -216,15 +222,15 @@ class SlidingWindow:
 class Model:
     """A decoder-only transformer (dense, MoE, MLA or hybrid Mamba)."""
 
-    layers: int = spec_field(ge=1)
-    hidden: int = spec_field(ge=1)
-    heads: int = spec_field(ge=1)
-    vocab: int = spec_field(ge=1)
-    seq_len: int = spec_field(ge=1)
+    layers: int = spec_field(ge=1, le=100_000)
+    hidden: int = spec_field(ge=1, le=10_000_000)
+    heads: int = spec_field(ge=1, le=1_000_000)
+    vocab: int = spec_field(ge=1, le=100_000_000)
+    seq_len: int = spec_field(ge=1, le=1_000_000_000)
     name: str = ""
-    ffn: int | None = spec_field(None, ge=1, doc="None: 4*hidden")
-    kv_heads: int | None = spec_field(None, ge=1, doc="None: heads (MHA)")
-    head_dim: int | None = spec_field(None, ge=1, doc="None: hidden/heads")
+    ffn: int | None = spec_field(None, ge=1, le=100_000_000, doc="None: 4*hidden")
+    kv_heads: int | None = spec_field(None, ge=1, le=1_000_000, doc="None: heads (MHA)")
+    head_dim: int | None = spec_field(None, ge=1, le=1_000_000, doc="None: hidden/heads")
     gated_mlp: bool = False
     attention: Literal["mha", "gqa", "mla"] = "mha"
     moe: MoE | None = None
@@ -290,25 +296,33 @@ class Offload:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A parallel training plan. ``dp`` None: derived as num_gpus/(tp*pp*cp)."""
+    """A parallel training plan. ``dp`` None: derived as num_gpus/(tp*pp*cp).
 
-    gbs: int = spec_field(ge=1, doc="global batch in sequences")
-    tp: int = spec_field(1, ge=1)
-    pp: int = spec_field(1, ge=1)
-    vp: int = spec_field(1, ge=1, doc="virtual pipeline chunks per pp rank (interleaving)")
-    dp: int | None = spec_field(None, ge=1)
-    cp: int = spec_field(1, ge=1)
-    ep: int = spec_field(1, ge=1)
-    etp: int | None = spec_field(None, ge=1, doc="expert tensor parallel; None: tp")
-    mbs: int = spec_field(1, ge=1, doc="micro-batch in sequences")
+    ``moe_dispatcher``: "alltoall" sends one copy of a token per selected expert (Megatron-
+    Core's all-to-all dispatcher); "deepep" sends one copy per destination NVLink domain and
+    forwards inside it over NVLink (DeepEP; Megatron-Core's flex dispatcher).
+    """
+
+    gbs: int = spec_field(ge=1, le=1_000_000_000, doc="global batch in sequences")
+    tp: int = spec_field(1, ge=1, le=MAX_GPUS)
+    pp: int = spec_field(1, ge=1, le=MAX_GPUS)
+    vp: int = spec_field(1, ge=1, le=100_000, doc="virtual pipeline chunks per pp rank (interleaving)")
+    dp: int | None = spec_field(None, ge=1, le=MAX_GPUS)
+    cp: int = spec_field(1, ge=1, le=MAX_GPUS)
+    ep: int = spec_field(1, ge=1, le=MAX_GPUS)
+    etp: int | None = spec_field(None, ge=1, le=MAX_GPUS, doc="expert tensor parallel; None: tp")
+    mbs: int = spec_field(1, ge=1, le=1_000_000, doc="micro-batch in sequences")
     sequence_parallel: bool | None = None
     recompute: Recompute = "none"
+    recompute_layers: int | None = spec_field(
+        None, ge=1, doc="with recompute 'full': layers per pipeline stage recomputed (None: all)")
     precision: Precision = "bf16"
     optimizer_sharding: Sharding = "distributed_optimizer"
     fsdp_reshard_after_forward: bool = True
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     overlap: Overlap = dataclasses.field(default_factory=Overlap)
     offload: Offload = dataclasses.field(default_factory=Offload)
+    moe_dispatcher: Literal["alltoall", "deepep"] = "deepep"
     trainable: Literal["full", "lora"] = "full"
     lora_rank: int = spec_field(16, ge=1)
 
@@ -327,9 +341,9 @@ class Plan:
 class Calibration:
     """Multiplicative corrections fitted from observation (bounded; 1.0 = as designed)."""
 
-    compute_efficiency: float = spec_field(1.0, gt=0, le=2)
-    scale_up_bandwidth: float = spec_field(1.0, gt=0, le=2)
-    scale_out_bandwidth: float = spec_field(1.0, gt=0, le=2)
+    compute_efficiency: float = spec_field(1.0, ge=0.05, le=2)
+    scale_up_bandwidth: float = spec_field(1.0, ge=0.05, le=2)
+    scale_out_bandwidth: float = spec_field(1.0, ge=0.05, le=2)
     source: str = ""
 
 
@@ -461,6 +475,8 @@ def validate_plan(plan: Plan, model: Model, cluster: Cluster, path: str = "plan"
     if not cluster.gpu.supports(plan.precision):
         raise SpecError(f"{path}.precision",
                         f"{cluster.gpu.name} ({cluster.gpu.generation}) has no {plan.precision} tensor cores")
+    if plan.recompute_layers is not None and plan.recompute != "full":
+        raise SpecError(f"{path}.recompute_layers", "applies only with recompute: full")
     for what in ("optimizer", "params", "activations"):
         if getattr(plan.offload, what) == "cxl" and cluster.memory_pool is None:
             raise SpecError(f"{path}.offload.{what}", "offloading to 'cxl' needs cluster.memory_pool")

@@ -1,0 +1,163 @@
+"""Predict latency and throughput of the gRPC service over loopback.
+
+    python benchmarks/bench_server.py                        # both modes, server started here
+    python benchmarks/bench_server.py --rate 200 --requests 4000 --clients 16
+    python benchmarks/bench_server.py --address 127.0.0.1:50051 --rate 0   # an already running server
+
+Starts ``twin serve --port 0`` in a subprocess (unless --address), then N concurrent
+clients (asyncio tasks on one grpc.aio channel each) send a fixed number of Predict
+requests (Llama 3.1 70B on 1,024 H100s, by preset names):
+
+- ``--rate R`` (open loop): requests are scheduled at R per second in total, and each
+  latency is measured from its scheduled send time, so a stalled server cannot hide its
+  queueing (no coordinated omission);
+- ``--rate 0`` (closed loop): every client sends its next request when the previous one
+  returns: the throughput ceiling.
+
+The client sends pre-serialized bytes and does not decode replies, so the figures are the
+server's (the client still shares the machine's cores). Prints p50/p90/p99/max latency
+and requests/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from twin.rpc.v1 import twin_service_pb2  # noqa: E402
+from twin.server.convert import scenario_from_mapping  # noqa: E402
+
+SCENARIO = {"cluster": {"system": "DGX-H100", "num_gpus": 1024}, "model": "llama3.1-70b",
+            "plan": {"tp": 4, "pp": 4, "vp": 5, "gbs": 1024}}
+METHOD = "/twin.rpc.v1.TwinService/Predict"
+
+
+def start_server(workers: int | None) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    if workers:
+        env["TWIN_WORKERS"] = str(workers)
+    env.pop("TWIN_AUTH_TOKEN", None)
+    proc = subprocess.Popen([sys.executable, "-m", "twin.cli", "serve", "--port", "0", "--state-dir",
+                             "/tmp/twin-bench-state"], cwd=ROOT, env={**env, "TWIN_LOG_LEVEL": "INFO"},
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("msg") == "serving":
+            return proc, rec["address"]
+    raise SystemExit(f"server did not start (exit {proc.wait()})")
+
+
+def percentile(sorted_ms: list[float], q: float) -> float:
+    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
+
+
+def payloads(n: int, distinct: bool) -> list[bytes]:
+    """Serialized requests: all the same, or each unique (a different name: a cache miss, same work)."""
+    if not distinct:
+        one = twin_service_pb2.PredictRequest(scenario=scenario_from_mapping(SCENARIO)).SerializeToString()
+        return [one] * n
+    return [twin_service_pb2.PredictRequest(scenario=scenario_from_mapping({**SCENARIO, "name": f"bench-{i}"}))
+            .SerializeToString() for i in range(n)]
+
+
+async def run(address: str, clients: int, requests: int, rate: float, warmup: int, distinct: bool
+              ) -> dict[str, float]:
+    bodies = payloads(requests + warmup, distinct)
+    payload = bodies[-1]
+    channels = [grpc.aio.insecure_channel(address) for _ in range(clients)]
+    calls = [ch.unary_unary(METHOD) for ch in channels]
+    for call in calls:
+        for _ in range(max(1, warmup // clients)):
+            await call(payload, timeout=10)
+    latencies: list[float] = []
+    errors = 0
+    t0 = time.perf_counter()
+    per_client = [requests // clients + (1 if i < requests % clients else 0) for i in range(clients)]
+
+    async def client(i: int) -> None:
+        nonlocal errors
+        call = calls[i]
+        for k in range(per_client[i]):
+            body = bodies[k * clients + i]
+            if rate > 0:
+                # Request k of client i is the (k*clients + i)-th of the whole schedule.
+                scheduled = t0 + (k * clients + i) / rate
+                delay = scheduled - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            else:
+                scheduled = time.perf_counter()
+            try:
+                await call(body, timeout=30)
+            except grpc.aio.AioRpcError:
+                errors += 1
+                continue
+            latencies.append((time.perf_counter() - scheduled) * 1e3)
+
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    wall = time.perf_counter() - t0
+    for ch in channels:
+        await ch.close()
+    lat = sorted(latencies)
+    return {"requests": len(lat), "errors": errors, "wall_s": wall, "rps": len(lat) / wall,
+            "p50_ms": percentile(lat, 0.50), "p90_ms": percentile(lat, 0.90), "p99_ms": percentile(lat, 0.99),
+            "max_ms": lat[-1], "mean_ms": statistics.fmean(lat)}
+
+
+def report(label: str, r: dict[str, float]) -> None:
+    print(f"{label}: {r['requests']:.0f} Predict in {r['wall_s']:.2f} s -> {r['rps']:.0f} req/s; "
+          f"latency p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
+          f"max {r['max_ms']:.2f} ms; errors {r['errors']:.0f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--address", help="a running server (default: start one here)")
+    ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    ap.add_argument("--requests", type=int, default=3000, help="Predict requests per run (default 3000)")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="requests/s in total (open loop); 0: closed loop; default: 200 then 0")
+    ap.add_argument("--repeat", action="store_true",
+                    help="send one request over and over (the server's scenario cache hits); default: every "
+                         "request distinct, so every one is resolved and checked from scratch")
+    ap.add_argument("--workers", type=int, default=None, help="server worker threads when started here (default 8)")
+    ap.add_argument("--warmup", type=int, default=200)
+    args = ap.parse_args()
+    proc = None
+    address = args.address
+    if address is None:
+        proc, address = start_server(args.workers)
+        assert proc.stderr is not None
+        proc.stderr.close()
+    try:
+        rates = [args.rate] if args.rate is not None else [200.0, 0.0]
+        kind = "one repeated request" if args.repeat else "distinct requests"
+        print(f"server {address}, {args.clients} clients, {kind}, {os.cpu_count()} CPUs on this machine")
+        for rate in rates:
+            r = asyncio.run(run(address, args.clients, args.requests, rate, args.warmup, not args.repeat))
+            report(f"open loop at {rate:.0f} req/s" if rate else "closed loop", r)
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Server-streaming sweeps: progress and rows as they complete; cancel and deadline stop the work."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+
+from twin.engine import Engine
+from twin.rpc.v1 import sweep_service_pb2 as sw
+from twin.server import sweeps
+from twin.server.convert import scenario_from_mapping
+
+BASE = {"name": "base", "cluster": {"system": "DGX-H100", "num_gpus": 256}, "model": "llama3.1-70b",
+        "plan": {"tp": 8, "pp": 4, "gbs": 256}}
+
+
+def values(*xs) -> sw.ValueList:
+    out = sw.ValueList()
+    for x in xs:
+        v = struct_pb2.Value()
+        if isinstance(x, str):
+            v.string_value = x
+        else:
+            v.number_value = x
+        out.values.append(v)
+    return out
+
+
+def test_grid_sweep_streams_rows_progress_and_best(sweep_stub):
+    spec = sw.SweepSpec(name="tp-pp", base=scenario_from_mapping(BASE), axes=[
+        sw.SweepAxis(path="plan.tp", values=values(1, 2, 4, 8, 3)),
+        sw.SweepAxis(path="plan.pp", range=sw.Range(start=1, stop=5, step=1))],
+        objective=sw.SweepObjective(metric="step_time_s", top=3))
+    events = list(sweep_stub.Sweep(sw.SweepRequest(spec=spec), timeout=60))
+    kinds = [e.WhichOneof("event") for e in events]
+    assert kinds[0] == "started" and kinds[-1] == "finished" and "progress" in kinds
+    assert events[0].started.total_points == 20 and list(events[0].started.axis_paths) == ["plan.tp", "plan.pp"]
+    rows = [e.row for e in events if e.HasField("row")]
+    assert sorted(r.index for r in rows) == list(range(20))
+    errors = [r for r in rows if r.HasField("error")]
+    assert errors and all(r.error.code == "INVALID_ARGUMENT" and r.error.field.startswith("plan.") for r in errors)
+    assert any(r.assignment.fields["plan.tp"].number_value == 3 for r in errors)  # tp=3 cannot divide 64 heads
+    done = events[-1].finished
+    assert done.done_points == 20 and done.failed_points == len(errors)
+    best = [r.estimate.step_time_s for r in done.best]
+    assert len(best) == 3 and best == sorted(best)
+    ok_times = sorted(r.estimate.step_time_s for r in rows if r.HasField("estimate"))
+    assert best == ok_times[:3]
+    # Each row matches a local evaluation of the same point.
+    engine = Engine(autoload=False)
+    first = next(r for r in rows if r.HasField("estimate"))
+    point = {k: int(v.number_value) for k, v in first.assignment.fields.items()}
+    local = engine.model.evaluate(engine.scenario(sweeps.apply(BASE, point)), validate=False, report=False)
+    assert first.estimate.step_time_s == local.step_time_s
+
+
+def test_zip_random_and_document_sweeps(sweep_stub):
+    zipped = {"base": BASE, "mode": "zip", "keep_rows": False, "objective": {"metric": "mfu", "top": 2},
+              "axes": [{"path": "plan.tp", "values": [2, 4, 8]},
+                       {"path": "model.seq_len", "values": [2048, 4096, 8192]}]}
+    events = list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(zipped)), timeout=60))
+    assert not any(e.HasField("row") for e in events)  # keep_rows false: progress and best only
+    fin = events[-1].finished
+    assert fin.done_points == 3 and fin.objective_metric == "mfu"
+    assert fin.best[0].estimate.mfu >= fin.best[1].estimate.mfu
+    assert fin.best[0].assignment.fields["model.seq_len"].number_value in (2048, 4096, 8192)
+    rnd = {"base": BASE, "mode": "random", "axes": [
+        {"path": "plan.mbs", "sample": {"choices": [1, 2], "n": 6, "seed": 7}},
+        {"path": "cluster.scale_out.nic_gbps", "sample": {"low": 100.0, "high": 800.0, "n": 6, "seed": 7}}]}
+    first = list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(rnd)), timeout=60))
+    again = list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(rnd)), timeout=60))
+    rows = [e.row for e in first if e.HasField("row")]
+    assert len(rows) == 6 and [r.assignment for r in rows] == [e.row.assignment for e in again if e.HasField("row")]
+    assert all(100 <= r.assignment.fields["cluster.scale_out.nic_gbps"].number_value <= 800 for r in rows)
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"base": BASE, "axes": [{"path": "plan.tp"}]}, "spec.axes[0]"),
+    ({"base": BASE, "axes": [{"path": "fabric.tp", "values": [1]}]}, "spec.axes[0].path"),
+    ({"base": BASE, "mode": "diagonal"}, "spec.mode"),
+    ({"base": BASE, "objective": {"metric": "vibes"}}, "spec.objective.metric"),
+    ({"axes": []}, "spec.base"),
+    ({"base": BASE, "axes": [{"path": "plan.tp", "range": {"start": 1, "stop": 9, "step": 0}}]},
+     "spec.axes[0].range.step"),
+    ({"base": BASE, "mode": "zip", "axes": [{"path": "plan.tp", "values": [1, 2]},
+                                            {"path": "plan.pp", "values": [1]}]}, "spec.axes[1]"),
+])
+def test_bad_sweep_specs_name_the_field(sweep_stub, spec, field):
+    from tests.server.test_errors import bad_field
+
+    with pytest.raises(grpc.RpcError) as info:
+        list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(spec)), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_field(info.value) == field
+
+
+BIG = {"base": BASE, "keep_rows": False, "axes": [
+    {"path": "plan.gbs", "range": {"start": 256, "stop": 256 * 201, "step": 256}},
+    {"path": "plan.mbs", "values": [1, 2]},
+    {"path": "plan.recompute", "values": ["none", "selective", "full"]},
+    {"path": "plan.pp", "values": [1, 2, 4, 5, 8, 10, 16, 20, 40, 80]}]}  # 12,000 points: minutes inline
+
+
+def test_cancel_stops_the_work(server, sweep_stub):
+    call = sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps({**BIG, "name": "to-cancel"})), timeout=120)
+    seen = 0
+    for event in call:
+        if event.HasField("started"):
+            assert event.started.total_points == 12_000
+        if event.HasField("progress") and event.progress.done_points > 0:
+            seen = event.progress.done_points
+            break
+    call.cancel()
+    rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "to-cancel", timeout=10)
+    assert rec["reason"] == "cancelled" and seen <= rec["done_points"] < 12_000
+
+
+def test_python_client_sweep_and_early_close(server):
+    from twin.client import TwinClient
+
+    spec = {"name": "client", "base": BASE, "axes": [{"path": "plan.pp", "values": [1, 2, 4]}]}
+    with TwinClient(server.address) as client:
+        events = list(client.sweep(spec))
+        assert events[-1].finished.done_points == 3
+        stream = client.sweep({**BIG, "name": "client-cancel"})
+        assert next(stream).started.total_points == 12_000
+        stream.close()  # closing the iterator cancels the call
+    rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "client-cancel",
+                          timeout=10)
+    assert rec["reason"] == "cancelled" and rec["done_points"] < rec["total_points"] == 12_000
+
+
+def test_deadline_stops_the_work(server, sweep_stub):
+    spec = {**BIG, "name": "deadline", "axes": [*BIG["axes"][:3], {"path": "plan.pp", "values": [1, 2, 4, 5, 8]}]}
+    with pytest.raises(grpc.RpcError) as info:
+        list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(spec)), timeout=0.7))
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "deadline", timeout=10)
+    assert rec["reason"] == "deadline" and rec["done_points"] < 6000

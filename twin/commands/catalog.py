@@ -1,0 +1,54 @@
+"""``twin catalog [--server HOST:PORT]``: presets, fabrics, strategies and plugins with versions.
+
+Without ``--server`` it lists what this installation loads; with it, what a running
+server loads (the two differ when the server has other plugin packages installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from twin.commands.remote import add_client_args, client_from_args
+from twin.commands.render import console, print_json, table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``catalog`` verb."""
+    p = sub.add_parser("catalog", help="list presets, fabrics, strategies and plugins (here or on a server)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins (local only)")
+    add_client_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fetch the catalog and print it."""
+    from google.protobuf.json_format import MessageToDict
+
+    if args.server:
+        with client_from_args(args) as client:
+            catalog = client.catalog()
+    else:
+        from twin.engine import Engine
+        from twin.server.services import catalog_message
+
+        catalog = catalog_message(Engine(autoload=False if args.no_plugins else None))
+    if args.json:
+        print_json(MessageToDict(catalog, preserving_proto_field_name=True, always_print_fields_with_no_presence=True))
+        return 0
+    out = console()
+    out.print(f"Fabric Twin {catalog.twin_version}")
+    for title, presets in (("GPUs", catalog.gpus), ("Systems", catalog.systems), ("Models", catalog.models)):
+        t = table(title, "name", "origin")
+        for p in presets:
+            t.add_row(p.name, p.origin)
+        out.print(t)
+    c = table("Fabrics and strategies", "role", "kind", "plugin", "summary")
+    for comp in (*catalog.fabrics, *catalog.strategies):
+        c.add_row(comp.role, comp.kind, comp.plugin, comp.summary)
+    out.print(c)
+    pl = table("Plugins", "name", "package", "version")
+    for plugin in catalog.plugins:
+        pl.add_row(plugin.name, plugin.distribution, plugin.version)
+    out.print(pl)
+    return 0

@@ -1,0 +1,124 @@
+"""``twin demo``: a simulated cluster pushes real OTLP to a twin; watch it see a link degrade and fail.
+
+Starts the telemetry server itself (a fresh state directory) unless ``--endpoint`` names a
+running twin. Two nodes of dcgm-exporter, node_exporter InfiniBand, mlx5 RoCE and
+transceiver metrics, pushed with the OpenTelemetry SDK's OTLPMetricExporter, plus a
+training job's step time. Then a port degrades (trains down to half rate, symbol
+errors, low receive power) and later fails; after each phase the demo prints what the
+twin sees and its prediction "as designed" vs "as the cluster is now".
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from twin.commands.render import console, table
+
+DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "gpt3-175b-dgx-h100-ib.yaml"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` verb."""
+    p = sub.add_parser("demo", help="simulate exporters pushing OTLP telemetry to a twin (link degrades, then fails)",
+                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    p.add_argument("--endpoint", help="a running twin (host:port); default: start one")
+    p.add_argument("--scenario", default=str(DEFAULT_SCENARIO), help="scenario the simulated job runs")
+    p.add_argument("--pushes", type=int, default=3, help="pushes per phase (default 3)")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between pushes (default 0.5)")
+    p.set_defaults(func=run)
+
+
+def _start_server(state_dir: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "twin.telemetry.standalone", "--state-dir", state_dir,
+                             "--port", "0", "--calibrate-interval", "0"], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    m = re.search(r"listening on (\S+)", line)
+    if not m:
+        proc.kill()
+        raise RuntimeError(f"the telemetry server did not start ({line.strip() or 'no output'})")
+    return proc, m.group(1)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the three phases and print what the twin sees."""
+    import grpc
+
+    from twin.rpc.v1 import telemetry_pb2 as pb
+    from twin.rpc.v1 import telemetry_pb2_grpc as pbg
+    from twin.telemetry.simulate import SimulatedCluster
+
+    out = console()
+    tmp = tempfile.TemporaryDirectory(prefix="twin-demo-")
+    proc = None
+    endpoint = args.endpoint
+    try:
+        if endpoint is None:
+            proc, endpoint = _start_server(tmp.name)
+            out.print(f"started a twin on {endpoint} (state in {tmp.name})")
+        api = pbg.TelemetryServiceStub(grpc.insecure_channel(endpoint))
+        designed = api.RegisterJob(pb.RegisterJobRequest(job="demo-job",
+                                                         scenario_yaml=Path(args.scenario).read_text()),
+                                   timeout=60).predicted_step_time_s
+        out.print(f"job 'demo-job' runs {Path(args.scenario).name}: designed step {designed:.3f} s")
+        sim = SimulatedCluster(endpoint, nodes=2, gpus_per_node=8, job="demo-job", step_time_s=designed * 1.08)
+        try:
+            phases = [("healthy cluster (the job runs 8% slower than designed)", None),
+                      ("node-1 port mlx5_3 degrades: trains down to 2x width, symbol errors, low rx power",
+                       (0, 3, "degraded")),
+                      ("node-2 port mlx5_5 fails", (1, 5, "down"))]
+            for title, change in phases:
+                if change:
+                    sim.set_port(*change)
+                    sim.step_time_s *= 1.15 if change[2] == "degraded" else 1.05
+                for _ in range(args.pushes):
+                    time.sleep(args.interval)
+                    sim.push()
+                if change is None:
+                    cal = api.Calibrate(pb.CalibrateRequest(), timeout=60)
+                    for a in cal.adjustments:
+                        out.print(f"  calibration: {a.factor} {a.old_value:.3f} -> {a.new_value:.3f}")
+                _show(out, pb, api, title)
+        finally:
+            sim.shutdown()
+        return 0
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+        tmp.cleanup()
+
+
+def _show(out, pb, api, title: str) -> None:  # noqa: ANN001 - generated proto modules
+    st = api.GetLiveState(pb.GetLiveStateRequest(max_events=10), timeout=60)
+    counts: dict[str, dict[str, int]] = {}
+    for c in st.components:
+        per = counts.setdefault(c.kind, {})
+        name = pb.ComponentState.Name(c.state).removeprefix("COMPONENT_STATE_").lower()
+        per[name] = per.get(name, 0) + 1
+    out.print(f"\n[bold]{title}[/bold]")
+    t = table("", "kind", "up", "degraded", "down")
+    for kind, per in sorted(counts.items()):
+        t.add_row(kind, str(per.get("up", 0)), str(per.get("degraded", 0)), str(per.get("down", 0)))
+    out.print(t)
+    for c in st.components:
+        if c.state in (pb.COMPONENT_STATE_DEGRADED, pb.COMPONENT_STATE_DOWN) and c.kind != "roce_port":
+            state = pb.ComponentState.Name(c.state).removeprefix("COMPONENT_STATE_")
+            out.print(f"  {state:8} {c.id} (capacity {100 * c.capacity_fraction:.0f}%)")
+            for e in c.evidence:
+                if e.severity != "info":
+                    out.print(f"           {e.signal}={e.value:.4g} {e.rule}: {e.why}")
+    p = api.PredictLive(pb.PredictLiveRequest(job="demo-job"), timeout=60)
+    div = {j.job: j for j in api.GetDivergence(pb.GetDivergenceRequest(), timeout=60).jobs}.get("demo-job")
+    out.print(f"  predicted step: as designed {p.designed_step_time_s:.3f} s, as the cluster is now "
+              f"{p.now_step_time_s:.3f} s ({100 * p.slowdown:+.1f}%)")
+    if div is not None and div.observations:
+        out.print(f"  observed step {div.observed_step_time_s:.3f} s: divergence from 'now' "
+                  f"{100 * div.divergence_now:+.1f}%, from 'designed' {100 * div.divergence_designed:+.1f}%")
+    for d in p.down_components:
+        out.print(f"  [red]DOWN[/red] {d}: reported; priced as failover to a sibling NIC")

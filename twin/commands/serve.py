@@ -1,0 +1,34 @@
+"""``twin serve``: run the twin as a gRPC service (see ``twin.server.app``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from twin.server.app import serve
+from twin.server.config import load_config
+from twin.server.observability import configure_logging
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``serve`` verb."""
+    p = sub.add_parser(
+        "serve", help="run the gRPC service",
+        description="Run the twin as a gRPC service (Predict, Validate, GetCatalog, Sweep, Health, reflection). "
+                    "Settings come from --config FILE, then TWIN_* environment variables, then these flags. "
+                    "Logs the bound address as JSON on stderr; stops gracefully on SIGTERM.")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1; 0.0.0.0 or :: for all interfaces)")
+    p.add_argument("--port", type=int, help="port to bind (default 50051; 0 picks a free port)")
+    p.add_argument("--config", help="config file (YAML or JSON)")
+    p.add_argument("--health-port", type=int, help="extra plaintext port serving only grpc.health.v1 (default off)")
+    p.add_argument("--state-dir", help="local state directory (default ./state or $TWIN_STATE_DIR)")
+    p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the config and serve until SIGTERM."""
+    overrides = {"host": args.host, "port": args.port, "health_port": args.health_port,
+                 "state_dir": args.state_dir, "plugins_autoload": False if args.no_plugins else None}
+    config = load_config(args.config, overrides=overrides)
+    configure_logging(config.log_level, config.log_format)
+    return serve(config)

@@ -1,0 +1,252 @@
+"""What a cluster is made of, how each part fails, and what the job sees when it does.
+
+Plugins describe their hardware with these plain objects (hooks ``twin_components`` and
+``twin_failure_modes`` in ``twin/hookspecs.py``); the core turns them into costs.
+
+- :class:`ComponentGroup`: identical components grouped by symmetry (all leaf switches,
+  all leaf-to-spine cables, ...). One failure of any member has the same consequence, so
+  one evaluation per group covers all of them (this is what keeps the ranking of a
+  1,024-GPU cluster to a few dozen evaluations).
+- :class:`FailureMode`: one way a member of a group fails: how often (per unit per year,
+  with the source of the number), whether the job crashes, how many nodes can no longer
+  run the plan at full capability, and how the job runs on the same hardware until the
+  repair (an :class:`Impact`, or ``None`` when it cannot run there at all).
+- :class:`Impact`: multiplicative changes to the interconnect and devices the slowest
+  rank sees (synchronous training runs at the pace of its slowest rank).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+Effect = Literal["down", "degraded", "congestion", "straggler"]
+EFFECTS: tuple[str, ...] = ("down", "degraded", "congestion", "straggler")
+
+
+def ecmp_max_load(flows: float, links: float) -> float:
+    """Expected flows on the busiest of ``links`` links when ``flows`` flows hash onto them.
+
+    Balls into bins (Raab & Steger 1998, "Balls into bins — a simple and tight
+    analysis"): the fullest of U bins holding c balls on average carries about
+    c + sqrt(2 c ln U); the RoCE plugin's ECMP efficiency is c over that.
+    """
+    if links <= 1:
+        return flows
+    c = flows / links
+    return c + math.sqrt(2.0 * c * math.log(links))
+
+
+@dataclass(frozen=True, slots=True)
+class UplinkLoss:
+    """Uplinks of one switch that no longer carry (all of) their share of traffic.
+
+    ``tier``: the first hierarchy tier whose traffic crosses these links (a leaf's uplinks
+    carry traffic that reaches tier 2, the spine). ``uplinks``: uplinks of that switch.
+    ``lost``: links lost; a degraded link under adaptive routing counts as the fraction of
+    its capacity lost.
+
+    Adaptive routing spreads traffic over what is left: the switch offers
+    ``capacity_fraction`` of its up-capacity, i.e. its oversubscription rises by the
+    inverse. Static ECMP hashing (``hashed_flows`` > 0 flows over these uplinks) instead
+    re-hashes the lost links' flows onto the others: the busiest link carries more flows
+    and every flow on it slows by the ratio of busiest-link loads (``hash_factor``); a
+    degraded link that stays in the hashed group (``worst_link`` < 1) slows the flows
+    hashed onto it to its speed, and a collective runs at its slowest flow.
+    """
+
+    tier: int
+    uplinks: float
+    lost: float
+    hashed_flows: float = 0.0
+    worst_link: float = 1.0
+
+    def capacity_fraction(self, spare_uplinks: float = 0.0) -> float:
+        """Fraction of the switch's nominal up-capacity still available (spares absorb losses)."""
+        if self.uplinks <= 0:
+            return 1.0
+        left = self.uplinks + spare_uplinks - self.lost
+        return max(0.0, min(1.0, left / self.uplinks))
+
+    @property
+    def hashed(self) -> bool:
+        """Whether flows are pinned to links by ECMP hashing (no adaptive re-balancing)."""
+        return self.hashed_flows > 0 or self.worst_link < 1.0
+
+    def hash_factor(self, spare_uplinks: float = 0.0) -> float:
+        """Bandwidth kept by the slowest hashed flow (1.0 when nothing is hashed).
+
+        ``spare_uplinks`` extra links in the group absorb losses; the nominal tier
+        bandwidth already carries the busiest-link loss of ``uplinks`` links, so a better
+        spread than nominal is not a gain here (capped at 1).
+        """
+        if not self.hashed:
+            return 1.0
+        factor = self.worst_link
+        if self.hashed_flows > 0 and self.lost > 0:
+            left = max(1.0, self.uplinks + spare_uplinks - self.lost)
+            factor *= ecmp_max_load(self.hashed_flows, self.uplinks) / ecmp_max_load(self.hashed_flows, left)
+        return min(1.0, factor)
+
+
+@dataclass(frozen=True, slots=True)
+class Impact:
+    """What the slowest rank sees while a failure lasts. Factors multiply; 1.0 = unchanged.
+
+    ``tier_bw``: (hierarchy tier index, bandwidth factor) pairs; ``uplinks``: switch
+    uplink losses (re-routed over the remaining uplinks); ``compute``/``hbm``: peak
+    compute and HBM bandwidth of the slowest GPU; ``pool``: bandwidth and capacity of the
+    memory pool of the affected node; ``nvls``: in-switch reduction still available;
+    ``stall_s``: a one-off pause (routing convergence, a congestion watchdog).
+    """
+
+    tier_bw: tuple[tuple[int, float], ...] = ()
+    uplinks: tuple[UplinkLoss, ...] = ()
+    compute: float = 1.0
+    hbm: float = 1.0
+    pool: float = 1.0
+    nvls: bool = True
+    stall_s: float = 0.0
+    note: str = ""
+
+    @property
+    def is_identity(self) -> bool:
+        """Whether this impact changes nothing."""
+        return (not self.uplinks and all(f == 1.0 for _, f in self.tier_bw) and self.compute == 1.0
+                and self.hbm == 1.0 and self.pool == 1.0 and self.nvls and self.stall_s == 0.0)
+
+    def combine(self, other: Impact) -> Impact:
+        """Both at once, placed where they hurt most.
+
+        Per-rank factors (a tier's bandwidth, compute, HBM, pool) take the worse of the
+        two: the slowest rank paces the step, and two failures of the very same rank are
+        rare. Uplink losses add up (both at the same switch); stalls add up.
+        """
+        bw: dict[int, float] = {}
+        for tier, factor in self.tier_bw + other.tier_bw:
+            bw[tier] = min(bw.get(tier, 1.0), factor)
+        return Impact(tier_bw=tuple(sorted(bw.items())), uplinks=self.uplinks + other.uplinks,
+                      compute=min(self.compute, other.compute), hbm=min(self.hbm, other.hbm),
+                      pool=min(self.pool, other.pool), nvls=self.nvls and other.nvls,
+                      stall_s=self.stall_s + other.stall_s,
+                      note="; ".join(n for n in (self.note, other.note) if n))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form."""
+        return {"tier_bw": [list(t) for t in self.tier_bw],
+                "uplinks": [{"tier": u.tier, "uplinks": u.uplinks, "lost": u.lost, "hashed_flows": u.hashed_flows,
+                             "worst_link": u.worst_link} for u in self.uplinks],
+                "compute": self.compute, "hbm": self.hbm, "pool": self.pool, "nvls": self.nvls,
+                "stall_s": self.stall_s, "note": self.note}
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentGroup:
+    """Identical components of a cluster, grouped by symmetry.
+
+    ``name`` is unique within a cluster (``gpu``, ``switch.leaf``, ``link.leaf-spine``);
+    ``kind`` the component type (gpu, host, nic, nvswitch, nvlink_link, switch, link,
+    transceiver, optical_engine, laser_source, cxl_device, software, fabric); ``tier``
+    the hierarchy tier it belongs to (0 = scale-up domain); ``attrs`` plain facts the
+    modes and reports use (ports, uplinks, packaging ...).
+    """
+
+    name: str
+    kind: str
+    count: int
+    fabric: str = "core"
+    tier: int | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form."""
+        return {"name": self.name, "kind": self.kind, "count": self.count, "fabric": self.fabric, "tier": self.tier,
+                "attrs": dict(self.attrs), "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class FailureMode:
+    """One way a member of a :class:`ComponentGroup` fails, and its consequence.
+
+    ``annual_rate``: events per unit per year (``None``: no published default; a scenario
+    may set one). ``interrupts``: the job crashes when it happens (it restarts from its
+    last checkpoint). ``nodes_lost``: nodes that can no longer run the plan at full
+    capability (replace them, run degraded, shrink, or wait for the repair).
+    ``degraded``: how the job runs on the same hardware until the repair (``None``: it
+    cannot). ``detection_s``: time until the failure is noticed (a crash is seen at once,
+    a hang only when the collective watchdog fires). ``repair_h``: time until the
+    component is back (or the episode ends). ``priority``: a mode with the same
+    (component, name) from a more specific model replaces a lower-priority one.
+    ``same_as``: this mode has the consequence of another mode of the same component (a
+    plugin that knows a rate but not the topology, e.g. the optics plugin's transceiver
+    failures of a link, which end like the fabric plugin's ``down``); ``supersedes``:
+    modes of the same component whose rate this one replaces (they are dropped).
+    """
+
+    component: str
+    name: str
+    effect: str
+    annual_rate: float | None
+    rate_source: str
+    interrupts: bool
+    nodes_lost: float = 0.0
+    degraded: Impact | None = None
+    detection_s: float = 30.0
+    repair_h: float = 4.0
+    repair_source: str = ""
+    priority: int = 0
+    description: str = ""
+    same_as: str | None = None
+    supersedes: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """``component.name`` (what scenarios use to override a rate)."""
+        return f"{self.component}:{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form."""
+        return {"component": self.component, "mode": self.name, "effect": self.effect,
+                "annual_rate_per_unit": self.annual_rate, "rate_source": self.rate_source,
+                "interrupts": self.interrupts, "nodes_lost": self.nodes_lost,
+                "degraded": None if self.degraded is None else self.degraded.to_dict(),
+                "detection_s": self.detection_s, "repair_h": self.repair_h, "description": self.description,
+                "priority": self.priority, "supersedes": list(self.supersedes)}
+
+
+def merge_modes(modes: list[FailureMode]) -> tuple[list[FailureMode], list[str]]:
+    """Resolve ``same_as``/``supersedes``, then keep one mode per (component, name).
+
+    The highest priority wins (ties keep the first). Returns the modes and notes about
+    modes that could not be resolved (a ``same_as`` target nobody provides).
+    """
+    notes: list[str] = []
+    by_key = {(m.component, m.name): m for m in modes if m.same_as is None}
+    resolved: list[FailureMode] = []
+    dropped: set[tuple[str, str]] = set()
+    for mode in modes:
+        final = mode
+        if mode.same_as is not None:
+            target = by_key.get((mode.component, mode.same_as))
+            if target is None:
+                notes.append(f"{mode.component}:{mode.name}: no '{mode.same_as}' mode to take its consequence from")
+                continue
+            final = replace(mode, interrupts=target.interrupts, nodes_lost=target.nodes_lost,
+                            degraded=target.degraded, detection_s=target.detection_s, repair_h=target.repair_h,
+                            repair_source=target.repair_source, same_as=None)
+        dropped.update((final.component, s) for s in final.supersedes)
+        resolved.append(final)
+    modes = [m for m in resolved if (m.component, m.name) not in dropped or m.supersedes]
+    best: dict[tuple[str, str], FailureMode] = {}
+    order: list[tuple[str, str]] = []
+    for mode in modes:
+        k = (mode.component, mode.name)
+        if k not in best:
+            order.append(k)
+            best[k] = mode
+        elif mode.priority > best[k].priority:
+            best[k] = mode
+    return [best[k] for k in order], notes

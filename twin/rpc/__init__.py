@@ -1,0 +1,7 @@
+"""Wire protocol of the twin's gRPC service (package ``twin.rpc.v1``).
+
+The modules under ``twin/rpc/v1`` (``*_pb2.py``, ``*_pb2_grpc.py``, ``*_pb2.pyi``) are
+generated from ``proto/twin/rpc/v1/*.proto`` when the package is built or installed
+(``pip install -e .`` included; see setup.py) and are not kept in git. After editing a
+.proto file, run ``pip install -e .`` (or ``python setup.py generate_protos``) again.
+"""

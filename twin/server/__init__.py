@@ -1,0 +1,1 @@
+"""The gRPC service (``twin serve``): thin servicers over :class:`twin.engine.Engine`."""

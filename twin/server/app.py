@@ -1,0 +1,190 @@
+"""Build and run the gRPC server: ``twin serve``.
+
+:func:`build_server` assembles a ``grpc.Server`` from a :class:`ServerConfig`: the
+extensions (``twin.server.extensions``), the standard grpc.health.v1 Health service and
+server reflection, TLS/mTLS credentials, the bearer-token interceptor and (when asked
+for) OpenTelemetry. :func:`serve` runs it until SIGTERM/SIGINT and shuts down gracefully:
+health NOT_SERVING, an optional drain pause for load balancers and probes, ``stop(grace)``
+so in-flight calls finish, then the shutdown hooks (executors, Ray if we started it).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from twin import __version__
+from twin.core.errors import SpecError, TwinError
+from twin.engine import Engine
+from twin.server import extensions
+from twin.server.auth import TokenAuthInterceptor, load_token
+from twin.server.config import ServerConfig, TlsConfig
+from twin.server.context import ServerContext
+from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
+
+log = logging.getLogger("twin.server")
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+
+
+class BindError(TwinError):
+    """The server could not listen on the configured address."""
+
+
+@dataclass
+class RunningServer:
+    """A built (and possibly started) server with everything needed to stop it."""
+
+    server: grpc.Server
+    ctx: ServerContext
+    health: health.HealthServicer
+    port: int
+    health_port: int
+    health_server: grpc.Server | None
+    otel: Otel | None
+    auth: bool
+
+    @property
+    def address(self) -> str:
+        """``host:port`` actually bound."""
+        host = self.ctx.config.host
+        host = f"[{host}]" if ":" in host else host
+        return f"{host}:{self.port}"
+
+
+def _read(path: str, key: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise SpecError(key, f"cannot read {path}: {err.strerror or err}") from err
+
+
+def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """TLS credentials; with a client CA, clients must present a certificate it signed (mTLS)."""
+    key = _read(tls.key_file, "config.tls.key_file")
+    cert = _read(tls.cert_file, "config.tls.cert_file")
+    client_ca = _read(tls.client_ca_file, "config.tls.client_ca_file") if tls.mutual else None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca,
+                                       require_client_auth=tls.mutual)
+
+
+def _bind(server: grpc.Server, address: str, creds: grpc.ServerCredentials | None, key: str) -> int:
+    try:
+        port = server.add_secure_port(address, creds) if creds is not None else server.add_insecure_port(address)
+    except RuntimeError as err:
+        raise BindError(f"{key}: cannot listen on {address}: {err}") from err
+    if port == 0:
+        raise BindError(f"{key}: cannot listen on {address} (address in use or not local?)")
+    return port
+
+
+def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningServer:
+    """A server ready to start, bound to its port(s)."""
+    config.state_path.mkdir(parents=True, exist_ok=True)
+    engine = engine or Engine(autoload=None if config.plugins_autoload else False)
+    ctx = ServerContext(engine=engine, config=config)
+    token = load_token(config.auth)
+    interceptors: list[grpc.ServerInterceptor] = []
+    otel = setup_otel(__version__) if otel_requested(config.otel.enabled) else None
+    if otel is not None:
+        interceptors.append(TelemetryInterceptor(otel))
+    if token is not None:
+        interceptors.append(TokenAuthInterceptor(token))
+    executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="twin-rpc")
+    ctx.on_shutdown.append(lambda: executor.shutdown(wait=False, cancel_futures=True))
+    limit = config.limits.max_message_bytes
+    options = [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        # gRPC enables SO_REUSEPORT by default: a second server on a taken port would bind
+        # silently and share traffic. Off, a taken port is an error at start.
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(executor, interceptors=interceptors, options=options,
+                         maximum_concurrent_rpcs=config.limits.max_concurrent_rpcs)
+    for register in extensions.EXTENSIONS:
+        register(server, ctx)
+
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", *ctx.service_names):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection((*ctx.service_names, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
+
+    creds = server_credentials(config.tls) if config.tls.enabled else None
+    port = _bind(server, config.address, creds, "config.port")
+
+    health_server = None
+    health_port = 0
+    if config.health_port:
+        # A plaintext Health-only listener, so kubelet's native gRPC probes (which speak
+        # no TLS) work while the main port requires TLS or mTLS.
+        health_server = grpc.server(ThreadPoolExecutor(max_workers=2, thread_name_prefix="twin-health"),
+                                    options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        health_port = _bind(health_server, f"{host}:{config.health_port}", None, "config.health_port")
+    return RunningServer(server=server, ctx=ctx, health=health_servicer, port=port, health_port=health_port,
+                         health_server=health_server, otel=otel, auth=token is not None)
+
+
+def start(running: RunningServer) -> None:
+    """Start listening and log the bound address (one structured line tools can parse)."""
+    running.server.start()
+    if running.health_server is not None:
+        running.health_server.start()
+    cfg = running.ctx.config
+    log.info("serving", extra={
+        "address": running.address, "port": running.port, "health_port": running.health_port,
+        "tls": cfg.tls.enabled, "mtls": cfg.tls.mutual, "auth": running.auth, "otel": running.otel is not None,
+        "state_dir": str(cfg.state_path.resolve()), "services": list(running.ctx.service_names),
+        "workers": cfg.workers, "version": __version__})
+
+
+def stop(running: RunningServer) -> None:
+    """Shut down gracefully: NOT_SERVING, drain, stop with grace, hooks, flush telemetry."""
+    ctx, cfg = running.ctx, running.ctx.config
+    ctx.shutdown.set()
+    running.health.enter_graceful_shutdown()
+    log.info("shutting down", extra={"drain_s": cfg.drain_s, "grace_s": cfg.grace_s})
+    if cfg.drain_s > 0:
+        threading.Event().wait(cfg.drain_s)
+    running.server.stop(cfg.grace_s).wait()
+    if running.health_server is not None:
+        running.health_server.stop(0).wait()
+    ctx.run_shutdown_hooks()
+    if running.otel is not None:
+        running.otel.shutdown()
+    log.info("stopped")
+
+
+def serve(config: ServerConfig, engine: Engine | None = None) -> int:
+    """Run until SIGTERM or SIGINT, then shut down gracefully. Returns the exit status."""
+    running = build_server(config, engine)
+    stop_requested = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal received", extra={"signal": signal.Signals(signum).name})
+        stop_requested.set()
+
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, on_signal)
+    try:
+        start(running)
+        while not stop_requested.wait(0.5):
+            pass
+    finally:
+        stop(running)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0

@@ -1,0 +1,187 @@
+"""Server configuration: defaults, then a YAML/JSON file, then ``TWIN_*`` env vars, then flags.
+
+Every key has an environment variable: top-level keys ``TWIN_<KEY>``, section keys
+``TWIN_<SECTION>_<KEY>`` (``limits.max_sweep_points`` -> ``TWIN_LIMITS_MAX_SWEEP_POINTS``).
+The file is checked as strictly as a scenario: unknown keys and wrong types are errors
+naming the key. A config file looks like::
+
+    host: 127.0.0.1
+    port: 50051
+    state_dir: /var/lib/twin
+    tls: {cert_file: /etc/twin/tls.crt, key_file: /etc/twin/tls.key, client_ca_file: /etc/twin/ca.crt}
+    auth: {token_file: /etc/twin/token}
+    limits: {max_sweep_points: 100000, max_message_bytes: 67108864}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from twin.core import schema
+from twin.core.errors import SpecError
+from twin.core.scenario_io import read_mapping
+from twin.core.schema import spec_field
+
+ENV_PREFIX = "TWIN_"
+DEFAULT_PORT = 50051  # the customary gRPC port (grpc.io examples, grpcurl docs)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS: server certificate and key (PEM); a client CA turns on mutual TLS."""
+
+    cert_file: str = ""
+    key_file: str = ""
+    client_ca_file: str = spec_field("", doc="PEM CA bundle; set: clients must present a certificate it signed")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the server listens with TLS."""
+        return bool(self.cert_file or self.key_file)
+
+    @property
+    def mutual(self) -> bool:
+        """Whether client certificates are required."""
+        return bool(self.client_ca_file)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """Bearer-token auth: the token comes from a file, or from the env var named here."""
+
+    token_file: str = ""
+    token_env: str = "TWIN_AUTH_TOKEN"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """Bounds on requests. Over a bound: RESOURCE_EXHAUSTED naming the field."""
+
+    # gRPC's own default receive limit is 4 MiB (grpc/impl/channel_arg_names.h); keep it.
+    # OTLP batches from a Collector exceed gRPC's 4 MiB default; 64 MiB as OTLP receivers allow.
+    max_message_bytes: int = spec_field(64 * 1024 * 1024, ge=1024)
+    max_sweep_points: int = spec_field(100_000, ge=1)
+    max_list_items: int = spec_field(4096, ge=1, doc="entries of any repeated field, map or Struct")
+    # The largest published training clusters are ~10^5 GPUs (xAI Colossus 100k-200k H100,
+    # Meta 2x24k); 10^7 leaves two orders of magnitude of what-if room.
+    max_num_gpus: int = spec_field(10_000_000, ge=1)
+    max_concurrent_rpcs: int = spec_field(256, ge=1, doc="further calls get RESOURCE_EXHAUSTED at once")
+
+
+@dataclass(frozen=True, slots=True)
+class OtelConfig:
+    """The service's own traces and metrics (OTEL_* env vars pick the exporter)."""
+
+    enabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Everything ``twin serve`` needs."""
+
+    host: str = "127.0.0.1"
+    port: int = spec_field(DEFAULT_PORT, ge=0, le=65535, doc="0: pick a free port")
+    health_port: int = spec_field(0, ge=0, le=65535, doc="extra plaintext port serving only Health; 0: off")
+    state_dir: str = spec_field("state", doc="local state (calibration, telemetry); created if missing")
+    workers: int = spec_field(8, ge=1, le=1024, doc="RPC worker threads")
+    grace_s: float = spec_field(10.0, ge=0, doc="time in-flight calls get to finish on shutdown")
+    drain_s: float = spec_field(0.0, ge=0, doc="NOT_SERVING before the listener closes (probes notice)")
+    log_level: str = "INFO"
+    log_format: typing.Literal["json", "text"] = "json"
+    plugins_autoload: bool = True
+    scenario_cache: int = spec_field(1024, ge=0, doc="checked scenarios kept for repeated requests; 0: off")
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    otel: OtelConfig = field(default_factory=OtelConfig)
+    telemetry: dict[str, typing.Any] = field(
+        default_factory=dict, metadata={"doc": "OTLP ingest settings (twin.telemetry.config.TelemetryConfig fields)"})
+
+    @property
+    def state_path(self) -> Path:
+        """The state directory as a path."""
+        return Path(self.state_dir)
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as gRPC wants it (IPv6 literals bracketed)."""
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"{host}:{self.port}"
+
+
+def _coerce(text: str, tp: Any, key: str) -> Any:
+    """An env var's text as the field's type (the schema loader then checks bounds)."""
+    base = tp
+    if base is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off", ""):
+            return False
+        raise SpecError(key, f"must be a boolean (got {text!r})")
+    if base is int:
+        try:
+            return int(text.strip())
+        except ValueError as err:
+            raise SpecError(key, f"must be an integer (got {text!r})") from err
+    if base is float:
+        try:
+            return float(text.strip())
+        except ValueError as err:
+            raise SpecError(key, f"must be a number (got {text!r})") from err
+    return text
+
+
+def _env_layer(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(ServerConfig)
+    for f in dataclasses.fields(ServerConfig):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            sub_hints = typing.get_type_hints(tp)
+            for sf in dataclasses.fields(tp):
+                name = f"{ENV_PREFIX}{f.name}_{sf.name}".upper()
+                if name in env:
+                    out.setdefault(f.name, {})[sf.name] = _coerce(env[name], sub_hints[sf.name], name)
+        else:
+            name = f"{ENV_PREFIX}{f.name}".upper()
+            if name in env:
+                out[f.name] = _coerce(env[name], tp, name)
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+def load_config(file: str | Path | None = None, *, env: Mapping[str, str] | None = None,
+                overrides: Mapping[str, Any] | None = None) -> ServerConfig:
+    """Defaults < ``file`` < ``TWIN_*`` env vars < ``overrides`` (flags); errors name the key."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    if file is not None:
+        loaded = read_mapping(file)
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, Mapping):
+            raise SpecError(str(file), "a config file must be a mapping")
+        data = _merge(data, loaded)
+    data = _merge(data, _env_layer(env))
+    data = _merge(data, {k: v for k, v in (overrides or {}).items() if v is not None})
+    config = schema.load(ServerConfig, data, "config")
+    if config.tls.enabled and not (config.tls.cert_file and config.tls.key_file):
+        raise SpecError("config.tls", "cert_file and key_file must be given together")
+    if config.tls.mutual and not config.tls.enabled:
+        raise SpecError("config.tls.client_ca_file", "mutual TLS needs cert_file and key_file too")
+    if config.health_port and config.health_port == config.port:
+        raise SpecError("config.health_port", "must differ from port")
+    return config

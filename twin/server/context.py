@@ -1,0 +1,53 @@
+"""What every servicer and extension of the server shares: :class:`ServerContext`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from twin.engine import Engine
+from twin.server.config import ServerConfig
+from twin.server.sweeps import SweepRunner
+
+
+@dataclass
+class ServerContext:
+    """Shared state of one running server.
+
+    ``engine``: presets + plugins + model (thread-safe for evaluation);
+    ``config``: the loaded :class:`ServerConfig` (``config.state_path`` is the state dir);
+    ``shutdown``: set when the server starts shutting down (SIGTERM); long-running work
+    and background threads watch it;
+    ``sweep_runner``: what the Sweep RPC calls (inline by default; the Ray engine swaps in);
+    ``service_names``: full names of the services registered so far (health and reflection
+    cover them);
+    ``on_shutdown``: callables run once, last registered first, after the listener has
+    stopped (close executors; shut down Ray only if this server started it).
+    """
+
+    engine: Engine
+    config: ServerConfig
+    shutdown: threading.Event = field(default_factory=threading.Event)
+    sweep_runner: SweepRunner | None = None
+    service_names: list[str] = field(default_factory=list)
+    on_shutdown: list[Callable[[], None]] = field(default_factory=list)
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("twin.server"))
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state_dir(self) -> Path:
+        """The local state directory (created when the server starts)."""
+        return self.config.state_path
+
+    def run_shutdown_hooks(self) -> None:
+        """Run every ``on_shutdown`` hook once (newest first); a failing hook is logged, not fatal."""
+        while self.on_shutdown:
+            hook = self.on_shutdown.pop()
+            try:
+                hook()
+            except Exception:
+                self.log.exception("shutdown hook %r failed", hook)

@@ -1,0 +1,227 @@
+"""The built-in servicers: TwinService (Predict, Validate, GetCatalog) and SweepService.
+
+Thin by design: decode the scenario into the file-format mapping, hand it to the engine,
+encode the answer. Rules live in the core; error codes live in ``twin.server.errors``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import grpc
+import yaml
+
+from twin import __version__
+from twin.core import schema
+from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinError
+from twin.core.specs import Scenario
+from twin.engine import Engine
+from twin.rpc.v1 import catalog_pb2, scenario_pb2, sweep_service_pb2, twin_service_pb2
+from twin.server import convert, guard, sweeps
+from twin.server.context import ServerContext
+from twin.server.convert import Limits
+from twin.server.errors import code_for, field_of, rule_of
+
+CACHE_KEY_MAX = 16 * 1024
+TWIN_SERVICE = twin_service_pb2.DESCRIPTOR.services_by_name["TwinService"]
+SWEEP_SERVICE = sweep_service_pb2.DESCRIPTOR.services_by_name["SweepService"]
+
+
+def parse_document(text: str, field: str) -> Any:
+    """A YAML/JSON document from a request; aliases are refused (they can expand exponentially)."""
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise SpecError(field, "YAML aliases (*name) are not accepted in requests")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise SpecError(field, f"is not valid YAML/JSON: {err}") from err
+    except RecursionError as err:
+        raise SpecError(field, "is nested too deeply") from err
+
+
+def catalog_message(engine: Engine) -> catalog_pb2.Catalog:
+    """Everything the engine knows, as a Catalog message."""
+
+    def presets(kind: str) -> list[catalog_pb2.Preset]:
+        out = []
+        for name, body, origin in engine.catalog.describe(kind):
+            source = body.get("source", "")
+            out.append(catalog_pb2.Preset(name=name, origin=origin, source=source if isinstance(source, str) else "",
+                                          spec=convert.dict_to_struct(body)))
+        return out
+
+    comps = engine.components()
+    fabrics = [catalog_pb2.Component(role=role, kind=row["kind"], plugin=row["plugin"], summary=row["summary"])
+               for role, rows in comps.items() if role != "strategy" for row in rows]
+    strategies = [catalog_pb2.Component(role="strategy", kind=row["kind"], plugin=row["plugin"],
+                                        summary=row["summary"]) for row in comps.get("strategy", [])]
+    plugins = [catalog_pb2.Plugin(name=p.name, module=p.module, distribution=p.distribution, version=p.version,
+                                  builtin=p.builtin) for p in engine.plugins()]
+    return catalog_pb2.Catalog(twin_version=__version__, gpus=presets("gpus"), systems=presets("systems"),
+                               models=presets("models"), efficiency_profiles=presets("efficiency"),
+                               fabrics=fabrics, strategies=strategies, plugins=plugins)
+
+
+class TwinServicer:
+    """twin.rpc.v1.TwinService."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.engine = ctx.engine
+        limits = ctx.config.limits
+        self.limits = Limits(max_items=limits.max_list_items)
+        self.max_num_gpus = limits.max_num_gpus
+        self._catalog = twin_service_pb2.GetCatalogResponse(catalog=catalog_message(self.engine))
+        # Resolving presets and checking every rule costs more than evaluating (~0.8 ms);
+        # the engine never changes while serving and scenarios are frozen, so requests
+        # that repeat (ops tooling polling the same question) reuse the checked scenario.
+        # Errors are not cached (lru_cache keeps only returned values).
+        size = ctx.config.scenario_cache
+        self._resolve_cached = functools.lru_cache(maxsize=size)(self._resolve) if size else self._resolve
+
+    def _resolve(self, source: str | None, key: bytes | str) -> Scenario:
+        if source == "scenario":
+            mapping = convert.scenario_to_mapping(scenario_pb2.Scenario.FromString(key), self.limits)
+        elif source == "scenario_document":
+            mapping = parse_document(str(key), "scenario_document")
+        else:
+            raise SpecError("scenario", "is required (a structured scenario or a scenario_document)")
+        self._check_size(mapping)
+        return self.engine.scenario(mapping)
+
+    def _check_size(self, mapping: Any) -> None:
+        """A request over the server's size limits is RESOURCE_EXHAUSTED, checked before the
+        spec rules (which reject absurd sizes too, but as bad input).
+        """
+        cluster = mapping.get("cluster") if isinstance(mapping, dict) else None
+        n = cluster.get("num_gpus") if isinstance(cluster, dict) else None
+        if isinstance(n, int | float) and not isinstance(n, bool) and n > self.max_num_gpus:
+            raise TooLargeError("cluster.num_gpus", f"{n:.0f} GPUs is over the server's limit "
+                                                    f"of {self.max_num_gpus} (limits.max_num_gpus)")
+
+    def _scenario(self, request: Any) -> Scenario:
+        source = request.WhichOneof("scenario_source")
+        key: bytes | str = b""
+        if source == "scenario":
+            key = request.scenario.SerializeToString(deterministic=True)
+        elif source == "scenario_document":
+            key = request.scenario_document
+        # Only small keys are cached: a 4 MiB document would pin 4 MiB per entry.
+        resolve = self._resolve_cached if len(key) <= CACHE_KEY_MAX else self._resolve
+        scenario = resolve(source, key)
+        if scenario.cluster.num_gpus > self.max_num_gpus:
+            raise TooLargeError("cluster.num_gpus", f"{scenario.cluster.num_gpus} GPUs is over the server's limit "
+                                                    f"of {self.max_num_gpus} (limits.max_num_gpus)")
+        return scenario
+
+    def Predict(self, request: twin_service_pb2.PredictRequest, context: grpc.ServicerContext
+                ) -> twin_service_pb2.PredictResponse:
+        scenario = self._scenario(request)
+        est = guard.evaluate(self.engine, scenario, report=not request.omit_fabric_report)
+        if request.require_fit and not est.fits:
+            mem = est.memory.as_gib()
+            raise InfeasibleError("plan", f"does not fit in memory: needs {mem['total_gib']:.1f} GiB per GPU, "
+                                          f"{mem['capacity_gib']:.1f} GiB available")
+        return twin_service_pb2.PredictResponse(estimate=convert.estimate_to_message(est))
+
+    def Validate(self, request: twin_service_pb2.ValidateRequest, context: grpc.ServicerContext
+                 ) -> twin_service_pb2.ValidateResponse:
+        try:
+            scenario = self._scenario(request)
+        except TwinError as err:
+            violation = twin_service_pb2.Violation(field=field_of(err), description=rule_of(err),
+                                                   code=code_for(err).name)
+            return twin_service_pb2.ValidateResponse(valid=False, violations=[violation])
+        resolved = convert.dict_to_struct(schema.dump(scenario))
+        return twin_service_pb2.ValidateResponse(valid=True, resolved=resolved)
+
+    def GetCatalog(self, request: twin_service_pb2.GetCatalogRequest, context: grpc.ServicerContext
+                   ) -> twin_service_pb2.GetCatalogResponse:
+        return self._catalog
+
+
+def _row_message(row: sweeps.Row) -> sweep_service_pb2.SweepRow:
+    msg = sweep_service_pb2.SweepRow(index=row.index, assignment=convert.dict_to_struct(row.assignment))
+    if row.estimate is not None:
+        msg.estimate.CopyFrom(convert.estimate_to_message(row.estimate, fabric=False))
+    elif row.error is not None:
+        msg.error.CopyFrom(sweep_service_pb2.PointError(code=code_for(row.error).name, field=field_of(row.error),
+                                                        description=rule_of(row.error)))
+    return msg
+
+
+def event_message(event: sweeps.SweepEvent) -> sweep_service_pb2.SweepEvent:
+    """A runner event as a wire event."""
+    if isinstance(event, sweeps.Row):
+        return sweep_service_pb2.SweepEvent(row=_row_message(event))
+    if isinstance(event, sweeps.Progress):
+        return sweep_service_pb2.SweepEvent(progress=sweep_service_pb2.SweepProgress(
+            done_points=event.done, total_points=event.total, failed_points=event.failed, elapsed_s=event.elapsed_s))
+    if isinstance(event, sweeps.Started):
+        return sweep_service_pb2.SweepEvent(started=sweep_service_pb2.SweepStarted(
+            name=event.name, total_points=event.total, axis_paths=event.axis_paths))
+    return sweep_service_pb2.SweepEvent(finished=sweep_service_pb2.SweepFinished(
+        done_points=event.done, failed_points=event.failed, elapsed_s=event.elapsed_s,
+        objective_metric=event.metric, best=[_row_message(r) for r in event.best]))
+
+
+class SweepServicer:
+    """twin.rpc.v1.SweepService: converts the runner's events; the runner does the work."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.limits = Limits(max_items=ctx.config.limits.max_list_items)
+
+    def _spec(self, request: sweep_service_pb2.SweepRequest) -> Mapping[str, Any]:
+        source = request.WhichOneof("spec_source")
+        if source == "spec":
+            return convert.sweep_spec_to_mapping(request.spec, self.limits)
+        if source == "spec_document":
+            return parse_document(request.spec_document, "spec_document")
+        raise SpecError("spec", "is required (a structured spec or a spec_document)")
+
+    def Sweep(self, request: sweep_service_pb2.SweepRequest, context: grpc.ServicerContext
+              ) -> Iterator[sweep_service_pb2.SweepEvent]:
+        spec = self._spec(request)
+        runner = self.ctx.sweep_runner
+        if runner is None:  # pragma: no cover - app always sets one
+            raise SpecError("spec", "this server has no sweep runner")
+        ended = threading.Event()
+        context.add_callback(ended.set)  # fires on cancel, deadline and completion alike
+
+        def should_stop() -> bool:
+            remaining = context.time_remaining()
+            return ended.is_set() or not context.is_active() or (remaining is not None and remaining <= 0)
+
+        t0 = time.perf_counter()
+        done = total = 0
+        name = ""
+        finished = False
+        failed = ""
+        try:
+            for event in runner(spec, should_stop):
+                if isinstance(event, sweeps.Started):
+                    total, name = event.total, event.name
+                    self.ctx.log.info("sweep started", extra={"sweep": event.name, "total_points": total})
+                elif isinstance(event, sweeps.Progress):
+                    done = event.done
+                elif isinstance(event, sweeps.Finished):
+                    done = event.done
+                    finished = not event.stopped
+                yield event_message(event)
+        except Exception as err:
+            failed = type(err).__name__
+            raise
+        finally:
+            outcome = "finished" if finished else "stopped"
+            remaining = context.time_remaining()
+            reason = failed or ("" if finished else
+                                "deadline" if remaining is not None and remaining <= 0 else "cancelled")
+            self.ctx.log.info(f"sweep {outcome}", extra={
+                "sweep": name, "done_points": done, "total_points": total,
+                "elapsed_s": round(time.perf_counter() - t0, 3), "reason": reason})

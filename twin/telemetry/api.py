@@ -1,0 +1,123 @@
+"""The twin.rpc.v1.TelemetryService servicer: thin conversion between protos and the service."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from twin.core.errors import TwinError
+from twin.rpc.v1 import telemetry_pb2 as pb  # generated at install time (setup.py)
+from twin.rpc.v1 import telemetry_pb2_grpc as pb_grpc
+from twin.server.errors import internal_status, status_for
+from twin.telemetry.service import TelemetryService
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+STATE = {"up": pb.COMPONENT_STATE_UP, "degraded": pb.COMPONENT_STATE_DEGRADED, "down": pb.COMPONENT_STATE_DOWN}
+STATE_NAME = {v: k for k, v in STATE.items()}
+BASIS = {pb.PREDICTION_BASIS_UNSPECIFIED: "both", pb.PREDICTION_BASIS_DESIGNED: "designed",
+         pb.PREDICTION_BASIS_NOW: "now"}
+# Domain error -> status. The server's one error table should replace this at merge.
+def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+    """Run ``fn``; domain errors go through the server's one error table."""
+    try:
+        return fn()
+    except TwinError as err:
+        context.abort_with_status(status_for(err))
+        raise  # unreachable: abort raises
+    except Exception as err:
+        context.abort_with_status(internal_status("twin.rpc.v1.TelemetryService", err))
+        raise  # unreachable: abort raises
+
+
+def _component(c: dict[str, Any]) -> pb.LiveComponent:
+    return pb.LiveComponent(
+        id=c["id"], kind=c["kind"], host=c["host"], tier=c["tier"], state=STATE[c["state"]],
+        evidence=[pb.Evidence(signal=e["signal"], value=e["value"], rule=e["rule"], severity=e["severity"],
+                              why=e["why"], metric=e["metric"]) for e in c["evidence"]],
+        capacity_fraction=c["capacity"], tx_bytes_per_s=c["tx_Bps"], rx_bytes_per_s=c["rx_Bps"],
+        errors_per_s=c["errors_per_s"], signals=c["signals"], labels=c["labels"],
+        last_seen_unix_nano=c["last_seen_ns"], since_unix_nano=c["since_ns"])
+
+
+def _tier(t: dict[str, Any]) -> pb.TierCapacity:
+    return pb.TierCapacity(tier=t["tier"], capacity_fraction=t["capacity"], limited_by=t["limited_by"],
+                           down=t["down"], degraded=t["degraded"], notes=t["notes"])
+
+
+def _cal(c: dict[str, Any]) -> pb.CalibrationFactors:
+    return pb.CalibrationFactors(**c)
+
+
+def _job(j: dict[str, Any]) -> pb.JobDivergence:
+    return pb.JobDivergence(job=j["job"], observed_step_time_s=j["observed_step_time_s"],
+                            observations=j.get("observations", 0),
+                            predicted_designed_s=j.get("predicted_designed_s", 0),
+                            predicted_now_s=j["predicted_now_s"], divergence_designed=j.get("divergence_designed", 0),
+                            divergence_now=j["divergence_now"])
+
+
+def _adjustment(a: dict[str, Any]) -> pb.Adjustment:
+    return pb.Adjustment(seq=a["seq"], time_unix_nano=a["time_ns"], factor=a["factor"], old_value=a["old"],
+                         new_value=a["new"], reason=a["reason"])
+
+
+class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
+    """twin.rpc.v1.TelemetryService over a :class:`TelemetryService`."""
+
+    def __init__(self, service: TelemetryService) -> None:
+        self.service = service
+
+    def GetLiveState(self, request: pb.GetLiveStateRequest, context: grpc.ServicerContext) -> pb.GetLiveStateResponse:
+        states = tuple(STATE_NAME[s] for s in request.states if s in STATE_NAME)
+        st = _call(context, lambda: self.service.live_state(tuple(request.kinds), states, request.max_events or 100))
+        ing = st["ingest"]
+        return pb.GetLiveStateResponse(
+            components=[_component(c) for c in st["components"]],
+            switches=[pb.Switch(id=s["id"], state=STATE[s["state"]], ports=s["ports"], ports_down=s["ports_down"],
+                                ports_degraded=s["ports_degraded"]) for s in st["switches"]],
+            tiers=[_tier(t) for t in st["tiers"]],
+            events=[pb.StateEvent(time_unix_nano=e["time_ns"], component=e["component"],
+                                  old_state=STATE.get(e["old"], 0), new_state=STATE.get(e["new"], 0), why=e["why"])
+                    for e in st["events"]],
+            ingest=pb.IngestStats(**{k: int(v) for k, v in ing.items()}))
+
+    def RegisterJob(self, request: pb.RegisterJobRequest, context: grpc.ServicerContext) -> pb.RegisterJobResponse:
+        step = _call(context, lambda: self.service.register_job(request.job, request.scenario_yaml))
+        return pb.RegisterJobResponse(job=request.job, predicted_step_time_s=step)
+
+    def PredictLive(self, request: pb.PredictLiveRequest, context: grpc.ServicerContext) -> pb.PredictLiveResponse:
+        out = _call(context, lambda: self.service.predict(request.job, request.scenario_yaml,
+                                                          BASIS.get(request.basis, "both")))
+        return pb.PredictLiveResponse(
+            designed_step_time_s=out.get("designed_step_time_s", 0.0), now_step_time_s=out.get("now_step_time_s", 0.0),
+            slowdown=out.get("slowdown", 0.0), now_calibration=_cal(out["now_calibration"]),
+            tiers=[_tier(t) for t in out["tiers"]], down_components=out["down_components"],
+            degraded_components=out["degraded_components"],
+            designed_estimate_json=json.dumps(out["designed"]) if "designed" in out else "",
+            now_estimate_json=json.dumps(out["now"]) if "now" in out else "", notes=out["notes"])
+
+    def GetDivergence(self, request: pb.GetDivergenceRequest,
+                      context: grpc.ServicerContext) -> pb.GetDivergenceResponse:
+        return pb.GetDivergenceResponse(jobs=[_job(j) for j in _call(context, self.service.divergence)])
+
+    def Calibrate(self, request: pb.CalibrateRequest, context: grpc.ServicerContext) -> pb.CalibrateResponse:
+        out = _call(context, self.service.calibrate)
+        return pb.CalibrateResponse(calibration=_cal(out["calibration"]),
+                                    adjustments=[_adjustment(a) for a in out["adjustments"]],
+                                    jobs=[_job(j) for j in out["jobs"]])
+
+    def GetCalibration(self, request: pb.GetCalibrationRequest,
+                       context: grpc.ServicerContext) -> pb.GetCalibrationResponse:
+        out = _call(context, self.service.calibration_state)
+        return pb.GetCalibrationResponse(calibration=_cal(out["calibration"]),
+                                         history=[_adjustment(a) for a in out["history"]])
+
+
+def add_to_server(service: TelemetryService, server: grpc.Server) -> None:
+    """Add the telemetry API to ``server``."""
+    pb_grpc.add_TelemetryServiceServicer_to_server(TelemetryServicer(service), server)

@@ -1,0 +1,82 @@
+"""Settings of the telemetry capability (defaults, and how ``twin serve``'s config feeds them)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from twin.core.calibration import FitSettings
+from twin.core.errors import SpecError
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    """Telemetry settings.
+
+    ``max_receive_bytes``: largest OTLP request accepted (gRPC's default is 4 MiB; a
+    Collector batch of a large cluster exceeds it, so the default is 64 MiB).
+    ``max_pending_points``: points decoded and waiting for the writer before requests are
+    refused with UNAVAILABLE + RetryInfo(``retry_after_s``).
+    ``max_series``/``max_components``: cardinality caps (memory bound).
+    ``otlp_address``: also serve OTLP on a dedicated port (e.g. ``0.0.0.0:4317``, the
+    OTLP/gRPC default port); None: only on the server it is registered with.
+    ``series_checkpoint_s``: how often counter baselines are written (component state is
+    written with every batch).
+    ``calibrate_interval_s``: automatic calibration period (0: only when asked).
+    ``self_metrics_endpoint``: OTLP endpoint for the twin's own metrics (divergence,
+    calibration factors, ingest counters); None: not exported.
+    """
+
+    state_dir: Path = Path("state")
+    max_receive_bytes: int = 64 * MIB
+    max_pending_points: int = 1_000_000
+    retry_after_s: float = 1.0
+    max_series: int = 200_000
+    max_components: int = 50_000
+    otlp_address: str | None = None
+    calibrate_interval_s: float = 60.0
+    min_observations: int = 3
+    synchronous: str = "NORMAL"
+    series_checkpoint_s: float = 5.0
+    self_metrics_endpoint: str | None = None
+    self_metrics_interval_s: float = 15.0
+    fit: FitSettings = field(default_factory=FitSettings)
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite file."""
+        return Path(self.state_dir) / "telemetry.sqlite3"
+
+    def validate(self) -> None:
+        """Reject impossible settings, naming the field."""
+        for name in ("max_receive_bytes", "max_pending_points", "max_series", "max_components", "min_observations"):
+            if int(getattr(self, name)) < 1:
+                raise SpecError(f"telemetry.{name}", f"must be >= 1 (got {getattr(self, name)})")
+        if self.retry_after_s <= 0:
+            raise SpecError("telemetry.retry_after_s", f"must be > 0 (got {self.retry_after_s})")
+        if self.calibrate_interval_s < 0:
+            raise SpecError("telemetry.calibrate_interval_s", f"must be >= 0 (got {self.calibrate_interval_s})")
+        if self.synchronous.upper() not in ("NORMAL", "FULL"):
+            raise SpecError("telemetry.synchronous", f"must be NORMAL or FULL (got {self.synchronous!r})")
+
+    @classmethod
+    def from_server_config(cls, config: Any) -> TelemetryConfig:
+        """From ``twin serve``'s config: its ``state_dir``, plus a ``telemetry`` mapping or object if present."""
+        base = cls(state_dir=Path(getattr(config, "state_dir", "state")))
+        extra = getattr(config, "telemetry", None)
+        if extra is None:
+            return base
+        if isinstance(extra, TelemetryConfig):
+            return dataclasses.replace(extra, state_dir=base.state_dir)
+        known = {f.name for f in dataclasses.fields(cls)} - {"state_dir", "fit"}
+        values = dict(extra) if isinstance(extra, dict) else {k: getattr(extra, k) for k in known if hasattr(extra, k)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise SpecError(f"telemetry.{unknown[0]}", f"unknown setting; expected one of {', '.join(sorted(known))}")
+        cfg = dataclasses.replace(base, **values)
+        cfg.validate()
+        return cfg

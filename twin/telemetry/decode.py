@@ -1,0 +1,196 @@
+"""OTLP metrics request -> mapped points, with every point the twin cannot use counted.
+
+Per data point: the metric must be one the catalog maps (else "unknown metric"); its data
+must be a gauge or a sum (histograms and summaries carry no signal the twin maps); the
+value must be present and finite; a counter must not be negative; the point needs a
+timestamp and the attributes that identify its component. Attribute keys are compared
+case-insensitively; data-point attributes win over resource attributes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+
+from twin.telemetry.mapping import MetricCatalog, Resolved
+from twin.telemetry.state import Point, SeriesId, series_id
+
+# Where the host name comes from, in order (OTel resource semantic conventions first,
+# then the labels Prometheus exporters carry: dcgm-exporter "Hostname", "instance").
+HOST_KEYS = ("host.name", "hostname", "k8s.node.name", "host", "node", "instance", "service.instance.id")
+# Ports reported by a switch exporter name their switch.
+SWITCH_KEYS = ("switch", "switch.name", "switch_name")
+_DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
+_NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
+
+
+@dataclass
+class Decoded:
+    """Points ready to apply, and the points refused with why (reason -> count, example)."""
+
+    points: list[Point] = field(default_factory=list)
+    total: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def reject(self, reason: str, n: int, example: str) -> None:
+        """Count ``n`` refused points."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + n
+        self.examples.setdefault(reason, example)
+
+    @property
+    def rejected_count(self) -> int:
+        """Points refused while decoding."""
+        return sum(self.rejected.values())
+
+
+def _scalar(v: object) -> str | None:
+    which = v.WhichOneof("value")  # type: ignore[attr-defined]
+    if which is None or which in ("array_value", "kvlist_value", "bytes_value"):
+        return None
+    return str(getattr(v, which))
+
+
+def _attr_items(kvs: object) -> tuple[tuple[str, str], ...]:
+    """Attributes as (key, value-as-text) pairs, in order: cheap, hashable, exact."""
+    out = []
+    for kv in kvs:  # type: ignore[attr-defined]
+        v = kv.value
+        s = v.string_value
+        if not s:
+            s = _scalar(v)
+            if s is None:
+                continue
+        out.append((kv.key, s))
+    return tuple(out)
+
+
+def _first(attrs: dict[str, str], res: dict[str, str], keys: tuple[str, ...]) -> str | None:
+    for k in keys:
+        v = attrs.get(k)
+        if v is None:
+            v = res.get(k)
+        if v is not None:
+            return v
+    return None
+
+
+class Decoder:
+    """Decodes requests against a catalog, remembering the series id of each attribute set.
+
+    Exporters send the same attribute sets every interval, so identity extraction runs
+    once per (metric, resource, attributes) and is then a dict lookup. The memo is
+    bounded (cleared when full), like the catalog's name cache.
+    """
+
+    def __init__(self, catalog: MetricCatalog, memo_limit: int = 400_000) -> None:
+        self.catalog = catalog
+        self.memo_limit = memo_limit
+        self._memo: dict[tuple[object, ...], SeriesId | str] = {}
+
+    def _series_id(self, resolved: Resolved, items: tuple[tuple[str, str], ...], res: dict[str, str],
+                   res_host: str) -> SeriesId | str:
+        attrs = {k.lower(): v for k, v in items}
+        if resolved.captures:
+            attrs.update(resolved.captures)
+        ident = []
+        for alts in resolved.identity:
+            v = _first(attrs, res, alts)
+            if v is None:
+                return f"missing identifying attribute {'|'.join(alts)!r}"
+            ident.append(v)
+        detail = tuple(_first(attrs, res, alts) or "" for alts in resolved.detail)
+        sw = _first(attrs, res, SWITCH_KEYS)
+        host = sw or _first(attrs, {}, HOST_KEYS) or res_host
+        return series_id(resolved, host, sw is not None, tuple(ident), detail)
+
+    def decode(self, request: ExportMetricsServiceRequest) -> Decoded:
+        """Map every data point of ``request``; refused points are counted by reason."""
+        out = Decoded()
+        points = out.points
+        memo = self._memo
+        if len(memo) > self.memo_limit:
+            memo.clear()
+        for rm in request.resource_metrics:
+            res_key = rm.resource.SerializeToString()
+            res = {k.lower(): v for k, v in _attr_items(rm.resource.attributes)}
+            res_host = _first(res, {}, HOST_KEYS) or ""
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    self._metric(metric, res_key, res, res_host, memo, points, out)
+        return out
+
+    def _metric(self, metric: metrics_pb2.Metric, res_key: bytes, res: dict[str, str],
+                res_host: str, memo: dict[tuple[object, ...], SeriesId | str], points: list[Point],
+                out: Decoded) -> None:
+        kind = metric.WhichOneof("data")
+        if kind == "gauge":
+            dps, delta, monotonic = metric.gauge.data_points, False, False
+        elif kind == "sum":
+            dps = metric.sum.data_points
+            delta = metric.sum.aggregation_temporality == _DELTA
+            monotonic = metric.sum.is_monotonic
+        else:
+            n = len(getattr(metric, kind).data_points) if kind else 0
+            out.total += n
+            if n:
+                out.reject("data type not gauge or sum", n, f"{metric.name} ({kind})")
+            return
+        n = len(dps)
+        out.total += n
+        resolved = self.catalog.lookup(metric.name)
+        if resolved is None:
+            out.reject("unknown metric", n, metric.name)
+            return
+        m = resolved.mapping
+        counter = m.kind == "counter"
+        if not counter and monotonic and delta:
+            out.reject("delta sum for a gauge signal", n, metric.name)
+            return
+        scale = m.scale
+        name = resolved.key
+        isfinite = math.isfinite
+        append = points.append
+        for dp in dps:
+            which = dp.WhichOneof("value")
+            if which is None:
+                if not dp.flags & _NO_RECORDED_VALUE:
+                    out.reject("data point without a value", 1, metric.name)
+                continue
+            value = dp.as_double if which == "as_double" else float(dp.as_int)
+            if not isfinite(value):
+                out.reject("non-finite value (NaN or infinity)", 1, metric.name)
+                continue
+            if counter and value < 0:
+                out.reject("negative counter value", 1, metric.name)
+                continue
+            t = dp.time_unix_nano
+            if t <= 0:
+                out.reject("data point without a timestamp", 1, metric.name)
+                continue
+            start = dp.start_time_unix_nano
+            # The point without its times and value is its attribute set in wire form:
+            # serialising it in C is several times cheaper than walking the attributes in
+            # Python, and it is the memo key (the request is ours to modify).
+            dp.ClearField("time_unix_nano")
+            dp.ClearField("start_time_unix_nano")
+            dp.ClearField("value")
+            mkey = (name, res_key, dp.SerializeToString())
+            sid = memo.get(mkey)
+            if sid is None:
+                sid = memo[mkey] = self._series_id(resolved, _attr_items(dp.attributes), res, res_host)
+            if type(sid) is str:
+                out.reject(sid, 1, metric.name)
+                continue
+            append((sid, start, t, value * scale, delta))  # type: ignore[arg-type]
+
+
+def summarize(reasons: dict[str, int], examples: dict[str, str], limit: int = 512) -> str:
+    """A one-line error message for OTLP partial success."""
+    parts = [f"{n} point(s): {r}" + (f" (e.g. {examples[r]!r})" if r in examples else "")
+             for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    text = "; ".join(parts)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

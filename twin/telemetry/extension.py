@@ -1,0 +1,60 @@
+"""How telemetry plugs into a gRPC server: ``register(server, ctx)`` (the server extension contract).
+
+``ctx`` carries ``engine``, ``config`` (``state_dir``, optionally ``telemetry``: a
+mapping of :class:`~twin.telemetry.config.TelemetryConfig` fields) and ``shutdown`` (a
+``threading.Event``). Registering adds the OTLP MetricsService and the
+twin.rpc.v1.TelemetryService to ``server``; with ``otlp_address`` set it also serves
+OTLP on that dedicated address (e.g. the standard port 4317). When ``ctx.shutdown`` is
+set, the dedicated server stops and the service commits what is queued and closes.
+The host server must accept large requests: build it with
+``twin.telemetry.otlp.server_options(config.max_receive_bytes)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from twin.engine import Engine
+from twin.telemetry.api import add_to_server
+from twin.telemetry.config import TelemetryConfig
+from twin.telemetry.otlp import otlp_handler, server_options
+from twin.telemetry.service import TelemetryService
+
+log = logging.getLogger(__name__)
+OTLP_WORKERS = 16
+
+
+def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig,
+           meter_provider: Any = None) -> tuple[TelemetryService, grpc.Server | None]:
+    """Create the service and add its handlers to ``server`` (+ the dedicated OTLP server, started)."""
+    service = TelemetryService(engine, config, meter_provider=meter_provider)
+    server.add_generic_rpc_handlers((otlp_handler(service),))
+    add_to_server(service, server)
+    dedicated = None
+    if config.otlp_address:
+        dedicated = grpc.server(ThreadPoolExecutor(max_workers=OTLP_WORKERS, thread_name_prefix="twin-otlp"),
+                                options=server_options(config.max_receive_bytes))
+        dedicated.add_generic_rpc_handlers((otlp_handler(service),))
+        dedicated.add_insecure_port(config.otlp_address)
+        dedicated.start()
+        log.info("OTLP metrics receiver on %s", config.otlp_address)
+    return service, dedicated
+
+
+def register(server: grpc.Server, ctx: Any) -> None:
+    """Server extension entry point (twin/server/extensions.py lists it)."""
+    config = TelemetryConfig.from_server_config(ctx.config)
+    service, dedicated = attach(server, ctx.engine, config)
+
+    def close_on_shutdown() -> None:
+        ctx.shutdown.wait()
+        if dedicated is not None:
+            dedicated.stop(grace=2.0).wait()
+        service.close()
+
+    threading.Thread(target=close_on_shutdown, name="twin-telemetry-shutdown", daemon=True).start()

@@ -1,0 +1,101 @@
+"""A bounded ingest queue with one writer thread that applies and commits in batches.
+
+Request handlers decode their OTLP request, then :meth:`IngestQueue.submit` the points
+and wait for the commit. The writer takes everything queued, applies it to the live
+state and commits it in one SQLite transaction (group commit: one fsync-free WAL append
+for many requests), then wakes the handlers. When the points waiting exceed the bound,
+``submit`` raises :class:`Overloaded` at once, so the receiver answers UNAVAILABLE with a
+retry delay (OTLP's throttling rule) instead of queueing without limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from twin.telemetry.state import ApplyResult, Point
+
+log = logging.getLogger(__name__)
+
+
+class Overloaded(Exception):
+    """The ingest queue is full; retry after ``retry_after_s``."""
+
+    def __init__(self, pending: int, retry_after_s: float) -> None:
+        super().__init__(f"ingest queue full ({pending} points waiting); retry in {retry_after_s:g} s")
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class Item:
+    """One request's points and the future its handler waits on."""
+
+    points: list[Point]
+    future: Future[ApplyResult]
+
+
+class IngestQueue:
+    """Bounded queue + writer thread calling ``apply_batch(items)`` (which resolves the futures)."""
+
+    def __init__(self, apply_batch: Callable[[list[Item]], None], max_pending_points: int,
+                 retry_after_s: float = 1.0, name: str = "twin-telemetry-ingest") -> None:
+        self._apply = apply_batch
+        self.max_pending = max_pending_points
+        self.retry_after_s = retry_after_s
+        self._items: list[Item] = []
+        self._pending = 0
+        self._cv = threading.Condition()
+        self._stop = False
+        self.refused = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def pending_points(self) -> int:
+        """Points queued and not yet applied."""
+        return self._pending
+
+    def submit(self, points: list[Point]) -> Future[ApplyResult]:
+        """Queue ``points``; raises :class:`Overloaded` when the bound would be exceeded."""
+        fut: Future[ApplyResult] = Future()
+        with self._cv:
+            if self._stop:
+                raise Overloaded(self._pending, self.retry_after_s)
+            # An empty queue always takes one request, however large, so a single big
+            # request cannot be refused forever.
+            if self._pending and self._pending + len(points) > self.max_pending:
+                self.refused += 1
+                raise Overloaded(self._pending, self.retry_after_s)
+            self._items.append(Item(points, fut))
+            self._pending += len(points)
+            self._cv.notify()
+        return fut
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._items and not self._stop:
+                    self._cv.wait()
+                if not self._items and self._stop:
+                    return
+                items, self._items = self._items, []
+            try:
+                self._apply(items)
+            except Exception as err:  # the batch failed to commit: tell every waiting handler
+                log.exception("telemetry ingest batch failed")
+                for it in items:
+                    if not it.future.done():
+                        it.future.set_exception(err)
+            finally:
+                with self._cv:
+                    self._pending -= sum(len(it.points) for it in items)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Apply what is queued, then stop the writer."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        self._thread.join(timeout)

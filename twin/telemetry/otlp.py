@@ -1,0 +1,92 @@
+"""The standard OTLP/gRPC MetricsService (``opentelemetry.proto.collector.metrics.v1``).
+
+Served as a generic handler that takes the raw request bytes, so a payload that is not
+an ``ExportMetricsServiceRequest`` is answered INVALID_ARGUMENT (not an opaque INTERNAL
+from the deserializer). OTLP server rules (opentelemetry-proto docs/specification.md,
+"OTLP/gRPC Response" and "Throttling"):
+
+- success, with ``partial_success`` (``rejected_data_points`` + ``error_message``) when
+  some points were refused (unknown metric, NaN, negative counter, cardinality cap...);
+- INVALID_ARGUMENT (not retryable) when the request is undecodable or nothing in it is
+  usable because it is malformed;
+- UNAVAILABLE with ``google.rpc.RetryInfo`` when the ingest queue is full, both in the
+  standard ``grpc-status-details-bin`` trailer and in ``google.rpc.retryinfo-bin``,
+  which the OpenTelemetry SDK exporters read.
+gzip-compressed requests are decompressed by gRPC itself; the receive limit is the
+server's ``grpc.max_receive_message_length`` option (see ``server_options``).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import DecodeError
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+
+from twin.telemetry.ingest import Overloaded
+from twin.telemetry.service import InvalidData, TelemetryService
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name
+Request = metrics_service_pb2.ExportMetricsServiceRequest
+Response = metrics_service_pb2.ExportMetricsServiceResponse
+
+
+class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
+    pass
+
+
+def server_options(max_receive_bytes: int) -> list[tuple[str, int]]:
+    """GRPC server options the OTLP receiver needs (receive limit above gRPC's 4 MiB default)."""
+    return [("grpc.max_receive_message_length", max_receive_bytes)]
+
+
+def unavailable(message: str, retry_after_s: float) -> grpc.Status:
+    """UNAVAILABLE carrying RetryInfo(retry_after_s)."""
+    frac, whole = math.modf(retry_after_s)
+    info = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=int(whole), nanos=int(frac * 1e9)))
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    st = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message, details=[detail])
+    return _Status(grpc.StatusCode.UNAVAILABLE, message,
+                   (("grpc-status-details-bin", st.SerializeToString()),
+                    ("google.rpc.retryinfo-bin", info.SerializeToString())))
+
+
+def otlp_handler(service: TelemetryService) -> grpc.GenericRpcHandler:
+    """The MetricsService/Export handler over ``service``."""
+
+    def export(raw: bytes, context: grpc.ServicerContext) -> Response:
+        try:
+            request = Request.FromString(raw)
+        except DecodeError:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request: not a valid OTLP ExportMetricsServiceRequest")
+        remaining = context.time_remaining()
+        if remaining is None or remaining > 3600:  # no deadline: gRPC reports "forever"
+            remaining = None
+        try:
+            rejected, message = service.ingest(request, timeout=remaining)
+        except Overloaded as err:
+            context.abort_with_status(unavailable(str(err), err.retry_after_s))
+        except InvalidData as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"metrics: {err}")
+        except FutureTimeout:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "ingest did not commit before the deadline")
+        except Exception:  # a store failure: retryable, and never a traceback to the client
+            log.exception("OTLP export failed")
+            context.abort_with_status(unavailable("telemetry store unavailable", service.config.retry_after_s))
+        resp = Response()
+        if rejected or message:
+            resp.partial_success.rejected_data_points = rejected
+            resp.partial_success.error_message = message
+        return resp
+
+    handler = grpc.unary_unary_rpc_method_handler(export, request_deserializer=None,
+                                                  response_serializer=Response.SerializeToString)
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": handler})

@@ -1,0 +1,57 @@
+"""Build OTLP ExportMetricsServiceRequests directly (benchmarks, tests of raw protocol cases).
+
+The OpenTelemetry SDK is the real client and tests use it; this builder exists for what
+the SDK cannot send on purpose (NaN, negative counters, duplicates with identical
+timestamps, malformed points) and for pre-encoded benchmark load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+
+# (name, "sum"|"gauge", [(attributes, start_ns, time_ns, value)])
+MetricSpec = tuple[str, str, Sequence[tuple[Mapping[str, str], int, int, float]]]
+
+
+def _kvs(attrs: Mapping[str, object]) -> list[KeyValue]:
+    out = []
+    for k, v in attrs.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            out.append(KeyValue(key=k, value=AnyValue(string_value=str(v))))
+        elif isinstance(v, int):
+            out.append(KeyValue(key=k, value=AnyValue(int_value=v)))
+        else:
+            out.append(KeyValue(key=k, value=AnyValue(double_value=v)))
+    return out
+
+
+def request(resource: Mapping[str, object], metrics: Iterable[MetricSpec]) -> ExportMetricsServiceRequest:
+    """One request with one resource and one scope holding ``metrics``."""
+    req = ExportMetricsServiceRequest()
+    rm = req.resource_metrics.add()
+    rm.resource.attributes.extend(_kvs(resource))
+    sm = rm.scope_metrics.add()
+    sm.scope.name = "twin.otlpbuild"
+    for name, kind, points in metrics:
+        m = sm.metrics.add()
+        m.name = name
+        if kind == "sum":
+            m.sum.aggregation_temporality = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
+            m.sum.is_monotonic = True
+            dps = m.sum.data_points
+        else:
+            dps = m.gauge.data_points
+        for attrs, start, t, value in points:
+            dp = dps.add()
+            dp.attributes.extend(_kvs(attrs))
+            dp.start_time_unix_nano = start
+            dp.time_unix_nano = t
+            if isinstance(value, int) and not isinstance(value, bool):
+                dp.as_int = value
+            else:
+                dp.as_double = float(value)
+    return req

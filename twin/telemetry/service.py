@@ -1,0 +1,277 @@
+"""The telemetry capability: live state, persistence, predictions and calibration.
+
+One :class:`TelemetryService` per server. The OTLP receiver (``otlp.py``) feeds
+:meth:`TelemetryService.ingest`; the API servicer (``api.py``) reads it. Everything it
+knows is in SQLite under the state directory and is reloaded identically on start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import yaml
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+from twin.core import calibration as calib
+from twin.core.errors import NotFoundError, SpecError, TwinError
+from twin.core.health import TierStatus, tier_status
+from twin.core.specs import Calibration, Scenario
+from twin.engine import Engine
+from twin.telemetry import predict
+from twin.telemetry.config import TelemetryConfig
+from twin.telemetry.decode import Decoder, summarize
+from twin.telemetry.ingest import IngestQueue, Item, Overloaded
+from twin.telemetry.mapping import MetricCatalog
+from twin.telemetry.state import ApplyResult, Dirty, LiveState
+from twin.telemetry.store import Store
+
+log = logging.getLogger(__name__)
+# Decode-time reasons that make a request "bad data" (INVALID_ARGUMENT when nothing in it
+# is usable); unknown metrics and unused data types are valid OTLP the twin just ignores.
+INVALID_REASONS = ("non-finite value", "negative counter", "without a value", "without a timestamp",
+                   "missing identifying attribute", "delta sum for a gauge")
+
+
+class InvalidData(Exception):
+    """Nothing in the request is usable and it is malformed: not retryable."""
+
+
+class TelemetryService:
+    """Live telemetry state, its store, the ingest writer, predictions and calibration."""
+
+    def __init__(self, engine: Engine, config: TelemetryConfig, *, meter_provider: Any = None) -> None:
+        config.validate()
+        self.engine = engine
+        self.config = config
+        self.catalog = MetricCatalog.from_plugins(engine.pm)
+        self.decoder = Decoder(self.catalog, memo_limit=2 * config.max_series)
+        self.store = Store(config.db_path, config.synchronous)
+        self.state = LiveState(self.catalog, max_series=config.max_series, max_components=config.max_components)
+        self.lock = threading.RLock()
+        self.state.restore(self.store.load_series(), self.store.load_components(), self.store.load_observations(),
+                           self.store.load_events())
+        cal, _ = self.store.load_calibration()
+        self.calibration = cal or Calibration(source="as designed")
+        self.jobs: dict[str, Scenario] = {}
+        for job, mapping in self.store.load_jobs().items():
+            try:
+                self.jobs[job] = engine.scenario(mapping)
+            except TwinError as err:  # a plugin went missing since it was registered
+                log.warning("registered job %r no longer evaluates: %s", job, err)
+        self.stats = {"points_accepted": 0, "points_rejected": 0, "points_duplicate": 0, "counter_resets": 0,
+                      "requests": 0}
+        # Series baselines (last counter values) are written every series_checkpoint_s, not
+        # with every batch: after a crash a counter's next rate is then taken over a longer
+        # interval, which is still its true average rate. Component state, observations and
+        # events are written with every batch before it is acknowledged.
+        self._unsaved_series: set[tuple[str, str, tuple[str, ...]]] = set()
+        self._next_checkpoint = 0.0
+        self.queue = IngestQueue(self._apply_batch, config.max_pending_points, config.retry_after_s)
+        self._stop = threading.Event()
+        self._calibrator: threading.Thread | None = None
+        if config.calibrate_interval_s > 0:
+            self._calibrator = threading.Thread(target=self._calibrate_loop, name="twin-telemetry-calibrate",
+                                                daemon=True)
+            self._calibrator.start()
+        self.self_metrics = None
+        if meter_provider is not None or config.self_metrics_endpoint:
+            from twin.telemetry.selfmetrics import SelfMetrics
+            self.self_metrics = SelfMetrics(self, meter_provider, config)
+
+    # ---------------------------------------------------------------- ingest
+    def ingest(self, request: ExportMetricsServiceRequest, timeout: float | None = None) -> tuple[int, str]:
+        """Apply one OTLP request; returns (rejected points, message) once it is committed.
+
+        Raises :class:`Overloaded` (retry later) or :class:`InvalidData` (do not retry).
+        """
+        decoded = self.decoder.decode(request)
+        reasons, examples = dict(decoded.rejected), dict(decoded.examples)
+        if not decoded.points and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
+            with self.lock:
+                self.stats["requests"] += 1
+                self.stats["points_rejected"] += decoded.rejected_count
+            raise InvalidData(summarize(reasons, examples))
+        applied = ApplyResult()
+        if decoded.points:
+            applied = self.queue.submit(decoded.points).result(timeout)
+        for r, n in applied.reasons.items():
+            reasons[r] = reasons.get(r, 0) + n
+        rejected = decoded.rejected_count + applied.rejected
+        with self.lock:
+            self.stats["requests"] += 1
+            self.stats["points_rejected"] += rejected
+        return rejected, summarize(reasons, examples) if reasons else ""
+
+    def _apply_batch(self, items: list[Item]) -> None:
+        now = time.time_ns()
+        dirty = Dirty()
+        results = []
+        with self.lock:
+            for it in items:
+                res = ApplyResult()
+                self.state.apply(it.points, now, res, dirty)
+                results.append(res)
+                self.stats["points_accepted"] += res.accepted
+                self.stats["points_duplicate"] += res.duplicates
+                self.stats["counter_resets"] += res.resets
+            comps = [self.state.components[c] for c in dirty.components]
+            self._unsaved_series |= dirty.series
+            series = []
+            if time.monotonic() >= self._next_checkpoint:
+                series = [(k, self.state.series[k]) for k in self._unsaved_series]
+                self._unsaved_series = set()
+                self._next_checkpoint = time.monotonic() + self.config.series_checkpoint_s
+        self.store.commit_batch(series, comps, dirty.observations, dirty.events)
+        for it, res in zip(items, results, strict=True):
+            it.future.set_result(res)
+
+    # ---------------------------------------------------------------- reading
+    def tiers(self) -> dict[str, TierStatus]:
+        """Usable fraction of each tier now."""
+        with self.lock:
+            views = [c.view() for c in self.state.components.values()]
+        return tier_status(views)
+
+    def live_state(self, kinds: tuple[str, ...] = (), states: tuple[str, ...] = (),
+                   max_events: int = 100) -> dict[str, Any]:
+        """Components, switches, tier capacities, recent events and ingest counters."""
+        with self.lock:
+            comps = self.state.snapshot(kinds, states)
+            switches = self.state.switches()
+            events = list(self.state.events)[-max_events:] if max_events > 0 else []
+            stats = dict(self.stats, requests_refused_overloaded=self.queue.refused,
+                         series=len(self.state.series), components=len(self.state.components))
+        return {"components": comps, "switches": switches,
+                "tiers": [_tier_dict(t) for t in self.tiers().values()],
+                "events": [{"time_ns": t, "component": c, "old": o, "new": n, "why": w} for t, c, o, n, w in events],
+                "ingest": stats}
+
+    # ---------------------------------------------------------------- jobs and predictions
+    def parse_scenario(self, text: str, field: str = "scenario_yaml") -> tuple[Scenario, dict[str, Any]]:
+        """A scenario from YAML/JSON text, errors naming ``field``."""
+        try:
+            data = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as err:
+            raise SpecError(field, f"is not valid YAML/JSON ({str(err).splitlines()[0]})") from err
+        if not isinstance(data, dict):
+            raise SpecError(field, "must be a scenario mapping (cluster, model, plan)")
+        return self.engine.scenario(data), data
+
+    def register_job(self, job: str, text: str) -> float:
+        """Remember which scenario ``job`` runs; returns its designed step time."""
+        if not job.strip():
+            raise SpecError("job", "must not be empty")
+        scn, data = self.parse_scenario(text)
+        step = self.engine.model.evaluate(scn, validate=False, report=False).step_time_s
+        self.store.save_job(job, data, time.time_ns())
+        with self.lock:
+            self.jobs[job] = scn
+        return step
+
+    def _scenario_for(self, job: str, text: str) -> Scenario:
+        if job:
+            with self.lock:
+                scn = self.jobs.get(job)
+                known = sorted(self.jobs)
+            if scn is None:
+                raise NotFoundError("job", job, known)
+            return scn
+        if not text.strip():
+            raise SpecError("job", "give a registered job or scenario_yaml")
+        return self.parse_scenario(text)[0]
+
+    def predict(self, job: str = "", text: str = "", basis: str = "both") -> dict[str, Any]:
+        """Step time as designed and/or now, with what the "now" factors came from."""
+        scn = self._scenario_for(job, text)
+        tiers = self.tiers()
+        with self.lock:
+            fitted = self.calibration
+        out: dict[str, Any] = {"tiers": [_tier_dict(t) for t in tiers.values()],
+                               "down_components": sorted(d for t in tiers.values() for d in t.down),
+                               "degraded_components": sorted(d for t in tiers.values() for d in t.degraded),
+                               "notes": [n for t in tiers.values() for n in t.notes]}
+        now_cal = predict.now_calibration(scn, fitted, tiers)
+        out["now_calibration"] = _cal_dict(now_cal)
+        if basis in ("both", "designed"):
+            est = self.engine.model.evaluate(scn, validate=False)
+            out["designed"] = est.to_dict()
+            out["designed_step_time_s"] = est.step_time_s
+        if basis in ("both", "now"):
+            est = predict.evaluate_with(self.engine, scn, now_cal)
+            out["now"] = est.to_dict()
+            out["now_step_time_s"] = est.step_time_s
+        if basis == "both":
+            out["slowdown"] = out["now_step_time_s"] / out["designed_step_time_s"] - 1
+        return out
+
+    def divergence(self) -> list[dict[str, Any]]:
+        """Observed vs predicted step time of every registered job."""
+        tiers = self.tiers()
+        with self.lock:
+            jobs, fitted = dict(self.jobs), self.calibration
+            obs = {j: list(self.state.observations.get(j, ())) for j in jobs}
+        return [v.to_dict() for v in predict.job_views(self.engine, jobs, obs, fitted, tiers)]
+
+    # ---------------------------------------------------------------- calibration
+    def calibrate(self) -> dict[str, Any]:
+        """Fit the calibration to the current observations; persist the change and its reasons."""
+        tiers = self.tiers()
+        with self.lock:
+            jobs, fitted = dict(self.jobs), self.calibration
+            obs = {j: list(self.state.observations.get(j, ())) for j in jobs}
+        inputs = predict.fit_inputs(self.engine, jobs, obs, fitted, tiers, self.config.min_observations)
+        new, adjustments = calib.fit(fitted, inputs, self.config.fit)
+        now = time.time_ns()
+        if adjustments:
+            self.store.save_calibration(new, adjustments, now)
+            with self.lock:
+                self.calibration = new
+        _, history = self.store.load_calibration()
+        made = history[len(history) - len(adjustments):] if adjustments else []
+        return {"calibration": _cal_dict(new), "adjustments": made,
+                "jobs": [{"job": o.job, "observed_step_time_s": o.observed_s, "predicted_now_s": o.predicted_s,
+                          "divergence_now": o.observed_s / o.predicted_s - 1, "sensitivity": dict(o.sensitivity)}
+                         for o in inputs]}
+
+    def calibration_state(self) -> dict[str, Any]:
+        """The current calibration and its whole history."""
+        cal, history = self.store.load_calibration()
+        return {"calibration": _cal_dict(cal or self.calibration), "history": history}
+
+    def _calibrate_loop(self) -> None:
+        while not self._stop.wait(self.config.calibrate_interval_s):
+            try:
+                self.calibrate()
+            except TwinError as err:
+                log.warning("automatic calibration skipped: %s", err)
+            except Exception:  # keep the loop alive; the next period retries
+                log.exception("automatic calibration failed")
+
+    # ---------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Apply what is queued, stop the threads, close the store."""
+        self._stop.set()
+        self.queue.close()
+        with self.lock:
+            series = [(k, self.state.series[k]) for k in self._unsaved_series]
+            self._unsaved_series = set()
+        self.store.commit_batch(series, [], [], [])
+        if self.self_metrics is not None:
+            self.self_metrics.shutdown()
+        self.store.close()
+
+
+def _tier_dict(t: TierStatus) -> dict[str, Any]:
+    return {"tier": t.tier, "capacity": t.capacity, "limited_by": t.limited_by, "down": list(t.down),
+            "degraded": list(t.degraded), "notes": list(t.notes)}
+
+
+def _cal_dict(c: Calibration) -> dict[str, Any]:
+    return {"compute_efficiency": c.compute_efficiency, "scale_up_bandwidth": c.scale_up_bandwidth,
+            "scale_out_bandwidth": c.scale_out_bandwidth, "source": c.source}
+
+
+__all__ = ["InvalidData", "Overloaded", "TelemetryService"]

@@ -1,0 +1,293 @@
+"""The live state of the cluster as the twin sees it, built from mapped metric points.
+
+Series (one per exporter metric x component x detail such as lane or priority) hold the
+last accepted point and the rate or value derived from it (:mod:`twin.core.rates`).
+Components (GPU, NVLink, port, transceiver, CXL device, job) aggregate their series into
+signals and are assessed by :func:`twin.core.health.assess`. Cardinality is capped: a
+point that would create a series or component beyond the caps is rejected, so a flood of
+unique attribute values cannot grow memory without bound.
+
+Not thread-safe by itself: the telemetry service serialises access with one lock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from twin.core.health import ComponentView, assess
+from twin.core.rates import SeriesPoint, update_counter
+from twin.core.telemetry import STEP_TIME_SIGNAL, Evidence, MetricMapping
+from twin.telemetry.mapping import MetricCatalog, Resolved
+
+OBSERVATIONS_PER_JOB = 256
+EVENTS_KEPT = 1000
+SeriesKey = tuple[str, str, tuple[str, ...]]  # (metric key, component id, detail values)
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesId:
+    """Everything about a series that its attributes determine, computed once per attribute set.
+
+    ``key``: (metric key, component id, detail values); ``text``: the same as one string
+    for the store.
+    """
+
+    key: SeriesKey
+    text: str
+    resolved: Resolved
+    host: str
+    switch: bool
+    labels: tuple[tuple[str, str], ...]
+
+    @property
+    def cid(self) -> str:
+        """Component id."""
+        return self.key[1]
+
+
+def series_id(resolved: Resolved, host: str, switch: bool, identity: tuple[str, ...],
+              detail: tuple[str, ...]) -> SeriesId:
+    """The id of the series of ``resolved``'s metric for one component and detail."""
+    m = resolved.mapping
+    cid = f"job:{identity[0]}" if m.component == "job" else f"{host}/{m.component}:{'/'.join(identity)}"
+    key = (resolved.key, cid, detail)
+    labels = tuple(zip((alts[0] for alts in resolved.identity), identity, strict=False))
+    return SeriesId(key, series_key_text(key), resolved, host if m.component != "job" else "", switch, labels)
+
+
+def series_key_text(key: SeriesKey) -> str:
+    """Series key as one string (unit/record separators cannot occur in metric names)."""
+    return key[0] + _SEP + key[1] + _SEP + _RS.join(key[2])
+
+
+def series_key_parse(text: str) -> SeriesKey:
+    """Inverse of :func:`series_key_text`."""
+    metric, cid, detail = text.split(_SEP, 2)
+    return metric, cid, tuple(detail.split(_RS)) if detail else ()
+
+
+# One decoded point: (series id, start ns, time ns, value, delta temporality).
+Point = tuple[SeriesId, int, int, float, bool]
+_SEP, _RS = "\x1f", "\x1e"
+
+
+@dataclass(slots=True)
+class Component:
+    """One monitored thing: its identity, signals, health and the series feeding it."""
+
+    id: str
+    kind: str
+    host: str
+    tier: str
+    labels: dict[str, str]
+    switch: bool = False
+    series: dict[str, dict[tuple[str, tuple[str, ...]], float]] = field(default_factory=dict)
+    mappings: dict[str, MetricMapping] = field(default_factory=dict)
+    signals: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, float] = field(default_factory=dict)
+    state: str = "up"
+    evidence: tuple[Evidence, ...] = ()
+    capacity: float = 1.0
+    last_seen_ns: int = 0
+    since_ns: int = 0
+    ruled: tuple[tuple[str, float], ...] | None = None
+
+    def view(self) -> ComponentView:
+        """What the tier roll-up needs."""
+        return ComponentView(self.id, self.kind, self.tier, self.state, self.capacity)  # type: ignore[arg-type]
+
+    def to_record(self) -> dict[str, Any]:
+        """Persistent form: everything the API shows (series baselines are checkpointed apart)."""
+        return {"kind": self.kind, "host": self.host, "tier": self.tier, "labels": self.labels,
+                "switch": self.switch, "peaks": self.peaks, "signals": self.signals, "state": self.state,
+                "evidence": [[e.signal, e.value, e.rule, e.severity, e.why, e.metric] for e in self.evidence],
+                "capacity": self.capacity, "last_seen_ns": self.last_seen_ns, "since_ns": self.since_ns}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for the API."""
+        errors = {k: v for k, v in self.signals.items() if k.endswith("_per_s")}
+        return {"id": self.id, "kind": self.kind, "host": self.host, "tier": self.tier, "labels": dict(self.labels),
+                "state": self.state, "capacity": self.capacity,
+                "evidence": [{"signal": e.signal, "value": e.value, "rule": e.rule, "severity": e.severity,
+                              "why": e.why, "metric": e.metric, "text": e.text()} for e in self.evidence],
+                "tx_Bps": self.signals.get("tx_Bps", 0.0), "rx_Bps": self.signals.get("rx_Bps", 0.0),
+                "errors_per_s": errors, "signals": dict(self.signals), "last_seen_ns": self.last_seen_ns,
+                "since_ns": self.since_ns}
+
+
+@dataclass
+class ApplyResult:
+    """What became of a batch of points."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    resets: int = 0
+    rejected: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def reject(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` rejected points under ``reason``."""
+        self.rejected += n
+        self.reasons[reason] = self.reasons.get(reason, 0) + n
+
+
+@dataclass
+class Dirty:
+    """What a batch changed, for the store to write in one transaction."""
+
+    series: set[SeriesKey] = field(default_factory=set)
+    components: set[str] = field(default_factory=set)
+    observations: list[tuple[str, int, float]] = field(default_factory=list)
+    events: list[tuple[int, str, str, str, str]] = field(default_factory=list)
+
+
+class LiveState:
+    """Series, components, step-time observations and state-change events."""
+
+    def __init__(self, catalog: MetricCatalog, *, max_series: int = 200_000, max_components: int = 50_000) -> None:
+        self.catalog = catalog
+        self.max_series = max_series
+        self.max_components = max_components
+        self.series: dict[SeriesKey, SeriesPoint] = {}
+        self.components: dict[str, Component] = {}
+        self.observations: dict[str, deque[tuple[int, float]]] = {}
+        self.events: deque[tuple[int, str, str, str, str]] = deque(maxlen=EVENTS_KEPT)
+
+    # ---------------------------------------------------------------- ingest
+    def apply(self, points: Iterable[Point], now_ns: int, result: ApplyResult, dirty: Dirty) -> None:
+        """Fold ``points`` into the state, counting outcomes in ``result`` and changes in ``dirty``."""
+        series, components = self.series, self.components
+        max_series, max_components = self.max_series, self.max_components
+        touched: set[str] = set()
+        dirty_series = dirty.series
+        for sid, start, t, value, delta in points:
+            skey = sid.key
+            prev = series.get(skey)
+            if prev is None and len(series) >= max_series:
+                result.reject(f"series limit ({max_series}) reached")
+                continue
+            m = sid.resolved.mapping
+            cid = skey[1]
+            comp = components.get(cid)
+            if comp is None:
+                if len(components) >= max_components:
+                    result.reject(f"component limit ({max_components}) reached")
+                    continue
+                comp = components[cid] = Component(cid, m.component, sid.host, m.tier, dict(sid.labels),
+                                                   switch=sid.switch, since_ns=now_ns)
+            if m.kind == "counter":
+                new, outcome = update_counter(prev, start, t, value, delta)
+            elif prev is not None and t <= prev.time_ns:
+                outcome = "duplicate"
+            else:
+                new, outcome = SeriesPoint(0, t, value, value), "rate"
+            if outcome == "duplicate":
+                result.duplicates += 1
+                result.accepted += 1
+                continue
+            if outcome == "reset":
+                result.resets += 1
+            series[skey] = new  # type: ignore[assignment]
+            if new.derived is not None:  # type: ignore[union-attr]
+                per = comp.series.get(m.signal)
+                if per is None:
+                    per = comp.series[m.signal] = {}
+                    comp.mappings[m.signal] = m
+                per[(skey[0], skey[2])] = new.derived  # type: ignore[union-attr]
+            comp.last_seen_ns = max(comp.last_seen_ns, t)
+            dirty_series.add(skey)
+            touched.add(cid)
+            if m.signal == STEP_TIME_SIGNAL:
+                job = comp.labels[next(iter(comp.labels))]
+                self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, value))
+                dirty.observations.append((job, t, value))
+            result.accepted += 1
+        for cid in touched:
+            self._reassess(components[cid], now_ns, dirty)
+        dirty.components |= touched
+
+    def _reassess(self, comp: Component, now_ns: int, dirty: Dirty) -> None:
+        comp.signals = signals = self._aggregate(comp)
+        mappings = comp.mappings
+        # Only signals with rules decide health: when none of them moved (byte counters
+        # change every interval, error counters rarely do), the assessment cannot change.
+        ruled = tuple((sig, v) for sig, v in signals.items()
+                      if sig in mappings and (mappings[sig].conditions or mappings[sig].capacity))
+        if ruled == comp.ruled and comp.ruled is not None:
+            return
+        comp.ruled = ruled
+        for sig, value in ruled:
+            if mappings[sig].capacity == "ratio_to_peak" and value > comp.peaks.get(sig, 0.0):
+                comp.peaks[sig] = value
+        health = assess(signals, mappings, comp.peaks)
+        if health.state != comp.state:
+            why = "; ".join(e.text() for e in health.evidence if e.severity != "info") or "no rule fires any more"
+            event = (now_ns, comp.id, comp.state, health.state, why)
+            self.events.append(event)
+            dirty.events.append(event)
+            comp.since_ns = now_ns
+        comp.state, comp.evidence, comp.capacity = health.state, health.evidence, health.capacity
+
+    @staticmethod
+    def _aggregate(comp: Component) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for sig, per in comp.series.items():
+            values = list(per.values())
+            if not values:
+                continue
+            how = comp.mappings[sig].aggregate if sig in comp.mappings else "sum"
+            out[sig] = max(values) if how == "max" else min(values) if how == "min" else sum(values)
+        return out
+
+    # ---------------------------------------------------------------- restore
+    def restore(self, series: Iterable[tuple[SeriesKey, SeriesPoint]],
+                components: Iterable[tuple[str, dict[str, Any]]], observations: Iterable[tuple[str, int, float]],
+                events: Iterable[tuple[int, str, str, str, str]]) -> None:
+        """Rebuild the state from what the store persisted (no reassessment: identical state)."""
+        records = dict(components)
+        for cid, rec in records.items():
+            self.components[cid] = Component(
+                cid, rec["kind"], rec["host"], rec["tier"], dict(rec["labels"]), switch=bool(rec.get("switch")),
+                peaks=dict(rec["peaks"]), state=rec["state"], evidence=tuple(Evidence(*e) for e in rec["evidence"]),
+                capacity=float(rec["capacity"]), last_seen_ns=int(rec["last_seen_ns"]), since_ns=int(rec["since_ns"]))
+        for key, point in series:
+            self.series[key] = point
+            comp = self.components.get(key[1])
+            resolved = self.catalog.lookup(key[0])
+            if comp is None or resolved is None or point.derived is None:
+                continue
+            m = resolved.mapping
+            comp.series.setdefault(m.signal, {})[(key[0], key[2])] = point.derived
+            comp.mappings[m.signal] = m
+        for cid, rec in records.items():
+            # As persisted with the last acknowledged batch (series may be a checkpoint older).
+            self.components[cid].signals = {k: float(v) for k, v in rec.get("signals", {}).items()}
+        for job, t, v in observations:
+            self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, v))
+        self.events.extend(events)
+
+    # ---------------------------------------------------------------- reading
+    def snapshot(self, kinds: Iterable[str] = (), states: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Components as plain data, optionally filtered by kind and state, sorted by id."""
+        ks, ss = set(kinds), set(states)
+        return [c.to_dict() for cid, c in sorted(self.components.items())
+                if (not ks or c.kind in ks) and (not ss or c.state in ss)]
+
+    def switches(self) -> list[dict[str, Any]]:
+        """Switches (hosts named by a ``switch`` attribute), rolled up from their ports."""
+        by: dict[str, list[Component]] = {}
+        for c in self.components.values():
+            if c.switch:
+                by.setdefault(c.host, []).append(c)
+        out = []
+        for host, comps in sorted(by.items()):
+            states = [c.state for c in comps]
+            state = "down" if all(s == "down" for s in states) else (
+                "degraded" if any(s != "up" for s in states) else "up")
+            out.append({"id": f"{host}/switch", "kind": "switch", "host": host, "state": state,
+                        "ports": len(comps), "ports_down": states.count("down"),
+                        "ports_degraded": states.count("degraded")})
+        return out

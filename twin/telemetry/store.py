@@ -1,0 +1,150 @@
+"""Durable telemetry state: SQLite in the state directory, one transaction per ingest batch.
+
+WAL journal mode, so readers never block the writer and a commit is one append to the
+log; ``synchronous=NORMAL`` (the default here) makes every committed transaction survive
+a crash of the process (kill -9), and ``FULL`` also survives power loss (SQLite docs,
+"Write-Ahead Logging" and "PRAGMA synchronous"). The ingest worker acknowledges an
+OTLP request only after its batch is committed, so a crash loses at most the requests
+not yet acknowledged, which their exporters retry.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from twin.core.calibration import Adjustment
+from twin.core.rates import SeriesPoint
+from twin.core.specs import Calibration
+from twin.telemetry.state import OBSERVATIONS_PER_JOB, Component, SeriesKey, series_key_parse, series_key_text
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS series (key TEXT PRIMARY KEY, start_ns INTEGER, time_ns INTEGER, value REAL,
+                                   derived REAL);
+CREATE TABLE IF NOT EXISTS components (id TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS observations (job TEXT, time_ns INTEGER, value REAL, PRIMARY KEY (job, time_ns));
+CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER, component TEXT,
+                                   old TEXT, new TEXT, why TEXT);
+CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, scenario TEXT NOT NULL, updated_ns INTEGER);
+CREATE TABLE IF NOT EXISTS calibration (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS calibration_history (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER,
+                                                factor TEXT, old REAL, new REAL, reason TEXT);
+"""
+
+
+class Store:
+    """The telemetry database. Methods are thread-safe (one connection, one lock)."""
+
+    def __init__(self, path: Path, synchronous: str = "NORMAL") -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous.upper() == 'FULL' else 'NORMAL'}")
+        self._db.executescript(SCHEMA)
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+
+    def close(self) -> None:
+        """Close the connection (the WAL is checkpointed by SQLite)."""
+        with self._lock:
+            self._db.close()
+
+    # ---------------------------------------------------------------- writes
+    def commit_batch(self, series: Iterable[tuple[SeriesKey, SeriesPoint]], components: Iterable[Component],
+                     observations: Iterable[tuple[str, int, float]],
+                     events: Iterable[tuple[int, str, str, str, str]]) -> None:
+        """Everything one ingest batch changed, atomically."""
+        srows = [(series_key_text(k), p.start_ns, p.time_ns, p.value, p.derived) for k, p in series]
+        crows = [(c.id, json.dumps(c.to_record(), separators=(",", ":"))) for c in components]
+        orows = list(observations)
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.executemany("INSERT OR REPLACE INTO series VALUES (?,?,?,?,?)", srows)
+                db.executemany("INSERT OR REPLACE INTO components VALUES (?,?)", crows)
+                if orows:
+                    db.executemany("INSERT OR REPLACE INTO observations VALUES (?,?,?)", orows)
+                    for job in {o[0] for o in orows}:
+                        db.execute("DELETE FROM observations WHERE job = ? AND time_ns < (SELECT time_ns FROM "
+                                   "observations WHERE job = ? ORDER BY time_ns DESC LIMIT 1 OFFSET ?)",
+                                   (job, job, OBSERVATIONS_PER_JOB - 1))
+                db.executemany("INSERT INTO events (time_ns, component, old, new, why) VALUES (?,?,?,?,?)",
+                               list(events))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def save_job(self, job: str, scenario: dict[str, Any], now_ns: int) -> None:
+        """Register (or replace) the scenario a job runs."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?)", (job, json.dumps(scenario), now_ns))
+
+    def save_calibration(self, calibration: Calibration, adjustments: Iterable[Adjustment], now_ns: int) -> None:
+        """The new calibration and the adjustments that made it, atomically."""
+        data = json.dumps({"compute_efficiency": calibration.compute_efficiency,
+                           "scale_up_bandwidth": calibration.scale_up_bandwidth,
+                           "scale_out_bandwidth": calibration.scale_out_bandwidth, "source": calibration.source})
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.execute("INSERT OR REPLACE INTO calibration VALUES (1, ?)", (data,))
+                db.executemany("INSERT INTO calibration_history (time_ns, factor, old, new, reason) VALUES "
+                               "(?,?,?,?,?)", [(now_ns, a.factor, a.old, a.new, a.reason) for a in adjustments])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    # ---------------------------------------------------------------- reads
+    def load_series(self) -> list[tuple[SeriesKey, SeriesPoint]]:
+        """Every series' last point."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, start_ns, time_ns, value, derived FROM series").fetchall()
+        return [(series_key_parse(k), SeriesPoint(int(s), int(t), float(v), None if d is None else float(d)))
+                for k, s, t, v, d in rows]
+
+    def load_components(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every component's persisted record."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, data FROM components").fetchall()
+        return [(cid, json.loads(data)) for cid, data in rows]
+
+    def load_observations(self) -> list[tuple[str, int, float]]:
+        """Step-time observations, oldest first per job."""
+        with self._lock:
+            return [(j, int(t), float(v)) for j, t, v in
+                    self._db.execute("SELECT job, time_ns, value FROM observations ORDER BY job, time_ns")]
+
+    def load_events(self, limit: int = 1000) -> list[tuple[int, str, str, str, str]]:
+        """The latest state-change events, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT time_ns, component, old, new, why FROM events ORDER BY seq DESC "
+                                    "LIMIT ?", (limit,)).fetchall()
+        return [(int(t), c, o, n, w) for t, c, o, n, w in reversed(rows)]
+
+    def load_jobs(self) -> dict[str, dict[str, Any]]:
+        """Registered jobs and their scenario mappings."""
+        with self._lock:
+            return {j: json.loads(s) for j, s in self._db.execute("SELECT job, scenario FROM jobs")}
+
+    def load_calibration(self) -> tuple[Calibration | None, list[dict[str, Any]]]:
+        """The current calibration (None: never fitted) and its history, oldest first."""
+        with self._lock:
+            row = self._db.execute("SELECT data FROM calibration WHERE id = 1").fetchone()
+            hist = self._db.execute("SELECT seq, time_ns, factor, old, new, reason FROM calibration_history "
+                                    "ORDER BY seq").fetchall()
+        cal = None
+        if row is not None:
+            cal = Calibration(**json.loads(row[0]))
+        return cal, [{"seq": s, "time_ns": t, "factor": f, "old": o, "new": n, "reason": r}
+                     for s, t, f, o, n, r in hist]
