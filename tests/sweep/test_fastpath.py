@@ -39,6 +39,7 @@ PLAN_AXES = {
     "optimizer_sharding": ["distributed_optimizer", "fsdp", "zero3", "none", "zero2"],
     "fsdp_reshard_after_forward": [True, False], "grad_reduce_dtype": ["fp32", "bf16"],
     "trainable": ["full", "full", "full", "lora"], "sequence_parallel": [None, None, False],
+    "recompute_layers": [None, None, 1, 4], "moe_dispatcher": ["deepep", "alltoall"],
 }
 OVERLAP_AXES = {"overlap.tp_comm": [None, True, False], "overlap.p2p": [True, True, False],
                 "overlap.grad_reduce": [True, False], "overlap.ep_comm": [False, True]}

@@ -52,21 +52,15 @@ from twin_plugins.fsdp import FullySharded
 from twin_plugins.pipeline_parallel import PipelineParallel
 from twin_plugins.tensor_parallel import TensorParallel
 
+from twin.core import memory as core_memory
 from twin.core.api import EvalContext, MemoryFabric, StageTimes, stride_of
 from twin.core.collectives import CollectiveCost, collective_cost
 from twin.core.compute import Device, device_for
 from twin.core.errors import SpecError, TwinError
 from twin.core.estimate import Estimate
 from twin.core.evaluate import DEFAULT_EFFICIENCY, OVERLAP_INTERFERENCE, TwinModel, model_flops_per_step
-from twin.core.memory import (
-    FRAGMENTATION,
-    RUNTIME_RESERVED_BYTES,
-    _activation_bytes_per_token_layer,
-    _activation_bytes_per_token_layer_full,
-    first_stage_layers,
-    memory_per_gpu,
-)
-from twin.core.specs import Cluster, Offload, Scenario, validate_cluster, validate_model, validate_plan
+from twin.core.memory import FRAGMENTATION, RUNTIME_RESERVED_BYTES, memory_per_gpu
+from twin.core.specs import Cluster, Offload, Plan, Scenario, validate_cluster, validate_model, validate_plan
 from twin.core.topology import GroupSpan, Hierarchy, place_group
 from twin.core.units import GIB
 from twin.core.workload import ACT_BYTES, Workload, build_workload
@@ -123,7 +117,7 @@ class CachedModel(TwinModel):
 
     def _stage_times(self, scenario: Scenario, dev: Device, w: Workload) -> StageTimes:
         plan = scenario.plan
-        key = (dev, id(w), plan.pp, plan.recompute, plan.trainable)
+        key = (dev, id(w), work_key(plan))
         hit = self._stages.get(key)
         if hit is None or hit[0] is not w:
             if len(self._stages) > 65536:
@@ -182,7 +176,7 @@ class _Group:
     rep: Scenario | None = None         # the group at gbs = mbs*dp (one micro-batch), vp = 1
     mbs_dp: int = 0
     probes: dict[str, str | None] = field(default_factory=dict)
-    mem: tuple[float, float, float, float, float] | None = None   # act_base, full_extra, wgo, logits, capacity
+    mem: tuple[float, float, float, float, float] | None = None   # act_base, recompute extra, wgo, logits, capacity
     has_full: bool = False
     vector: bool = True
     step: dict[str, Any] | None = None
@@ -211,7 +205,7 @@ class FastEvaluator:
         self._cluster: dict[int, tuple[Cluster, dict[str, float]]] = {}
         self._mf: dict[tuple[Any, ...], tuple[Any, float]] = {}
         self._groups: dict[int, _Group] = {}
-        self._act: dict[tuple[Any, ...], tuple[Workload, float]] = {}
+        self._act: dict[tuple[Any, ...], tuple[Workload, tuple[float, float | None]]] = {}
         self._par: dict[tuple[Any, ...], tuple[Workload, tuple[float, float]]] = {}
         self._static: dict[tuple[int, int], tuple[Cluster, Any, tuple[str | None, str | None]]] = {}
 
@@ -281,7 +275,7 @@ class FastEvaluator:
 
     def _model_flops_1(self, scn: Scenario) -> float:
         """Model FLOPs of one step at gbs=1 (the per-sequence factor, exactly)."""
-        key = (id(scn.model), scn.plan.trainable)
+        key = (id(scn.model), work_key(scn.plan))
         hit = self._mf.get(key)
         if hit is None or hit[0] is not scn.model:
             one = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, gbs=1))
@@ -497,19 +491,22 @@ class FastEvaluator:
         params_gpu, expert_gpu = self._params(scn, w, stage)
         mem1 = memory_per_gpu(scn, w, scn.dp, 1, params_gpu, expert_gpu, facts["pool_capacity"])
         flash = True if scn.cluster.gpu.efficiency is None else scn.cluster.gpu.efficiency.flash_attention
-        akey = (id(w), plan.recompute, plan.sp, plan.tp, plan.cp, plan.expert_tp, flash)
+        akey = (id(w), id(model), work_key(plan), flash)
         hit = self._act.get(akey)
         if hit is None or hit[0] is not w:
             if len(self._act) > 65536:
                 self._act.clear()
-            hit = (w, _activation_bytes_per_token_layer(scn, w))
+            try:
+                hit = (w, activation_terms(scn, w))
+            except (AttributeError, TypeError) as err:  # the memory model changed shape
+                log.warning("fast path: memory model changed (%s); scalar path", err)
+                info.vector = False
+                return
             self._act[akey] = hit
-        per_token = hit[1]
-        act_base = per_token * w.tokens * first_stage_layers(model.layers, plan.pp)
-        full_extra = _activation_bytes_per_token_layer_full(scn, w) * w.tokens if plan.recompute == "full" else 0.0
+        act_base, extra = hit[1]
         act1 = act_base * 1.0
-        if plan.recompute == "full":
-            act1 = act1 + full_extra
+        if extra is not None:
+            act1 = act1 + extra
         wgo = mem1.weights + mem1.gradients + mem1.optimizer
         live = wgo + act1 + mem1.logits
         total1 = live + (RUNTIME_RESERVED_BYTES + FRAGMENTATION * live)
@@ -517,8 +514,8 @@ class FastEvaluator:
             log.warning("fast path: memory model changed (m=1 mismatch); scalar path for this group")
             info.vector = False
             return
-        info.mem = (act_base, full_extra, wgo, mem1.logits, mem1.capacity)
-        info.has_full = plan.recompute == "full"
+        info.mem = (act_base, extra or 0.0, wgo, mem1.logits, mem1.capacity)
+        info.has_full = extra is not None
 
     def _prep_step(self, info: _Group) -> bool:
         """Strategy contributions of the group at m=1 (False: not expressible here)."""
@@ -709,6 +706,36 @@ _DIM_OF: dict[type, str] = {TensorParallel: "tp", ContextParallel: "cp", ExpertP
 
 class _Mismatch(Exception):
     """The vector path disagreed with the real model: redo the batch on the scalar path."""
+
+
+# Plan fields that change neither the per-GPU work, the stage times nor the activation
+# memory (they act through the micro-batch count, sharding divisors and the schedule).
+# Caches of work-derived values key on every other plan field, so a field added to Plan
+# later is part of the key by default.
+_NOT_WORK = frozenset({"gbs", "vp", "dp", "optimizer_sharding", "fsdp_reshard_after_forward", "grad_reduce_dtype",
+                       "overlap", "offload"})
+_WORK_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.init and f.name not in _NOT_WORK)
+
+
+def work_key(plan: Plan) -> tuple[Any, ...]:
+    """The plan fields work-derived caches depend on (all but ``_NOT_WORK``)."""
+    return tuple(getattr(plan, f) for f in _WORK_FIELDS)
+
+
+def activation_terms(scn: Scenario, w: Workload) -> tuple[float, float | None]:
+    """``memory_per_gpu``'s activation terms that do not depend on m or v, same expressions.
+
+    Returns (per-token bytes x tokens x layers of the first stage, the extra layer live
+    during recomputation or None). twin/core/memory.py multiplies the first by the
+    in-flight micro-batches and adds the second.
+    """
+    plan, model = scn.plan, scn.model
+    layers_stage = core_memory.first_stage_layers(model.layers, plan.pp)
+    stored = core_memory._activation_bytes_per_token_layer(scn, w)
+    checkpoint = ACT_BYTES * (model.hidden / plan.tp if plan.sp else model.hidden)
+    recomputed = core_memory.recomputed_layers(plan.recompute, plan.recompute_layers, layers_stage)
+    per_token = (stored * (layers_stage - recomputed) + checkpoint * recomputed) / max(layers_stage, 1)
+    return per_token * w.tokens * layers_stage, (stored * w.tokens if recomputed else None)
 
 
 def _params(scn: Scenario, w: Workload, stage: StageTimes) -> tuple[float, float]:
