@@ -208,3 +208,53 @@ def test_without_an_address_a_local_ray_is_started_and_shut_down(engine):
         ex.close()
     assert r.done == small.total and not ray.is_initialized()
     assert not cluster_alive(session)    # the Ray we started is gone
+
+
+def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, caplog):
+    """The Sweep RPC on the Ray executor: cancelling the call cancels the running Ray tasks."""
+    import json
+    import logging
+
+    import grpc
+
+    from tests.sweep.test_service import BIG, stopped_record
+    from twin.rpc.v1 import sweep_service_pb2 as sw
+    from twin.rpc.v1 import sweep_service_pb2_grpc as sw_grpc
+    from twin.server import app, extensions
+    from twin.server.config import ServerConfig
+    from twin.sweep.service import EngineRunner
+
+    caplog.set_level(logging.INFO, logger="twin.server")
+    runner = EngineRunner(engine, max_points=10_000_000, executor="ray", ray_address=head, settings=SETTINGS)
+
+    def install(server, ctx) -> None:
+        ctx.sweep_runner = runner
+        ctx.on_shutdown.append(runner.close)
+
+    monkeypatch.setattr(extensions, "EXTENSIONS", [*extensions.EXTENSIONS, install])
+    running = app.build_server(ServerConfig(port=0, state_dir=str(tmp_path), plugins_autoload=False, grace_s=1.0),
+                               engine)
+    app.start(running)
+    spec = {**BIG, "name": "ray-cancel"}
+    try:
+        with grpc.insecure_channel(running.address) as channel:
+            call = sw_grpc.SweepServiceStub(channel).Sweep(sw.SweepRequest(spec_document=json.dumps(spec)),
+                                                           timeout=120)
+            running_at_cancel: list[int] = []
+            for event in call:
+                if event.HasField("progress") and batch_tasks():
+                    running_at_cancel = batch_tasks()
+                    break
+            call.cancel()
+            rec = stopped_record(caplog, "ray-cancel")
+            deadline = time.monotonic() + 20
+            while batch_tasks() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            still = batch_tasks()
+            cancelled = runner._ray.cancelled_tasks if runner._ray is not None else 0
+    finally:
+        app.stop(running)
+    assert running_at_cancel, "no Ray task was running when the call was cancelled"
+    assert rec.reason == "cancelled" and rec.done_points < rec.total_points
+    assert cancelled >= 1 and still == []
+    assert cluster_alive(head)  # the server joined the cluster; closing it left the cluster up

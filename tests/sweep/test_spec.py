@@ -34,11 +34,13 @@ BAD_SPECS = [
     ({"axes": [{"path": "plan.tp", "values": []}]}, "axes[0].values", "non-empty list"),
     ({"axes": [{"path": "plan.tp", "values": [1], "step": 2}]}, "axes[0].step", "unknown field"),
     ({"axes": [{"path": "plan.tp", "range": {"start": 8, "stop": 1}}]}, "axes[0].range", "is empty"),
+    ({"axes": [{"path": "plan.tp", "range": {"start": 8, "stop": 8}}]}, "axes[0].range", "stop is exclusive"),
     ({"axes": [{"path": "plan.tp", "range": {"start": 1, "stop": 8, "factor": 1}}]}, "axes[0].range.factor", "> 1"),
-    ({"axes": [{"path": "plan.tp", "sample": {"low": 1, "high": 8}}]}, "axes[0].sample.n", "required in grid"),
+    ({"axes": [{"path": "plan.tp", "sample": {"low": 1, "high": 8}}]}, "axes[0].sample.n", "is required"),
     ({"axes": [{"path": "plan.tp", "values": [1]}, {"path": "plan", "values": [{}]}]}, "axes[1].path", "overlaps"),
     ({"mode": "diagonal"}, "mode", "one of grid, zip, random"),
-    ({"mode": "random"}, "samples", "required in random mode"),
+    ({"mode": "random"}, "axes[0]", "random mode needs every axis to use sample"),
+    ({"mode": "random", "axes": []}, "axes", "needs at least one axis"),
     ({"samples": 5}, "samples", "only applies to random mode"),
     ({"mode": "zip", "axes": [{"path": "plan.tp", "values": [1, 2]}, {"path": "plan.pp", "values": [1]}]},
      "axes[1]", "zip mode needs every axis to have 2 values"),
@@ -95,9 +97,9 @@ def test_too_many_points_is_refused(engine):
 
 
 def test_ranges_and_counts():
-    s = parse_spec(spec(axes=[{"path": "cluster.num_gpus", "range": {"start": 64, "stop": 1024, "factor": 2}},
-                              {"path": "plan.mbs", "range": {"start": 1, "stop": 4, "step": 1}},
-                              {"path": "cluster.scale_out.nic_gbps", "range": {"start": 100.0, "stop": 200.0,
+    s = parse_spec(spec(axes=[{"path": "cluster.num_gpus", "range": {"start": 64, "stop": 2048, "factor": 2}},
+                              {"path": "plan.mbs", "range": {"start": 1, "stop": 5, "step": 1}},
+                              {"path": "cluster.scale_out.nic_gbps", "range": {"start": 100.0, "stop": 250.0,
                                                                                "step": 50.0}}]))
     assert s.axes[0].values == (64, 128, 256, 512, 1024)
     assert s.axes[1].values == (1, 2, 3, 4)
@@ -128,6 +130,19 @@ def test_random_points_are_a_function_of_the_id(engine):
     assert set(whole.columns["plan.tp"]) == {1, 2, 4, 8}
     other = SweepSource(load_spec({**data, "seed": 8}), engine.catalog).batch(0, 500)
     assert list(other.columns["plan.tp"]) != list(whole.columns["plan.tp"])
+
+
+def test_random_without_samples_zips_each_axis_draws(engine):
+    s = parse_spec(spec(mode="random", axes=[{"path": "plan.tp", "sample": {"choices": [1, 2, 4], "n": 6, "seed": 1}},
+                                             {"path": "plan.mbs", "sample": {"low": 1, "high": 4, "n": 6, "seed": 2}}]))
+    assert s.mode == "zip" and s.total_points == 6
+    b = SweepSource(s, engine.catalog).batch(0, 6)
+    assert list(b.columns["plan.tp"]) == list(s.axes[0].values)
+    assert list(b.columns["plan.mbs"]) == list(s.axes[1].values)
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec(mode="random", axes=[{"path": "plan.tp", "sample": {"choices": [1, 2], "n": 3}},
+                                             {"path": "plan.mbs", "sample": {"choices": [1, 2], "n": 4}}]))
+    assert err.value.field == "axes[1]" and "random mode needs every axis to have 3 values" in err.value.rule
 
 
 def test_sampled_axis_in_grid_mode_is_seeded():

@@ -16,7 +16,7 @@ from rich.console import Console
 from twin.commands.render import console, print_json, table
 from twin.engine import Engine
 from twin.sweep.job import EngineSettings
-from twin.sweep.reduce import SweepResult, nrows, row_dict
+from twin.sweep.reduce import SAME_AS_DESCRIPTOR, SweepResult, nrows, row_dict
 from twin.sweep.runner import EXECUTORS, Finished, Progress, events, make_executor, sweep_job
 from twin.sweep.spec import DEFAULT_MAX_POINTS, load_spec
 
@@ -131,7 +131,7 @@ def top_table(rows: Any, metric: str, title: str) -> Any:
     first = records[0]
     plan_cols = [c for c in ("model", "system", "num_gpus", "fabric", "tp", "pp", "vp", "dp", "cp", "ep", "etp", "mbs",
                              "gbs", "recompute", "sharding") if c in first]
-    plan_cols += [c for c in first if "." in c]  # axis columns not shown as plan descriptors
+    plan_cols += [c for c in first if "." in c and c not in SAME_AS_DESCRIPTOR]  # other axis columns
     # Columns equal in every row go to the caption, so the table fits a terminal.
     same = [c for c in plan_cols if len({str(r.get(c)) for r in records}) == 1]
     cols = ["#", metric, *[c for c in plan_cols if c not in same]]

@@ -78,6 +78,7 @@ log = logging.getLogger(__name__)
 _KNOWN: dict[type, str] = {TensorParallel: "m", ContextParallel: "m", ExpertParallel: "m", FullySharded: "m",
                            DataParallel: "1", PipelineParallel: "pipeline", OffloadStrategy: "inactive"}
 _NO_OFFLOAD = Offload()
+ARITHMETIC_REASON = "scenario: some value is outside the numeric range the model can compute"
 _DIMS = ("tp", "cp", "ep", "dp", "pp", "edp")
 
 
@@ -142,7 +143,8 @@ def estimate_columns(est: Estimate, power_kw: float) -> dict[str, float]:
         "bubble_s": bd.bubble_s, "optimizer_s": bd.optimizer_s, "offload_s": bd.offload_s,
         "interference_s": bd.overlap_interference_s, "memory_gib": est.memory.total / GIB,
         "tokens_per_s": est.tokens_per_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
-        "model_tflops_per_gpu": est.model_tflops_per_gpu, "mfu": est.mfu, "power_kw": power_kw,
+        "model_tflops_per_gpu": est.model_tflops_per_gpu, "mfu": est.mfu,
+        "mfu_at_precision_peak": est.mfu_at_precision_peak, "power_kw": power_kw,
         "tokens_per_joule": est.tokens_per_s / (power_kw * 1e3),
     }
 
@@ -432,7 +434,10 @@ class FastEvaluator:
         for k in np.flatnonzero(has_valid):
             info = infos[k]
             if info.vector and info.mem is None:
-                self._prep_memory(info)
+                try:
+                    self._prep_memory(info)
+                except ArithmeticError:  # an extreme input: the scalar path reports it per point
+                    info.vector = False
             if info.vector and info.mem is not None:
                 vec[k] = True
                 g_mem[k] = info.mem
@@ -446,35 +451,48 @@ class FastEvaluator:
         p = g_pp[gv]
         vpv = vp[pv]
         # memory_per_gpu (twin/core/memory.py): the terms that depend on m and v
-        frac = np.where(vpv > 1, (p - 1) / (p * vpv), 0.0)
-        in_flight = np.where(p > 1, np.minimum(p, m) * (1.0 + frac), 1.0)
-        mem = g_mem[gv]
-        act = mem[:, 0] * in_flight
-        act = np.where(g_full[gv], act + mem[:, 1], act)
-        live = mem[:, 2] + act + mem[:, 3]
-        total = live + (RUNTIME_RESERVED_BYTES + FRAGMENTATION * live)
-        fits = total <= mem[:, 4] if self.headroom == 0.0 else total <= mem[:, 4] * (1.0 - self.headroom)
+        with np.errstate(all="ignore"):
+            frac = np.where(vpv > 1, (p - 1) / (p * vpv), 0.0)
+            in_flight = np.where(p > 1, np.minimum(p, m) * (1.0 + frac), 1.0)
+            mem = g_mem[gv]
+            act = mem[:, 0] * in_flight
+            act = np.where(g_full[gv], act + mem[:, 1], act)
+            live = mem[:, 2] + act + mem[:, 3]
+            total = live + (RUNTIME_RESERVED_BYTES + FRAGMENTATION * live)
+            fits = total <= mem[:, 4] if self.headroom == 0.0 else total <= mem[:, 4] * (1.0 - self.headroom)
         reason[pv[~fits]] = memory_code
         pv, gv, m, p, vpv, total = pv[fits], gv[fits], m[fits], p[fits], vpv[fits], total[fits]
         # strategies of the groups with fitting points, once per group
         for k in np.unique(gv):
             info = infos[k]
-            if info.step is None and not self._prep_step(info):
+            try:
+                stepped = info.step is not None or self._prep_step(info)
+            except ArithmeticError:
+                stepped = False
+            if not stepped:
                 info.vector = False
         ok_g = np.asarray([i.step is not None and i.vector for i in infos])
-        redo = ~ok_g[gv]
-        if redo.any():
-            scalar_groups.extend(int(k) for k in np.unique(gv[redo]) if int(k) not in scalar_groups)
-            keep = ~redo
+        unstepped = ~ok_g[gv]
+        if unstepped.any():
+            scalar_groups.extend(int(k) for k in np.unique(gv[unstepped]) if int(k) not in scalar_groups)
+            keep = ~unstepped
             pv, gv, m, p, vpv, total = pv[keep], gv[keep], m[keep], p[keep], vpv[keep], total[keep]
-        self._tail(infos, pv, gv, m, p, vpv, gbs[pv], total, out)
+        with np.errstate(all="ignore"):
+            self._tail(infos, pv, gv, m, p, vpv, gbs[pv], total, out)
+        # A step that is not finite is where plain Python would have raised (a division by
+        # zero at an extreme input): let the scalar path give that point its exact outcome.
+        odd = pv[~np.isfinite(out.floats["step_time_s"][pv])] if len(pv) else pv
         out.reason_ix[:] = reason
-        if scalar_groups:
-            sel = np.flatnonzero(valid & np.isin(gix, np.asarray(scalar_groups, np.int64)))
-            sel = sel[np.argsort(gix[sel], kind="stable")]
-            for pts in np.split(sel, np.flatnonzero(np.diff(gix[sel])) + 1):
+        redo = np.flatnonzero(valid & np.isin(gix, np.asarray(scalar_groups, np.int64)))
+        redo = np.concatenate([redo, odd]) if len(odd) else redo
+        if len(redo):
+            redo = redo[np.argsort(gix[redo], kind="stable")]
+            for pts in np.split(redo, np.flatnonzero(np.diff(gix[redo])) + 1):
                 if len(pts):
                     self._scalar(infos[int(gix[pts[0]])], pts, gbs[pts], vp[pts], out, code)
+        if len(odd):
+            keep = ~np.isin(pv, odd)
+            pv, gv = pv[keep], gv[keep]
         self._self_check(infos, pv, gv, gbs, vp, out)
         out.reasons = list(codes)
 
@@ -567,7 +585,8 @@ class FastEvaluator:
         step.update(t_mb=stage.total_s + ctx.exposed_per_microbatch_s,
                     opt=self.scalar._optimizer_time(scn, ctx, params_gpu, expert_gpu, dp),
                     fb=stage.fwd_s + stage.bwd_s, rc=stage.recompute_s, mf1=self._model_flops_1(scn),
-                    peak=cluster.gpu.peak_tflops[half] * 1e12, power=facts["power_kw"], n=cluster.num_gpus,
+                    peak=cluster.gpu.peak_tflops[half] * 1e12, peak_prec=cluster.gpu.peak_tflops[plan.precision] * 1e12,
+                    power=facts["power_kw"], n=cluster.num_gpus,
                     seq=model.seq_len, dp=dp)
         info.slots = slots
         info.step = step
@@ -635,6 +654,7 @@ class FastEvaluator:
             "optimizer_s": col("opt"), "offload_s": zeros, "interference_s": interference + zeros,
             "memory_gib": total / GIB, "tokens_per_s": tps, "tokens_per_s_per_gpu": tokens / step / n,
             "model_tflops_per_gpu": model_flops / step / n / 1e12, "mfu": model_flops / step / n / col("peak"),
+            "mfu_at_precision_peak": model_flops / step / n / col("peak_prec"),
             "power_kw": power, "tokens_per_joule": tps / (power * 1e3), "exposed_other_s": zeros,
         }
         for dim in EXPOSED_DIMS:
@@ -689,6 +709,9 @@ class FastEvaluator:
                 est = self.scalar.evaluate(scn, validate=False, report=False)
             except TwinError as err:
                 out.reason_ix[j] = code(reason_of(err))
+                continue
+            except ArithmeticError as err:  # as twin.server.guard: out of the computable range
+                out.reason_ix[j] = code(f"{ARITHMETIC_REASON} ({type(err).__name__})")
                 continue
             if not est.fits or (self.headroom and est.memory.total > est.memory.capacity * (1.0 - self.headroom)):
                 out.reason_ix[j] = code(MEMORY_REASON)

@@ -18,7 +18,8 @@ from twin.core.errors import NotFoundError, SpecError, TwinError
 FLOAT_COLUMNS = (
     "step_time_s", "compute_s", "recompute_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s", "exposed_dp_s",
     "exposed_pp_s", "exposed_other_s", "bubble_s", "optimizer_s", "offload_s", "interference_s", "memory_gib",
-    "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "power_kw", "tokens_per_joule",
+    "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "mfu_at_precision_peak", "power_kw",
+    "tokens_per_joule",
 )
 INT_COLUMNS = ("microbatches", "dp")
 # Exposed-communication dimensions with their own column; any other goes to exposed_other_s.
@@ -26,6 +27,7 @@ EXPOSED_DIMS = ("tp", "cp", "ep", "dp", "pp")
 # Metrics a sweep can rank by, with the better direction.
 METRICS: dict[str, str] = {
     "step_time_s": "min", "tokens_per_s": "max", "tokens_per_s_per_gpu": "max", "mfu": "max",
+    "mfu_at_precision_peak": "max",
     "model_tflops_per_gpu": "max", "memory_gib": "min", "power_kw": "min", "tokens_per_joule": "max",
     "bubble_s": "min", "compute_s": "min",
 }

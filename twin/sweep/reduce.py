@@ -23,11 +23,12 @@ Rows = dict[str, np.ndarray]
 # Plan/cluster descriptors every row carries (read from the evaluated scenario).
 DESCRIPTORS = ("model", "system", "num_gpus", "fabric", "tp", "pp", "vp", "cp", "ep", "mbs", "gbs", "recompute",
                "precision", "sharding")
-# Axis paths that a descriptor column already shows.
-_SAME = {"cluster.num_gpus": "num_gpus", "cluster.scale_out.fabric": "fabric", "plan.tp": "tp", "plan.pp": "pp",
-         "plan.vp": "vp", "plan.cp": "cp", "plan.ep": "ep", "plan.mbs": "mbs", "plan.gbs": "gbs",
-         "plan.recompute": "recompute", "plan.precision": "precision", "plan.optimizer_sharding": "sharding",
-         "cluster.system": "system"}
+# Axis paths that a descriptor column also shows (tables show the descriptor only).
+SAME_AS_DESCRIPTOR = {
+    "cluster.num_gpus": "num_gpus", "cluster.scale_out.fabric": "fabric", "cluster.system": "system",
+    "plan.tp": "tp", "plan.pp": "pp", "plan.vp": "vp", "plan.cp": "cp", "plan.ep": "ep", "plan.mbs": "mbs",
+    "plan.gbs": "gbs", "plan.recompute": "recompute", "plan.precision": "precision",
+    "plan.optimizer_sharding": "sharding"}
 PARETO = ("tokens_per_s", "power_kw")  # maximise throughput, minimise power
 
 
@@ -60,8 +61,6 @@ def build_rows(batch: PointBatch, ev: Evaluated, select: np.ndarray | None = Non
     gix = batch.gix[sel]
     rows: Rows = {"point_id": batch.ids[sel]}
     for col, values in batch.columns.items():
-        if col in _SAME:
-            continue
         rows[col] = np.asarray(values)[sel]
     for name in DESCRIPTORS:
         if name == "gbs" and batch.gbs is not None:

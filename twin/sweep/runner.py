@@ -45,6 +45,7 @@ class Progress:
     elapsed_s: float
     best: dict[str, Any] | None
     retried: int = 0
+    batch: BatchResult | None = None  # the batch merged just now (None for a heartbeat)
 
     @property
     def points_per_s(self) -> float:
@@ -153,7 +154,8 @@ def events(job: Job, executor: Executor, *, cancel: threading.Event | None = Non
                 result.add(item)
             yield Progress(done=result.done, total=job.total, feasible=result.feasible,
                            batches_done=len(result.batches), batches_total=len(batches),
-                           elapsed_s=time.perf_counter() - t0, best=result.best(), retried=stats["retried"])
+                           elapsed_s=time.perf_counter() - t0, best=result.best(), retried=stats["retried"],
+                           batch=item)
     finally:
         stream.close()  # cancels outstanding work if the consumer stopped early
     result.retried = stats["retried"]

@@ -6,10 +6,10 @@ A sweep spec is a YAML/JSON mapping::
     base: {cluster: {system: DGX-H100, num_gpus: 1024}, model: llama3.1-70b, plan: {gbs: 1024}}
     axes:
       - {path: plan.tp, values: [1, 2, 4, 8]}
-      - {path: cluster.num_gpus, range: {start: 512, stop: 4096, factor: 2}}
+      - {path: cluster.num_gpus, range: {start: 512, stop: 8192, factor: 2}}   # 512 .. 4096 (stop exclusive)
       - {path: cluster.scale_out.nic_gbps, sample: {low: 100, high: 800, n: 4, seed: 1}}
     mode: grid            # grid (cartesian) | zip (i-th value of every axis) | random
-    samples: 10000        # random mode: how many points
+    samples: 10000        # random mode: how many points (without it: zip of each axis's n draws)
     seed: 0               # random mode: per-point draws are a pure function of (seed, point id)
     objective: {metric: step_time_s, top: 10}
     keep_rows: false
@@ -45,6 +45,7 @@ MODES = ("grid", "zip", "random")
 SECTIONS = ("cluster", "model", "plan", "calibration")
 # Above this many points a sweep must be split (or the limit raised by the caller).
 DEFAULT_MAX_POINTS = 100_000_000
+_MAX_RANGE = 10_000_000  # values of one range axis
 _SPEC_KEYS = {"name", "description", "base", "axes", "mode", "samples", "seed", "objective", "keep_rows"}
 _AXIS_KEYS = {"path", "values", "range", "sample", "name"}
 # Fields whose value names a registered fabric model: checked against the engine's kinds.
@@ -262,25 +263,27 @@ def _range_values(rng: Any, where: str) -> list[Any]:
     if "step" in rng and "factor" in rng:
         raise SpecError(where, "give either step or factor, not both")
     out: list[Any] = []
+    # stop is exclusive, as in Python's range() (and the server's sweep files)
     if "factor" in rng:
         factor = _number(rng["factor"], f"{where}.factor")
         if factor <= 1 or start <= 0:
             raise SpecError(f"{where}.factor", f"must be > 1 with start > 0 (got factor {factor}, start {start})")
         x = start
-        while x <= stop * (1 + 1e-12):
+        while x < stop * (1 - 1e-12) and len(out) <= _MAX_RANGE:
             out.append(round(x) if integral else x)
             x *= factor
     else:
         step = _number(rng.get("step", 1), f"{where}.step")
         if step <= 0:
             raise SpecError(f"{where}.step", f"must be > 0 (got {step})")
-        k = 0
-        while start + k * step <= stop * (1 + 1e-12) + 1e-12:
-            x = start + k * step
-            out.append(round(x) if integral else x)
-            k += 1
+        count = math.ceil((stop - start) / step - 1e-9)
+        if count > _MAX_RANGE:
+            raise TooLargeError(where, f"has {count:,} values; an axis may have at most {_MAX_RANGE:,}")
+        out = [round(start + k * step) if integral else start + k * step for k in range(max(0, count))]
+    if len(out) > _MAX_RANGE:
+        raise TooLargeError(where, f"has more than {_MAX_RANGE:,} values")
     if not out:
-        raise SpecError(where, f"is empty (start {start} > stop {stop})")
+        raise SpecError(where, f"is empty (stop {stop} must be above start {start}; stop is exclusive)")
     return out
 
 
@@ -295,7 +298,8 @@ def _sample(data: Any, where: str, mode: str) -> Sample:
     if n is not None:
         n = _int(n, f"{where}.n", low=1)
     elif mode != "random":
-        raise SpecError(f"{where}.n", f"is required in {mode} mode (how many values to draw)")
+        raise SpecError(f"{where}.n", "is required: how many values to draw (only random mode with samples: N "
+                                      "draws per point)")
     seed = _int(data.get("seed", 0), f"{where}.seed", low=0)
     log = data.get("log", False)
     if not isinstance(log, bool):
@@ -406,7 +410,18 @@ def parse_spec(data: Any, *, base_dir: Path | None = None) -> SweepSpec:
     axes_data = data.get("axes", [])
     if not isinstance(axes_data, list):
         raise SpecError("axes", f"must be a list (got {axes_data!r})")
-    axes = tuple(_axis(a, i, mode) for i, a in enumerate(axes_data))
+    # random without `samples`: every axis draws its own n values and the i-th draws go
+    # together (the server's sweep-file form); with `samples`, each point draws afresh.
+    zipped_random = mode == "random" and "samples" not in data
+    if zipped_random and not axes_data:
+        raise SpecError("axes", "random mode needs at least one axis")
+    axes = tuple(_axis(a, i, "zip" if zipped_random else mode) for i, a in enumerate(axes_data))
+    if zipped_random:
+        for i, a in enumerate(axes):
+            if a.sample is None:
+                raise SpecError(f"axes[{i}]", "random mode needs every axis to use sample (or give samples: N "
+                                              "for per-point draws)")
+        mode = "zip"
     paths = [a.path for a in axes]
     for i, p in enumerate(paths):
         for j, q in enumerate(paths[:i]):
@@ -415,8 +430,6 @@ def parse_spec(data: Any, *, base_dir: Path | None = None) -> SweepSpec:
     samples = 0
     seed = _int(data.get("seed", 0), "seed", low=0)
     if mode == "random":
-        if "samples" not in data:
-            raise SpecError("samples", "is required in random mode (how many points to draw)")
         samples = _int(data["samples"], "samples", low=1)
         if not axes:
             raise SpecError("axes", "random mode needs at least one axis")
@@ -426,7 +439,8 @@ def parse_spec(data: Any, *, base_dir: Path | None = None) -> SweepSpec:
         n0 = len(axes[0].values)
         for i, a in enumerate(axes):
             if len(a.values) != n0:
-                raise SpecError(f"axes[{i}]", f"zip mode needs every axis to have {n0} values (got {len(a.values)})")
+                raise SpecError(f"axes[{i}]", f"{'random' if zipped_random else 'zip'} mode needs every axis to "
+                                              f"have {n0} values (got {len(a.values)})")
     obj = data.get("objective", {}) or {}
     if not isinstance(obj, Mapping):
         raise SpecError("objective", f"must be a mapping {{metric, top, order}} (got {obj!r})")
