@@ -1,4 +1,4 @@
-"""This sweep engine as the gRPC Sweep service's runner (``ServerContext.sweep_runner``).
+"""The sweep engine as the gRPC Sweep service's runner (``ServerContext.sweep_runner``).
 
 The server (``twin/server``) calls ``runner(spec_mapping, should_stop)`` and converts the
 events it yields (``twin.server.sweeps``: Started, Progress, Row, Finished) to the wire;
@@ -42,7 +42,16 @@ from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinErro
 from twin.sweep.job import EngineSettings, Job
 from twin.sweep.metrics import MEMORY_REASON, as_python
 from twin.sweep.reduce import Rows, nrows
-from twin.sweep.runner import AUTO_RAY_POINTS, EXECUTORS, Executor, Finished, InlineExecutor, Progress, events, sweep_job
+from twin.sweep.runner import (
+    AUTO_RAY_POINTS,
+    EXECUTORS,
+    Executor,
+    Finished,
+    InlineExecutor,
+    Progress,
+    events,
+    sweep_job,
+)
 from twin.sweep.spec import SweepSpec, parse_spec, set_path
 
 if TYPE_CHECKING:
