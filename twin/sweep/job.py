@@ -8,6 +8,7 @@ over between batches.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -88,22 +89,20 @@ _ENGINES: dict[EngineSettings, Any] = {}
 _WORKERS: dict[str, Worker] = {}
 
 
-def worker_for(job: Job, engine: Engine | None = None) -> Worker:
-    """The worker of this process for ``job`` (built on first use)."""
-    w = _WORKERS.get(job.token)
-    if w is None:
-        if engine is None:
+_LOCK = threading.Lock()
+
+
+def worker_for(job: Job) -> Worker:
+    """The worker of this (Ray worker) process for ``job``, built on its first batch."""
+    with _LOCK:
+        w = _WORKERS.get(job.token)
+        if w is None:
             engine = _ENGINES.get(job.engine)
             if engine is None:
                 engine = job.engine.build()
                 _ENGINES[job.engine] = engine
-        if len(_WORKERS) >= 4:
-            _WORKERS.pop(next(iter(_WORKERS)))
-        w = Worker(job, engine)
-        _WORKERS[job.token] = w
-    return w
-
-
-def forget(job: Job) -> None:
-    """Drop this process's state for a finished job."""
-    _WORKERS.pop(job.token, None)
+            while len(_WORKERS) >= 4:  # keep the last few jobs' caches
+                _WORKERS.pop(next(iter(_WORKERS)))
+            w = Worker(job, engine)
+            _WORKERS[job.token] = w
+        return w

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from twin.core.errors import SpecError
-from twin.sweep.job import EngineSettings, Job, forget, worker_for
+from twin.sweep.job import EngineSettings, Job, Worker
 from twin.sweep.reduce import BatchResult, SweepResult
 from twin.sweep.spec import DEFAULT_MAX_POINTS, SweepSpec, check_values, load_spec
 
@@ -90,14 +90,13 @@ class InlineExecutor:
 
     def map(self, job: Job, batches: list[tuple[int, int, int]], cancel: threading.Event,
             stats: dict[str, int]) -> Iterator[BatchResult | None]:
-        worker = worker_for(job, self.engine)
-        try:
-            for index, start, stop in batches:
-                if cancel.is_set():
-                    return
-                yield worker.run(index, start, stop)
-        finally:
-            forget(job)
+        # One worker per call (its caches live as long as the sweep); nothing shared between
+        # concurrent sweeps of a server but the engine, whose evaluation is thread-safe.
+        worker = Worker(job, self.engine or job.engine.build())
+        for index, start, stop in batches:
+            if cancel.is_set():
+                return
+            yield worker.run(index, start, stop)
 
     def close(self) -> None:
         """Nothing to release."""
