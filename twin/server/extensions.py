@@ -55,8 +55,16 @@ def register_failure_analysis(server: grpc.Server, ctx: ServerContext) -> None:
     register_failures(server, ctx)
 
 
+def register_sweep_engine(server: grpc.Server, ctx: ServerContext) -> None:
+    """The sweep engine (inline or Ray, twin/sweep) as the Sweep RPC's runner."""
+    from twin.sweep.service import register
+
+    register(server, ctx)
+
+
 EXTENSIONS: list[Register] = [
     register_core,
+    register_sweep_engine,
     register_sweeps,
     register_telemetry,
     register_failure_analysis,
