@@ -26,7 +26,7 @@ from twin.engine import Engine
 from twin.hookimpl import hookimpl
 from twin.plugins import make_plugin_manager
 from twin.sweep.fastpath import FastEvaluator, estimate_columns
-from twin.sweep.metrics import FLOAT_COLUMNS, MEMORY_REASON, reason_of
+from twin.sweep.metrics import MEMORY_REASON, MODEL_COLUMNS, reason_of
 from twin.sweep.points import SweepSource
 from twin.sweep.spec import parse_spec
 
@@ -86,7 +86,7 @@ def compare(engine: Engine, evaluator: FastEvaluator, samples: int, seed: int) -
         if want is None:
             continue
         feasible += 1
-        for name in FLOAT_COLUMNS:
+        for name in MODEL_COLUMNS:
             assert ev.floats[name][i] == want[name], (i, name, ev.floats[name][i], want[name], values)
         assert ev.ints["microbatches"][i] == mb and ev.ints["dp"][i] == dp
     return {"feasible": feasible, **ev.stats}

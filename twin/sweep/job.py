@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from twin.sweep.failmetrics import FailureColumns, wants_failures
 from twin.sweep.fastpath import FastEvaluator
 from twin.sweep.reduce import BatchResult, reduce_batch
 
@@ -60,12 +61,19 @@ class Worker:
         self.engine = engine
         self.source = make_source(job.recipe, engine)
         self.evaluator = FastEvaluator(engine, vector=job.vector, memory_headroom=job.memory_headroom)
+        self.failures = None
+        from twin.sweep.spec import SweepSpec
+
+        if isinstance(job.recipe, SweepSpec) and wants_failures(job.recipe):
+            self.failures = FailureColumns(engine, job.recipe, self.source)
 
     def run(self, index: int, start: int, stop: int) -> BatchResult:
         """Evaluate and reduce points ``start`` .. ``stop - 1``."""
         t0 = time.perf_counter()
         batch = self.source.batch(start, stop)
         ev = self.evaluator.evaluate(batch)
+        if self.failures is not None:
+            self.failures.fill(batch, ev)
         job = self.job
         return reduce_batch(index, batch, ev, job.metric, job.order, job.top, job.keep_rows,
                             time.perf_counter() - t0)

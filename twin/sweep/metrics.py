@@ -14,8 +14,8 @@ from typing import Any
 
 from twin.core.errors import NotFoundError, SpecError, TwinError
 
-# Float columns of a feasible point, in output order.
-FLOAT_COLUMNS = (
+# Float columns the performance model gives a feasible point, in output order.
+MODEL_COLUMNS = (
     "step_time_s", "compute_s", "recompute_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s", "exposed_dp_s",
     "exposed_pp_s", "exposed_other_s", "bubble_s", "optimizer_s", "offload_s", "interference_s", "memory_gib",
     "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "mfu_at_precision_peak", "power_kw",
@@ -30,7 +30,11 @@ METRICS: dict[str, str] = {
     "mfu_at_precision_peak": "max",
     "model_tflops_per_gpu": "max", "memory_gib": "min", "power_kw": "min", "tokens_per_joule": "max",
     "bubble_s": "min", "compute_s": "min",
+    "interruptions_per_day": "min", "effective_training_time_pct": "max", "goodput_tokens_per_s": "max",
 }
+# Failure figures (twin.sweep.failmetrics): NaN unless the sweep asks for them.
+FAILURE_METRICS = ("interruptions_per_day", "effective_training_time_pct", "goodput_tokens_per_s")
+FLOAT_COLUMNS = MODEL_COLUMNS + FAILURE_METRICS
 MEMORY_REASON = "memory: does not fit in HBM"
 _PARENS = re.compile(r"\s*\([^()]*\)")
 

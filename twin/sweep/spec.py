@@ -37,12 +37,13 @@ from typing import Any, get_args, get_origin
 from twin.core import schema
 from twin.core.catalog import Catalog
 from twin.core.errors import NotFoundError, SpecError, TooLargeError, TwinError
+from twin.core.failures.spec import FailureSpec, load_failure_spec
 from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model
 from twin.core.specs import Calibration, Cluster, Model, Plan
 from twin.sweep.metrics import METRICS, default_order
 
 MODES = ("grid", "zip", "random")
-SECTIONS = ("cluster", "model", "plan", "calibration")
+SECTIONS = ("cluster", "model", "plan", "calibration", "failures")
 # Above this many points a sweep must be split (or the limit raised by the caller).
 DEFAULT_MAX_POINTS = 100_000_000
 _MAX_RANGE = 10_000_000  # values of one range axis
@@ -51,7 +52,8 @@ _AXIS_KEYS = {"path", "values", "range", "sample", "name"}
 # Fields whose value names a registered fabric model: checked against the engine's kinds.
 _KIND_FIELDS = {("scale_up", "fabric"): "scale_up", ("scale_out", "fabric"): "scale_out",
                 ("optics", "kind"): "optics", ("memory_pool", "fabric"): "memory"}
-_ROOT_TYPES: dict[str, type] = {"cluster": Cluster, "model": Model, "plan": Plan, "calibration": Calibration}
+_ROOT_TYPES: dict[str, type] = {"cluster": Cluster, "model": Model, "plan": Plan, "calibration": Calibration,
+                                 "failures": FailureSpec}
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,9 @@ def build_section(section: str, data: Any, catalog: Catalog) -> Any:
         return schema.load(Plan, data, "plan")
     if section == "calibration":
         return schema.load(Calibration, data or {}, "calibration")
+    if section == "failures":
+        # Failure rates, checkpointing, spares: only failure metrics use it (twin.sweep.failmetrics).
+        return load_failure_spec(data, "failures")
     raise SpecError(section, "unknown section")  # pragma: no cover - paths are checked first
 
 
