@@ -281,7 +281,11 @@ def _range_values(rng: Any, where: str) -> list[Any]:
         step = _number(rng.get("step", 1), f"{where}.step")
         if step <= 0:
             raise SpecError(f"{where}.step", f"must be > 0 (got {step})")
-        count = math.ceil((stop - start) / step - 1e-9)
+        span = (stop - start) / step
+        if not math.isfinite(span):  # e.g. start -1e308, stop 1e308: the span overflows a double
+            raise TooLargeError(where, f"spans more values than a double can count; an axis may have at most "
+                                       f"{_MAX_RANGE:,}")
+        count = math.ceil(span - 1e-9)
         if count > _MAX_RANGE:
             raise TooLargeError(where, f"has {count:,} values; an axis may have at most {_MAX_RANGE:,}")
         out = [round(start + k * step) if integral else start + k * step for k in range(max(0, count))]
