@@ -114,6 +114,23 @@ def cluster_alive(address: str) -> bool:
         return False
 
 
+def test_without_an_address_a_local_ray_is_started_and_shut_down(engine):
+    # First in the module, before the `head` fixture starts a cluster: two Ray clusters
+    # starting side by side on a 2-core CI machine can time out in Ray's own start-up.
+    import ray
+
+    small = space_for(engine, "llama3.1-8b", "DGX-H100", 8, gbs=16)
+    ex = RayExecutor(num_cpus=1)
+    assert ex.mode == "started" and ex.owns_cluster and ex.workers == 1
+    session = ray.get_runtime_context().gcs_address
+    try:
+        r = run_job(plan_job(small, settings=SETTINGS), engine=engine, executor=ex)
+    finally:
+        ex.close()
+    assert r.done == small.total and not ray.is_initialized()
+    assert not cluster_alive(session)    # the Ray we started is gone
+
+
 def test_existing_cluster_is_used_and_not_shut_down(head, engine):
     import ray
 
@@ -193,21 +210,6 @@ def test_cancel_stops_the_ray_tasks(head, engine):
     assert ex.cancelled_tasks >= 1 and result.stats["cancelled_tasks"] >= 1
     assert still_running == []           # no worker is still evaluating a batch
     assert time.monotonic() - t0 < 60
-
-
-def test_without_an_address_a_local_ray_is_started_and_shut_down(engine):
-    import ray
-
-    small = space_for(engine, "llama3.1-8b", "DGX-H100", 8, gbs=16)
-    ex = RayExecutor(num_cpus=1)
-    assert ex.mode == "started" and ex.owns_cluster and ex.workers == 1
-    session = ray.get_runtime_context().gcs_address
-    try:
-        r = run_job(plan_job(small, settings=SETTINGS), engine=engine, executor=ex)
-    finally:
-        ex.close()
-    assert r.done == small.total and not ray.is_initialized()
-    assert not cluster_alive(session)    # the Ray we started is gone
 
 
 def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, caplog):
