@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import grpc
 
 from twin.core.errors import TwinError
+from twin.rpc.v1 import scenario_pb2
 from twin.rpc.v1 import telemetry_pb2 as pb  # generated at install time (setup.py)
 from twin.rpc.v1 import telemetry_pb2_grpc as pb_grpc
 from twin.server.errors import internal_status, status_for
@@ -49,8 +50,8 @@ def _tier(t: dict[str, Any]) -> pb.TierCapacity:
                            down=t["down"], degraded=t["degraded"], notes=t["notes"])
 
 
-def _cal(c: dict[str, Any]) -> pb.CalibrationFactors:
-    return pb.CalibrationFactors(**c)
+def _cal(c: dict[str, Any]) -> scenario_pb2.Calibration:
+    return scenario_pb2.Calibration(**c)
 
 
 def _job(j: dict[str, Any]) -> pb.JobDivergence:
