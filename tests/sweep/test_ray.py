@@ -260,3 +260,23 @@ def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, ca
     assert rec.reason == "cancelled" and rec.done_points < rec.total_points
     assert cancelled >= 1 and still == []
     assert cluster_alive(head)  # the server joined the cluster; closing it left the cluster up
+
+
+def test_failure_monte_carlo_on_ray_matches_inline(head, engine):
+    """Failure Monte-Carlo batches as Ray tasks: seeded batches give the inline result exactly."""
+    from tests.conftest import EXAMPLES
+    from twin.core.failures.spec import MonteCarloSpec
+    from twin.failures import FailureAnalyzer
+
+    fa = FailureAnalyzer(engine)
+    mc = MonteCarloSpec(trials=120, horizon_days=10.0, seed=3, batch_trials=20)
+    inline = fa.analyze(EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml", monte_carlo=mc).to_dict()["monte_carlo"]
+    ex = RayExecutor(address=head)
+    try:
+        on_ray = fa.analyze(EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml", monte_carlo=mc,
+                            mapper=ex.mapper).to_dict()["monte_carlo"]
+    finally:
+        ex.close()
+    inline.pop("elapsed_s")
+    on_ray.pop("elapsed_s")
+    assert on_ray == inline and on_ray["trials"] == 120

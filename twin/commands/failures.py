@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="simulate TRIALS runs over the horizon (spares, overlapping failures); default 200")
     p.add_argument("--horizon-days", type=float, default=30.0, help="Monte-Carlo horizon in days (default 30)")
     p.add_argument("--seed", type=int, default=0, help="Monte-Carlo seed (default 0)")
+    p.add_argument("--ray", action="store_true",
+                   help="run the Monte-Carlo batches as Ray tasks (the current session, --ray-address, "
+                        "RAY_ADDRESS, or a local Ray started and stopped for this run)")
+    p.add_argument("--ray-address", default=None, help="Ray cluster to join for --ray (host:port)")
     p.add_argument("--spares", type=int, default=None, metavar="N", help="hot spare nodes held by the job")
     p.add_argument("--elastic", action="store_true", help="allow shrinking data parallelism after a failure")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -147,7 +151,17 @@ def run(args: argparse.Namespace) -> int:
         base = spec.monte_carlo or MonteCarloSpec()
         mc = schema.load(MonteCarloSpec, {"trials": args.monte_carlo, "horizon_days": args.horizon_days,
                                           "seed": args.seed, "batch_trials": base.batch_trials}, "--monte-carlo")
-    report = fa.analyze(scenario, failures=spec, rank=args.rank, pairs=args.pairs, monte_carlo=mc)
+    executor = None
+    if mc is not None and (args.ray or args.ray_address):
+        from twin.sweep.ray_exec import RayExecutor
+
+        executor = RayExecutor(address=args.ray_address)
+    try:
+        report = fa.analyze(scenario, failures=spec, rank=args.rank, pairs=args.pairs, monte_carlo=mc,
+                            mapper=executor.mapper if executor is not None else None)
+    finally:
+        if executor is not None:
+            executor.close()
     if args.json:
         print_json(report.to_dict())
     else:

@@ -24,7 +24,7 @@ import collections
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,16 @@ class RayExecutor:
         ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
         with self._lock:
             self.cancelled_tasks += len(refs)
+
+    def mapper(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> list[Any]:
+        """``map(fn, tasks)`` as Ray tasks, results in task order (e.g. failure Monte-Carlo
+        batches: ``twin.core.failures.montecarlo.run(..., mapper=executor.mapper)``).
+
+        Each task is retried up to ``max_retries`` times if its worker dies.
+        """
+        ray = self._ray
+        remote = ray.remote(num_cpus=1, max_retries=self.max_retries)(fn)
+        return ray.get([remote.remote(t) for t in tasks])
 
     def close(self) -> None:
         """Shut down a Ray we started; disconnect from a cluster we connected to; leave a joined session."""
