@@ -7,7 +7,8 @@ one, the same bytes); backward the same again; full recomputation repeats the fo
 With overlap (Transformer Engine userbuffers), each GEMM is split into tp chunks whose
 communication runs under the neighbouring chunk's compute: the first chunk's transfer is
 exposed, the rest hides behind GEMM time (Wang et al. 2022, "Overlap Communication with
-Dependent Computation via Decomposition"; NVIDIA TE comm-gemm overlap).
+Dependent Computation via Decomposition"; NVIDIA TE comm-gemm overlap). The overlap
+needs NVLink peer access, so a TP group spanning NVLink domains is fully exposed.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ class TensorParallel(Strategy):
         passes = 2.0 + (1.0 if plan.recompute == "full" else 0.0)
         # + the vocab-parallel embedding's all-reduce, forward and backward
         comm = per_collective * (sublayers * passes + 2.0)
-        if ctx.tp_overlap:
+        # Userbuffer comm-GEMM overlap moves data with NVLink peer copies: a TP group that
+        # leaves the NVLink domain (TE's tp_comm_overlap is intra-domain only) gets none.
+        overlap = ctx.tp_overlap and ctx.spans["tp"].m == 1
+        if overlap:
             gemm_window = stage.gemm_fwd_s * stage.layers * passes * 1.0
             exposed = comm / tp + max(0.0, comm * (1.0 - 1.0 / tp) - gemm_window)
         else:
@@ -53,7 +57,7 @@ class TensorParallel(Strategy):
         nbytes = size * bus_factor("all_reduce", tp) * (sublayers * passes + 2.0) * ctx.microbatches
         return Contribution(dimension="tp", exposed_per_microbatch_s=exposed,
                             comm_per_step_s=comm * ctx.microbatches, bytes_per_step=nbytes,
-                            details={"algorithm": algo, "per_microbatch_s": comm, "overlap": ctx.tp_overlap})
+                            details={"algorithm": algo, "per_microbatch_s": comm, "overlap": overlap})
 
 
 @hookimpl
