@@ -11,10 +11,11 @@ twin sees and its prediction "as designed" vs "as the cluster is now".
 from __future__ import annotations
 
 import argparse
-import re
+import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,14 +36,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _start_server(state_dir: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "twin.telemetry.standalone", "--state-dir", state_dir,
-                             "--port", "0", "--calibrate-interval", "0"], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline() if proc.stdout else ""
-    m = re.search(r"listening on (\S+)", line)
-    if not m:
-        proc.kill()
-        raise RuntimeError(f"the telemetry server did not start ({line.strip() or 'no output'})")
-    return proc, m.group(1)
+    """``twin serve`` on a free loopback port (the real service, every capability on)."""
+    config = Path(state_dir) / "serve.yaml"
+    config.write_text(json.dumps({"host": "127.0.0.1", "port": 0, "state_dir": str(Path(state_dir) / "state"),
+                                  "log_format": "json", "telemetry": {"calibrate_interval_s": 0}}))
+    proc = subprocess.Popen([sys.executable, "-m", "twin.cli", "serve", "--config", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr or ():
+        seen.append(line)
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("msg") == "serving":
+            # keep draining the log so the server never blocks on a full pipe
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
+            return proc, str(rec["address"])
+    proc.kill()
+    raise RuntimeError(f"twin serve did not start: {''.join(seen)[-500:] or 'no output'}")
 
 
 def run(args: argparse.Namespace) -> int:
