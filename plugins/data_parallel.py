@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from twin.core.api import Contribution, EvalContext, Strategy
 from twin.core.collectives import bus_factor
-from twin.core.memory import LORA_PARAM_FRACTION
+from twin.core.memory import lora_trainable_fraction
 from twin.hookimpl import hookimpl
 
 # Megatron-Core DDP bucket size: max(40M, 1M * dp) parameters (distributed_data_parallel_config).
@@ -72,7 +72,8 @@ class DataParallel(Strategy):
         dense = ctx.params_per_gpu - ctx.expert_params_per_gpu
         experts = ctx.expert_params_per_gpu
         if plan.trainable == "lora":
-            dense, experts = dense * LORA_PARAM_FRACTION, experts * LORA_PARAM_FRACTION
+            share = lora_trainable_fraction(ctx.model, plan)
+            dense, experts = dense * share, experts * share
         d_issued, d_red, d_gather, d_bytes, algo = self._reduce(ctx, dense, "dp")
         e_issued, e_red, e_gather, e_bytes, _ = self._reduce(ctx, experts, "edp")
         return Contribution(dimension="dp", exposed_per_step_s=d_red + d_gather + e_red + e_gather,

@@ -35,7 +35,8 @@ class ExpertParallel(Strategy):
         plan, model, w, stage = ctx.plan, ctx.model, ctx.workload, ctx.stage
         moe = model.moe
         assert moe is not None
-        tokens = w.tokens / plan.tp if plan.sp else w.tokens
+        # Tokens over an expert's capacity are dropped before dispatch (MoE.kept_fraction).
+        tokens = (w.tokens / plan.tp if plan.sp else w.tokens) * moe.kept_fraction
         # Latent MoE (Nemotron-H/V3) routes tokens after projecting them to latent_size.
         token_bytes = (moe.latent_size or model.hidden) * ACT_BYTES
         size = tokens * moe.top_k * token_bytes

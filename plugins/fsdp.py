@@ -13,7 +13,7 @@ from twin_plugins.data_parallel import per_microbatch_sharding
 
 from twin.core.api import Contribution, EvalContext, Strategy
 from twin.core.collectives import bus_factor
-from twin.core.memory import LORA_PARAM_FRACTION
+from twin.core.memory import lora_trainable_fraction
 from twin.hookimpl import hookimpl
 
 # Compute that prefetched communication can hide behind (FSDP's rate limiter and the
@@ -41,7 +41,7 @@ class FullySharded(Strategy):
             n = ctx.spans[dim].n
             if n <= 1 or params <= 0:
                 continue
-            grads = params * (LORA_PARAM_FRACTION if plan.trainable == "lora" else 1.0)
+            grads = params * (lora_trainable_fraction(ctx.model, plan) if plan.trainable == "lora" else 1.0)
             ag = ctx.cost("all_gather", params * 2.0, dim)
             rs = ctx.cost("reduce_scatter", grads * grad_bytes, dim)
             comm = 2.0 * ag.time_s + rs.time_s

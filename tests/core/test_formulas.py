@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -11,7 +12,7 @@ from twin.core.collectives import bus_factor, collective_cost
 from twin.core.compute import shape_efficiency
 from twin.core.evaluate import model_flops_per_step, stage_layers
 from twin.core.fattree import build_fat_tree, tiers_needed
-from twin.core.memory import shard_factors
+from twin.core.memory import lora_trainable_fraction, shard_factors
 from twin.core.specs import Cluster, Model, Plan, Scenario
 from twin.core.topology import Hierarchy, Tier, place_group
 from twin.core.workload import build_workload, total_params
@@ -132,6 +133,62 @@ def test_parameter_count_of_llama3_405b(engine):
     scn = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 8}, "model": "llama3.1-405b",
                            "plan": {"tp": 8, "gbs": 8}})
     assert total_params(scn.model) / 1e9 == pytest.approx(405.8, rel=0.01)  # Llama 3 paper: 405B
+
+
+def test_multi_token_prediction_module_adds_a_block_and_a_head(engine):
+    scn = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "deepseek-v3",
+                           "plan": {"tp": 1, "ep": 8, "pp": 8, "gbs": 64}})
+    assert scn.model.mtp_layers == 1
+    without = dataclasses.replace(scn, model=dataclasses.replace(scn.model, mtp_layers=0))
+    # DeepSeek-V3 report §4.2: 671B main model plus a 14B MTP module, which in the released
+    # checkpoint carries its own copies of the embedding and head; the twin shares them.
+    shared_copies = 2 * 129280 * 7168
+    added = total_params(scn.model) - total_params(without.model)
+    assert added / 1e9 == pytest.approx((14e9 - shared_copies) / 1e9, rel=0.08)
+    assert total_params(without.model) / 1e9 == pytest.approx(671, rel=0.01)
+    w = build_workload(scn.model, 1, 1, 1, False, 8, 1)
+    w0 = build_workload(without.model, 1, 1, 1, False, 8, 1)
+    # One head GEMM again plus one attention + MoE block and the 2h -> h projection.
+    block = w0.sublayers["attention"].model_flops + w0.sublayers["moe"].model_flops
+    proj = 2.0 * w0.tokens * 7168 * 2 * 7168
+    assert w.head.model_flops == pytest.approx(2 * w0.head.model_flops + block + proj)
+    # The module runs on the last pipeline stage, which becomes the bottleneck.
+    assert engine.evaluate(scn).step_time_s > engine.evaluate(without).step_time_s * 1.05
+
+
+def test_capacity_factor_below_one_drops_tokens(engine):
+    base = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "mixtral-8x7b",
+            "plan": {"tp": 1, "ep": 8, "pp": 1, "gbs": 64, "mbs": 1}}
+    dropless = engine.scenario(base)
+    moe = dropless.model.moe
+
+    def with_factor(cf):
+        return dataclasses.replace(dropless, model=dataclasses.replace(
+            dropless.model, moe=dataclasses.replace(moe, capacity_factor=cf)))
+
+    def expert_flops(scn):
+        w = build_workload(scn.model, 1, 1, 1, False, 8, 1)
+        return sum(g.flops for g in w.sublayers["moe"].gemms[1:3])
+
+    half, roomy = with_factor(0.5), with_factor(1.25)
+    assert expert_flops(half) == pytest.approx(expert_flops(dropless) / 2, rel=0.01)
+    assert expert_flops(roomy) == expert_flops(dropless)  # balanced routing never overflows
+    ep_bytes = {name: engine.evaluate(s).bytes_per_step["ep"] for name, s in
+                (("dropless", dropless), ("half", half))}
+    assert ep_bytes["half"] == pytest.approx(ep_bytes["dropless"] / 2, rel=0.01)
+
+
+def test_lora_rank_sets_the_trainable_share(engine):
+    base = {"cluster": {"system": "DGX-H100", "num_gpus": 16}, "model": "llama3.1-8b",
+            "plan": {"tp": 1, "gbs": 64, "trainable": "lora", "lora_rank": 16}}
+    low = engine.scenario(base)
+    assert lora_trainable_fraction(low.model, low.plan) == pytest.approx(2 * 16 / 4096)
+    base["plan"]["lora_rank"] = 64
+    high = engine.scenario(base)
+    assert lora_trainable_fraction(high.model, high.plan) == pytest.approx(4 * 2 * 16 / 4096)
+    d_low, d_high = engine.evaluate(low), engine.evaluate(high)
+    assert d_high.bytes_per_step["dp"] == pytest.approx(4 * d_low.bytes_per_step["dp"], rel=0.01)
+    assert d_high.memory.optimizer > d_low.memory.optimizer
 
 
 def test_tensor_parallel_splits_gemms():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from twin.core.specs import Scenario
+from twin.core.specs import Model, Plan, Scenario
 from twin.core.units import GIB
 from twin.core.workload import ACT_BYTES, Workload
 
@@ -28,7 +28,15 @@ RUNTIME_RESERVED_BYTES = 2.5 * GIB
 # large-scale runs typically show 5-10% reserved-but-unallocated).
 FRAGMENTATION = 0.07
 ADAM_STATE_BYTES = 12.0
-LORA_PARAM_FRACTION = 0.005  # adapters of rank ~16 on every projection: ~0.5% of weights
+
+
+def lora_trainable_fraction(model: Model, plan: Plan) -> float:
+    """Share of a layer's weights that LoRA adapters train.
+
+    A rank-r adapter on a d x k weight trains r(d + k) parameters (Hu et al. 2021 §4);
+    for the hidden-sized projections that dominate a layer that is 2r/h of the weight.
+    """
+    return min(1.0, 2.0 * plan.lora_rank / model.hidden)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +117,8 @@ def _activation_bytes_per_token_layer(scn: Scenario, w: Workload) -> float:
             assert moe is not None
             fe = moe.expert_ffn / plan.expert_tp
             inner = moe.latent_size or h
-            per = b * h_sp + g_in * h_sp + moe.top_k * (g_in * inner + b * (mult - 1) * fe + g_in * fe)
+            routed = moe.top_k * moe.kept_fraction
+            per = b * h_sp + g_in * h_sp + routed * (g_in * inner + b * (mult - 1) * fe + g_in * fe)
             if moe.shared_experts:
                 fs = (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts / tp
                 per += b * (mult - 1) * fs + g_in * fs
@@ -143,7 +152,7 @@ def memory_per_gpu(scn: Scenario, w: Workload, dp: int, m: int, params_gpu: floa
     if wdiv > 1:  # FSDP/ZeRO-3 gathers about two layers at a time (current + prefetch)
         weights += weight_bytes * 2 * params_gpu / max(1.0, w.layers / p)
     if plan.trainable == "lora":
-        trainable = LORA_PARAM_FRACTION * params_gpu
+        trainable = lora_trainable_fraction(model, plan) * params_gpu
         grads = grad_bytes * trainable
         optim = ADAM_STATE_BYTES * trainable
     else:

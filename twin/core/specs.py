@@ -177,7 +177,20 @@ class MoE:
     moe_layers: int | None = spec_field(None, ge=0)
     dense_layers: int = spec_field(0, ge=0)
     latent_size: int | None = spec_field(None, ge=1)
-    capacity_factor: float | None = spec_field(None, gt=0)
+    capacity_factor: float | None = spec_field(
+        None, gt=0, doc="tokens an expert takes, as a multiple of its balanced share; overflow is dropped "
+                        "(None: dropless)")
+
+    @property
+    def kept_fraction(self) -> float:
+        """Share of token-expert assignments that reach an expert.
+
+        An expert takes at most ``capacity_factor`` x its balanced share of tokens and drops
+        the rest (Switch Transformer, Fedus et al. 2022 §2.2; Megatron-Core
+        ``moe_expert_capacity_factor`` without padding). The twin routes tokens evenly, so
+        only a factor below 1 drops tokens.
+        """
+        return 1.0 if self.capacity_factor is None else min(1.0, self.capacity_factor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +250,8 @@ class Model:
     mla: MLA | None = None
     hybrid: Hybrid | None = None
     sliding_window: SlidingWindow | None = None
-    mtp_layers: int = spec_field(0, ge=0)
+    mtp_layers: int = spec_field(
+        0, ge=0, le=1_000, doc="multi-token-prediction modules on the last pipeline stage (DeepSeek-V3 §2.2)")
     tied_embeddings: bool = False
 
     @property
@@ -324,7 +338,7 @@ class Plan:
     offload: Offload = dataclasses.field(default_factory=Offload)
     moe_dispatcher: Literal["alltoall", "deepep"] = "deepep"
     trainable: Literal["full", "lora"] = "full"
-    lora_rank: int = spec_field(16, ge=1)
+    lora_rank: int = spec_field(16, ge=1, le=1_000_000, doc="with trainable 'lora': adapter rank on every projection")
 
     @property
     def sp(self) -> bool:

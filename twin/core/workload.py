@@ -164,7 +164,7 @@ def _moe(model: Model, tp: int, ep: int, etp: int, sp: bool, tokens: int) -> Sub
     mult = 2 if model.gated_mlp else 1
     t_sp = tokens / tp if sp else tokens
     local_experts = moe.experts / ep
-    routed = tokens * moe.top_k                       # token-expert assignments per GPU (balanced)
+    routed = tokens * moe.top_k * moe.kept_fraction   # token-expert assignments per GPU (balanced)
     inner = moe.latent_size or h
     per_expert_tokens = max(1, int(routed / local_experts)) if local_experts >= 1 else routed
     f_e = moe.expert_ffn / etp
@@ -212,6 +212,41 @@ def _mamba(model: Model, tp: int, sp: bool, tokens: int) -> SubLayer:
                     params=params_total / tp + h, params_total=params_total)
 
 
+def _with_mtp(model: Model, head: SubLayer, sub: dict[str, SubLayer], tokens: int, tp: int) -> SubLayer:
+    """The output head plus ``model.mtp_layers`` multi-token-prediction modules.
+
+    Each module (DeepSeek-V3 report §2.2; Megatron-Core ``MultiTokenPredictionLayer``, on
+    the last pipeline stage) projects [hidden; next-token embedding] (2h -> h, column
+    parallel), runs one transformer block (attention plus the model's MoE or MLP) and the
+    shared output head again. Embedding and head weights are shared, so only the block and
+    projection add parameters. The block's tensor/expert-parallel communication and its
+    stored activations are not priced: one layer next to the stage's ``layers/pp``.
+    """
+    h = model.hidden
+    block = [sub[k] for k in ("attention", "moe") if k in sub] if "moe" in sub else \
+        [sub[k] for k in ("attention", "mlp") if k in sub]
+    proj = Gemm(tokens, int(h / tp), 2 * h)
+    one_gemms: list[Gemm] = [proj, *head.gemms]
+    for sl in block:
+        one_gemms.extend(sl.gemms)
+    n = model.mtp_layers
+    gemms = head.gemms + tuple(Gemm(g.m, g.n, g.k, g.count * n, g.frozen_weights) for g in one_gemms)
+    attn = [sl for sl in block if sl.attn_flops]
+    block_params = sum(sl.params for sl in block) + 2 * h * h / tp + 2 * h   # + projection, two norms
+    block_total = sum(sl.params_total for sl in block) + 2 * h * h + 2 * h
+    return SubLayer(
+        kind="head", gemms=gemms,
+        attn_flops=n * sum(sl.attn_flops for sl in attn),
+        attn_kv_len=attn[0].attn_kv_len if attn else 0.0,
+        attn_scores=n * sum(sl.attn_scores for sl in attn),
+        attn_flops_dense=n * sum(sl.attn_flops_dense for sl in attn),
+        ssm_flops=head.ssm_flops,
+        elementwise_bytes=head.elementwise_bytes * (1 + n) + n * sum(sl.elementwise_bytes for sl in block),
+        model_flops=head.model_flops * (1 + n) + n * (sum(sl.model_flops for sl in block) + proj.flops),
+        params=head.params + n * block_params, params_total=head.params_total + n * block_total,
+        expert_params=n * sum(sl.expert_params for sl in block))
+
+
 @functools.lru_cache(maxsize=4096)
 def build_workload(model: Model, tp: int, cp: int, mbs: int, sp: bool, ep: int, etp: int) -> Workload:
     """Per-GPU, per-micro-batch forward work of every sub-layer kind of ``model``."""
@@ -245,6 +280,8 @@ def build_workload(model: Model, tp: int, cp: int, mbs: int, sp: bool, ep: int, 
     head = SubLayer(kind="head", gemms=(head_gemm,),
                     elementwise_bytes=LOGIT_BYTES * tokens * v / tp + ACT_BYTES * 2 * h * tokens,
                     model_flops=head_gemm.flops, params=head_params / tp + h, params_total=head_params + h)
+    if model.mtp_layers:
+        head = _with_mtp(model, head, sub, tokens, tp)
     return Workload(sublayers=sub, counts=counts, layers=model.layers, embedding=embedding, head=head,
                     tokens=tokens)
 
