@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import statistics
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from twin.rpc.v1 import twin_service_pb2  # noqa: E402
 from twin.server.convert import scenario_from_mapping  # noqa: E402
+from twin.server.process import start_serve  # noqa: E402
 
 SCENARIO = {"cluster": {"system": "DGX-H100", "num_gpus": 1024}, "model": "llama3.1-70b",
             "plan": {"tp": 4, "pp": 4, "vp": 5, "gbs": 1024}}
@@ -46,22 +46,12 @@ METHOD = "/twin.rpc.v1.TwinService/Predict"
 
 
 def start_server(workers: int | None) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1", "TWIN_LOG_LEVEL": "INFO"}
     if workers:
         env["TWIN_WORKERS"] = str(workers)
     env.pop("TWIN_AUTH_TOKEN", None)
-    proc = subprocess.Popen([sys.executable, "-m", "twin.cli", "serve", "--port", "0", "--state-dir",
-                             "/tmp/twin-bench-state"], cwd=ROOT, env={**env, "TWIN_LOG_LEVEL": "INFO"},
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("msg") == "serving":
-            return proc, rec["address"]
-    raise SystemExit(f"server did not start (exit {proc.wait()})")
+    proc, serving = start_serve(["--port", "0", "--state-dir", "/tmp/twin-bench-state"], env=env, cwd=ROOT)
+    return proc, serving["address"]
 
 
 def percentile(sorted_ms: list[float], q: float) -> float:
@@ -143,9 +133,7 @@ def main() -> None:
     proc = None
     address = args.address
     if address is None:
-        proc, address = start_server(args.workers)
-        assert proc.stderr is not None
-        proc.stderr.close()
+        proc, address = start_server(args.workers)  # its log is drained in the background
     try:
         rates = [args.rate] if args.rate is not None else [200.0, 0.0]
         kind = "one repeated request" if args.repeat else "distinct requests"

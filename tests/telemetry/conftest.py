@@ -1,18 +1,14 @@
 """The live-server harness for telemetry tests: ONE fixture starts the real gRPC server.
 
-It runs ``python -m twin.telemetry.standalone`` in a subprocess on 127.0.0.1 (port 0) with
-a fresh state directory. At merge, switch :func:`start_server`'s command to ``twin serve``
-(the telemetry extension registered there); nothing else in the tests depends on it.
+It runs ``twin serve`` in a subprocess on 127.0.0.1 (port 0) with a fresh state directory
+and the telemetry settings of each test in its config file.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +19,7 @@ import yaml
 
 from twin.rpc.v1 import telemetry_pb2 as pb
 from twin.rpc.v1 import telemetry_pb2_grpc as pbg
+from twin.server.process import start_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -46,24 +43,11 @@ class Server:
         config = self.state_dir.parent / f"serve-{self.state_dir.name}.yaml"
         config.write_text(yaml.safe_dump({"host": "127.0.0.1", "port": 0, "state_dir": str(self.state_dir),
                                           "log_format": "json", "telemetry": settings}))
-        cmd = [sys.executable, "-m", "twin.cli", "serve", "--config", str(config)]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1",
-                                          "PYTHONUNBUFFERED": "1"})
-        seen = []
-        for line in self.proc.stderr:
-            seen.append(line)
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and rec.get("msg") == "serving":
-                self.address = rec["address"]
-                # keep draining the log so the server never blocks on a full pipe
-                threading.Thread(target=self.proc.stderr.read, daemon=True).start()
-                return self
-        self.proc.kill()
-        raise RuntimeError(f"twin serve did not start: {''.join(seen)[-2000:]}")
+        self.proc, serving = start_serve(["--config", str(config)], cwd=ROOT,
+                                         env={**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1",
+                                              "PYTHONUNBUFFERED": "1"})
+        self.address = serving["address"]
+        return self
 
     def channel(self) -> grpc.Channel:
         ch = grpc.insecure_channel(self.address)

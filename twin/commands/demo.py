@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -37,24 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _start_server(state_dir: str) -> tuple[subprocess.Popen, str]:
     """``twin serve`` on a free loopback port (the real service, every capability on)."""
+    from twin.server.process import start_serve
+
     config = Path(state_dir) / "serve.yaml"
     config.write_text(json.dumps({"host": "127.0.0.1", "port": 0, "state_dir": str(Path(state_dir) / "state"),
                                   "log_format": "json", "telemetry": {"calibrate_interval_s": 0}}))
-    proc = subprocess.Popen([sys.executable, "-m", "twin.cli", "serve", "--config", str(config)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in proc.stderr or ():
-        seen.append(line)
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("msg") == "serving":
-            # keep draining the log so the server never blocks on a full pipe
-            threading.Thread(target=proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
-            return proc, str(rec["address"])
-    proc.kill()
-    raise RuntimeError(f"twin serve did not start: {''.join(seen)[-500:] or 'no output'}")
+    proc, serving = start_serve(["--config", str(config)])
+    return proc, str(serving["address"])
 
 
 def run(args: argparse.Namespace) -> int:
