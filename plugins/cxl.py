@@ -22,6 +22,11 @@ from twin.core.topology import Hierarchy
 from twin.core.units import GIB
 from twin.hookimpl import hookimpl
 
+# Share of a pool's stated bandwidth that bulk offload DMA sustains. An assumption, not a
+# measurement: PCIe/CXL framing (128b/130b, 68-byte flits carrying 64 bytes, TLP and credit
+# traffic) leaves roughly 80-85% of the raw link, and CXL memory devices measure below
+# their link rate (Sun et al., MICRO 2023, "Demystifying CXL Memory"); no GPU-to-CXL-pool
+# training measurement is in validation/reference to fit it.
 SUSTAINED_FRACTION = 0.75
 # Traffic per parameter of an offloaded Adam step: read and write master weights, m and v
 # (24 B), read the fp32 gradient (4 B), write the 16-bit weight back (2 B).

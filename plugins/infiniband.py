@@ -15,6 +15,7 @@ from twin.core.fattree import build_fat_tree, scale_out_tiers
 from twin.core.specs import Cluster, Scenario
 from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy, Tier
+from twin.core.units import HOUR_S
 from twin.hookimpl import hookimpl
 
 # Fraction of the NIC line rate NCCL achieves per NIC: NDR 400G 46-48 GB/s of 50
@@ -141,7 +142,7 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
 # suffix dropped) are listed. Error thresholds: infiniband-diags ibqueryerrors defaults
 # (SymbolErrorCounter 10, LinkErrorRecoveryCounter 10, PortRcvErrors 10), read per hour.
 _PORT = ("device|hca|ca", "port")
-_PER_HOUR_10 = 10.0 / 3600.0
+_PER_HOUR_10 = 10.0 / HOUR_S
 _IBQ = "above the ibqueryerrors default threshold of 10 (per hour)"
 IB_MAPPINGS = [
     MetricMapping(("node_infiniband_port_data_transmitted_bytes_total", "node_infiniband_port_data_transmitted",

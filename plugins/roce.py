@@ -25,6 +25,7 @@ from twin.core.fattree import scale_out_tiers
 from twin.core.specs import Cluster, Scenario
 from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy, Tier
+from twin.core.units import HOUR_S
 from twin.hookimpl import hookimpl
 
 PARAMS = {"ecmp_flows_per_pair", "congestion_control", "congestion_efficiency", "pfc", "ecn",
@@ -202,13 +203,13 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
         FailureMode("scale_out", "pfc_storm", "congestion", None, no_rate, interrupts=False,
                     degraded=Impact(tier_bw=tuple((t, PFC_STORM_FRACTION) for t in scale_out_tiers),
                                     note=f"PFC pause storm: {PFC_STORM_FRACTION:.0%} of scale-out bandwidth"),
-                    detection_s=0.0, repair_h=PFC_STORM_S / 3600.0,
+                    detection_s=0.0, repair_h=PFC_STORM_S / HOUR_S,
                     repair_source="assumption: until the PFC watchdog breaks the storm",
                     description="PFC pause-frame storm spreading from a stuck NIC"),
         FailureMode("scale_out", "ecmp_collision", "congestion", None, no_rate, interrupts=False,
                     degraded=Impact(tier_bw=tuple((t, ecmp_factor) for t in beyond_leaf),
                                     note=f"ECMP collisions with one flow per pair: {ecmp_factor:.0%} beyond the leaf"),
-                    detection_s=0.0, repair_h=ECMP_EPISODE_S / 3600.0, repair_source="assumption",
+                    detection_s=0.0, repair_h=ECMP_EPISODE_S / HOUR_S, repair_source="assumption",
                     description="ECMP hash collisions (flows collapse to one per GPU pair)"),
     ]
 

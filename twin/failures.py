@@ -37,6 +37,7 @@ from twin.core.failures.inventory import base_components, base_failure_modes
 from twin.core.failures.spec import FailureSpec, Injection, MonteCarloSpec, load_failure_spec, split_scenario
 from twin.core.scenario_io import read_mapping
 from twin.core.specs import Scenario
+from twin.core.units import DAY_S
 from twin.engine import Engine
 
 
@@ -156,5 +157,5 @@ def monte_carlo_batches(engine: Engine, source: Scenario | Mapping[str, Any] | s
     ev = ImpactEvaluator(engine.model, scenario, spec.spare_uplinks)
     ctx = _cost_context(spec, report.checkpoint, report.checkpoint["interval_s"])
     sim = simulation_spec(report.classes, spec, report.checkpoint, report.checkpoint["interval_s"], ctx, ev,
-                          mc.horizon_days * 86400.0)
+                          mc.horizon_days * DAY_S)
     return montecarlo.batches(sim, mc.trials, mc.batch_trials, mc.seed)

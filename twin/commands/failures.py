@@ -20,6 +20,7 @@ from twin.core import schema
 from twin.core.errors import SpecError
 from twin.core.failures.analysis import FailureReport
 from twin.core.failures.spec import INJECT_KINDS, MonteCarloSpec, parse_injection
+from twin.core.units import HOUR_S
 from twin.engine import Engine
 from twin.failures import FailureAnalyzer
 
@@ -54,8 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _h(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "inf"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
+    if seconds >= HOUR_S:
+        return f"{seconds / HOUR_S:.2f} h"
     if seconds >= 60:
         return f"{seconds / 60:.1f} min"
     return f"{seconds:.1f} s"
@@ -68,7 +69,7 @@ def render(rep: FailureReport) -> None:
     t = table(f"Failures of {rep.scenario or 'scenario'} ({rep.num_gpus:,} GPUs, step {rep.nominal.step_time_s:.2f} s)",
               "figure", "value")
     t.add_row("unexpected interruptions per day", f"{f['expected_interruptions_per_day']:.2f}")
-    t.add_row("mean time between interruptions", _h(f["mean_time_between_interruptions_h"] * 3600))
+    t.add_row("mean time between interruptions", _h(f["mean_time_between_interruptions_h"] * HOUR_S))
     t.add_row("effective training time", f"{f['effective_training_time_pct']:.1f}%")
     t.add_row("checkpoint size / write", f"{ck['size_tb']:.2f} TB / {_h(ck['blocking_write_s'])}")
     t.add_row("checkpoint interval (Daly optimum)",

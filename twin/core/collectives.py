@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from twin.core.errors import SpecError
 from twin.core.topology import GroupSpan, Hierarchy
+from twin.core.units import US
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 ALGORITHMS = ("ring", "tree", "nvls", "sharp", "direct")
 
-_US = 1e-6
 # NCCL tuning.cc (v2.7, the last version with the full table inline): base latency per
 # algorithm/protocol and per-step hardware latency for NVLink and network hops, in us.
 _BASE_LAT = {"ring": {"LL": 3.6, "LL128": 10.0, "Simple": 8.4},
@@ -97,7 +97,7 @@ def _ring_times(op: str, size: float, span: GroupSpan, h: Hierarchy) -> list[tup
         if proto == "Simple" and m > 1 and op == "all_reduce":
             lat *= _RING_PLATEAU
         busbw = bw * pbw
-        out.append((size * factor / busbw + lat * _US, "ring", proto, busbw))
+        out.append((size * factor / busbw + lat * US, "ring", proto, busbw))
     return out
 
 
@@ -112,7 +112,7 @@ def _tree_times(size: float, span: GroupSpan, h: Hierarchy) -> list[tuple[float,
         lat = _BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * _HW_LAT_NVLINK["tree"][proto]
                                               + math.log2(span.nodes) * _HW_LAT_NET["tree"][proto])
         algbw = 0.5 * bw * pbw  # tuning.cc: trees move 2x the data per byte reduced
-        t = size / algbw + lat * _US
+        t = size / algbw + lat * US
         out.append((t, "tree", proto, size * bus_factor("all_reduce", span.n) / t))
     return out
 
@@ -125,7 +125,7 @@ def _nvls_time(size: float, span: GroupSpan, h: Hierarchy) -> tuple[float, str, 
     t_inter = 0.0
     if span.m > 1:  # NVLS-tree: in-switch reduction inside the domain, ring/tree across
         t_inter = 2.0 * (span.m - 1) / span.m * size / _inter_bw(span, h, crossing=span.k / max(span.k_top, 1))
-    t = max(t_intra, t_inter) + _NVLS_LAT_US * _US
+    t = max(t_intra, t_inter) + _NVLS_LAT_US * US
     return (t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / t)
 
 
@@ -141,7 +141,7 @@ def _sharp_time(size: float, span: GroupSpan, h: Hierarchy) -> tuple[float, str,
         t_intra = 0.0
     # In-network reduction: each GPU sends its 1/k share up once and receives it once.
     t_inter = size / _inter_bw(span, h, crossing=1.0 / max(span.k_top, 1))
-    t = max(t_intra, t_inter) + _SHARP_LAT_US * _US
+    t = max(t_intra, t_inter) + _SHARP_LAT_US * US
     return (t, "sharp", "Simple", size * bus_factor("all_reduce", span.n) / t)
 
 
@@ -157,7 +157,7 @@ def _all_to_all(size: float, span: GroupSpan, h: Hierarchy) -> CollectiveCost:
         crossing = 1.0 - span.k_top / n
         inter_bw = tier.bw_Bps / max(1.0, tier.oversubscription * crossing)
         t_inter = size * (n - k) / n / inter_bw
-    lat = (_P2P_BASE_US + (n - 1) * _P2P_PER_PEER_US) * _US
+    lat = (_P2P_BASE_US + (n - 1) * _P2P_PER_PEER_US) * US
     t = max(t_intra, t_inter) + lat
     bottleneck = inter_bw if t_inter >= t_intra and span.m > 1 else a2a_up
     return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", n) / t, bottleneck)
@@ -186,7 +186,7 @@ def dedup_dispatch_cost(token_bytes: float, tokens: float, top_k: int, span: Gro
     t_inter = tokens * per_token * remote_copies / inter_bw
     # Inside each domain every received token is fanned out to its local experts.
     t_intra = tokens * per_token * top_k * (span.k - 1) / span.k / a2a_up if span.k > 1 else 0.0
-    lat = (_P2P_BASE_US + (span.n - 1) * _P2P_PER_PEER_US) * _US
+    lat = (_P2P_BASE_US + (span.n - 1) * _P2P_PER_PEER_US) * US
     t = max(t_inter, t_intra) + lat
     nbytes = tokens * per_token * top_k
     bottleneck = inter_bw if t_inter >= t_intra else a2a_up
@@ -196,10 +196,10 @@ def dedup_dispatch_cost(token_bytes: float, tokens: float, top_k: int, span: Gro
 def _send_recv(size: float, span: GroupSpan, h: Hierarchy) -> CollectiveCost:
     if span.m > 1:
         bw = h.tiers[span.top].bw_Bps
-        lat = (_P2P_BASE_US + _HW_LAT_NET["ring"]["Simple"]) * _US
+        lat = (_P2P_BASE_US + _HW_LAT_NET["ring"]["Simple"]) * US
     else:
         bw = h.scale_up.bw_Bps
-        lat = (_P2P_BASE_US + _HW_LAT_NVLINK["ring"]["Simple"]) * _US
+        lat = (_P2P_BASE_US + _HW_LAT_NVLINK["ring"]["Simple"]) * US
     t = size / bw + lat
     return CollectiveCost(t, "direct", "Simple", size / t, bw)
 

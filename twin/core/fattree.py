@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from twin.core.units import gbps_to_bytes_per_s
+
 if TYPE_CHECKING:
     from twin.core.specs import Cluster
     from twin.core.topology import Tier
@@ -122,7 +124,7 @@ def scale_out_tiers(cluster: Cluster, radix: int, fabric: str, efficiency: list[
     else:
         spans = ()
     tree = build_fat_tree(endpoints, radix, so.tiers, so.oversubscription, spans)
-    nic_Bps = so.nic_gbps * 1e9 / 8.0
+    nic_Bps = gbps_to_bytes_per_s(so.nic_gbps)
     per_gpu = nic_Bps * nics / gpn
     tiers: list[Tier] = []
     cum_over = 1.0

@@ -27,6 +27,8 @@ RUNTIME_RESERVED_BYTES = 2.5 * GIB
 # Caching-allocator fragmentation on top of live tensors (PyTorch memory stats in
 # large-scale runs typically show 5-10% reserved-but-unallocated).
 FRAGMENTATION = 0.07
+# Mixed-precision Adam keeps an fp32 master copy, momentum and variance: 4 + 4 + 4 bytes a
+# parameter (Rajbhandari et al. 2020, ZeRO §3.1: K = 12).
 ADAM_STATE_BYTES = 12.0
 
 

@@ -10,12 +10,8 @@ Conventions (as in nccl-tests and vendor datasheets):
 
 from __future__ import annotations
 
-GB = 1e9
-TB = 1e12
 GIB = float(2**30)
-TFLOP = 1e12
 US = 1e-6
-NS = 1e-9
 HOUR_S = 3600.0
 DAY_S = 86400.0
 

@@ -223,8 +223,7 @@ def _with_mtp(model: Model, head: SubLayer, sub: dict[str, SubLayer], tokens: in
     stored activations are not priced: one layer next to the stage's ``layers/pp``.
     """
     h = model.hidden
-    block = [sub[k] for k in ("attention", "moe") if k in sub] if "moe" in sub else \
-        [sub[k] for k in ("attention", "mlp") if k in sub]
+    block = [sub[k] for k in ("attention", "moe" if "moe" in sub else "mlp") if k in sub]
     proj = Gemm(tokens, int(h / tp), 2 * h)
     one_gemms: list[Gemm] = [proj, *head.gemms]
     for sl in block:
@@ -240,7 +239,6 @@ def _with_mtp(model: Model, head: SubLayer, sub: dict[str, SubLayer], tokens: in
         attn_kv_len=attn[0].attn_kv_len if attn else 0.0,
         attn_scores=n * sum(sl.attn_scores for sl in attn),
         attn_flops_dense=n * sum(sl.attn_flops_dense for sl in attn),
-        ssm_flops=head.ssm_flops,
         elementwise_bytes=head.elementwise_bytes * (1 + n) + n * sum(sl.elementwise_bytes for sl in block),
         model_flops=head.model_flops * (1 + n) + n * (sum(sl.model_flops for sl in block) + proj.flops),
         params=head.params + n * block_params, params_total=head.params_total + n * block_total,

@@ -36,14 +36,14 @@ from twin.core.failures.injections import injection_mode, uplink_capacity
 from twin.core.failures.rates import NODE_COMPONENTS, REPAIR_H, planned_per_day, rate_set_scale
 from twin.core.failures.spec import STORAGE_BYTES_PER_S_PER_GPU, FailureSpec, MonteCarloSpec
 from twin.core.specs import Optics, Scenario
+from twin.core.units import DAY_S, HOUR_S
 from twin.core.workload import total_params
 
-YEAR_S = 365.0 * 86400.0
-DAY_S = 86400.0
+YEAR_S = 365.0 * DAY_S
 # Interval used to cost injected failures when no failure class has a rate (nothing to
 # optimise against): one hour, a common production setting (stated, override
 # failures.checkpoint.interval_s).
-FALLBACK_INTERVAL_S = 3600.0
+FALLBACK_INTERVAL_S = HOUR_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +84,8 @@ class FailureClass:
         out: dict[str, Any] = {"component": self.group.name, "mode": self.mode.name, "effect": self.mode.effect,
                                "count": self.group.count, "annual_rate_per_unit": self.annual_rate,
                                "rate_source": self.rate_source, "events_per_day": self.events_per_s * DAY_S,
-                               "repair_h": self.repair_s / 3600.0,
-                               "expected_cost_h_per_day": self.events_per_s * DAY_S * self.cost_s / 3600.0}
+                               "repair_h": self.repair_s / HOUR_S,
+                               "expected_cost_h_per_day": self.events_per_s * DAY_S * self.cost_s / HOUR_S}
         if self.outcome is not None:
             out.update(self.outcome.to_dict())
         return out
@@ -188,8 +188,8 @@ def _rates(spec: FailureSpec, groups: Sequence[ComponentGroup],
 def _repair_s(spec: FailureSpec, group: ComponentGroup, mode: FailureMode) -> float:
     for key in (mode.key, group.name, group.kind, mode.effect):
         if key in spec.repair_h:
-            return spec.repair_h[key] * 3600.0
-    return mode.repair_h * 3600.0
+            return spec.repair_h[key] * HOUR_S
+    return mode.repair_h * HOUR_S
 
 
 # --------------------------------------------------------------------------- checkpoint
@@ -296,7 +296,7 @@ def analyze(model: TwinModel, scenario: Scenario, spec: FailureSpec, collect: Co
                                      {**REPAIR_H, **spec.repair_h})
         # Degradation injections carry their own duration; failures repair like their class.
         episode = inj.kind in ("link_degraded", "congestion", "straggler")
-        repair = mode.repair_h * 3600.0 if episode else _repair_s(spec, group, mode)
+        repair = mode.repair_h * HOUR_S if episode else _repair_s(spec, group, mode)
         report.injections.append(_injection_result(inj.label(), group, mode, ev, ctx, spec, repair))
     if rank:
         report.ranking = ranking(classes, scenario.cluster.num_gpus)
@@ -330,7 +330,7 @@ def _closed_form(classes: Sequence[FailureClass], spec: FailureSpec, ckpt: dict[
     scale = cycle.useful
     return {
         "expected_interruptions_per_day": rate * DAY_S,
-        "mean_time_between_interruptions_h": mtbi / 3600.0,
+        "mean_time_between_interruptions_h": mtbi / HOUR_S,
         "effective_training_time_pct": 100.0 * ett,
         "optimal_checkpoint_interval_s": daly,
         "checkpoint_interval_s": interval,
@@ -385,8 +385,8 @@ def ranking(classes: Sequence[FailureClass], num_gpus: int) -> list[dict[str, An
         rows.append({
             "component": name, "kind": g.kind, "fabric": g.fabric, "count": g.count,
             "events_per_day": rate * DAY_S if known else None,
-            "expected_cost_h_per_day": cost * DAY_S / 3600.0 if known else None,
-            "expected_cost_gpu_h_per_day": cost * DAY_S / 3600.0 * num_gpus if known else None,
+            "expected_cost_h_per_day": cost * DAY_S / HOUR_S if known else None,
+            "expected_cost_gpu_h_per_day": cost * DAY_S / HOUR_S * num_gpus if known else None,
             "share_pct": 100.0 * cost / total if known else None,
             "cost_per_event_s": cost / rate if rate else worst.cost_s,
             "outcome": dominant.outcome.chosen.name, "slowdown": dominant.outcome.slowdown,
@@ -433,7 +433,7 @@ def pair_ranking(classes: Sequence[FailureClass], ev: ImpactEvaluator, top: int 
             rows.append({"pair": [f"{a.group.name}:{a.mode.name}", f"{b.group.name}:{b.mode.name}"],
                          "slowdown": run.slowdown, "slowdowns_alone": [sa, sb], "memory_fits": run.fits,
                          "overlaps_per_year": overlaps * YEAR_S,
-                         "expected_extra_cost_h_per_day": overlaps * extra * DAY_S / 3600.0})
+                         "expected_extra_cost_h_per_day": overlaps * extra * DAY_S / HOUR_S})
     rows.sort(key=lambda r: (-r["expected_extra_cost_h_per_day"], -r["slowdown"]))
     return rows[:top]
 

@@ -38,6 +38,7 @@ from twin.core.evaluate import TwinModel
 from twin.core.failures.components import FailureMode, Impact
 from twin.core.specs import Scenario
 from twin.core.topology import Hierarchy, Tier
+from twin.core.units import HOUR_S
 
 
 def degrade_hierarchy(h: Hierarchy, impact: Impact, spare_uplinks: float = 0.0) -> Hierarchy:
@@ -352,7 +353,7 @@ def decide(mode: FailureMode, ev: ImpactEvaluator, ctx: CostContext, repair_s: f
             else:
                 infeasible.append(("shrink", "elastic data parallelism is off (failures.elastic)"))
             options.append(Option("restart_after_repair", downtime_s=repair_s + same, lost_work_s=lost,
-                                  detail=f"wait {repair_s / 3600:.1f} h for the repair, then restart"))
+                                  detail=f"wait {repair_s / HOUR_S:.1f} h for the repair, then restart"))
     else:
         impact = mode.degraded or Impact()
         run = ev.run(impact)

@@ -18,6 +18,7 @@ from twin.core.failures.fabric import go_back_n_efficiency, link_degraded_impact
 from twin.core.failures.spec import Injection
 from twin.core.specs import Scenario
 from twin.core.topology import Hierarchy
+from twin.core.units import HOUR_S, gbps_to_bytes_per_s
 
 # RoCE/InfiniBand MTU 4096 B plus transport headers (RoCEv2: Ethernet 14 + IP 20 + UDP 8 +
 # BTH 12 + ICRC 4 + FCS 4 = 62 B; IB's LRH/BTH/CRCs are similar).
@@ -82,7 +83,7 @@ def _link_factor(inj: Injection, hierarchy: Hierarchy, group: ComponentGroup, pa
     if inj.ber > 0:
         gbps = float(group.attrs.get("gbps", 400.0))
         rtt = 2.0 * hierarchy.tiers[-1].latency_s if group.kind == "link" else 2.0 * hierarchy.tiers[0].latency_s
-        window = max(1.0, math.ceil(gbps * 1e9 / 8.0 * rtt / PACKET_BYTES))
+        window = max(1.0, math.ceil(gbps_to_bytes_per_s(gbps) * rtt / PACKET_BYTES))
         factor *= go_back_n_efficiency(inj.ber, PACKET_BYTES, window)
     if factor >= 1.0:
         raise SpecError(path, "a degraded link needs lanes_fraction < 1, speed_fraction < 1 or ber > 0")
@@ -135,7 +136,7 @@ def injection_mode(inj: Injection, index: int, groups: Sequence[ComponentGroup],
             if impact.uplinks and inj.count > 1:
                 impact = dataclasses.replace(impact, uplinks=tuple(
                     dataclasses.replace(u, lost=u.lost * inj.count) for u in impact.uplinks))
-        hours = inj.duration_s / 3600.0 if inj.duration_s else repair_h.get(group.kind, 4.0)
+        hours = inj.duration_s / HOUR_S if inj.duration_s else repair_h.get(group.kind, 4.0)
         return group, FailureMode(group.name, "degraded", "degraded", None, "injected", interrupts=False,
                                   degraded=impact, repair_h=hours, repair_source="injection duration_s or repair_h",
                                   description=f"link at {factor:.1%} of its rate")
@@ -159,7 +160,7 @@ def injection_mode(inj: Injection, index: int, groups: Sequence[ComponentGroup],
             group = fabric[0] if fabric else ComponentGroup("scale_out", "fabric", 1, "core")
             impact = Impact(tier_bw=tuple((t, inj.fraction) for t in tiers), note=f"{cause}: {inj.fraction:.0%}")
             mode = FailureMode(group.name, cause, "congestion", None, "injected", interrupts=False, repair_h=0.1)
-        hours = inj.duration_s / 3600.0 if inj.duration_s else mode.repair_h
+        hours = inj.duration_s / HOUR_S if inj.duration_s else mode.repair_h
         return group, dataclasses.replace(mode, degraded=impact, repair_h=hours)
     if kind == "straggler":
         gpu = _group(groups, "gpu", f"{path}.component")
@@ -169,7 +170,7 @@ def injection_mode(inj: Injection, index: int, groups: Sequence[ComponentGroup],
         if inj.fraction is not None:
             impact = dataclasses.replace(impact, compute=inj.fraction if impact.compute != 1.0 else 1.0,
                                          hbm=inj.fraction if impact.hbm != 1.0 else 1.0)
-        hours = inj.duration_s / 3600.0 if inj.duration_s else mode.repair_h
+        hours = inj.duration_s / HOUR_S if inj.duration_s else mode.repair_h
         return gpu, dataclasses.replace(mode, degraded=impact, repair_h=hours, nodes_lost=mode.nodes_lost * inj.count)
     raise SpecError(f"{path}.kind", f"unknown injection kind {kind!r}")  # pragma: no cover - Literal-checked
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from twin.core.units import DAY_S
+
 
 @dataclass(frozen=True, slots=True)
 class EventClass:
@@ -85,7 +87,7 @@ class SimulationResult:
         u = self.useful_fraction
         n = max(1, self.trials)
         ints = float(self.interruptions.sum())
-        days = self.horizon_s / 86400.0
+        days = self.horizon_s / DAY_S
         return {
             "trials": self.trials,
             "horizon_days": days,
