@@ -72,6 +72,26 @@ def _run_batch(job: Job, index: int, start: int, stop: int) -> BatchResult:
     return worker_for(job).run(index, start, stop)
 
 
+# Ray waits a fixed 30 s for its raylet to register (ray/_private/node.py,
+# raylet_start_wait_time_s); a first start on a busy 2-core machine can miss that while
+# it fills its caches, and a second attempt then succeeds.
+LOCAL_START_ATTEMPTS = 2
+
+
+def _start_local_ray(ray: Any, num_cpus: int | None) -> None:
+    """Start a Ray cluster in this process, retrying a start-up that timed out."""
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+            return
+        except Exception as err:  # Ray raises a bare Exception for a start-up timeout
+            ray.shutdown()
+            if attempt == LOCAL_START_ATTEMPTS:
+                raise TwinError(f"could not start a local Ray cluster ({attempt} attempts): {err}") from err
+            log.warning("local Ray start-up failed (%s); retrying", err)
+
+
 class RayExecutor:
     """Runs sweep batches as Ray tasks (see module docstring)."""
 
@@ -105,8 +125,7 @@ class RayExecutor:
                 raise TwinError(f"cannot connect to the Ray cluster at {self.address!r}: {err}{hint}") from err
             self.mode = "connected"
         else:
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+            _start_local_ray(ray, num_cpus)
             self.mode = "started"
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.max_in_flight = max_in_flight or 2 * self.workers
