@@ -9,7 +9,10 @@ transfer over one block's attention is exposed.
 
 from __future__ import annotations
 
-from twin.core.api import Contribution, EvalContext, Strategy
+from typing import Any
+
+from twin.core import ops
+from twin.core.api import EvalContext, Strategy, Terms
 from twin.core.workload import ACT_BYTES
 from twin.hookimpl import hookimpl
 
@@ -18,35 +21,36 @@ class ContextParallel(Strategy):
     """Ring-attention context parallelism."""
 
     name = "context"
+    dimension = "cp"
     phase = "microbatch"
     summary = "Context parallel (ring attention): K/V blocks circulate cp-1 times per layer, overlapped"
 
-    def active(self, ctx: EvalContext) -> bool:
-        return ctx.plan.cp > 1 and "attention" in ctx.workload.counts
+    def active(self, ctx: EvalContext) -> Any:
+        return ops.logical_and(ctx.plan.cp > 1, "attention" in ctx.workload.counts)
 
-    def evaluate(self, ctx: EvalContext) -> Contribution:
+    def evaluate(self, ctx: EvalContext) -> Terms:
         plan, model, w, stage = ctx.plan, ctx.model, ctx.workload, ctx.stage
         cp = plan.cp
         if model.attention == "mla" and model.mla is not None:
             kv_dim = model.heads / plan.tp * (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
                                               + model.mla.v_head_dim)
         else:
-            kv_dim = 2.0 * max(1.0, model.kv_head_count / plan.tp) * model.head_size
+            kv_dim = 2.0 * ops.maximum(1.0, model.kv_head_count / plan.tp) * model.head_size
         kv_bytes = w.tokens * kv_dim * ACT_BYTES
         fwd_step = ctx.cost("send_recv", kv_bytes, "cp")
         bwd_step = ctx.cost("send_recv", 2.0 * kv_bytes, "cp")
         attn_layers = stage.layers * w.counts["attention"] / w.layers
-        attn_f = stage.attn_fwd_s / max(attn_layers, 1e-9)   # per attention sub-layer
-        attn_b = stage.attn_bwd_s / max(attn_layers, 1e-9)
+        attn_f = stage.attn_fwd_s / ops.maximum(attn_layers, 1e-9)   # per attention sub-layer
+        attn_b = stage.attn_bwd_s / ops.maximum(attn_layers, 1e-9)
         steps = cp - 1
-        passes_f = 1.0 + (1.0 if plan.recompute == "full" else 0.0)
-        exposed = attn_layers * steps * (passes_f * max(0.0, fwd_step.time_s - attn_f / cp)
-                                         + max(0.0, bwd_step.time_s - attn_b / cp))
+        passes_f = 1.0 + ops.where(plan.recompute == "full", 1.0, 0.0)
+        exposed = attn_layers * steps * (passes_f * ops.maximum(0.0, fwd_step.time_s - attn_f / cp)
+                                         + ops.maximum(0.0, bwd_step.time_s - attn_b / cp))
         comm = attn_layers * steps * (passes_f * fwd_step.time_s + bwd_step.time_s)
-        nbytes = attn_layers * steps * (passes_f + 2.0) * kv_bytes * ctx.microbatches
-        return Contribution(dimension="cp", exposed_per_microbatch_s=exposed,
-                            comm_per_step_s=comm * ctx.microbatches, bytes_per_step=nbytes,
-                            details={"algorithm": "ring", "kv_block_bytes": kv_bytes})
+        nbytes = attn_layers * steps * (passes_f + 2.0) * kv_bytes
+        details = {} if ctx.batch else {"kv_block_bytes": kv_bytes}
+        return Terms(exposed_per_microbatch_s=exposed, issued_per_microbatch_s=comm, bytes_per_microbatch=nbytes,
+                     algorithm="ring", details=details)
 
 
 @hookimpl

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin.core.api import Contribution, EvalContext, MemoryFabric, Strategy
+from twin.core import ops
+from twin.core.api import EvalContext, MemoryFabric, Strategy, Terms
 from twin.core.errors import SpecError
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact
-from twin.core.memory import ADAM_STATE_BYTES, memory_per_gpu
+from twin.core.memory import ADAM_STATE_BYTES
 from twin.core.specs import Cluster, Scenario
 from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import Hierarchy
@@ -84,42 +85,45 @@ class OffloadStrategy(Strategy):
     """
 
     name = "offload"
+    dimension = "offload"
     phase = "step"
+    # DMA over the pool link (copy engines), not SM work.
+    interferes = False
     summary = "Offload of optimizer state / parameters / activations to a CXL pool or host memory"
 
-    def active(self, ctx: EvalContext) -> bool:
+    def active(self, ctx: EvalContext) -> Any:
         o = ctx.plan.offload
-        return "cxl" in (o.optimizer, o.params, o.activations) or "host" in (o.optimizer, o.params, o.activations)
+        return ops.logical_or(ops.logical_or(o.optimizer != "none", o.params != "none"), o.activations != "none")
 
-    def evaluate(self, ctx: EvalContext) -> Contribution:
+    def evaluate(self, ctx: EvalContext) -> Terms:
         o, plan = ctx.plan.offload, ctx.plan
         bw = ctx.offload_bw_Bps
-        out = Contribution(dimension="offload")
         m = ctx.microbatches
         compute_mb = ctx.stage.total_s
-        if o.optimizer != "none" and plan.trainable == "full":
-            shard = ctx.dp * plan.cp if plan.optimizer_sharding != "none" else 1
-            nbytes = ctx.params_per_gpu / shard * OFFLOAD_OPTIMIZER_BYTES_PER_PARAM
-            t = nbytes / bw
-            out.exposed_per_step_s += t
-            out.comm_per_step_s += t
-            out.bytes_per_step += nbytes
-        if o.params != "none":
-            nbytes = 2.0 * ctx.params_per_gpu * 2.0  # fetch 16-bit weights for forward and backward
-            t = nbytes / bw
-            out.exposed_per_step_s += m * max(0.0, t - OVERLAP_FRACTION * compute_mb)
-            out.comm_per_step_s += m * t
-            out.bytes_per_step += m * nbytes
-        if o.activations != "none":
-            act = memory_per_gpu(ctx.scenario, ctx.workload, ctx.dp, 1, ctx.params_per_gpu,
-                                 ctx.expert_params_per_gpu, float("inf")).activations
-            nbytes = 2.0 * act  # written during forward, read back in backward
-            t = nbytes / bw
-            out.exposed_per_step_s += m * max(0.0, t - OVERLAP_FRACTION * compute_mb)
-            out.comm_per_step_s += m * t
-            out.bytes_per_step += m * nbytes
-        out.details["bandwidth_GBps"] = bw / 1e9
-        return out
+        exposed: Any = 0.0
+        issued: Any = 0.0
+        nbytes: Any = 0.0
+        optimizer = ops.logical_and(o.optimizer != "none", plan.trainable == "full")
+        if ops.any_(optimizer):
+            shard = ops.where(plan.optimizer_sharding != "none", ctx.dp * plan.cp, 1)
+            b = ctx.params_per_gpu / shard * OFFLOAD_OPTIMIZER_BYTES_PER_PARAM
+            t = b / bw
+            exposed, issued = ops.where(optimizer, exposed + t, exposed), ops.where(optimizer, issued + t, issued)
+            nbytes = ops.where(optimizer, nbytes + b, nbytes)
+        params = o.params != "none"
+        if ops.any_(params):
+            b = 2.0 * ctx.params_per_gpu * 2.0  # fetch 16-bit weights for forward and backward
+            t = b / bw
+            exposed = ops.where(params, exposed + m * ops.maximum(0.0, t - OVERLAP_FRACTION * compute_mb), exposed)
+            issued, nbytes = ops.where(params, issued + m * t, issued), ops.where(params, nbytes + m * b, nbytes)
+        acts = o.activations != "none"
+        if ops.any_(acts):
+            b = 2.0 * ctx.activation_bytes_per_microbatch  # written during forward, read back in backward
+            t = b / bw
+            exposed = ops.where(acts, exposed + m * ops.maximum(0.0, t - OVERLAP_FRACTION * compute_mb), exposed)
+            issued, nbytes = ops.where(acts, issued + m * t, issued), ops.where(acts, nbytes + m * b, nbytes)
+        details = {} if ctx.batch else {"bandwidth_GBps": bw / 1e9}
+        return Terms(exposed_per_step_s=exposed, issued_per_step_s=issued, bytes_per_step=nbytes, details=details)
 
 
 @hookimpl

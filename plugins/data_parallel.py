@@ -10,9 +10,12 @@ the first bucket.
 
 from __future__ import annotations
 
-from twin.core.api import Contribution, EvalContext, Strategy
+from typing import Any
+
+from twin.core import ops
+from twin.core.api import EvalContext, Strategy, Terms
 from twin.core.collectives import bus_factor
-from twin.core.memory import lora_trainable_fraction
+from twin.core.memory import lora_trainable_fraction, weights_sharded
 from twin.hookimpl import hookimpl
 
 # Megatron-Core DDP bucket size: max(40M, 1M * dp) parameters (distributed_data_parallel_config).
@@ -20,66 +23,70 @@ BUCKET_PARAMS = 40e6
 BUCKET_PARAMS_PER_RANK = 1e6
 
 
-def per_microbatch_sharding(ctx: EvalContext) -> bool:
-    """ZeRO-3 / FSDP with resharding: weights are gathered every micro-batch."""
-    plan = ctx.plan
-    return plan.optimizer_sharding == "zero3" or (plan.optimizer_sharding == "fsdp" and plan.fsdp_reshard_after_forward)
-
-
 class DataParallel(Strategy):
     """Per-step gradient all-reduce / reduce-scatter (+ parameter all-gather)."""
 
     name = "data"
+    dimension = "dp"
     phase = "step"
     summary = "Data parallel (+ distributed optimizer / ZeRO-1/2): bucketed grad reduce overlapped with backward"
 
-    def active(self, ctx: EvalContext) -> bool:
-        return ctx.dp * ctx.plan.cp > 1 and not per_microbatch_sharding(ctx)
+    def active(self, ctx: EvalContext) -> Any:
+        return ops.logical_and(ctx.dp * ctx.plan.cp > 1, ops.logical_not(weights_sharded(ctx.plan)))
 
-    def _reduce(self, ctx: EvalContext, params: float, dim: str) -> tuple[float, float, float, float, str]:
-        """(issued s, exposed grad-reduce s, exposed param-gather s, bytes) for one group."""
+    def _reduce(self, ctx: EvalContext, params: Any, dim: str) -> tuple[Any, Any, Any, Any, Any]:
+        """(issued s, exposed grad-reduce s, exposed param-gather s, bytes, algorithm) for one group."""
         plan, stage = ctx.plan, ctx.stage
         n = ctx.spans[dim].n
-        if n <= 1 or params <= 0:
+        present = ops.logical_and(n > 1, params > 0)
+        if not ops.any_(present):
             return 0.0, 0.0, 0.0, 0.0, "none"
-        grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
-        bucket = min(params, max(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * n))
+        grad_bytes = ops.where(plan.grad_reduce_dtype == "fp32", 4.0, 2.0)
+        bucket = ops.minimum(params, ops.maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * n))
         sharded = plan.optimizer_sharding != "none"
-        if sharded:
+        t_red: Any = 0.0
+        t_gather: Any = 0.0
+        last: Any = 0.0
+        first: Any = 0.0
+        nbytes: Any = 0.0
+        algo: Any = "none"
+        if ops.any_(sharded):
             rs = ctx.cost("reduce_scatter", params * grad_bytes, dim)
             ag = ctx.cost("all_gather", params * 2.0, dim)
-            rs_last = ctx.cost("reduce_scatter", bucket * grad_bytes, dim).time_s
-            ag_first = ctx.cost("all_gather", bucket * 2.0, dim).time_s
             t_red, t_gather, algo = rs.time_s, ag.time_s, rs.algorithm
+            last = ctx.cost("reduce_scatter", bucket * grad_bytes, dim).time_s
+            first = ctx.cost("all_gather", bucket * 2.0, dim).time_s
             nbytes = params * (grad_bytes + 2.0) * bus_factor("all_gather", n)
-        else:
+        if not ops.all_(sharded):
             ar = ctx.cost("all_reduce", params * grad_bytes, dim)
-            rs_last = ctx.cost("all_reduce", bucket * grad_bytes, dim).time_s
-            t_red, t_gather, ag_first, algo = ar.time_s, 0.0, 0.0, ar.algorithm
-            nbytes = params * grad_bytes * bus_factor("all_reduce", n)
-        if plan.overlap.grad_reduce:
-            exp_red = max(t_red - stage.bwd_s, rs_last)
-        else:
-            exp_red = t_red
-        if sharded and plan.overlap.param_gather:
-            exp_gather = max(t_gather - stage.fwd_s, ag_first)
-        else:
-            exp_gather = t_gather
-        return t_red + t_gather, exp_red, exp_gather, nbytes, algo
+            t_red, algo = ops.where(sharded, t_red, ar.time_s), ops.where(sharded, algo, ar.algorithm)
+            t_gather, first = ops.where(sharded, t_gather, 0.0), ops.where(sharded, first, 0.0)
+            last = ops.where(sharded, last, ctx.cost("all_reduce", bucket * grad_bytes, dim).time_s)
+            nbytes = ops.where(sharded, nbytes, params * grad_bytes * bus_factor("all_reduce", n))
+        exp_red = ops.where(plan.overlap.grad_reduce, ops.maximum(t_red - stage.bwd_s, last), t_red)
+        exp_gather = ops.where(ops.logical_and(sharded, plan.overlap.param_gather),
+                               ops.maximum(t_gather - stage.fwd_s, first), t_gather)
+        issued = t_red + t_gather
+        if ops.all_(present):
+            return issued, exp_red, exp_gather, nbytes, algo
+        return (ops.where(present, issued, 0.0), ops.where(present, exp_red, 0.0),
+                ops.where(present, exp_gather, 0.0), ops.where(present, nbytes, 0.0),
+                ops.where(present, algo, "none"))
 
-    def evaluate(self, ctx: EvalContext) -> Contribution:
+    def evaluate(self, ctx: EvalContext) -> Terms:
         plan = ctx.plan
         dense = ctx.params_per_gpu - ctx.expert_params_per_gpu
         experts = ctx.expert_params_per_gpu
-        if plan.trainable == "lora":
+        lora = plan.trainable == "lora"
+        if ops.any_(lora):
             share = lora_trainable_fraction(ctx.model, plan)
-            dense, experts = dense * share, experts * share
+            dense, experts = ops.where(lora, dense * share, dense), ops.where(lora, experts * share, experts)
         d_issued, d_red, d_gather, d_bytes, algo = self._reduce(ctx, dense, "dp")
         e_issued, e_red, e_gather, e_bytes, _ = self._reduce(ctx, experts, "edp")
-        return Contribution(dimension="dp", exposed_per_step_s=d_red + d_gather + e_red + e_gather,
-                            comm_per_step_s=d_issued + e_issued, bytes_per_step=d_bytes + e_bytes,
-                            details={"algorithm": algo, "grad_reduce_exposed_s": d_red + e_red,
-                                     "param_gather_exposed_s": d_gather + e_gather})
+        details = {} if ctx.batch else {"grad_reduce_exposed_s": d_red + e_red,
+                                        "param_gather_exposed_s": d_gather + e_gather}
+        return Terms(exposed_per_step_s=d_red + d_gather + e_red + e_gather, issued_per_step_s=d_issued + e_issued,
+                     bytes_per_step=d_bytes + e_bytes, algorithm=algo, details=details)
 
 
 @hookimpl

@@ -11,7 +11,10 @@ Exposed unless the plan overlaps it with another micro-batch (DualPipe-style).
 
 from __future__ import annotations
 
-from twin.core.api import Contribution, EvalContext, Strategy
+from typing import Any
+
+from twin.core import ops
+from twin.core.api import EvalContext, Strategy, Terms
 from twin.core.collectives import bus_factor, dedup_dispatch_cost
 from twin.core.workload import ACT_BYTES
 from twin.hookimpl import hookimpl
@@ -25,34 +28,42 @@ class ExpertParallel(Strategy):
     """All-to-all token dispatch and combine across the expert-parallel group."""
 
     name = "expert"
+    dimension = "ep"
     phase = "microbatch"
     summary = "Expert parallel (MoE): all-to-all dispatch/combine per MoE layer, NVLink or NICs by placement"
 
-    def active(self, ctx: EvalContext) -> bool:
-        return ctx.plan.ep > 1 and "moe" in ctx.workload.counts
+    def active(self, ctx: EvalContext) -> Any:
+        return ops.logical_and(ctx.plan.ep > 1, "moe" in ctx.workload.counts)
 
-    def evaluate(self, ctx: EvalContext) -> Contribution:
+    def evaluate(self, ctx: EvalContext) -> Terms:
         plan, model, w, stage = ctx.plan, ctx.model, ctx.workload, ctx.stage
         moe = model.moe
         assert moe is not None
         # Tokens over an expert's capacity are dropped before dispatch (MoE.kept_fraction).
-        tokens = (w.tokens / plan.tp if plan.sp else w.tokens) * moe.kept_fraction
+        tokens = ops.where(plan.sp, w.tokens / plan.tp, w.tokens) * moe.kept_fraction
         # Latent MoE (Nemotron-H/V3) routes tokens after projecting them to latent_size.
         token_bytes = (moe.latent_size or model.hidden) * ACT_BYTES
         size = tokens * moe.top_k * token_bytes
-        if plan.moe_dispatcher == "deepep":
+        deepep = plan.moe_dispatcher == "deepep"
+        t: Any = 0.0
+        busbw: Any = 0.0
+        algo: Any = None
+        if ops.any_(deepep):
             a2a = dedup_dispatch_cost(token_bytes, tokens, moe.top_k, ctx.spans["ep"], ctx.hierarchy)
-        else:
+            t, busbw, algo = a2a.time_s, a2a.busbw_Bps, a2a.algorithm
+        if not ops.all_(deepep):
             a2a = ctx.cost("all_to_all", size, "ep")
+            t, busbw = ops.where(deepep, t, a2a.time_s), ops.where(deepep, busbw, a2a.busbw_Bps)
+            algo = ops.where(deepep, algo, a2a.algorithm)
         moe_layers = stage.layers * w.counts["moe"] / w.layers
-        passes = 4.0 + (2.0 if plan.recompute == "full" else 0.0)
-        comm = a2a.time_s * moe_layers * passes
-        exposed = comm * (1.0 - EP_OVERLAP_HIDDEN) if plan.overlap.ep_comm else comm
-        nbytes = size * bus_factor("all_to_all", plan.ep) * moe_layers * passes * ctx.microbatches
-        return Contribution(dimension="ep", exposed_per_microbatch_s=exposed,
-                            comm_per_step_s=comm * ctx.microbatches, bytes_per_step=nbytes,
-                            details={"algorithm": a2a.algorithm, "busbw_GBps": a2a.busbw_Bps / 1e9,
-                                     "over": "nvlink" if ctx.spans["ep"].m == 1 else "scale-out"})
+        passes = 4.0 + ops.where(plan.recompute == "full", 2.0, 0.0)
+        comm = t * moe_layers * passes
+        exposed = ops.where(plan.overlap.ep_comm, comm * (1.0 - EP_OVERLAP_HIDDEN), comm)
+        nbytes = size * bus_factor("all_to_all", plan.ep) * moe_layers * passes
+        details = {} if ctx.batch else {"busbw_GBps": busbw / 1e9,
+                                        "over": "nvlink" if ctx.spans["ep"].m == 1 else "scale-out"}
+        return Terms(exposed_per_microbatch_s=exposed, issued_per_microbatch_s=comm, bytes_per_microbatch=nbytes,
+                     algorithm=algo, details=details)
 
 
 @hookimpl

@@ -9,11 +9,12 @@ except the first layer's gather and any excess of communication over compute.
 
 from __future__ import annotations
 
-from twin_plugins.data_parallel import per_microbatch_sharding
+from typing import Any
 
-from twin.core.api import Contribution, EvalContext, Strategy
+from twin.core import ops
+from twin.core.api import EvalContext, Strategy, Terms
 from twin.core.collectives import bus_factor
-from twin.core.memory import lora_trainable_fraction
+from twin.core.memory import lora_trainable_fraction, weights_sharded
 from twin.hookimpl import hookimpl
 
 # Compute that prefetched communication can hide behind (FSDP's rate limiter and the
@@ -25,34 +26,41 @@ class FullySharded(Strategy):
     """ZeRO-3 / FSDP per-micro-batch parameter gathers and gradient reduce-scatters."""
 
     name = "fsdp"
+    dimension = "dp"
     phase = "microbatch"
     summary = "ZeRO-3 / FSDP: per-layer weight all-gather (fwd + bwd) and grad reduce-scatter, prefetched"
 
-    def active(self, ctx: EvalContext) -> bool:
-        return ctx.dp * ctx.plan.cp > 1 and per_microbatch_sharding(ctx)
+    def active(self, ctx: EvalContext) -> Any:
+        return ops.logical_and(ctx.dp * ctx.plan.cp > 1, weights_sharded(ctx.plan))
 
-    def evaluate(self, ctx: EvalContext) -> Contribution:
+    def evaluate(self, ctx: EvalContext) -> Terms:
         plan, stage = ctx.plan, ctx.stage
-        grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
-        issued = exposed = nbytes = 0.0
-        algo = "none"
+        grad_bytes = ops.where(plan.grad_reduce_dtype == "fp32", 4.0, 2.0)
+        issued: Any = 0.0
+        exposed: Any = 0.0
+        nbytes: Any = 0.0
+        algo: Any = "none"
+        share = ops.where(plan.trainable == "lora", lora_trainable_fraction(ctx.model, plan), 1.0)
         for dim, params in (("dp", ctx.params_per_gpu - ctx.expert_params_per_gpu),
                             ("edp", ctx.expert_params_per_gpu)):
             n = ctx.spans[dim].n
-            if n <= 1 or params <= 0:
+            present = ops.logical_and(n > 1, params > 0)
+            if not ops.any_(present):
                 continue
-            grads = params * (lora_trainable_fraction(ctx.model, plan) if plan.trainable == "lora" else 1.0)
+            grads = params * share
             ag = ctx.cost("all_gather", params * 2.0, dim)
             rs = ctx.cost("reduce_scatter", grads * grad_bytes, dim)
             comm = 2.0 * ag.time_s + rs.time_s
-            first_layer = ag.time_s / max(stage.layers, 1.0)
-            exposed += first_layer + max(0.0, comm - PREFETCH_EFFICIENCY * stage.total_s)
-            issued += comm
-            nbytes += (2.0 * params * 2.0 + grads * grad_bytes) * bus_factor("all_gather", n)
-            algo = ag.algorithm
-        return Contribution(dimension="dp", exposed_per_microbatch_s=exposed,
-                            comm_per_step_s=issued * ctx.microbatches, bytes_per_step=nbytes * ctx.microbatches,
-                            details={"algorithm": algo, "sharding": plan.optimizer_sharding})
+            first_layer = ag.time_s / ops.maximum(stage.layers, 1.0)
+            exposed = ops.where(present, exposed + (first_layer + ops.maximum(
+                0.0, comm - PREFETCH_EFFICIENCY * stage.total_s)), exposed)
+            issued = ops.where(present, issued + comm, issued)
+            sent = (2.0 * params * 2.0 + grads * grad_bytes) * bus_factor("all_gather", n)
+            nbytes = ops.where(present, nbytes + sent, nbytes)
+            algo = ops.where(present, ag.algorithm, algo)
+        details = {} if ctx.batch else {"sharding": plan.optimizer_sharding}
+        return Terms(exposed_per_microbatch_s=exposed, issued_per_microbatch_s=issued, bytes_per_microbatch=nbytes,
+                     algorithm=algo, details=details)
 
 
 @hookimpl

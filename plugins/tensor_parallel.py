@@ -13,7 +13,10 @@ needs NVLink peer access, so a TP group spanning NVLink domains is fully exposed
 
 from __future__ import annotations
 
-from twin.core.api import Contribution, EvalContext, Strategy
+from typing import Any
+
+from twin.core import ops
+from twin.core.api import EvalContext, Strategy, Terms
 from twin.core.collectives import bus_factor
 from twin.core.workload import ACT_BYTES
 from twin.hookimpl import hookimpl
@@ -23,41 +26,38 @@ class TensorParallel(Strategy):
     """Megatron tensor + sequence parallelism inside each layer."""
 
     name = "tensor"
+    dimension = "tp"
     phase = "microbatch"
     summary = "Tensor parallel (+ sequence parallel, TP-comm overlap): per-layer AR or AG+RS of activations"
 
-    def active(self, ctx: EvalContext) -> bool:
+    def active(self, ctx: EvalContext) -> Any:
         return ctx.plan.tp > 1
 
-    def evaluate(self, ctx: EvalContext) -> Contribution:
+    def evaluate(self, ctx: EvalContext) -> Terms:
         plan, w, stage = ctx.plan, ctx.workload, ctx.stage
-        tp = plan.tp
+        tp, sp = plan.tp, plan.sp
         size = w.tokens * ctx.model.hidden * ACT_BYTES
-        if plan.sp:
+        per_collective: Any = 0.0
+        algo: Any = None
+        if ops.any_(sp):
             ag = ctx.cost("all_gather", size, "tp")
             rs = ctx.cost("reduce_scatter", size, "tp")
-            per_collective = ag.time_s + rs.time_s
-            algo = ag.algorithm
-        else:
+            per_collective, algo = ag.time_s + rs.time_s, ag.algorithm
+        if not ops.all_(sp):
             ar = ctx.cost("all_reduce", size, "tp")
-            per_collective = ar.time_s
-            algo = ar.algorithm
+            per_collective, algo = ops.where(sp, per_collective, ar.time_s), ops.where(sp, algo, ar.algorithm)
         sublayers = stage.layers * sum(w.counts.values()) / w.layers
-        passes = 2.0 + (1.0 if plan.recompute == "full" else 0.0)
+        passes = 2.0 + ops.where(plan.recompute == "full", 1.0, 0.0)
         # + the vocab-parallel embedding's all-reduce, forward and backward
         comm = per_collective * (sublayers * passes + 2.0)
         # Userbuffer comm-GEMM overlap moves data with NVLink peer copies: a TP group that
         # leaves the NVLink domain (TE's tp_comm_overlap is intra-domain only) gets none.
-        overlap = ctx.tp_overlap and ctx.spans["tp"].m == 1
-        if overlap:
-            gemm_window = stage.gemm_fwd_s * stage.layers * passes * 1.0
-            exposed = comm / tp + max(0.0, comm * (1.0 - 1.0 / tp) - gemm_window)
-        else:
-            exposed = comm
-        nbytes = size * bus_factor("all_reduce", tp) * (sublayers * passes + 2.0) * ctx.microbatches
-        return Contribution(dimension="tp", exposed_per_microbatch_s=exposed,
-                            comm_per_step_s=comm * ctx.microbatches, bytes_per_step=nbytes,
-                            details={"algorithm": algo, "per_microbatch_s": comm, "overlap": overlap})
+        overlap = ops.logical_and(ctx.tp_overlap, ctx.spans["tp"].m == 1)
+        gemm_window = stage.gemm_fwd_s * stage.layers * passes * 1.0
+        exposed = ops.where(overlap, comm / tp + ops.maximum(0.0, comm * (1.0 - 1.0 / tp) - gemm_window), comm)
+        nbytes = size * bus_factor("all_reduce", tp) * (sublayers * passes + 2.0)
+        return Terms(exposed_per_microbatch_s=exposed, issued_per_microbatch_s=comm, bytes_per_microbatch=nbytes,
+                     algorithm=algo, details={} if ctx.batch else {"per_microbatch_s": comm, "overlap": overlap})
 
 
 @hookimpl

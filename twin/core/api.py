@@ -2,8 +2,15 @@
 
 Plugins (built-in ones under ``plugins/`` and third-party packages alike) subclass these
 and return instances from the ``twin_fabrics`` / ``twin_strategies`` hooks
-(``twin/hookspecs.py``). Everything here is plain Python so a plugin can be unit-tested
-without pluggy, grpc or ray.
+(``twin/hookspecs.py``); they import them from ``twin.api``. Everything here is plain
+Python so a plugin can be unit-tested without pluggy, grpc or ray.
+
+Strategies are evaluated for one scenario or for a batch of points at once: every
+per-point value a strategy reads from its :class:`EvalContext` (plan degrees, stage
+times, group spans, collective costs) is then a numpy array, and the strategy's
+arithmetic, written with operators and ``twin.core.ops`` (``where``, ``maximum``, ...),
+works on both. A strategy that can only handle Python numbers sets
+``vectorized = False``; the core then evaluates it point by point (slower, same result).
 """
 
 from __future__ import annotations
@@ -12,12 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from twin.core import ops
 from twin.core.collectives import CollectiveCost
-from twin.core.topology import GroupSpan, Hierarchy, Tier
+from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch, Tier
 
 if TYPE_CHECKING:
     from twin.core.compute import Device
-    from twin.core.specs import Cluster, Model, Plan, Scenario
+    from twin.core.specs import Cluster, Model, Scenario
     from twin.core.workload import Workload
 
 
@@ -87,24 +95,27 @@ class MemoryFabric(Fabric):
 
 # --------------------------------------------------------------------- strategies
 @dataclass(slots=True)
-class Contribution:
-    """What one strategy adds to the step.
+class Terms:
+    """What one strategy adds to a training step (numbers, or arrays for a batch).
 
-    ``exposed_per_microbatch_s`` lengthens every micro-batch of the bottleneck stage;
-    ``exposed_per_step_s`` is paid once per step; ``pipeline_time_s`` (pipeline strategies
-    only) replaces ``microbatches * microbatch_time`` and is micro-batch work plus
-    ``bubble_s``, the idle fill/drain (its own exposed transfers go in ``exposed_per_step_s``).
-    ``comm_per_step_s`` is all communication issued, hidden or not (diagnostics);
-    ``bytes_per_step`` the bytes one GPU sends for this dimension.
+    Per micro-batch (the core multiplies by the micro-batch count and owns the schedule):
+    ``exposed_per_microbatch_s`` is on the critical path of every micro-batch of the
+    bottleneck stage, so it also lengthens the pipeline's fill and drain;
+    ``issued_per_microbatch_s`` is all communication issued per micro-batch, hidden or
+    not; ``bytes_per_microbatch`` what one GPU sends for it.
+    Per step: ``exposed_per_step_s`` is paid once per step (e.g. the last gradient
+    bucket), ``issued_per_step_s`` and ``bytes_per_step`` as above.
+    ``algorithm`` names the collective algorithm mostly used (diagnostics); ``details``
+    is free-form plain data for one scenario (ignored for batches).
     """
 
-    dimension: str
-    exposed_per_microbatch_s: float = 0.0
-    exposed_per_step_s: float = 0.0
-    pipeline_time_s: float | None = None
-    bubble_s: float = 0.0
-    comm_per_step_s: float = 0.0
-    bytes_per_step: float = 0.0
+    exposed_per_microbatch_s: Any = 0.0
+    issued_per_microbatch_s: Any = 0.0
+    bytes_per_microbatch: Any = 0.0
+    exposed_per_step_s: Any = 0.0
+    issued_per_step_s: Any = 0.0
+    bytes_per_step: Any = 0.0
+    algorithm: Any = None
     details: dict[str, Any] = field(default_factory=dict)
 
 
@@ -117,60 +128,64 @@ class StageTimes:
     the mean stage's forward + backward (+ recompute) per micro-batch.
     """
 
-    fwd_s: float
-    bwd_s: float
-    recompute_s: float
-    attn_fwd_s: float
-    attn_bwd_s: float
-    layers: float
-    layer_fwd_s: float
-    layer_bwd_s: float
-    gemm_fwd_s: float
-    avg_stage_s: float
+    fwd_s: Any
+    bwd_s: Any
+    recompute_s: Any
+    attn_fwd_s: Any
+    attn_bwd_s: Any
+    layers: Any
+    layer_fwd_s: Any
+    layer_bwd_s: Any
+    gemm_fwd_s: Any
+    avg_stage_s: Any
 
     @property
-    def total_s(self) -> float:
+    def total_s(self) -> Any:
         """Forward + backward + recomputation."""
         return self.fwd_s + self.bwd_s + self.recompute_s
 
 
+CostFn = Callable[[str, Any, GroupSpan, "str | None"], CollectiveCost]
+
+
 @dataclass(slots=True)
 class EvalContext:
-    """Everything a strategy may read while the twin evaluates one scenario."""
+    """Everything a strategy may read while the twin evaluates one scenario or a batch.
 
-    scenario: Scenario
-    dp: int
-    microbatches: int
+    ``points`` is 0 for one scenario; for a batch it is the number of points, and every
+    per-point value below is an array of that length (``plan`` is then a
+    :class:`~twin.core.points.PlanColumns` with the fields of a :class:`Plan`, ``cluster``
+    a column view of the clusters; ``model`` is shared by the batch). ``scenario`` is set
+    for one scenario only.
+    """
+
+    plan: Any
+    model: Model
+    cluster: Any
+    calibration: Any
+    dp: Any
+    microbatches: Any
     device: Device
     workload: Workload
-    hierarchy: Hierarchy
+    hierarchy: Hierarchy | HierarchyBatch
     spans: dict[str, GroupSpan]
     stage: StageTimes
-    params_per_gpu: float
-    expert_params_per_gpu: float
-    tp_overlap: bool
-    cost_fn: Callable[[str, float, GroupSpan, str | None], CollectiveCost]
-    exposed_per_microbatch_s: float = 0.0
-    microbatch_time_s: float = 0.0
-    offload_bw_Bps: float = 0.0
+    params_per_gpu: Any
+    expert_params_per_gpu: Any
+    tp_overlap: Any
+    cost_fn: CostFn
+    offload_bw_Bps: Any = 0.0
+    activation_bytes_per_microbatch: Any = 0.0
+    points: int = 0
+    scenario: Scenario | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
-    def plan(self) -> Plan:
-        """The scenario's plan."""
-        return self.scenario.plan
+    def batch(self) -> bool:
+        """Whether this context holds a batch of points (arrays) rather than one scenario."""
+        return self.points > 0
 
-    @property
-    def model(self) -> Model:
-        """The scenario's model."""
-        return self.scenario.model
-
-    @property
-    def cluster(self) -> Cluster:
-        """The scenario's cluster."""
-        return self.scenario.cluster
-
-    def cost(self, op: str, size_bytes: float, dimension: str, algorithm: str | None = None) -> CollectiveCost:
+    def cost(self, op: str, size_bytes: Any, dimension: str, algorithm: str | None = None) -> CollectiveCost:
         """Cost of ``op`` on ``size_bytes`` per rank over the group of ``dimension``."""
         return self.cost_fn(op, size_bytes, self.spans[dimension], algorithm)
 
@@ -178,25 +193,33 @@ class EvalContext:
 class Strategy:
     """A parallelism strategy: what it sends, and how much of it the schedule hides.
 
-    ``phase`` orders evaluation: "microbatch" strategies run first (their exposed time
-    lengthens each micro-batch), then "pipeline" (turns micro-batch time into pipeline
-    time), then "step" (once-per-step work such as gradient reduction).
+    ``dimension`` is the breakdown entry its exposed time is reported under ("tp", "cp",
+    "ep", "dp", "pp", or a plugin's own; "offload" is traffic to a memory pool, reported
+    as ``offload_s``). ``phase`` says when its communication runs: "microbatch" (inside
+    each micro-batch's forward/backward), "pipeline" (between pipeline stages) or "step"
+    (once per step, around the optimizer); strategies are evaluated in that order.
+    ``interferes``: whether its hidden communication slows the compute it overlaps (NCCL
+    kernels occupy SMs; copy-engine and DMA traffic such as pipeline p2p and offload do
+    not). ``vectorized``: whether ``active``/``evaluate`` handle batch contexts.
     """
 
     name: ClassVar[str] = ""
+    dimension: ClassVar[str] = ""
     phase: ClassVar[str] = "microbatch"
     summary: ClassVar[str] = ""
+    interferes: ClassVar[bool] = True
+    vectorized: ClassVar[bool] = True
 
-    def active(self, ctx: EvalContext) -> bool:
-        """Whether this strategy takes part in ``ctx``'s plan."""
+    def active(self, ctx: EvalContext) -> Any:
+        """Whether this strategy takes part (a bool, or one per point for a batch)."""
         return True
 
-    def evaluate(self, ctx: EvalContext) -> Contribution:
-        """The strategy's contribution to the step."""
+    def evaluate(self, ctx: EvalContext) -> Terms:
+        """The strategy's terms for the step."""
         raise NotImplementedError
 
 
-def stride_of(plan: Plan, dp: int, dimension: str) -> tuple[int, int]:
+def stride_of(plan: Any, dp: Any, dimension: str) -> tuple[Any, Any]:
     """(group size, rank stride) of ``dimension`` under Megatron-Core's tp-cp-ep-dp-pp order.
 
     Dense data-parallel gradients reduce over dp*cp ranks (Megatron's data-parallel group
@@ -213,7 +236,7 @@ def stride_of(plan: Plan, dp: int, dimension: str) -> tuple[int, int]:
     if dimension == "dp":
         return dp * cp, tp
     if dimension == "edp":
-        return max(1, tp * cp * dp // (ep * etp)), ep * etp
+        return ops.maximum(1, tp * cp * dp // (ep * etp)), ep * etp
     if dimension == "pp":
         return pp, tp * cp * dp
     raise KeyError(dimension)

@@ -8,15 +8,22 @@ is forced. Bandwidths come from the tiers (``topology.py``), which fabric plugin
 Conventions (nccl-tests PERFORMANCE.md): ``size`` is the per-rank buffer in bytes;
 busbw = algbw * 2(n-1)/n for all-reduce, * (n-1)/n for all-gather, reduce-scatter and
 all-to-all, * 1 for broadcast and send/recv.
+
+Written once for one scenario and for a batch (``twin.core.ops``): sizes, group spans and
+hierarchies may hold one value per point; an algorithm a point cannot use costs it
+``inf`` and is never chosen.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+
+from twin.core import ops
 from twin.core.errors import SpecError
-from twin.core.topology import GroupSpan, Hierarchy
+from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch
 from twin.core.units import US
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
@@ -46,23 +53,32 @@ _SHARP_LAT_US = 30.0
 _P2P_BASE_US = 8.0
 _P2P_PER_PEER_US = 0.5
 
+AnyHierarchy = Hierarchy | HierarchyBatch
+Option = tuple[Any, str, str, Any]  # (time s, algorithm, protocol, busbw B/s)
+
 
 @dataclass(frozen=True, slots=True)
 class CollectiveCost:
-    """Time of one collective and how it was achieved."""
+    """Time of one collective and how it was achieved (arrays for a batch)."""
 
-    time_s: float
-    algorithm: str
-    protocol: str
-    busbw_Bps: float
-    bottleneck_bw_Bps: float = 0.0
+    time_s: Any
+    algorithm: Any
+    protocol: Any
+    busbw_Bps: Any
+    bottleneck_bw_Bps: Any = 0.0
 
 
 ZERO_COST = CollectiveCost(0.0, "none", "none", 0.0, 0.0)
 
 
-def bus_factor(op: str, n: int) -> float:
+def bus_factor(op: str, n: Any) -> Any:
     """Busbw / algbw for ``op`` on ``n`` ranks (nccl-tests PERFORMANCE.md)."""
+    if ops.is_batch(n):
+        if op == "all_reduce":
+            return np.where(n <= 1, 1.0, 2.0 * (n - 1) / np.maximum(n, 1))
+        if op in ("all_gather", "reduce_scatter", "all_to_all"):
+            return np.where(n <= 1, 1.0, (n - 1) / np.maximum(n, 1))
+        return np.ones(np.shape(n))
     if n <= 1:
         return 1.0
     if op == "all_reduce":
@@ -72,160 +88,209 @@ def bus_factor(op: str, n: int) -> float:
     return 1.0
 
 
-def _inter_bw(span: GroupSpan, h: Hierarchy, crossing: float) -> float:
+def _inter_bw(span: GroupSpan, h: AnyHierarchy, crossing: Any) -> Any:
     """Per-group bandwidth across domains: k members' NIC shares, less oversubscription."""
-    tier = h.tiers[span.top]
-    penalty = max(1.0, tier.oversubscription * crossing)
-    return tier.bw_Bps * span.k / penalty
+    penalty = ops.maximum(1.0, h.oversubscription_at(span.top) * crossing)
+    return h.bw_at(span.top) * span.k / penalty
 
 
-def _ring_times(op: str, size: float, span: GroupSpan, h: Hierarchy) -> list[tuple[float, str, str, float]]:
+def _option(t: Any, algorithm: str, protocol: str, busbw: Any, available: Any = True) -> Option | None:
+    """One (time, algorithm, protocol, busbw) candidate; points that cannot use it get inf."""
+    if type(available) is np.ndarray:
+        return (np.where(available, t, np.inf), algorithm, protocol, busbw)
+    return (t, algorithm, protocol, busbw) if available else None
+
+
+def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     n, m = span.n, span.nodes
-    up = h.scale_up.bw_Bps
-    if span.m > 1:
-        bw = min(up, _inter_bw(span, h, crossing=span.k / max(span.k_top, 1)))
+    up = h.up_bw
+    multi = span.m > 1
+    if ops.any_(multi):
+        bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, crossing=span.k / ops.maximum(span.k_top, 1))), up)
     else:
         bw = up
     nsteps = 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
     ninter = 2 * (m - 1) if op == "all_reduce" else (m - 1 if op in ("all_gather", "reduce_scatter") else m)
-    ninter = min(ninter, nsteps)
+    ninter = ops.minimum(ninter, nsteps)
     factor = bus_factor(op, n)
-    out = []
+    out: list[Option] = []
     for proto, pbw in _PROTO_BW.items():
         lat = _BASE_LAT["ring"][proto] + (nsteps - ninter) * _HW_LAT_NVLINK["ring"][proto] \
             + ninter * _HW_LAT_NET["ring"][proto]
-        if proto == "Simple" and m > 1 and op == "all_reduce":
-            lat *= _RING_PLATEAU
+        if proto == "Simple" and op == "all_reduce":
+            lat = ops.where(m > 1, lat * _RING_PLATEAU, lat)
         busbw = bw * pbw
         out.append((size * factor / busbw + lat * US, "ring", proto, busbw))
     return out
 
 
-def _tree_times(size: float, span: GroupSpan, h: Hierarchy) -> list[tuple[float, str, str, float]]:
-    if span.nodes <= 1:
+def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
+    multi = span.nodes > 1
+    if not ops.any_(multi):
         return []
-    up = h.scale_up.bw_Bps
-    bw = _TREE_BW * min(up, _inter_bw(span, h, crossing=1.0))
-    ppn = max(1, span.n // span.nodes)
-    out = []
+    nodes = ops.maximum(span.nodes, 1)
+    up = h.up_bw
+    bw = _TREE_BW * ops.minimum(up, _inter_bw(span, h, crossing=1.0))
+    ppn = ops.maximum(1, span.n // nodes)
+    log_nodes = ops.log2(nodes)
+    out: list[Option] = []
     for proto, pbw in _PROTO_BW.items():
         lat = _BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * _HW_LAT_NVLINK["tree"][proto]
-                                              + math.log2(span.nodes) * _HW_LAT_NET["tree"][proto])
+                                              + log_nodes * _HW_LAT_NET["tree"][proto])
         algbw = 0.5 * bw * pbw  # tuning.cc: trees move 2x the data per byte reduced
         t = size / algbw + lat * US
-        out.append((t, "tree", proto, size * bus_factor("all_reduce", span.n) / t))
+        opt = _option(t, "tree", proto, size * bus_factor("all_reduce", span.n) / t, multi)
+        assert opt is not None
+        out.append(opt)
     return out
 
 
-def _nvls_time(size: float, span: GroupSpan, h: Hierarchy) -> tuple[float, str, str, float] | None:
-    up = h.scale_up
-    if up.reduction != "nvls" or up.nvls_bw_Bps <= 0 or span.k < 2:
+def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
+    nvls_bw = h.up_nvls_bw
+    available = ops.logical_and(nvls_bw > 0, span.k >= 2)
+    if not ops.any_(available):
         return None
-    t_intra = size / up.nvls_bw_Bps
-    t_inter = 0.0
-    if span.m > 1:  # NVLS-tree: in-switch reduction inside the domain, ring/tree across
-        t_inter = 2.0 * (span.m - 1) / span.m * size / _inter_bw(span, h, crossing=span.k / max(span.k_top, 1))
-    t = max(t_intra, t_inter) + _NVLS_LAT_US * US
-    return (t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / t)
-
-
-def _sharp_time(size: float, span: GroupSpan, h: Hierarchy) -> tuple[float, str, str, float] | None:
-    if span.m <= 1 or not any(t.reduction == "sharp" for t in h.tiers[1:span.top + 1]):
-        return None
-    up = h.scale_up
-    if up.reduction == "nvls" and up.nvls_bw_Bps > 0 and span.k > 1:
-        t_intra = size / up.nvls_bw_Bps
-    elif span.k > 1:
-        t_intra = 2.0 * (span.k - 1) / span.k * size / up.bw_Bps
+    t_intra = size / nvls_bw
+    multi = span.m > 1
+    # NVLS-tree: in-switch reduction inside the domain, ring/tree across.
+    if ops.any_(multi):
+        inter = 2.0 * (span.m - 1) / span.m * size / _inter_bw(span, h, crossing=span.k / ops.maximum(span.k_top, 1))
+        t_inter = ops.where(multi, inter, 0.0)
     else:
-        t_intra = 0.0
+        t_inter = 0.0
+    t = ops.maximum(t_intra, t_inter) + _NVLS_LAT_US * US
+    return _option(t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / t, available)
+
+
+def _sharp_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
+    available = ops.logical_and(span.m > 1, h.sharp_through(span.top))
+    if not ops.any_(available):
+        return None
+    nvls_bw = h.up_nvls_bw
+    k = span.k
+    ring_intra = 2.0 * (k - 1) / k * size / h.up_bw
+    t_intra = ops.where(ops.logical_and(nvls_bw > 0, k > 1), size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
+                        ops.where(k > 1, ring_intra, 0.0))
     # In-network reduction: each GPU sends its 1/k share up once and receives it once.
-    t_inter = size / _inter_bw(span, h, crossing=1.0 / max(span.k_top, 1))
-    t = max(t_intra, t_inter) + _SHARP_LAT_US * US
-    return (t, "sharp", "Simple", size * bus_factor("all_reduce", span.n) / t)
+    t_inter = size / _inter_bw(span, h, crossing=1.0 / ops.maximum(span.k_top, 1))
+    t = ops.maximum(t_intra, t_inter) + _SHARP_LAT_US * US
+    return _option(t, "sharp", "Simple", size * bus_factor("all_reduce", span.n) / t, available)
 
 
-def _all_to_all(size: float, span: GroupSpan, h: Hierarchy) -> CollectiveCost:
+def _cross_domain_bw(span: GroupSpan, h: AnyHierarchy) -> Any:
+    """Bandwidth per GPU of all-to-all traffic that leaves the domain (less oversubscription)."""
+    crossing = 1.0 - span.k_top / span.n
+    return h.bw_at(span.top) / ops.maximum(1.0, h.oversubscription_at(span.top) * crossing)
+
+
+def _p2p_latency(n: Any) -> Any:
+    return (_P2P_BASE_US + (n - 1) * _P2P_PER_PEER_US) * US
+
+
+def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     n, k = span.n, span.k
-    up = h.scale_up
-    a2a_up = up.a2a_bw_Bps or up.bw_Bps
-    t_intra = size * (k - 1) / n / a2a_up if k > 1 else 0.0
-    t_inter = 0.0
-    inter_bw = 0.0
-    if span.m > 1:
-        tier = h.tiers[span.top]
-        crossing = 1.0 - span.k_top / n
-        inter_bw = tier.bw_Bps / max(1.0, tier.oversubscription * crossing)
-        t_inter = size * (n - k) / n / inter_bw
-    lat = (_P2P_BASE_US + (n - 1) * _P2P_PER_PEER_US) * US
-    t = max(t_intra, t_inter) + lat
-    bottleneck = inter_bw if t_inter >= t_intra and span.m > 1 else a2a_up
+    a2a_up = h.up_a2a_bw
+    t_intra = ops.where(k > 1, size * (k - 1) / n / a2a_up, 0.0)
+    multi = span.m > 1
+    if ops.any_(multi):
+        inter_bw = ops.where(multi, _cross_domain_bw(span, h), 0.0)
+        t_inter = ops.where(multi, size * (n - k) / n / ops.where(multi, inter_bw, 1.0), 0.0)
+    else:
+        inter_bw = t_inter = 0.0
+    t = ops.maximum(t_intra, t_inter) + _p2p_latency(n)
+    bottleneck = ops.where(ops.logical_and(t_inter >= t_intra, multi), inter_bw, a2a_up)
     return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", n) / t, bottleneck)
 
 
-def dedup_dispatch_cost(token_bytes: float, tokens: float, top_k: int, span: GroupSpan,
-                        hierarchy: Hierarchy) -> CollectiveCost:
+def dedup_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan,
+                        hierarchy: AnyHierarchy) -> CollectiveCost:
     """Expert dispatch that sends each token once per destination NVLink domain and
     forwards it to the chosen experts inside the domain over NVLink (DeepEP normal kernels,
     deepseek-ai/DeepEP README; DeepSeek-V3 report §3.2.2). With experts chosen uniformly,
     a token reaches each of the other m-1 domains with probability 1-(1-1/m)^top_k.
     RDMA and NVLink forwarding are pipelined, so the slower of the two sets the time.
     """
-    if span.n <= 1 or tokens <= 0:
-        return ZERO_COST
-    up = hierarchy.scale_up
-    a2a_up = up.a2a_bw_Bps or up.bw_Bps
+    if not ops.is_batch(tokens, span.n, token_bytes):
+        if span.n <= 1 or tokens <= 0:
+            return ZERO_COST
+        if span.m <= 1:
+            return _all_to_all(token_bytes * tokens * top_k, span, hierarchy)
+        return _dedup(token_bytes, tokens, top_k, span, hierarchy)
+    flat = _all_to_all(token_bytes * tokens * top_k, span, hierarchy)
+    multi = span.m > 1
+    if not ops.any_(multi):
+        return _zero_where(ops.logical_or(span.n <= 1, tokens <= 0), flat)
+    dedup = _dedup(token_bytes, tokens, top_k, span, hierarchy)
+    picked = CollectiveCost(*(np.where(multi, d, f) for d, f in zip(
+        (dedup.time_s, dedup.algorithm, dedup.protocol, dedup.busbw_Bps, dedup.bottleneck_bw_Bps),
+        (flat.time_s, flat.algorithm, flat.protocol, flat.busbw_Bps, flat.bottleneck_bw_Bps), strict=True)))
+    return _zero_where(ops.logical_or(span.n <= 1, tokens <= 0), picked)
+
+
+def _dedup(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     per_token = token_bytes
-    m = span.m
-    if m <= 1:
-        return _all_to_all(per_token * tokens * top_k, span, hierarchy)
-    remote_copies = (m - 1) * (1.0 - (1.0 - 1.0 / m) ** top_k)
-    tier = hierarchy.tiers[span.top]
-    crossing = 1.0 - span.k_top / span.n
-    inter_bw = tier.bw_Bps / max(1.0, tier.oversubscription * crossing)
+    m = ops.maximum(span.m, 1)
+    a2a_up = h.up_a2a_bw
+    remote_copies = (m - 1) * (1.0 - ops.power(1.0 - 1.0 / m, top_k))
+    inter_bw = _cross_domain_bw(span, h)
     t_inter = tokens * per_token * remote_copies / inter_bw
     # Inside each domain every received token is fanned out to its local experts.
-    t_intra = tokens * per_token * top_k * (span.k - 1) / span.k / a2a_up if span.k > 1 else 0.0
-    lat = (_P2P_BASE_US + (span.n - 1) * _P2P_PER_PEER_US) * US
-    t = max(t_inter, t_intra) + lat
+    t_intra = ops.where(span.k > 1, tokens * per_token * top_k * (span.k - 1) / span.k / a2a_up, 0.0)
+    t = ops.maximum(t_inter, t_intra) + _p2p_latency(span.n)
     nbytes = tokens * per_token * top_k
-    bottleneck = inter_bw if t_inter >= t_intra else a2a_up
+    bottleneck = ops.where(t_inter >= t_intra, inter_bw, a2a_up)
     return CollectiveCost(t, "deepep", "Simple", nbytes * bus_factor("all_to_all", span.n) / t, bottleneck)
 
 
-def _send_recv(size: float, span: GroupSpan, h: Hierarchy) -> CollectiveCost:
-    if span.m > 1:
-        bw = h.tiers[span.top].bw_Bps
-        lat = (_P2P_BASE_US + _HW_LAT_NET["ring"]["Simple"]) * US
-    else:
-        bw = h.scale_up.bw_Bps
-        lat = (_P2P_BASE_US + _HW_LAT_NVLINK["ring"]["Simple"]) * US
+def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
+    multi = span.m > 1
+    bw = ops.where(multi, h.bw_at(span.top), h.up_bw)
+    lat = ops.where(multi, (_P2P_BASE_US + _HW_LAT_NET["ring"]["Simple"]) * US,
+                    (_P2P_BASE_US + _HW_LAT_NVLINK["ring"]["Simple"]) * US)
     t = size / bw + lat
     return CollectiveCost(t, "direct", "Simple", size / t, bw)
 
 
-def collective_cost(op: str, size_bytes: float, span: GroupSpan, hierarchy: Hierarchy,
+def _zero_where(mask: Any, cost: CollectiveCost) -> CollectiveCost:
+    """``cost`` with the points in ``mask`` (one rank, nothing to send) costing nothing."""
+    if not ops.any_(mask):
+        return cost
+    return CollectiveCost(np.where(mask, 0.0, cost.time_s), np.where(mask, "none", cost.algorithm),
+                          np.where(mask, "none", cost.protocol), np.where(mask, 0.0, cost.busbw_Bps),
+                          np.where(mask, 0.0, cost.bottleneck_bw_Bps))
+
+
+def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHierarchy,
                     algorithm: str | None = None) -> CollectiveCost:
     """Fastest (or forced-``algorithm``) way to run ``op`` on ``size_bytes`` per rank."""
-    if span.n <= 1 or size_bytes <= 0:
+    batch = ops.is_batch(size_bytes, span.n)
+    if not batch and (span.n <= 1 or size_bytes <= 0):
         return ZERO_COST
-    if op == "all_to_all":
-        return _all_to_all(size_bytes, span, hierarchy)
-    if op == "send_recv":
-        return _send_recv(size_bytes, span, hierarchy)
     if op not in OPS:
         raise SpecError("op", f"must be one of {', '.join(OPS)} (got {op!r})")
-    options = _ring_times(op, size_bytes, span, hierarchy)
-    if op == "all_reduce":
-        options += _tree_times(size_bytes, span, hierarchy)
-        for extra in (_nvls_time(size_bytes, span, hierarchy), _sharp_time(size_bytes, span, hierarchy)):
-            if extra is not None:
-                options.append(extra)
-    if algorithm is not None:
-        if algorithm not in ALGORITHMS:
-            raise SpecError("algorithm", f"must be one of {', '.join(ALGORITHMS)} (got {algorithm!r})")
-        forced = [o for o in options if o[1] == algorithm]
-        options = forced or options
-    best = min(options, key=lambda o: o[0])
-    t, algo, proto, busbw = best
-    return CollectiveCost(t, algo, proto, busbw, busbw)
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise SpecError("algorithm", f"must be one of {', '.join(ALGORITHMS)} (got {algorithm!r})")
+    if op == "all_to_all":
+        cost = _all_to_all(size_bytes, span, hierarchy)
+    elif op == "send_recv":
+        cost = _send_recv(size_bytes, span, hierarchy)
+    else:
+        options = _ring_times(op, size_bytes, span, hierarchy)
+        if op == "all_reduce":
+            options += _tree_times(size_bytes, span, hierarchy)
+            for extra in (_nvls_time(size_bytes, span, hierarchy), _sharp_time(size_bytes, span, hierarchy)):
+                if extra is not None:
+                    options.append(extra)
+        best = ops.select_min(options)
+        if algorithm is not None:
+            forced = [o for o in options if o[1] == algorithm]
+            if forced:
+                chosen = ops.select_min(forced)
+                # A point the forced algorithm cannot serve takes the fastest of all (as NCCL falls back).
+                best = tuple(ops.where(np.isfinite(chosen[0]) if batch else True, c, b)
+                             for c, b in zip(chosen, best, strict=True))
+        t, algo, proto, busbw = best
+        cost = CollectiveCost(t, algo, proto, busbw, busbw)
+    if not batch:
+        return cost
+    return _zero_where(ops.logical_or(span.n <= 1, size_bytes <= 0), cost)

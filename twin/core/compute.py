@@ -7,14 +7,18 @@ SMs; partial tiles and a partial last wave waste throughput), floored by a minim
 kernel duration. Fused attention: FLOPs over the GPU's attention efficiency with a ramp
 for short key ranges (FlashAttention-2/3 papers report lower throughput at short
 sequence lengths). Element-wise kernels are HBM-bound.
+
+Written once for one scenario and for a batch (``twin.core.ops``): a :class:`Device` and
+GEMM shapes may hold one value per point.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
+from typing import Any
 
+from twin.core import ops
 from twin.core.specs import GPU, ComputeEfficiency
 from twin.core.units import BYTES_PER_ELEMENT
 from twin.core.workload import Gemm, SubLayer
@@ -37,19 +41,25 @@ _UNFUSED_SCORE_BYTES = 8.0
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """The numbers of one GPU that compute timing needs (hashable, for caching)."""
+    """The numbers of one GPU that compute timing needs (hashable, for caching).
 
-    peak_flops: float        # dense, for the GEMM precision
-    attn_peak_flops: float   # 16-bit peak (fused attention runs in bf16/fp16)
-    gemm_eff: float
-    attn_fwd_eff: float
-    attn_bwd_eff: float
-    hbm_Bps: float
-    sm_count: int
-    kernel_min_s: float
-    flash: bool
-    in_bytes: float          # bytes per GEMM input element
-    fp8_casts: bool
+    For a batch each field is an array with one entry per point (see ``DEVICE_FIELDS``).
+    """
+
+    peak_flops: Any          # dense, for the GEMM precision
+    attn_peak_flops: Any     # 16-bit peak (fused attention runs in bf16/fp16)
+    gemm_eff: Any
+    attn_fwd_eff: Any
+    attn_bwd_eff: Any
+    hbm_Bps: Any
+    sm_count: Any
+    kernel_min_s: Any
+    flash: Any
+    in_bytes: Any            # bytes per GEMM input element
+    fp8_casts: Any
+
+
+DEVICE_FIELDS = tuple(Device.__dataclass_fields__)
 
 
 def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 1.0) -> Device:
@@ -74,39 +84,51 @@ def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 
     )
 
 
-def shape_efficiency(m: int, n: int, sm_count: int) -> float:
+def shape_efficiency(m: Any, n: Any, sm_count: Any) -> Any:
     """Best tile/wave utilisation over the tile shapes cuBLAS can pick."""
     best = 0.0
     for tm, tn, tile_eff in _TILES:
         tiles_m, tiles_n = -(-m // tm), -(-n // tn)
         util = (m * n) / (tiles_m * tm * tiles_n * tn)
         waves = tiles_m * tiles_n / sm_count
-        if waves < 1.0:
-            wave_eff = waves
-        else:
-            full = math.ceil(waves)
-            wave_eff = 1.0 - (1.0 - waves / full) * (1.0 - _WAVE_RECOVERY)
-        best = max(best, util * wave_eff * tile_eff)
+        full = ops.ceil(waves)
+        wave_eff = ops.where(waves < 1.0, waves, 1.0 - (1.0 - waves / ops.maximum(full, 1)) * (1.0 - _WAVE_RECOVERY))
+        best = ops.maximum(best, util * wave_eff * tile_eff)
     return best
 
 
-@functools.lru_cache(maxsize=65536)
-def gemm_time(dev: Device, m: int, n: int, k: int) -> float:
-    """Seconds for one (m x k) @ (k x n) GEMM."""
-    if m <= 0 or n <= 0 or k <= 0:
+def gemm_time(dev: Device, m: Any, n: Any, k: Any) -> Any:
+    """Seconds for one (m x k) @ (k x n) GEMM (cached by value for one scenario)."""
+    if ops.is_batch(m, n, k, dev.peak_flops):
+        return _gemm_time(dev, m, n, k)
+    return _cached_gemm_time(dev, m, n, k)
+
+
+def _gemm_time(dev: Device, m: Any, n: Any, k: Any) -> Any:
+    if ops.is_batch(m, n, k):
+        # Shapes as float64: products of dimensions must not wrap around in int64.
+        m, n, k = (x.astype(float) if type(x) is ops.ndarray else float(x) for x in (m, n, k))
+    elif m <= 0 or n <= 0 or k <= 0:
         return 0.0
     flops = 2.0 * m * n * k
-    t_compute = flops / (dev.peak_flops * dev.gemm_eff * shape_efficiency(m, n, dev.sm_count))
+    eff = shape_efficiency(m, n, dev.sm_count)
+    t_compute = flops / (dev.peak_flops * dev.gemm_eff * ops.where(eff > 0, eff, 1.0))
     t_memory = ((m * k + k * n) * dev.in_bytes + m * n * 2.0) / dev.hbm_Bps
-    return max(t_compute, t_memory, dev.kernel_min_s)
+    t = ops.maximum(ops.maximum(t_compute, t_memory), dev.kernel_min_s)
+    if ops.is_batch(m, n, k):
+        return ops.where((m > 0) & (n > 0) & (k > 0), t, 0.0)
+    return t
 
 
-def gemm_fwd_time(dev: Device, g: Gemm) -> float:
+_cached_gemm_time = functools.lru_cache(maxsize=65536)(_gemm_time)
+
+
+def gemm_fwd_time(dev: Device, g: Gemm) -> Any:
     """Forward seconds of one GEMM entry (all ``count`` instances)."""
     return gemm_time(dev, g.m, g.n, g.k) * g.count
 
 
-def gemm_pass_times(dev: Device, g: Gemm, frozen: bool = False) -> tuple[float, float, float]:
+def gemm_pass_times(dev: Device, g: Gemm, frozen: Any = False) -> tuple[Any, Any, Any]:
     """(forward, data-gradient, weight-gradient) seconds for ``g`` (all ``count`` instances).
 
     Forward (m,n,k); dgrad (m,k,n); wgrad (k,n,m): same FLOPs, different shapes. Frozen
@@ -115,37 +137,47 @@ def gemm_pass_times(dev: Device, g: Gemm, frozen: bool = False) -> tuple[float, 
     c = g.count
     fwd = gemm_time(dev, g.m, g.n, g.k) * c
     dgrad = gemm_time(dev, g.m, g.k, g.n) * c
-    wgrad = 0.0 if (frozen or g.frozen_weights) else gemm_time(dev, g.k, g.n, g.m) * c
-    return fwd, dgrad, wgrad
+    if g.frozen_weights or ops.all_(frozen):
+        return fwd, dgrad, 0.0
+    wgrad = gemm_time(dev, g.k, g.n, g.m) * c
+    return fwd, dgrad, ops.where(frozen, 0.0, wgrad)
 
 
-def attention_times(dev: Device, sl: SubLayer) -> tuple[float, float]:
+def attention_times(dev: Device, sl: SubLayer) -> tuple[Any, Any]:
     """(forward, backward) seconds of the attention core of one sub-layer."""
-    if sl.attn_flops <= 0:
+    if not ops.any_(sl.attn_flops > 0):
         return 0.0, 0.0
-    if dev.flash:
+    fwd = bwd = 0.0
+    flash = dev.flash
+    if ops.any_(flash):
         ramp = sl.attn_kv_len / (sl.attn_kv_len + _ATTN_HALF_KV)
         fwd = sl.attn_flops / (dev.attn_peak_flops * dev.attn_fwd_eff * ramp)
         bwd = ATTN_BWD_FLOP_RATIO * sl.attn_flops / (dev.attn_peak_flops * dev.attn_bwd_eff * ramp)
-        return fwd, bwd
-    # Unfused: the full (unmasked) score matrix as batched GEMMs, plus softmax traffic.
-    t_gemm = sl.attn_flops_dense / (dev.attn_peak_flops * dev.gemm_eff * 0.8)
-    t_mem = sl.attn_scores * _UNFUSED_SCORE_BYTES / dev.hbm_Bps
-    return t_gemm + t_mem, 2.0 * (t_gemm + t_mem)
+    if not ops.all_(flash):
+        # Unfused: the full (unmasked) score matrix as batched GEMMs, plus softmax traffic.
+        t_gemm = sl.attn_flops_dense / (dev.attn_peak_flops * dev.gemm_eff * 0.8)
+        t_mem = sl.attn_scores * _UNFUSED_SCORE_BYTES / dev.hbm_Bps
+        fwd = ops.where(flash, fwd, t_gemm + t_mem)
+        bwd = ops.where(flash, bwd, 2.0 * (t_gemm + t_mem))
+    if ops.is_batch(sl.attn_flops):
+        return ops.where(sl.attn_flops > 0, fwd, 0.0), ops.where(sl.attn_flops > 0, bwd, 0.0)
+    return fwd, bwd
 
 
-def sublayer_times(dev: Device, sl: SubLayer, frozen: bool = False) -> tuple[float, float, float, float]:
+def sublayer_times(dev: Device, sl: SubLayer, frozen: Any = False) -> tuple[Any, Any, Any, Any]:
     """(forward, backward, attention-core forward, attention-core backward) seconds of one sub-layer."""
     fwd = bwd = 0.0
-    cast = 0.0
+    cast: Any = 0.0
+    casts = dev.fp8_casts
     for g in sl.gemms:
         f, dg, wg = gemm_pass_times(dev, g, frozen)
         fwd += f
         bwd += dg + wg
-        if dev.fp8_casts:
-            cast += 3.0 * g.m * g.k * g.count  # cast each activation input: read bf16, write fp8
+        if ops.any_(casts):
+            # cast each activation input: read bf16, write fp8
+            cast = ops.where(casts, cast + 3.0 * g.m * g.k * g.count, cast)
     a_fwd, a_bwd = attention_times(dev, sl)
-    if sl.ssm_flops:
+    if ops.any_(sl.ssm_flops):
         a_fwd += sl.ssm_flops / (dev.attn_peak_flops * dev.attn_fwd_eff)
         a_bwd += 2.0 * sl.ssm_flops / (dev.attn_peak_flops * dev.attn_bwd_eff)
     mem_fwd = (sl.elementwise_bytes + cast) / dev.hbm_Bps

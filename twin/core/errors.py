@@ -7,6 +7,9 @@ The gRPC adapter maps each class to one status code (see ``twin.server.errors``)
 
 from __future__ import annotations
 
+import re
+
+_PARENS = re.compile(r"\s*\([^()]*\)")
 
 class TwinError(Exception):
     """Base class of every error the twin raises on purpose."""
@@ -52,3 +55,18 @@ class TooLargeError(TwinError):
 
 class PluginError(TwinError):
     """A plugin is broken: duplicate kind, wrong hook result, failed import."""
+
+
+def reason_of(err: Exception) -> str:
+    """A point-independent infeasibility reason: the field and the rule, numbers dropped.
+
+    ``plan.tp: tp*pp*cp (24) must divide num_gpus (1000)`` -> ``plan.tp: tp*pp*cp must
+    divide num_gpus``, so points failing the same rule count together.
+    """
+    if isinstance(err, SpecError):
+        return f"{err.field}: {_PARENS.sub('', err.rule)}" if err.field else _PARENS.sub("", err.rule)
+    if isinstance(err, NotFoundError):
+        return f"{err.field}: unknown name {err.name!r}"
+    if isinstance(err, TwinError):
+        return _PARENS.sub("", str(err))
+    return f"{type(err).__name__}: {err}"

@@ -1,20 +1,33 @@
 """Assemble a step-time estimate from compute, the strategies' communication and the schedule.
 
-step = pipeline_time + per-step exposed communication + optimizer step + offload, where
-pipeline_time = m * t_mb + bubble (pipeline strategy) or m * t_mb without pipelining,
-and t_mb = forward + backward + recompute + exposed per-micro-batch communication of
-the bottleneck stage. Each parallel dimension's strategy plugin decides what it sends and
-how much of it hides behind compute.
+step = pipeline_time + per-step exposed communication + optimizer step + offload
+       + overlap interference, where
+pipeline_time = m * t_mb + bubble (``schedule.pipeline_time``), and
+t_mb = forward + backward + recompute + the communication every strategy exposes per
+micro-batch on the bottleneck stage. Each parallel dimension's strategy plugin decides
+what it sends and how much of it hides behind compute (its :class:`~twin.core.api.Terms`);
+the core multiplies per-micro-batch terms by the micro-batch count and owns the schedule.
+
+One implementation serves one scenario (:meth:`TwinModel.evaluate`, Python numbers, the
+batch of one) and a batch of points (:meth:`TwinModel.evaluate_points`, numpy arrays; see
+``twin.core.ops``): both run the functions below. What points share (the model, a
+cluster's hierarchy, a device) is computed once; the work of each distinct
+(model, degrees, micro-batch, recompute, device) is computed once per batch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
+
+from twin.core import ops
 from twin.core.api import (
-    Contribution,
     EvalContext,
     Fabric,
     MemoryFabric,
@@ -23,15 +36,37 @@ from twin.core.api import (
     ScaleUpFabric,
     StageTimes,
     Strategy,
+    Terms,
     stride_of,
 )
 from twin.core.collectives import CollectiveCost, collective_cost
-from twin.core.compute import Device, device_for, gemm_fwd_time, sublayer_times
-from twin.core.errors import NotFoundError, PluginError
+from twin.core.compute import DEVICE_FIELDS, Device, device_for
+from twin.core.errors import _PARENS, NotFoundError, PluginError, SpecError, TwinError, reason_of
 from twin.core.estimate import Breakdown, Estimate
-from twin.core.memory import memory_per_gpu, recomputed_layers, shard_factors
-from twin.core.specs import Calibration, Cluster, ComputeEfficiency, Scenario, validate_scenario
-from twin.core.topology import GroupSpan, Hierarchy, Tier, place_group
+from twin.core.memory import (
+    ActivationTerms,
+    MemoryBreakdown,
+    activation_terms,
+    in_flight_microbatches,
+    memory_per_gpu,
+    shard_factors,
+)
+from twin.core.points import ColumnView, PlanColumns, PointSet
+from twin.core.schedule import pipeline_time, stage_params, stage_times
+from twin.core.specs import (
+    GPU,
+    Calibration,
+    Cluster,
+    ComputeEfficiency,
+    Model,
+    Scenario,
+    plan_rules,
+    validate_cluster,
+    validate_model,
+    validate_scenario,
+)
+from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch, Tier, place_group
+from twin.core.units import GIB
 from twin.core.workload import Workload, build_workload
 
 # Fused Adam (multi-tensor apply) per parameter: read fp32 master, m, v and grad (16 B),
@@ -42,14 +77,25 @@ OPTIMIZER_BYTES_PER_PARAM = 34.0
 # channel and uses up to ~32 channels on NVLink systems (NCCL_MAX_NCHANNELS), i.e. ~20-25%
 # of an H100's 132 SMs, which the overlapped GEMMs lose for that time.
 OVERLAP_INTERFERENCE = 0.2
+# Host DRAM as an offload target, over PCIe Gen5 x16: ~55 GB/s achieved of the 64 GB/s
+# per direction (PCI-SIG PCIe 5.0 x16; DMA efficiency ~85%).
+HOST_OFFLOAD_BW_BPS = 55e9
+# Host DRAM per node available to offloading: 2 TiB per 8-GPU node (DGX H100 system memory,
+# NVIDIA DGX H100 user guide), shared by the node's GPUs.
+HOST_MEMORY_PER_NODE_BYTES = 1024 * 2**30 * 2
 # When no efficiency profile is attached to a GPU spec (inline GPUs in tests).
 DEFAULT_EFFICIENCY = ComputeEfficiency(gemm={"bf16": 0.75, "fp16": 0.75, "fp8": 0.65, "fp4": 0.55,
                                              "tf32": 0.7, "fp32": 0.9},
                                        attention_fwd=0.55, attention_bwd=0.42, hbm=0.85,
                                        source="generic defaults; attach a preset profile for fidelity")
+# Reason a batch gives a point whose numbers leave the computable range.
+ARITHMETIC_REASON = "scenario: some value is outside the numeric range the model can compute"
+MEMORY_REASON = "memory: does not fit in HBM"
 
 CostOverride = Callable[[str, float, GroupSpan, Hierarchy, "str | None", Scenario], "CollectiveCost | None"]
 PHASES = ("microbatch", "pipeline", "step")
+DIMENSIONS = ("tp", "cp", "ep", "dp", "edp", "pp")
+_CACHE_LIMIT = 4096
 
 
 @dataclass
@@ -88,6 +134,137 @@ def _scaled(tier: Tier, factor: float) -> Tier:
                                a2a_bw_Bps=tier.a2a_bw_Bps * factor)
 
 
+def value_key(obj: Any) -> Any:
+    """A hashable key equal for equal specs (dataclasses, dicts, lists, scalars)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return (type(obj).__name__, *(value_key(getattr(obj, f.name)) for f in dataclasses.fields(obj)))
+    if isinstance(obj, dict):
+        return ("{}", *sorted((k, value_key(v)) for k, v in obj.items()))
+    if isinstance(obj, list | tuple):
+        return ("[]", *(value_key(v) for v in obj))
+    return obj
+
+
+class _KeyCache:
+    """Value keys of spec objects, computed once per object (kept alive while cached)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[int, tuple[Any, Any]] = {}
+
+    def __call__(self, obj: Any) -> Any:
+        hit = self._keys.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        key = value_key(obj)
+        if len(self._keys) > 8 * _CACHE_LIMIT:
+            self._keys.clear()
+        self._keys[id(obj)] = (obj, key)
+        return key
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFacts:
+    """What the step model needs of a cluster besides its hierarchy (one per cluster)."""
+
+    capacity_bytes: float
+    offload_bw_Bps: float
+    pool_capacity_bytes: float
+    tp_overlap_default: bool
+    half_peak_tflops: float
+    peak_tflops: dict[str, float]
+
+
+@dataclass
+class _Work:
+    """Per point (or one scenario): everything the timing needs, before communication."""
+
+    plan: Any
+    dp: Any
+    m: Any
+    dev: Device
+    w: Workload
+    stage: StageTimes
+    params: Any
+    expert: Any
+    act: ActivationTerms
+    mem: MemoryBreakdown
+    flops: Any            # model FLOPs of the step
+    capacity: Any
+    offload_bw: Any
+    pool_capacity: Any
+    tp_overlap_default: Any
+    half_peak: Any
+    prec_peak: Any
+    num_gpus: Any
+
+
+@dataclass
+class _Step:
+    """The assembled step of one scenario or of a batch."""
+
+    step_s: Any
+    compute_s: Any
+    recompute_s: Any
+    exposed: dict[str, Any]
+    issued: dict[str, Any]
+    nbytes: dict[str, Any]
+    bubble_s: Any
+    optimizer_s: Any
+    offload_s: Any
+    interference_s: Any
+    algorithms: dict[str, str]
+    notes: list[str]
+
+
+@dataclass
+class PointResults:
+    """What a batch evaluation gives per point.
+
+    ``reason_ix[i]`` is -1 for a feasible point, else an index into ``reasons`` (the first
+    rule it breaks, ``MEMORY_REASON``, or why it could not be evaluated). ``columns``
+    hold the estimate's numbers (NaN where infeasible): ``step_time_s``, ``compute_s``,
+    ``recompute_s``, ``exposed_<dimension>_s`` for every dimension a strategy reported,
+    ``bubble_s``, ``optimizer_s``, ``offload_s``, ``interference_s``, ``memory_gib``,
+    ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``model_tflops_per_gpu``, ``mfu``,
+    ``mfu_at_precision_peak``; ``microbatches`` and ``dp`` are ints (-1 where infeasible).
+    """
+
+    reason_ix: np.ndarray
+    reasons: list[str]
+    columns: dict[str, np.ndarray]
+    microbatches: np.ndarray
+    dp: np.ndarray
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.reason_ix)
+
+    @property
+    def feasible(self) -> np.ndarray:
+        """Bool per point: evaluated and fits in memory."""
+        return self.reason_ix < 0
+
+    def reason(self, i: int) -> str | None:
+        """Why point ``i`` is infeasible (None if it is feasible)."""
+        k = int(self.reason_ix[i])
+        return None if k < 0 else self.reasons[k]
+
+
+class _Reasons:
+    """Distinct reasons, coded."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._codes: dict[str, int] = {}
+
+    def code(self, reason: str) -> int:
+        c = self._codes.get(reason)
+        if c is None:
+            c = self._codes[reason] = len(self.names)
+            self.names.append(reason)
+        return c
+
+
 class TwinModel:
     """The performance model: fabrics + strategies (+ an optional collective-cost override)."""
 
@@ -103,20 +280,28 @@ class TwinModel:
         for s in strategies:
             if s.phase not in order:
                 raise PluginError(f"strategy {s.name!r} has phase {s.phase!r}; expected one of {PHASES}")
+            if not s.dimension:
+                raise PluginError(f"strategy {s.name!r} needs a dimension (the breakdown entry it reports)")
         self.strategies: Sequence[Strategy] = sorted(strategies, key=lambda s: order[s.phase])
         self.cost_override = cost_override
-        # Clusters are immutable and sweeps reuse them: remember the last hierarchies built.
-        self._hierarchies: dict[tuple[int, Calibration], tuple[Cluster, Hierarchy]] = {}
+        self._key = _KeyCache()
+        self._hierarchies: dict[Any, Hierarchy] = {}
+        self._per_h: dict[int, tuple[Hierarchy, dict[Any, GroupSpan], dict[Any, CollectiveCost]]] = {}
+        self._devices: dict[Any, Device] = {}
+        self._facts: dict[Any, ClusterFacts] = {}
+        self._stages: dict[Any, StageTimes] = {}
+        self._static: dict[Any, tuple[str | None, str | None]] = {}
 
     # ---------------------------------------------------------------- structure
     def validate(self, scenario: Scenario) -> None:
         """Every rule: spec cross-field rules, then each fabric's own."""
         validate_scenario(scenario)
-        for fab in self._cluster_fabrics(scenario):
+        for fab in self.cluster_fabrics(scenario.cluster):
             fab.validate(scenario.cluster, "cluster")
 
-    def _cluster_fabrics(self, scenario: Scenario) -> list[Fabric]:
-        c = scenario.cluster
+    def cluster_fabrics(self, cluster: Cluster) -> list[Fabric]:
+        """The fabric models ``cluster`` uses (scale-up, scale-out, optics, memory pool)."""
+        c = cluster
         fabs: list[Fabric] = [self.fabrics.get("scale_up", c.scale_up.fabric, "cluster.scale_up.fabric")]
         if c.scale_out is not None:
             fabs.append(self.fabrics.get("scale_out", c.scale_out.fabric, "cluster.scale_out.fabric"))
@@ -127,19 +312,22 @@ class TwinModel:
         return fabs
 
     def hierarchy(self, scenario: Scenario) -> Hierarchy:
-        """The tier hierarchy of ``scenario``'s cluster, calibration applied (cached)."""
-        key = (id(scenario.cluster), scenario.calibration)
-        hit = self._hierarchies.get(key)
-        if hit is not None and hit[0] is scenario.cluster:
-            return hit[1]
-        h = self._build_hierarchy(scenario)
-        if len(self._hierarchies) > 256:
-            self._hierarchies.clear()
-        self._hierarchies[key] = (scenario.cluster, h)
-        return h
+        """The tier hierarchy of ``scenario``'s cluster, calibration applied (cached by value)."""
+        return self.hierarchy_of(scenario.cluster, scenario.calibration)
 
-    def _build_hierarchy(self, scenario: Scenario) -> Hierarchy:
-        c, cal = scenario.cluster, scenario.calibration
+    def hierarchy_of(self, cluster: Cluster, calibration: Calibration) -> Hierarchy:
+        """The tier hierarchy of ``cluster`` with ``calibration``'s bandwidth factors (cached by value)."""
+        cal = calibration
+        key = (self._key(cluster), cal.scale_up_bandwidth, cal.scale_out_bandwidth)
+        hit = self._hierarchies.get(key)
+        if hit is None:
+            hit = self._build_hierarchy(cluster, cal)
+            if len(self._hierarchies) > _CACHE_LIMIT:
+                self._hierarchies.clear()
+            self._hierarchies[key] = hit
+        return hit
+
+    def _build_hierarchy(self, c: Cluster, cal: Calibration) -> Hierarchy:
         up = self.fabrics.get("scale_up", c.scale_up.fabric, "cluster.scale_up.fabric")
         assert isinstance(up, ScaleUpFabric)
         tiers = [_scaled(up.tier(c), cal.scale_up_bandwidth)]
@@ -159,195 +347,711 @@ class TwinModel:
 
     def fabric_report(self, scenario: Scenario, hierarchy: Hierarchy) -> dict[str, object]:
         """Facts each fabric model reports (power, switches, tiers)."""
+        return self.cluster_report(scenario.cluster, hierarchy)
+
+    def cluster_report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, object]:
+        """Facts each fabric model of ``cluster`` reports (power, switches, tiers)."""
         report: dict[str, object] = {
             "tiers": [{"name": t.name, "fabric": t.fabric, "span_gpus": t.span_gpus,
                        "bw_GBps_per_gpu": t.bw_Bps / 1e9, "latency_us": t.latency_s * 1e6,
                        "oversubscription": t.oversubscription, "in_network_reduction": t.reduction}
                       for t in hierarchy.tiers]}
-        for fab in self._cluster_fabrics(scenario):
-            extra = fab.report(scenario.cluster, hierarchy)
+        for fab in self.cluster_fabrics(cluster):
+            extra = fab.report(cluster, hierarchy)
             if extra:
                 report[fab.role] = extra
         return report
 
-    # ---------------------------------------------------------------- evaluation
-    def _cost_fn(self, scenario: Scenario, hierarchy: Hierarchy) -> Callable[..., CollectiveCost]:
-        override = self.cost_override
-
-        def cost(op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
-            if override is not None and span.n > 1 and size > 0:
-                got = override(op, size, span, hierarchy, algorithm, scenario)
-                if got is not None:
-                    return got
-            return collective_cost(op, size, span, hierarchy, algorithm)
-
-        return cost
-
-    def _stage_times(self, scenario: Scenario, dev: Device, w: Workload) -> StageTimes:
-        plan, model = scenario.plan, scenario.model
-        frozen = plan.trainable == "lora"
-        fwd_l = bwd_l = attn_l = attn_bl = 0.0
-        for kind, count in w.counts.items():
-            f, b, a, ab = sublayer_times(dev, w.sublayers[kind], frozen)
-            fwd_l += f * count
-            bwd_l += b * count
-            attn_l += a * count
-            attn_bl += ab * count
-        ef, eb, _, _ = sublayer_times(dev, w.embedding, frozen)
-        hf, hb, _, _ = sublayer_times(dev, w.head, frozen)
-        L, p = model.layers, plan.pp
-        t_layer_f, t_layer_b, t_attn = fwd_l / L, bwd_l / L, attn_l / L
-        per_layer = t_layer_f + t_layer_b
-        if p == 1:
-            layers = float(L)
-            fwd = L * t_layer_f + ef + hf
-            bwd = L * t_layer_b + eb + hb
-            avg = fwd + bwd
-        else:
-            head, emb = hf + hb, ef + eb
-            first_layers, middle_layers, last_layers = stage_layers(L, p)
-            candidates = [(first_layers * per_layer + emb, first_layers, ef, eb),
-                          (last_layers * per_layer + head, last_layers, hf, hb)]
-            if p > 2:
-                candidates.append((middle_layers * per_layer, middle_layers, 0.0, 0.0))
-            _, n_layers, extra_f, extra_b = max(candidates, key=lambda c: c[0])
-            layers, fwd, bwd = float(n_layers), n_layers * t_layer_f + extra_f, n_layers * t_layer_b + extra_b
-            avg = (L * per_layer + head + emb) / p
-        if plan.recompute == "full":
-            recompute = recomputed_layers("full", plan.recompute_layers, layers) * t_layer_f
-        elif plan.recompute == "selective":
-            recompute = layers * t_attn
-        else:
-            recompute = 0.0
-        gemm_f = sum(sum(gemm_fwd_time(dev, g) for g in w.sublayers[k].gemms) * c for k, c in w.counts.items()) / L
-        return StageTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, attn_fwd_s=t_attn * layers,
-                          attn_bwd_s=attn_bl / L * layers,
-                          layers=layers, layer_fwd_s=t_layer_f, layer_bwd_s=t_layer_b, gemm_fwd_s=gemm_f,
-                          avg_stage_s=avg + (recompute if p > 1 else 0.0))
-
-    def evaluate(self, scenario: Scenario, *, validate: bool = True, report: bool = True) -> Estimate:
-        """Predict one training step of ``scenario``.
-
-        ``report=False`` skips the fabric report (switch counts, power), which sweeps do not need.
-        """
-        if validate:
-            self.validate(scenario)
-        plan, model, cluster = scenario.plan, scenario.model, scenario.cluster
-        dp = scenario.dp
-        m = scenario.microbatches
-        eff = cluster.gpu.efficiency or DEFAULT_EFFICIENCY
-        dev = device_for(cluster.gpu, plan.precision, eff, scenario.calibration.compute_efficiency)
-        w = build_workload(model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp)
-        hierarchy = self.hierarchy(scenario)
-        spans = {dim: place_group(*stride_of(plan, dp, dim), hierarchy)
-                 for dim in ("tp", "cp", "ep", "dp", "edp", "pp")}
-        stage = self._stage_times(scenario, dev, w)
-        params_gpu = sum(w.sublayers[k].params * c for k, c in w.counts.items()) / model.layers * stage.layers
-        expert_gpu = sum(w.sublayers[k].expert_params * c for k, c in w.counts.items()) / model.layers * stage.layers
-        params_gpu += max(w.embedding.params, w.head.params) if plan.pp > 1 else w.embedding.params + w.head.params
-        tp_overlap = plan.overlap.tp_comm
-        if tp_overlap is None:
-            tp_overlap = cluster.gpu.generation in ("hopper", "blackwell")
-        offload_bw = 0.0
-        pool_capacity = 0.0
+    def cluster_facts(self, cluster: Cluster) -> ClusterFacts:
+        """Capacity, offload bandwidth and peaks of ``cluster`` (cached by value)."""
+        key = self._key(cluster)
+        hit = self._facts.get(key)
+        if hit is not None:
+            return hit
+        offload_bw = pool_capacity = 0.0
         if cluster.memory_pool is not None:
             mem_fab = self.fabrics.get("memory", cluster.memory_pool.fabric, "cluster.memory_pool.fabric")
             assert isinstance(mem_fab, MemoryFabric)
             offload_bw = mem_fab.bandwidth_per_gpu_Bps(cluster)
             pool_capacity = mem_fab.capacity_per_gpu_bytes(cluster)
-        if "host" in (plan.offload.optimizer, plan.offload.params, plan.offload.activations):
-            # Host DRAM over PCIe Gen5 x16 (~55 GB/s achieved of 64 GB/s per direction).
-            offload_bw = offload_bw or 55e9
-            pool_capacity = pool_capacity or 1024 * 2**30 / cluster.gpus_per_node * 2
-        ctx = EvalContext(scenario=scenario, dp=dp, microbatches=m, device=dev, workload=w, hierarchy=hierarchy,
-                          spans=spans, stage=stage, params_per_gpu=params_gpu, expert_params_per_gpu=expert_gpu,
-                          tp_overlap=tp_overlap, cost_fn=self._cost_fn(scenario, hierarchy),
-                          offload_bw_Bps=offload_bw)
-        contributions: list[Contribution] = []
-        pipeline: Contribution | None = None
-        for strat in self.strategies:
-            if strat.phase == "pipeline" and ctx.microbatch_time_s == 0.0:
-                ctx.microbatch_time_s = stage.total_s + ctx.exposed_per_microbatch_s
-            if not strat.active(ctx):
-                continue
-            contrib = strat.evaluate(ctx)
-            contributions.append(contrib)
-            if strat.phase == "microbatch":
-                ctx.exposed_per_microbatch_s += contrib.exposed_per_microbatch_s
-            elif strat.phase == "pipeline" and contrib.pipeline_time_s is not None:
-                pipeline = contrib
-        t_mb = stage.total_s + ctx.exposed_per_microbatch_s
-        pipe_time = pipeline.pipeline_time_s if pipeline is not None else m * t_mb
-        bubble = pipeline.bubble_s if pipeline is not None else 0.0
-        opt_s = self._optimizer_time(scenario, ctx, params_gpu, expert_gpu, dp)
-        exposed: dict[str, float] = {}
-        issued: dict[str, float] = {}
-        nbytes: dict[str, float] = {}
-        offload_s = 0.0
-        for c in contributions:
-            e = c.exposed_per_microbatch_s * m + c.exposed_per_step_s
-            if c.dimension == "offload":
-                offload_s += e
-            elif e > 0 or c.dimension not in exposed:
-                exposed[c.dimension] = exposed.get(c.dimension, 0.0) + e
-            issued[c.dimension] = issued.get(c.dimension, 0.0) + c.comm_per_step_s
-            nbytes[c.dimension] = nbytes.get(c.dimension, 0.0) + c.bytes_per_step
-        per_step = sum(c.exposed_per_step_s for c in contributions if c.dimension != "offload")
-        hidden = sum(max(0.0, c.comm_per_step_s - c.exposed_per_microbatch_s * m - c.exposed_per_step_s)
-                     for c in contributions if c.dimension not in ("offload", "pp"))
-        interference = OVERLAP_INTERFERENCE * hidden
-        step = pipe_time + per_step + opt_s + offload_s + interference
-        compute = m * (stage.fwd_s + stage.bwd_s)
-        breakdown = Breakdown(compute_s=compute, recompute_s=m * stage.recompute_s, exposed_comm_s=exposed,
-                              bubble_s=bubble, optimizer_s=opt_s, offload_s=offload_s,
-                              overlap_interference_s=interference)
-        mem = memory_per_gpu(scenario, w, dp, m, params_gpu, expert_gpu, pool_capacity)
-        model_flops = model_flops_per_step(scenario)
-        n = cluster.num_gpus
-        half = "bf16" if "bf16" in cluster.gpu.peak_tflops else "fp16"
-        tokens = plan.gbs * model.seq_len
-        notes = list(ctx.notes) + list(hierarchy.notes)
+        gpu = cluster.gpu
+        half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+        hit = ClusterFacts(capacity_bytes=gpu.hbm_gib * GIB, offload_bw_Bps=offload_bw,
+                           pool_capacity_bytes=pool_capacity,
+                           tp_overlap_default=gpu.generation in ("hopper", "blackwell"),
+                           half_peak_tflops=gpu.peak_tflops[half], peak_tflops=dict(gpu.peak_tflops))
+        if len(self._facts) > _CACHE_LIMIT:
+            self._facts.clear()
+        self._facts[key] = hit
+        return hit
+
+    def device(self, gpu: GPU, precision: str, scale: float) -> Device:
+        """Timing parameters of ``gpu`` for ``precision`` and a compute calibration (cached)."""
+        key = (self._key(gpu), precision, scale)
+        hit = self._devices.get(key)
+        if hit is None:
+            hit = device_for(gpu, precision, gpu.efficiency or DEFAULT_EFFICIENCY, scale)
+            if len(self._devices) > _CACHE_LIMIT:
+                self._devices.clear()
+            self._devices[key] = hit
+        return hit
+
+    def _hcache(self, h: Hierarchy) -> tuple[dict[Any, GroupSpan], dict[Any, CollectiveCost]]:
+        hit = self._per_h.get(id(h))
+        if hit is None or hit[0] is not h:
+            if len(self._per_h) > _CACHE_LIMIT:
+                self._per_h.clear()
+            hit = (h, {}, {})
+            self._per_h[id(h)] = hit
+        return hit[1], hit[2]
+
+    def _place(self, h: Hierarchy, n: int, stride: int) -> GroupSpan:
+        spans, _ = self._hcache(h)
+        key = (n, stride)
+        got = spans.get(key)
+        if got is None:
+            got = spans[key] = place_group(n, stride, h)
+        return got
+
+    def _cost_fn(self, scenario: Scenario, hierarchy: Hierarchy) -> Callable[..., CollectiveCost]:
+        override = self.cost_override
+        if override is not None:
+            def with_override(op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
+                if span.n > 1 and size > 0:
+                    got = override(op, size, span, hierarchy, algorithm, scenario)
+                    if got is not None:
+                        return got
+                return collective_cost(op, size, span, hierarchy, algorithm)
+            return with_override
+        _, costs = self._hcache(hierarchy)
+
+        def cached(op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
+            key = (op, size, span, algorithm)
+            got = costs.get(key)
+            if got is None:
+                got = collective_cost(op, size, span, hierarchy, algorithm)
+                if len(costs) > 8 * _CACHE_LIMIT:
+                    costs.clear()
+                costs[key] = got
+            return got
+
+        return cached
+
+    def _stage(self, plan: Any, model: Model, dev: Device, w: Workload) -> StageTimes:
+        key = (dev, model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute,
+               plan.recompute_layers, plan.trainable)
+        hit = self._stages.get(key)
+        if hit is None:
+            hit = stage_times(plan, model, dev, w)
+            if len(self._stages) > 16 * _CACHE_LIMIT:
+                self._stages.clear()
+            self._stages[key] = hit
+        return hit
+
+    # ---------------------------------------------------------------- one scenario
+    def evaluate(self, scenario: Scenario, *, validate: bool = True, report: bool = True) -> Estimate:
+        """Predict one training step of ``scenario`` (the batch of one).
+
+        ``report=False`` skips the fabric report (switch counts, power), which sweeps do not need.
+        """
+        if validate:
+            self.validate(scenario)
+        plan, model, cluster, cal = scenario.plan, scenario.model, scenario.cluster, scenario.calibration
+        facts = self.cluster_facts(cluster)
+        dev = self.device(cluster.gpu, plan.precision, cal.compute_efficiency)
+        w = build_workload(model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp)
+        stage = self._stage(plan, model, dev, w)
+        work = _work(plan, model, scenario.dp, dev, w, stage, facts, facts.peak_tflops[plan.precision],
+                     cluster.num_gpus, cluster.gpus_per_node, model_fwd_flops(model))
+        hierarchy = self.hierarchy(scenario)
+        spans = {dim: self._place(hierarchy, *stride_of(plan, work.dp, dim)) for dim in DIMENSIONS}
+        ctx = _context(work, model, cluster, cal, hierarchy, spans, self._cost_fn(scenario, hierarchy), 0, scenario)
+        st = self._assemble(ctx, work)
+        mem = work.mem
+        notes = st.notes + list(hierarchy.notes)
         if not mem.fits:
             notes.append(f"does not fit: {mem.total / 2**30:.1f} GiB needed of {mem.capacity / 2**30:.1f} GiB HBM")
-        algos = {c.dimension: str(c.details.get("algorithm")) for c in contributions if c.details.get("algorithm")}
+        n = cluster.num_gpus
+        tokens = plan.gbs * model.seq_len
+        step = st.step_s
+        breakdown = Breakdown(compute_s=st.compute_s, recompute_s=st.recompute_s, exposed_comm_s=st.exposed,
+                              bubble_s=st.bubble_s, optimizer_s=st.optimizer_s, offload_s=st.offload_s,
+                              overlap_interference_s=st.interference_s)
+        flops = work.flops
         return Estimate(
             scenario=scenario.name, step_time_s=step, breakdown=breakdown, memory=mem,
             tokens_per_s=tokens / step, tokens_per_s_per_gpu=tokens / step / n,
-            model_tflops_per_gpu=model_flops / step / n / 1e12,
-            mfu=model_flops / step / n / (cluster.gpu.peak_tflops[half] * 1e12),
-            mfu_at_precision_peak=model_flops / step / n / (cluster.gpu.peak_tflops[plan.precision] * 1e12),
-            model_flops_per_step=model_flops, microbatches=m, dp=dp, comm_issued_s=issued, bytes_per_step=nbytes,
-            algorithms=algos, fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes))
+            model_tflops_per_gpu=flops / step / n / 1e12,
+            mfu=flops / step / n / (work.half_peak * 1e12),
+            mfu_at_precision_peak=flops / step / n / (work.prec_peak * 1e12),
+            model_flops_per_step=flops, microbatches=work.m, dp=work.dp, comm_issued_s=st.issued,
+            bytes_per_step=st.nbytes, algorithms=st.algorithms,
+            fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes))
 
-    def _optimizer_time(self, scenario: Scenario, ctx: EvalContext, params_gpu: float, expert_gpu: float,
-                        dp: int) -> float:
-        plan = scenario.plan
-        if plan.trainable == "lora":
-            return 0.0
-        _, _, odiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, dp * plan.cp)
-        edp = max(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
-        _, _, eodiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, edp)
-        local = (params_gpu - expert_gpu) / odiv + expert_gpu / eodiv
-        if plan.offload.optimizer != "none" and ctx.offload_bw_Bps > 0:
-            return 0.0  # the offload strategy charges the step against the pool's bandwidth
-        return local * OPTIMIZER_BYTES_PER_PARAM / ctx.device.hbm_Bps
+    # ---------------------------------------------------------------- the assembly (both)
+    def _assemble(self, ctx: EvalContext, work: _Work) -> _Step:
+        batch = ctx.batch
+        m = ctx.microbatches
+        stage = ctx.stage
+        parts: list[tuple[Strategy, Terms]] = []
+        exposed_mb: Any = 0.0
+        for strat in self.strategies:
+            terms = self._terms(strat, ctx)
+            if terms is None:
+                continue
+            parts.append((strat, terms))
+            exposed_mb = exposed_mb + terms.exposed_per_microbatch_s
+        t_mb = stage.total_s + exposed_mb
+        pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb)
+        opt_s = optimizer_time(ctx.plan, ctx.params_per_gpu, ctx.expert_params_per_gpu, ctx.dp, ctx.offload_bw_Bps,
+                               ctx.device.hbm_Bps)
+        exposed: dict[str, Any] = {}
+        issued: dict[str, Any] = {}
+        nbytes: dict[str, Any] = {}
+        algorithms: dict[str, str] = {}
+        offload_s: Any = 0.0
+        per_step: Any = 0.0
+        hidden: Any = 0.0
+        for strat, t in parts:
+            dim = strat.dimension
+            e = t.exposed_per_microbatch_s * m + t.exposed_per_step_s
+            if dim == "offload":
+                offload_s = offload_s + e
+            elif batch or e > 0 or dim not in exposed:
+                exposed[dim] = exposed.get(dim, 0.0) + e
+            total = t.issued_per_microbatch_s * m + t.issued_per_step_s
+            issued[dim] = issued.get(dim, 0.0) + total
+            nbytes[dim] = nbytes.get(dim, 0.0) + (t.bytes_per_microbatch * m + t.bytes_per_step)
+            if dim != "offload":
+                per_step = per_step + t.exposed_per_step_s
+            if strat.interferes:
+                hidden = hidden + ops.maximum(0.0, total - t.exposed_per_microbatch_s * m - t.exposed_per_step_s)
+            if not batch and t.algorithm:
+                algorithms[dim] = str(t.algorithm)
+        interference = OVERLAP_INTERFERENCE * hidden
+        step = pipe + per_step + opt_s + offload_s + interference
+        return _Step(step_s=step, compute_s=m * (stage.fwd_s + stage.bwd_s), recompute_s=m * stage.recompute_s,
+                     exposed=exposed, issued=issued, nbytes=nbytes, bubble_s=bubble, optimizer_s=opt_s,
+                     offload_s=offload_s, interference_s=interference, algorithms=algorithms, notes=list(ctx.notes))
+
+    def _terms(self, strat: Strategy, ctx: EvalContext) -> Terms | None:
+        """The strategy's terms (None if it takes no part); a batch's are zero where inactive."""
+        if not ctx.batch:
+            if not strat.active(ctx):
+                return None
+            return strat.evaluate(ctx)
+        if not strat.vectorized:
+            return _per_point(strat, ctx, self)
+        active = strat.active(ctx)
+        if not ops.any_(active):
+            return None
+        t = strat.evaluate(ctx)
+        if type(active) is np.ndarray and not active.all():
+            return Terms(*(np.where(active, getattr(t, f), 0.0) for f in _TERM_FIELDS), algorithm=None)
+        return t
+
+    # ---------------------------------------------------------------- a batch
+    def evaluate_points(self, points: PointSet, *, memory_headroom: float = 0.0,
+                        validate: bool = True) -> PointResults:
+        """Predict every point of ``points`` (one model; any mix of plans, sizes, clusters).
+
+        A point that breaks a rule, does not fit in memory (leaving ``memory_headroom`` of
+        HBM free), or cannot be evaluated gets a reason instead of numbers. The numbers of a
+        feasible point are those :meth:`evaluate` gives for it.
+        """
+        n = len(points)
+        reasons = _Reasons()
+        reason_ix = np.full(n, -1, np.int64)
+        cols: dict[str, np.ndarray] = {}
+        mb = np.full(n, -1, np.int64)
+        dp_out = np.full(n, -1, np.int64)
+        stats = {"points": n, "evaluated": 0, "scalar_points": 0}
+        out = PointResults(reason_ix, reasons.names, cols, mb, dp_out, stats)
+        if n == 0:
+            return out
+        with np.errstate(all="ignore"):
+            self._evaluate_points(points, memory_headroom, validate, reasons, out)
+        return out
+
+    def _static_reasons(self, cluster: Cluster, model: Model) -> tuple[str | None, str | None]:
+        """(the first cluster/model rule broken, the first fabric rule broken) of a pair."""
+        key = (self._key(cluster), model)
+        hit = self._static.get(key)
+        if hit is not None:
+            return hit
+        before = after = None
+        try:
+            validate_cluster(cluster)
+            validate_model(model)
+        except TwinError as err:
+            before = reason_of(err)
+        if before is None:
+            try:
+                for fab in self.cluster_fabrics(cluster):
+                    fab.validate(cluster, "cluster")
+            except TwinError as err:
+                after = reason_of(err)
+        if len(self._static) > _CACHE_LIMIT:
+            self._static.clear()
+        self._static[key] = (before, after)
+        return before, after
+
+    def _evaluate_points(self, ps: PointSet, headroom: float, validate: bool, reasons: _Reasons,
+                         out: PointResults) -> None:
+        n = len(ps)
+        model = ps.model
+        cix = ps.cluster_ix
+        plan = ps.plan
+        view = ColumnView(ps.clusters, cix)
+        bad = np.zeros(n, bool)
+        if validate:
+            statics = [self._static_reasons(c, model) for c in ps.clusters]
+            before = np.asarray([-1 if s[0] is None else reasons.code(s[0]) for s in statics], np.int64)[cix]
+            after = np.asarray([-1 if s[1] is None else reasons.code(s[1]) for s in statics], np.int64)[cix]
+            code = before.copy()
+            for rule in plan_rules(plan, model, view):
+                fresh = np.asarray(rule.bad, bool) & (code < 0)
+                if fresh.any():
+                    _code_rule(rule, fresh, code, reasons)
+            code = np.where(code < 0, after, code)
+            out.reason_ix[:] = code
+            bad = code >= 0
+        # Clusters whose facts or hierarchy cannot be built: every point of theirs gets the reason.
+        facts: list[ClusterFacts | None] = []
+        for j, c in enumerate(ps.clusters):
+            try:
+                facts.append(self.cluster_facts(c))
+            except TwinError as err:
+                facts.append(None)
+                sel = (cix == j) & ~bad
+                out.reason_ix[sel] = reasons.code(reason_of(err))
+                bad |= sel
+        pair = cix * len(ps.calibrations) + ps.calibration_ix
+        pairs, pair_row = np.unique(pair, return_inverse=True)
+        pair_row = pair_row.reshape(-1)
+        hierarchies: list[Hierarchy | None] = []
+        for k, p in enumerate(pairs.tolist()):
+            c, cal = divmod(p, len(ps.calibrations))
+            try:
+                hierarchies.append(self.hierarchy_of(ps.clusters[c], ps.calibrations[cal]))
+            except TwinError as err:
+                hierarchies.append(None)
+                sel = (pair_row == k) & ~bad
+                out.reason_ix[sel] = reasons.code(reason_of(err))
+                bad |= sel
+        idx = np.flatnonzero(~bad)
+        if len(idx) == 0:
+            return
+        sub = ps.take(idx) if len(idx) < n else ps
+        work = self._batch_work(sub, facts)
+        total = work.mem.total
+        odd = ~np.isfinite(total)
+        if odd.any():
+            # Where plain Python would have raised (an extreme input), the scalar path gives
+            # the exact outcome of the point.
+            self._per_point(sub.take(np.flatnonzero(odd)), idx[odd], reasons, out, headroom)
+        fits = work.mem.fits & ~odd
+        if headroom:
+            fits = fits & (total <= work.mem.capacity * (1.0 - headroom))
+        out.reason_ix[idx[~fits & ~odd]] = reasons.code(MEMORY_REASON)
+        keep = np.flatnonzero(fits)
+        if len(keep) == 0:
+            return
+        if len(keep) < len(idx):
+            sub, work = sub.take(keep), _take_work(work, keep)
+            idx = idx[keep]
+        hb, spans, cost_fn = self._batch_fabric(sub, work, hierarchies, pairs)
+        ctx = _context(work, model, ColumnView(sub.clusters, sub.cluster_ix),
+                       ColumnView(sub.calibrations, sub.calibration_ix), hb, spans, cost_fn, len(idx), None)
+        st = self._assemble(ctx, work)
+        self._fill(out, idx, work, st, sub)
+        odd = ~np.isfinite(out.columns["step_time_s"][idx])
+        if odd.any():
+            self._per_point(sub.take(np.flatnonzero(odd)), idx[odd], reasons, out, headroom)
+        out.stats["evaluated"] += len(idx)
+
+    def _per_point(self, ps: PointSet, idx: np.ndarray, reasons: _Reasons, out: PointResults,
+                   headroom: float) -> None:
+        """Evaluate points one by one with :meth:`evaluate` (their exact outcome)."""
+        for k, j in enumerate(idx.tolist()):
+            out.stats["scalar_points"] += 1
+            try:
+                est = self.evaluate(ps.scenario(k), validate=False, report=False)
+            except TwinError as err:
+                out.reason_ix[j] = reasons.code(reason_of(err))
+                continue
+            except ArithmeticError as err:
+                out.reason_ix[j] = reasons.code(f"{ARITHMETIC_REASON} ({type(err).__name__})")
+                continue
+            if not math.isfinite(est.step_time_s):
+                out.reason_ix[j] = reasons.code(f"{ARITHMETIC_REASON} (non-finite step time)")
+                continue
+            mem = est.memory
+            if not mem.fits or (headroom and mem.total > mem.capacity * (1.0 - headroom)):
+                out.reason_ix[j] = reasons.code(MEMORY_REASON)
+                continue
+            out.reason_ix[j] = -1
+            _fill_one(out, j, est)
+
+    def _batch_work(self, ps: PointSet, facts: Sequence[ClusterFacts | None]) -> _Work:
+        """Compute, work and memory of every point (the work of each distinct key once)."""
+        plan, model, cix = ps.plan, ps.model, ps.cluster_ix
+        n_gpus = np.asarray([c.num_gpus for c in ps.clusters], np.int64)[cix]
+        dp = np.where(plan.dp > 0, plan.dp, n_gpus // (plan.tp * plan.pp * plan.cp))
+        # Devices: one per distinct (GPU, precision, compute calibration).
+        scale = np.asarray([c.compute_efficiency for c in ps.calibrations])[ps.calibration_ix]
+        gpus: list[GPU] = []
+        gpu_rows: dict[Any, int] = {}
+        of_cluster = []
+        for c in ps.clusters:
+            row = gpu_rows.setdefault(self._key(c.gpu), len(gpus))
+            if row == len(gpus):
+                gpus.append(c.gpu)
+            of_cluster.append(row)
+        gpu_ix = np.asarray(of_cluster, np.int64)[cix]
+        precs, pcode = np.unique(plan.precision, return_inverse=True)
+        pcode = pcode.reshape(-1)
+        scales, scode = np.unique(scale, return_inverse=True)
+        dkey = (gpu_ix * len(precs) + pcode) * len(scales) + scode.reshape(-1)
+        dkeys, drow = np.unique(dkey, return_inverse=True)
+        drow = drow.reshape(-1)
+        devs = []
+        for k in dkeys.tolist():
+            g, rest = divmod(k, len(precs) * len(scales))
+            p, s = divmod(rest, len(scales))
+            devs.append(self.device(gpus[g], str(precs[p]), float(scales[s])))
+        # Work of each distinct (degrees, micro-batch, recompute, device).
+        sp = plan.sp
+        etp = plan.expert_tp
+        _, rc = np.unique(plan.recompute, return_inverse=True)
+        _, tr = np.unique(plan.trainable, return_inverse=True)
+        uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
+                                rc.reshape(-1), plan.recompute_layers, tr.reshape(-1), drow])
+        u_plan = plan.take(uniq)
+        u_dev = _device_batch(devs, drow[uniq])
+        w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
+        stage_u = stage_times(u_plan, model, u_dev, w_u)
+        params_u, expert_u = stage_params(u_plan, w_u, stage_u.layers)
+        w = _take_tree(w_u, inv)
+        stage = _take_tree(stage_u, inv)
+        dev = _device_batch(devs, drow)
+        known = [f for f in facts if f is not None]
+        proto = known[0]
+
+        def fact(attr: str) -> np.ndarray:
+            return np.asarray([getattr(f if f is not None else proto, attr) for f in facts])[cix]
+
+        cluster_facts = _FactColumns(capacity_bytes=fact("capacity_bytes"), offload_bw_Bps=fact("offload_bw_Bps"),
+                                     pool_capacity_bytes=fact("pool_capacity_bytes"),
+                                     tp_overlap_default=fact("tp_overlap_default"),
+                                     half_peak_tflops=fact("half_peak_tflops"))
+        peaks = np.asarray([[(f or proto).peak_tflops.get(str(p), np.nan) for p in precs] for f in facts])
+        gpn = np.asarray([c.gpus_per_node for c in ps.clusters], np.int64)[cix]
+        return _work(plan, model, dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus, gpn,
+                     model_fwd_flops(model), params=params_u[inv], expert=expert_u[inv])
+
+    def _batch_fabric(self, ps: PointSet, work: _Work, hierarchies: Sequence[Hierarchy | None],
+                      pairs: np.ndarray) -> tuple[HierarchyBatch, dict[str, GroupSpan], Callable[..., Any]]:
+        """The hierarchies of the batch's (cluster, calibration) pairs, group spans and costing."""
+        pair = ps.cluster_ix * len(ps.calibrations) + ps.calibration_ix
+        used, rows = np.unique(np.searchsorted(pairs, pair), return_inverse=True)
+        hs = [hierarchies[int(k)] for k in used]
+        assert all(h is not None for h in hs)
+        hb = HierarchyBatch(hs, rows.reshape(-1))  # type: ignore[arg-type]
+        plan, dp = ps.plan, work.dp
+        spans = {dim: place_group(*stride_of(plan, dp, dim), hb) for dim in DIMENSIONS}
+        if self.cost_override is None:
+            return hb, spans, lambda op, size, span, algorithm=None: collective_cost(op, size, span, hb, algorithm)
+
+        def with_override(op: str, size: Any, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
+            # The hook sees one scenario at a time: ask it point by point.
+            base = collective_cost(op, size, span, hb, algorithm)
+            fields = [np.array(np.broadcast_to(getattr(base, f.name), (len(ps),)), dtype=object if i in (1, 2)
+                               else np.float64) for i, f in enumerate(dataclasses.fields(CollectiveCost))]
+            sizes = np.broadcast_to(np.asarray(size, np.float64), (len(ps),))
+            for i in range(len(ps)):
+                one = GroupSpan(*(int(np.asarray(getattr(span, f.name)).reshape(-1)[i])
+                                  if np.ndim(getattr(span, f.name)) else int(getattr(span, f.name))
+                                  for f in dataclasses.fields(GroupSpan)))
+                if one.n <= 1 or sizes[i] <= 0:
+                    continue
+                got = self.cost_override(op, float(sizes[i]), one, hb.point(i), algorithm, ps.scenario(i))
+                if got is not None:
+                    for arr, f in zip(fields, dataclasses.fields(CollectiveCost), strict=True):
+                        arr[i] = getattr(got, f.name)
+            return CollectiveCost(*fields)
+
+        return hb, spans, with_override
+
+    def _fill(self, out: PointResults, idx: np.ndarray, work: _Work, st: _Step, ps: PointSet) -> None:
+        cols = out.columns
+        n_out = len(out)
+
+        def put(name: str, values: Any) -> None:
+            col = cols.get(name)
+            if col is None:
+                col = cols[name] = np.full(n_out, np.nan)
+            col[idx] = values
+
+        plan = ps.plan
+        step = st.step_s
+        tokens = plan.gbs * ps.model.seq_len
+        n = work.num_gpus
+        flops = work.flops
+        put("step_time_s", step)
+        put("compute_s", st.compute_s)
+        put("recompute_s", st.recompute_s)
+        for dim, v in st.exposed.items():
+            put(f"exposed_{dim}_s", v)
+        put("bubble_s", st.bubble_s)
+        put("optimizer_s", st.optimizer_s)
+        put("offload_s", st.offload_s)
+        put("interference_s", st.interference_s)
+        put("memory_gib", work.mem.total / GIB)
+        put("tokens_per_s", tokens / step)
+        put("tokens_per_s_per_gpu", tokens / step / n)
+        put("model_tflops_per_gpu", flops / step / n / 1e12)
+        put("mfu", flops / step / n / (work.half_peak * 1e12))
+        put("mfu_at_precision_peak", flops / step / n / (work.prec_peak * 1e12))
+        out.microbatches[idx] = work.m
+        out.dp[idx] = work.dp
 
 
-def stage_layers(layers: int, pp: int) -> tuple[int, int, int]:
-    """Layers on the (first, middle, last) pipeline stages.
+@dataclass(frozen=True, slots=True)
+class _FactColumns:
+    """:class:`ClusterFacts` per point (the fields a batch's work needs)."""
 
-    Even when ``pp`` divides ``layers`` (Megatron-Core's default split). Otherwise the
-    stages one layer short are the last and the first, which also hold the LM head and
-    the most in-flight activations (Llama 3 paper §3.3.2: "one fewer layer on the first
-    and the last stage").
+    capacity_bytes: np.ndarray
+    offload_bw_Bps: np.ndarray
+    pool_capacity_bytes: np.ndarray
+    tp_overlap_default: np.ndarray
+    half_peak_tflops: np.ndarray
+
+
+_TERM_FIELDS = ("exposed_per_microbatch_s", "issued_per_microbatch_s", "bytes_per_microbatch",
+                "exposed_per_step_s", "issued_per_step_s", "bytes_per_step")
+
+
+def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: StageTimes, facts: Any,
+          prec_peak: Any, num_gpus: Any, gpus_per_node: Any, fwd_flops: float, params: Any = None,
+          expert: Any = None) -> _Work:
+    """The memory and the derived numbers of one scenario or of a batch.
+
+    ``facts`` holds the cluster facts (a :class:`ClusterFacts`, or per-point arrays of its
+    fields for a batch).
     """
-    base, extra = divmod(layers, pp)
-    if extra == 0:
-        return base, base, base
-    short = pp - extra
-    last = base
-    first = base if short >= 2 else base + 1
-    return first, base + 1, last
+    if params is None:
+        params, expert = stage_params(plan, w, stage.layers)
+    m = plan.gbs // (plan.mbs * dp)
+    offload_bw, pool_capacity = facts.offload_bw_Bps, facts.pool_capacity_bytes
+    o = plan.offload
+    host = ops.logical_or(ops.logical_or(o.optimizer == "host", o.params == "host"), o.activations == "host")
+    if ops.any_(host):
+        # Host DRAM when no pool is attached (a pool's own figures win).
+        offload_bw = ops.where(host, ops.where(offload_bw != 0, offload_bw, HOST_OFFLOAD_BW_BPS), offload_bw)
+        pool_capacity = ops.where(host, ops.where(pool_capacity != 0, pool_capacity,
+                                                  HOST_MEMORY_PER_NODE_BYTES / gpus_per_node), pool_capacity)
+    act = activation_terms(plan, model, w, dev.flash)
+    mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, pool_capacity, dev.flash, act)
+    passes = ops.where(plan.trainable == "lora", 2.0, 3.0)
+    return _Work(plan=plan, dp=dp, m=m, dev=dev, w=w, stage=stage, params=params, expert=expert, act=act, mem=mem,
+                 flops=passes * fwd_flops * plan.gbs, capacity=facts.capacity_bytes, offload_bw=offload_bw,
+                 pool_capacity=pool_capacity, tp_overlap_default=facts.tp_overlap_default,
+                 half_peak=facts.half_peak_tflops, prec_peak=prec_peak, num_gpus=num_gpus)
+
+
+def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, dp: Any, offload_bw: Any, hbm_Bps: Any) -> Any:
+    """The optimizer step: the local (sharded) optimizer state streamed through HBM once.
+
+    Zero for LoRA's frozen base (the adapters are negligible) and when the optimizer state
+    lives in a memory pool (the offload strategy charges that step against the pool link).
+    """
+    _, _, odiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, dp * plan.cp)
+    edp = ops.maximum(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
+    _, _, eodiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, edp)
+    local = (params_gpu - expert_gpu) / odiv + expert_gpu / eodiv
+    t = local * OPTIMIZER_BYTES_PER_PARAM / hbm_Bps
+    offloaded = ops.logical_and(plan.offload.optimizer != "none", offload_bw > 0)
+    return ops.where(ops.logical_or(plan.trainable == "lora", offloaded), 0.0, t)
+
+
+def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarchy: Hierarchy | HierarchyBatch,
+             spans: dict[str, GroupSpan], cost_fn: Callable[..., Any], points: int,
+             scenario: Scenario | None) -> EvalContext:
+    plan = work.plan
+    tp_comm = plan.overlap.tp_comm
+    if points:
+        tp_overlap = np.where(tp_comm < 0, work.tp_overlap_default, tp_comm == 1)
+    else:
+        tp_overlap = work.tp_overlap_default if tp_comm is None else tp_comm
+    # The activations one micro-batch keeps in HBM (offloaded activations: the two staged layers).
+    act = work.act
+    in_hbm = ops.where(plan.offload.activations != "none", act.per_token * work.w.tokens * 2,
+                       act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1) + act.recompute_live)
+    return EvalContext(plan=plan, model=model, cluster=cluster, calibration=calibration, dp=work.dp,
+                       microbatches=work.m, device=work.dev, workload=work.w, hierarchy=hierarchy, spans=spans,
+                       stage=work.stage, params_per_gpu=work.params, expert_params_per_gpu=work.expert,
+                       tp_overlap=tp_overlap, cost_fn=cost_fn, offload_bw_Bps=work.offload_bw,
+                       activation_bytes_per_microbatch=in_hbm, points=points, scenario=scenario)
+
+
+def _code_rule(rule: Any, fresh: np.ndarray, code: np.ndarray, reasons: _Reasons) -> None:
+    """Give the points in ``fresh`` the reason of ``rule`` (formatted per distinct message)."""
+    pts = np.flatnonzero(fresh)
+    if not rule.values:
+        code[pts] = reasons.code(reason_of(SpecError(rule.field, rule.message(int(pts[0])))))
+        return
+    done: dict[str, int] = {}
+    for i in pts.tolist():
+        text = reason_of(SpecError(rule.field, rule.message(i)))
+        c = done.get(text)
+        if c is None:
+            c = done[text] = reasons.code(text)
+        code[i] = c
+        if len(done) == 1 and i == pts[0]:
+            # Most rules' reasons do not depend on the point (numbers are in parentheses):
+            # check once whether the last point's reason is the same, then fill the rest.
+            last = reason_of(SpecError(rule.field, rule.message(int(pts[-1]))))
+            if last == text and _reason_constant(rule):
+                code[pts] = c
+                return
+
+
+def _reason_constant(rule: Any) -> bool:
+    """Whether ``rule``'s reason can differ between points (values outside parentheses)."""
+    stripped = _PARENS.sub("", rule.template)
+    return not any("{" + k + "}" in stripped for k in rule.values)
+
+
+def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(index of the first point of each distinct row, each point's row) over ``columns``."""
+    n = len(columns[0])
+    key = np.zeros(n, np.int64)
+    mult = 1
+    fallback = False
+    for column in columns:
+        col = np.asarray(column)
+        if col.dtype.kind == "b":
+            col = col.astype(np.int64)
+        lo, hi = int(col.min()), int(col.max())
+        if col.dtype.kind in "iu" and lo >= 0 and hi < 1 << 20:
+            codes, radix = col, hi + 1
+        else:
+            u, codes = np.unique(col, return_inverse=True)
+            codes, radix = codes.reshape(-1), len(u)
+        if mult * radix >= 1 << 62:
+            fallback = True
+            break
+        key += codes.astype(np.int64) * mult
+        mult *= max(radix, 1)
+    if fallback:
+        stacked = np.stack([np.asarray(c, np.float64) for c in columns], axis=1)
+        _, first, inv = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+        return first, inv.reshape(-1)
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return first, inv.reshape(-1)
+
+
+def _device_batch(devices: Sequence[Device], rows: np.ndarray) -> Device:
+    """A :class:`Device` whose fields hold, per point, those of ``devices[rows]``."""
+    return Device(**{f: np.asarray([getattr(d, f) for d in devices])[rows] for f in DEVICE_FIELDS})
+
+
+def _take_tree(obj: Any, idx: Any) -> Any:
+    """``obj`` with every array inside it (dataclass fields, dict values, tuples) indexed by ``idx``."""
+    if type(obj) is np.ndarray:
+        if obj.ndim == 0:
+            return obj
+        v = obj[idx]
+        return v.item() if np.ndim(v) == 0 else v
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return type(obj)(**{f.name: _take_tree(getattr(obj, f.name), idx) for f in dataclasses.fields(obj)
+                            if f.init})
+    if isinstance(obj, dict):
+        return {k: _take_tree(v, idx) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return tuple(_take_tree(v, idx) for v in obj)
+    return obj
+
+
+def _take_work(work: _Work, idx: np.ndarray) -> _Work:
+    """The work of the points in ``idx``."""
+    plan = work.plan.take(idx)
+    out = _take_tree(dataclasses.replace(work, plan=None), idx)
+    out.plan = plan
+    return out
+
+
+def _per_point(strat: Strategy, ctx: EvalContext, model: TwinModel) -> Terms | None:
+    """A scalar-only strategy's terms in a batch: evaluated point by point."""
+    n = ctx.points
+    vals = {f: np.zeros(n) for f in _TERM_FIELDS}
+    anyone = False
+    for i in range(n):
+        one = _point_context(ctx, i)
+        if not strat.active(one):
+            continue
+        anyone = True
+        t = strat.evaluate(one)
+        for f in _TERM_FIELDS:
+            vals[f][i] = getattr(t, f)
+    if not anyone:
+        return None
+    return Terms(**vals)
+
+
+def _point_context(ctx: EvalContext, i: int) -> EvalContext:
+    """Point ``i`` of a batch context as a one-scenario context."""
+    plan: PlanColumns = ctx.plan
+    one_plan = plan.plan(i)
+    cluster = ctx.cluster.distinct()
+    calib = ctx.calibration.distinct()
+    scenario = Scenario(cluster=cluster[0][int(cluster[1][i])], model=ctx.model, plan=one_plan,
+                        calibration=calib[0][int(calib[1][i])])
+    hb = ctx.hierarchy
+    assert isinstance(hb, HierarchyBatch)
+    h = hb.point(i)
+    spans = {k: _take_tree(v, i) for k, v in ctx.spans.items()}
+
+    def cost(op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
+        return collective_cost(op, size, span, h, algorithm)
+
+    return EvalContext(plan=one_plan, model=ctx.model, cluster=scenario.cluster, calibration=scenario.calibration,
+                       dp=_take_tree(ctx.dp, i), microbatches=_take_tree(ctx.microbatches, i),
+                       device=_take_tree(ctx.device, i), workload=_take_tree(ctx.workload, i), hierarchy=h,
+                       spans=spans, stage=_take_tree(ctx.stage, i), params_per_gpu=_take_tree(ctx.params_per_gpu, i),
+                       expert_params_per_gpu=_take_tree(ctx.expert_params_per_gpu, i),
+                       tp_overlap=bool(_take_tree(ctx.tp_overlap, i)), cost_fn=cost,
+                       offload_bw_Bps=_take_tree(ctx.offload_bw_Bps, i),
+                       activation_bytes_per_microbatch=_take_tree(ctx.activation_bytes_per_microbatch, i),
+                       points=0, scenario=scenario)
+
+
+def _fill_one(out: PointResults, j: int, est: Estimate) -> None:
+    """Point ``j``'s columns from a full :class:`Estimate`."""
+    n_out = len(out)
+    bd = est.breakdown
+    values = {"step_time_s": est.step_time_s, "compute_s": bd.compute_s, "recompute_s": bd.recompute_s,
+              **{f"exposed_{k}_s": v for k, v in bd.exposed_comm_s.items()},
+              "bubble_s": bd.bubble_s, "optimizer_s": bd.optimizer_s, "offload_s": bd.offload_s,
+              "interference_s": bd.overlap_interference_s, "memory_gib": est.memory.total / GIB,
+              "tokens_per_s": est.tokens_per_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+              "model_tflops_per_gpu": est.model_tflops_per_gpu, "mfu": est.mfu,
+              "mfu_at_precision_peak": est.mfu_at_precision_peak}
+    for name, v in values.items():
+        col = out.columns.get(name)
+        if col is None:
+            col = out.columns[name] = np.full(n_out, np.nan)
+        col[j] = v
+    out.microbatches[j] = est.microbatches
+    out.dp[j] = est.dp
+
+
+@functools.lru_cache(maxsize=1024)
+def model_fwd_flops(model: Model) -> float:
+    """Forward model FLOPs of one sequence (MFU convention: no recompute, no causal discount)."""
+    w = build_workload(model, 1, 1, 1, False, 1, 1)
+    return sum(w.sublayers[k].model_flops * c for k, c in w.counts.items()) + w.head.model_flops
 
 
 def model_flops_per_step(scenario: Scenario) -> float:
@@ -356,8 +1060,5 @@ def model_flops_per_step(scenario: Scenario) -> float:
     3 passes (forward, data grad, weight grad) for full training; LoRA's frozen base needs
     no weight gradient, so 2 passes (plus negligible adapter work).
     """
-    model, plan = scenario.model, scenario.plan
-    w = build_workload(model, 1, 1, 1, False, 1, 1)
-    fwd = sum(w.sublayers[k].model_flops * c for k, c in w.counts.items()) + w.head.model_flops
-    passes = 2.0 if plan.trainable == "lora" else 3.0
-    return passes * fwd * plan.gbs
+    passes = 2.0 if scenario.plan.trainable == "lora" else 3.0
+    return passes * model_fwd_flops(scenario.model) * scenario.plan.gbs

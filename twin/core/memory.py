@@ -11,13 +11,20 @@ attention stores no score matrix; selective recompute drops it for unfused atten
 full recompute keeps only each layer's input. The first stage of a 1F1B pipeline holds
 ``min(p, m)`` micro-batches in flight; interleaving adds ``(p-1)/(p*v)`` (Narayanan et
 al. 2021 §2.2.2).
+
+Written once for one scenario and for a batch (``twin.core.ops``): plan fields may hold
+one value per point (the model is shared).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from twin.core.specs import Model, Plan, Scenario
+import numpy as np
+
+from twin.core import ops
+from twin.core.specs import Model
 from twin.core.units import GIB
 from twin.core.workload import ACT_BYTES, Workload
 
@@ -32,38 +39,38 @@ FRAGMENTATION = 0.07
 ADAM_STATE_BYTES = 12.0
 
 
-def lora_trainable_fraction(model: Model, plan: Plan) -> float:
+def lora_trainable_fraction(model: Model, plan: Any) -> Any:
     """Share of a layer's weights that LoRA adapters train.
 
     A rank-r adapter on a d x k weight trains r(d + k) parameters (Hu et al. 2021 §4);
     for the hidden-sized projections that dominate a layer that is 2r/h of the weight.
     """
-    return min(1.0, 2.0 * plan.lora_rank / model.hidden)
+    return ops.minimum(1.0, 2.0 * plan.lora_rank / model.hidden)
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
-    """Bytes per GPU by category, the capacity and the verdict."""
+    """Bytes per GPU by category, the capacity and the verdict (arrays for a batch)."""
 
-    weights: float
-    gradients: float
-    optimizer: float
-    activations: float
-    logits: float
-    runtime: float
-    offloaded: float
-    capacity: float
-    pool_capacity: float
+    weights: Any
+    gradients: Any
+    optimizer: Any
+    activations: Any
+    logits: Any
+    runtime: Any
+    offloaded: Any
+    capacity: Any
+    pool_capacity: Any
 
     @property
-    def total(self) -> float:
+    def total(self) -> Any:
         """Bytes that must live in HBM."""
         return self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.runtime
 
     @property
-    def fits(self) -> bool:
+    def fits(self) -> Any:
         """HBM holds it, and the offload target holds what was sent there."""
-        return self.total <= self.capacity and self.offloaded <= self.pool_capacity
+        return ops.logical_and(self.total <= self.capacity, self.offloaded <= self.pool_capacity)
 
     def as_gib(self) -> dict[str, float]:
         """Each category in GiB."""
@@ -76,18 +83,34 @@ class MemoryBreakdown:
         }
 
 
-def shard_factors(sharding: str, reshard: bool, dp_shard: int) -> tuple[float, float, float]:
-    """Divisors of (weights, gradients, optimizer) under a sharding scheme (ZeRO §5)."""
-    if sharding in ("distributed_optimizer", "zero1"):
-        return 1.0, 1.0, dp_shard
-    if sharding == "zero2" or (sharding == "fsdp" and not reshard):
-        return 1.0, dp_shard, dp_shard
-    if sharding in ("zero3", "fsdp"):
-        return dp_shard, dp_shard, dp_shard
-    return 1.0, 1.0, 1.0
+_OPTIMIZER_SHARDED = ("distributed_optimizer", "zero1", "zero2", "zero3", "fsdp")
 
 
-def _activation_bytes_per_token_layer(scn: Scenario, w: Workload) -> float:
+def weights_sharded(plan: Any) -> Any:
+    """ZeRO-3, or FSDP resharding after forward: weights are sharded and gathered every micro-batch."""
+    return ops.logical_or(plan.optimizer_sharding == "zero3",
+                          ops.logical_and(plan.optimizer_sharding == "fsdp", plan.fsdp_reshard_after_forward))
+
+
+def shard_factors(sharding: Any, reshard: Any, dp_shard: Any) -> tuple[Any, Any, Any]:
+    """Divisors of (weights, gradients, optimizer) under a sharding scheme (ZeRO §5).
+
+    distributed optimizer / ZeRO-1 shard the optimizer state; ZeRO-2 and FSDP without
+    resharding after forward also the gradients; ZeRO-3 and FSDP with resharding also
+    the weights.
+    """
+    fsdp = sharding == "fsdp"
+    weights = ops.logical_or(sharding == "zero3", ops.logical_and(fsdp, reshard))  # as weights_sharded()
+    grads = ops.logical_or(ops.logical_or(sharding == "zero2", sharding == "zero3"), fsdp)
+    optim = ops.isin(sharding, _OPTIMIZER_SHARDED)
+    return (ops.where(weights, dp_shard, 1.0), ops.where(grads, dp_shard, 1.0), ops.where(optim, dp_shard, 1.0))
+
+
+def _low_precision(precision: Any) -> Any:
+    return ops.isin(precision, ("fp8", "fp4"))
+
+
+def activation_bytes_per_token_layer(plan: Any, model: Model, w: Workload, flash: Any) -> Any:
     """Stored activation bytes per token (per micro-batch token on this GPU) per layer,
     for a layer that is not fully recomputed.
 
@@ -95,21 +118,22 @@ def _activation_bytes_per_token_layer(scn: Scenario, w: Workload) -> float:
     (Transformer Engine's Linear/LayerNormLinear save the FP8-cast input for backward);
     everything else stays 16-bit.
     """
-    plan, model = scn.plan, scn.model
     tp = plan.tp
     h = model.hidden
-    h_sp = h / tp if plan.sp else h
-    g_in = 1.0 if plan.precision in ("fp8", "fp4") else ACT_BYTES  # bytes of a saved GEMM input
+    h_sp = ops.where(plan.sp, h / tp, h)
+    g_in = ops.where(_low_precision(plan.precision), 1.0, ACT_BYTES)  # bytes of a saved GEMM input
     b = ACT_BYTES
     mult = 3 if model.gated_mlp else 2  # fc1 output width in units of ffn (gated: two halves)
-    total = 0.0
+    total: Any = 0.0
     for kind, count in w.counts.items():
         if kind == "attention":
             a, g, d = model.heads, model.kv_head_count, model.head_size
             # norm input, QKV GEMM input, q/k/v for attention backward, output (proj input)
-            per = b * h_sp + g_in * h_sp + b * (a + 2 * max(g, tp)) * d / tp + g_in * a * d / tp
-            if not _flash(scn) and plan.recompute == "none":
-                per += b * 2.5 * a * model.seq_len / plan.cp / tp  # scores, softmax, dropout (5as/h term)
+            per = b * h_sp + g_in * h_sp + b * (a + 2 * ops.maximum(g, tp)) * d / tp + g_in * a * d / tp
+            unfused = ops.logical_and(ops.logical_not(flash), plan.recompute == "none")
+            if ops.any_(unfused):
+                # scores, softmax, dropout (5as/h term)
+                per = ops.where(unfused, per + b * 2.5 * a * model.seq_len / plan.cp / tp, per)
         elif kind == "mlp":
             f = model.ffn_size
             # norm input, fc1 input, fc1 output (activation input), activation output (fc2 input)
@@ -133,76 +157,99 @@ def _activation_bytes_per_token_layer(scn: Scenario, w: Workload) -> float:
     return total / w.layers
 
 
-def _flash(scn: Scenario) -> bool:
-    eff = scn.cluster.gpu.efficiency
-    return True if eff is None else eff.flash_attention
+@dataclass(frozen=True, slots=True)
+class ActivationTerms:
+    """The activation memory of the first stage, split by how it scales with micro-batches."""
+
+    per_microbatch: Any      # stored bytes of one micro-batch in flight (all layers of the stage)
+    recompute_live: Any      # one layer's full activations, live while it is recomputed
+    stored_per_token: Any    # bytes per token of a layer that is not recomputed
+    per_token: Any           # bytes per token and layer, recomputed layers counted at their input
 
 
-def memory_per_gpu(scn: Scenario, w: Workload, dp: int, m: int, params_gpu: float,
-                   expert_params_gpu: float, pool_capacity: float) -> MemoryBreakdown:
-    """Memory of the most loaded GPU (first or last pipeline stage)."""
-    plan, model = scn.plan, scn.model
-    p, v = plan.pp, plan.vp
+def activation_terms(plan: Any, model: Model, w: Workload, flash: Any) -> ActivationTerms:
+    """Activation bytes of the most loaded (first) stage that do not depend on m or v."""
+    layers_stage = first_stage_layers(model.layers, plan.pp)
+    stored = activation_bytes_per_token_layer(plan, model, w, flash)
+    checkpoint = ACT_BYTES * ops.where(plan.sp, model.hidden / plan.tp, model.hidden)  # a recomputed layer's input
+    recomputed = recomputed_layers(plan.recompute, plan.recompute_layers, layers_stage)
+    per_token = (stored * (layers_stage - recomputed) + checkpoint * recomputed) / ops.maximum(layers_stage, 1)
+    live = ops.where(recomputed > 0, stored * w.tokens, 0.0)
+    return ActivationTerms(per_microbatch=per_token * w.tokens * layers_stage, recompute_live=live,
+                           stored_per_token=stored, per_token=per_token)
+
+
+def in_flight_microbatches(pp: Any, vp: Any, m: Any) -> Any:
+    """Micro-batches whose activations the first stage holds (1F1B: min(p, m); interleaving
+    adds (p-1)/(p*v) of a micro-batch per chunk, Narayanan et al. 2021 §2.2.2).
+    """
+    extra = ops.where(vp > 1, (pp - 1) / (pp * vp), 0.0)
+    return ops.where(pp > 1, ops.minimum(pp, m) * (1.0 + extra), 1.0)
+
+
+def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params_gpu: Any,
+                   expert_params_gpu: Any, capacity: Any, pool_capacity: Any, flash: Any,
+                   act: ActivationTerms | None = None) -> MemoryBreakdown:
+    """Memory of the most loaded GPU (first or last pipeline stage).
+
+    ``act``: the activation terms when already known (they do not depend on m or v).
+    """
+    p = plan.pp
     dp_shard = dp * plan.cp
-    edp = max(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
+    edp = ops.maximum(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
     dense = params_gpu - expert_params_gpu
     wdiv, gdiv, odiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, dp_shard)
     ewdiv, egdiv, eodiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, edp)
-    weight_bytes = 2.0 + (1.0 if plan.precision in ("fp8", "fp4") else 0.0)  # + fp8 weight copy
-    grad_bytes = 4.0 if plan.grad_reduce_dtype == "fp32" else 2.0
+    weight_bytes = 2.0 + ops.where(_low_precision(plan.precision), 1.0, 0.0)  # + fp8 weight copy
+    grad_bytes = ops.where(plan.grad_reduce_dtype == "fp32", 4.0, 2.0)
     weights = weight_bytes * (dense / wdiv + expert_params_gpu / ewdiv)
-    if wdiv > 1:  # FSDP/ZeRO-3 gathers about two layers at a time (current + prefetch)
-        weights += weight_bytes * 2 * params_gpu / max(1.0, w.layers / p)
-    if plan.trainable == "lora":
-        trainable = lora_trainable_fraction(model, plan) * params_gpu
-        grads = grad_bytes * trainable
-        optim = ADAM_STATE_BYTES * trainable
-    else:
-        grads = grad_bytes * (dense / gdiv + expert_params_gpu / egdiv)
-        optim = ADAM_STATE_BYTES * (dense / odiv + expert_params_gpu / eodiv)
-    layers_stage = first_stage_layers(model.layers, p)
-    stored = _activation_bytes_per_token_layer(scn, w)
-    checkpoint = ACT_BYTES * (model.hidden / plan.tp if plan.sp else model.hidden)  # a recomputed layer's input
-    recomputed = recomputed_layers(plan.recompute, plan.recompute_layers, layers_stage)
-    per_token = (stored * (layers_stage - recomputed) + checkpoint * recomputed) / max(layers_stage, 1)
-    if p > 1:
-        in_flight = min(p, m) * (1.0 + ((p - 1) / (p * v) if v > 1 else 0.0))
-    else:
-        in_flight = 1.0
-    activations = per_token * w.tokens * layers_stage * in_flight
-    if recomputed:  # one layer's full activations are live during its recompute
-        activations += stored * w.tokens
+    # FSDP/ZeRO-3 gathers about two layers at a time (current + prefetch)
+    weights = ops.where(wdiv > 1, weights + weight_bytes * 2 * params_gpu / ops.maximum(1.0, w.layers / p), weights)
+    lora = plan.trainable == "lora"
+    trainable = lora_trainable_fraction(model, plan) * params_gpu
+    grads = ops.where(lora, grad_bytes * trainable, grad_bytes * (dense / gdiv + expert_params_gpu / egdiv))
+    optim = ops.where(lora, ADAM_STATE_BYTES * trainable,
+                      ADAM_STATE_BYTES * (dense / odiv + expert_params_gpu / eodiv))
+    if act is None:
+        act = activation_terms(plan, model, w, flash)
+    activations = act.per_microbatch * in_flight_microbatches(p, plan.vp, m) + act.recompute_live
     logits = (ACT_BYTES + 4.0) * w.tokens * model.vocab / plan.tp  # bf16 logits + fp32 softmax (last stage)
-    offloaded = 0.0
-    if plan.offload.optimizer != "none":
-        offloaded += optim
-        optim = 0.0
-    if plan.offload.params != "none":
-        offloaded += weights
-        weights = weight_bytes * 2 * params_gpu / max(1.0, layers_stage)
-    if plan.offload.activations != "none":
-        offloaded += activations
-        activations = per_token * w.tokens * 2  # two layers staged in HBM
+    offloaded: Any = 0.0
+    o = plan.offload
+    off_opt, off_par, off_act = o.optimizer != "none", o.params != "none", o.activations != "none"
+    if ops.any_(off_opt):
+        offloaded = ops.where(off_opt, offloaded + optim, offloaded)
+        optim = ops.where(off_opt, 0.0, optim)
+    if ops.any_(off_par):
+        offloaded = ops.where(off_par, offloaded + weights, offloaded)
+        layers_stage = first_stage_layers(model.layers, p)
+        weights = ops.where(off_par, weight_bytes * 2 * params_gpu / ops.maximum(1.0, layers_stage), weights)
+    if ops.any_(off_act):
+        offloaded = ops.where(off_act, offloaded + activations, offloaded)
+        activations = ops.where(off_act, act.per_token * w.tokens * 2, activations)  # two layers staged in HBM
     live = weights + grads + optim + activations + logits
     runtime = RUNTIME_RESERVED_BYTES + FRAGMENTATION * live
     return MemoryBreakdown(
         weights=weights, gradients=grads, optimizer=optim, activations=activations, logits=logits,
-        runtime=runtime, offloaded=offloaded, capacity=scn.cluster.gpu.hbm_gib * GIB,
-        pool_capacity=pool_capacity)
+        runtime=runtime, offloaded=offloaded, capacity=capacity, pool_capacity=pool_capacity)
 
 
-def recomputed_layers(recompute: str, requested: int | None, layers_stage: float) -> float:
-    """Layers of a stage that are fully recomputed (Megatron --recompute-num-layers)."""
-    if recompute != "full":
-        return 0.0
-    if requested is None:
-        return float(layers_stage)
-    return float(min(requested, layers_stage))
+def recomputed_layers(recompute: Any, requested: Any, layers_stage: Any) -> Any:
+    """Layers of a stage that are fully recomputed (Megatron --recompute-num-layers).
+
+    ``requested`` None (or 0 in a batch column) means all layers of the stage.
+    """
+    full = recompute == "full"
+    if not ops.is_batch(full, requested, layers_stage):
+        if not full:
+            return 0.0
+        return float(layers_stage) if requested is None else float(min(requested, layers_stage))
+    req = np.asarray(0 if requested is None else requested)
+    layers = np.asarray(layers_stage, dtype=np.float64)
+    return np.where(full, np.where(req > 0, np.minimum(req, layers), layers), 0.0)
 
 
-def first_stage_layers(layers: int, pp: int) -> int:
-    """Layers on the first pipeline stage (see ``evaluate.stage_layers``)."""
+def first_stage_layers(layers: int, pp: Any) -> Any:
+    """Layers on the first pipeline stage (see ``schedule.stage_layers``)."""
     base, extra = divmod(layers, pp)
-    if extra == 0:
-        return base
-    return base if pp - extra >= 2 else base + 1
+    return ops.where(ops.logical_and(extra != 0, pp - extra < 2), base + 1, base)

@@ -9,9 +9,13 @@ Units are in the field names (see :mod:`twin.core.units`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
+from twin.core import ops
 from twin.core.errors import SpecError
 from twin.core.schema import spec_field
 
@@ -445,55 +449,129 @@ def validate_cluster(cluster: Cluster, path: str = "cluster") -> None:
         raise SpecError(f"{path}.scale_out", f"is required when num_gpus ({n}) exceeds the scale-up domain ({dom})")
 
 
-def validate_plan(plan: Plan, model: Model, cluster: Cluster, path: str = "plan") -> None:
-    """Rules spanning plan, model and cluster: divisibility of every degree."""
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One cross-field rule of a plan: the field it names, where it is broken, and why.
+
+    ``bad`` is a bool (one scenario) or a bool array (a batch); ``message`` formats
+    ``template`` with ``values`` (numbers, or arrays for a batch) of one point.
+    """
+
+    field: str
+    bad: Any
+    template: str
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def message(self, i: int | None = None) -> str:
+        """The rule's message for one scenario, or for point ``i`` of a batch."""
+        if i is None:
+            return self.template.format(**self.values)
+        return self.template.format(**{k: _at(v, i) for k, v in self.values.items()})
+
+
+def _at(value: Any, i: int) -> Any:
+    item = getattr(value, "item", None)
+    if item is not None and getattr(value, "ndim", 0) > 0:
+        return value[i].item()
+    return value
+
+
+def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Iterator[Rule]:
+    """The plan's cross-field rules in the order they are checked (divisibility of every degree).
+
+    ``plan`` and ``cluster`` may be one scenario's or a batch's (``twin.core.points``);
+    rules after a broken one are evaluated for a batch too (their points are already
+    counted against the first broken rule).
+    """
     n = cluster.num_gpus
-    mp = plan.tp * plan.pp * plan.cp
-    if plan.dp is None:
-        if n % mp:
-            raise SpecError(f"{path}.tp", f"tp*pp*cp ({mp}) must divide num_gpus ({n})")
+    tp, pp, cp, vp, ep = plan.tp, plan.pp, plan.cp, plan.vp, plan.ep
+    mp = tp * pp * cp
+    batch = ops.is_batch(tp, n)
+    if batch:
+        given = plan.dp > 0
+        derived = n // mp
+        yield Rule(f"{path}.tp", ops.logical_and(ops.logical_not(given), n % mp != 0),
+                   "tp*pp*cp ({mp}) must divide num_gpus ({n})", {"mp": mp, "n": n})
+        dp = ops.where(given, plan.dp, derived)
+        yield Rule(f"{path}.dp", ops.logical_and(given, mp * dp != n),
+                   "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})", {"n": n, "got": mp * dp})
+    elif plan.dp is None:
+        yield Rule(f"{path}.tp", n % mp != 0, "tp*pp*cp ({mp}) must divide num_gpus ({n})", {"mp": mp, "n": n})
         dp = n // mp
     else:
         dp = plan.dp
-        if mp * dp != n:
-            raise SpecError(f"{path}.dp", f"tp*pp*cp*dp must equal num_gpus ({n}) (got {mp * dp})")
-    if plan.gbs % (plan.mbs * dp):
-        raise SpecError(f"{path}.gbs", f"must be a multiple of mbs*dp ({plan.mbs * dp}) (got {plan.gbs})")
-    if model.heads % plan.tp:
-        raise SpecError(f"{path}.tp", f"must divide the attention heads ({model.heads}) (got {plan.tp})")
+        yield Rule(f"{path}.dp", mp * dp != n, "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})",
+                   {"n": n, "got": mp * dp})
+    mbs_dp = plan.mbs * dp
+    yield Rule(f"{path}.gbs", plan.gbs % ops.maximum(mbs_dp, 1) != 0,
+               "must be a multiple of mbs*dp ({mbs_dp}) (got {gbs})", {"mbs_dp": mbs_dp, "gbs": plan.gbs})
+    yield Rule(f"{path}.tp", model.heads % tp != 0, "must divide the attention heads ({heads}) (got {tp})",
+               {"heads": model.heads, "tp": tp})
     kv = model.kv_head_count
-    if kv % plan.tp and plan.tp % kv:
-        raise SpecError(f"{path}.tp", f"must divide or be a multiple of kv_heads ({kv}) (got {plan.tp})")
-    if plan.pp > model.layers:
-        raise SpecError(f"{path}.pp", f"must be <= layers ({model.layers}) (got {plan.pp})")
-    if plan.vp > 1:
-        if plan.pp == 1:
-            raise SpecError(f"{path}.vp", "interleaving (vp > 1) needs pipeline parallelism (pp > 1)")
-        if plan.pp * plan.vp > model.layers:
-            raise SpecError(f"{path}.vp",
-                            f"pp*vp ({plan.pp * plan.vp}) must be <= the layers ({model.layers}): "
-                            "every virtual stage needs a layer")
-    if plan.cp > 1 and model.seq_len % (2 * plan.cp):
-        raise SpecError(f"{path}.cp", f"2*cp ({2 * plan.cp}) must divide seq_len ({model.seq_len})")
-    if plan.sp and model.seq_len % (plan.tp * plan.cp):
-        raise SpecError(f"{path}.sequence_parallel",
-                        f"tp*cp ({plan.tp * plan.cp}) must divide seq_len ({model.seq_len})")
-    if plan.ep > 1:
-        if model.moe is None:
-            raise SpecError(f"{path}.ep", "expert parallelism needs an MoE model (model.moe)")
-        if model.moe.experts % plan.ep:
-            raise SpecError(f"{path}.ep", f"must divide the experts ({model.moe.experts}) (got {plan.ep})")
-    expert_group = plan.ep * plan.expert_tp
-    if (plan.tp * plan.cp * dp) % expert_group:
-        raise SpecError(f"{path}.ep", f"ep*etp ({expert_group}) must divide tp*cp*dp ({plan.tp * plan.cp * dp})")
-    if not cluster.gpu.supports(plan.precision):
-        raise SpecError(f"{path}.precision",
-                        f"{cluster.gpu.name} ({cluster.gpu.generation}) has no {plan.precision} tensor cores")
-    if plan.recompute_layers is not None and plan.recompute != "full":
-        raise SpecError(f"{path}.recompute_layers", "applies only with recompute: full")
+    yield Rule(f"{path}.tp", ops.logical_and(kv % tp != 0, tp % kv != 0),
+               "must divide or be a multiple of kv_heads ({kv}) (got {tp})", {"kv": kv, "tp": tp})
+    yield Rule(f"{path}.pp", pp > model.layers, "must be <= layers ({layers}) (got {pp})",
+               {"layers": model.layers, "pp": pp})
+    interleaved = vp > 1
+    yield Rule(f"{path}.vp", ops.logical_and(interleaved, pp == 1),
+               "interleaving (vp > 1) needs pipeline parallelism (pp > 1)")
+    yield Rule(f"{path}.vp", ops.logical_and(interleaved, pp * vp > model.layers),
+               "pp*vp ({ppvp}) must be <= the layers ({layers}): every virtual stage needs a layer",
+               {"ppvp": pp * vp, "layers": model.layers})
+    yield Rule(f"{path}.cp", ops.logical_and(cp > 1, model.seq_len % (2 * cp) != 0),
+               "2*cp ({cp2}) must divide seq_len ({seq})", {"cp2": 2 * cp, "seq": model.seq_len})
+    yield Rule(f"{path}.sequence_parallel", ops.logical_and(plan.sp, model.seq_len % (tp * cp) != 0),
+               "tp*cp ({tpcp}) must divide seq_len ({seq})", {"tpcp": tp * cp, "seq": model.seq_len})
+    expert_parallel = ep > 1
+    if model.moe is None:
+        yield Rule(f"{path}.ep", expert_parallel, "expert parallelism needs an MoE model (model.moe)")
+    else:
+        yield Rule(f"{path}.ep", ops.logical_and(expert_parallel, model.moe.experts % ep != 0),
+                   "must divide the experts ({experts}) (got {ep})", {"experts": model.moe.experts, "ep": ep})
+    expert_group = ep * plan.expert_tp
+    yield Rule(f"{path}.ep", (tp * cp * dp) % expert_group != 0,
+               "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})", {"group": expert_group, "tpcpdp": tp * cp * dp})
+    gpu = cluster.gpu
+    supported = gpu_supports(gpu, plan.precision)
+    yield Rule(f"{path}.precision", ops.logical_not(supported),
+               "{gpu} ({generation}) has no {precision} tensor cores",
+               {"gpu": gpu.name, "generation": gpu.generation, "precision": plan.precision})
+    requested = plan.recompute_layers > 0 if batch else plan.recompute_layers is not None
+    yield Rule(f"{path}.recompute_layers", ops.logical_and(requested, plan.recompute != "full"),
+               "applies only with recompute: full")
+    # A batch's view reads an optional section as a bool per point when only some clusters have it.
+    pool = cluster.memory_pool
+    no_pool = pool is None or (type(pool) is np.ndarray and ~pool)
     for what in ("optimizer", "params", "activations"):
-        if getattr(plan.offload, what) == "cxl" and cluster.memory_pool is None:
-            raise SpecError(f"{path}.offload.{what}", "offloading to 'cxl' needs cluster.memory_pool")
+        yield Rule(f"{path}.offload.{what}", ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool),
+                   "offloading to 'cxl' needs cluster.memory_pool")
+
+
+def gpu_supports(gpu: Any, precision: Any) -> Any:
+    """Whether ``gpu`` runs ``precision`` natively (see :meth:`GPU.supports`).
+
+    For a batch ``gpu`` is a column view over the distinct GPUs (``distinct()`` gives
+    them and each point's index) and the answer is one bool per point.
+    """
+    if isinstance(gpu, GPU):
+        if not ops.is_batch(precision):
+            return gpu.supports(precision)
+        names, inv = np.unique(precision, return_inverse=True)
+        return np.asarray([gpu.supports(str(p)) for p in names])[inv.reshape(-1)]
+    objects, index = gpu.distinct()
+    prec = np.broadcast_to(np.asarray(precision), np.shape(index))
+    names, pcode = np.unique(prec, return_inverse=True)
+    key = index * len(names) + pcode.reshape(-1)
+    uniq, inv = np.unique(key, return_inverse=True)
+    table = np.asarray([objects[int(k // len(names))].supports(str(names[int(k % len(names))])) for k in uniq])
+    return table[inv.reshape(-1)]
+
+
+def validate_plan(plan: Plan, model: Model, cluster: Cluster, path: str = "plan") -> None:
+    """Rules spanning plan, model and cluster: divisibility of every degree."""
+    for rule in plan_rules(plan, model, cluster, path):
+        if rule.bad:
+            raise SpecError(rule.field, rule.message())
 
 
 def validate_scenario(scenario: Scenario) -> None:

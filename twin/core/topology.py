@@ -7,12 +7,26 @@ collective algorithms (``collectives.py``) only see this description.
 Placement follows Megatron-Core's rank order (``tp-cp-ep-dp-pp`` by default:
 tensor-parallel ranks are adjacent, pipeline ranks farthest apart). A group of size ``n``
 whose members are ``stride`` ranks apart occupies a contiguous block of ``n*stride`` GPUs.
+
+One scenario has one :class:`Hierarchy`; a batch of points (``twin.core.ops``) has a
+:class:`HierarchyBatch`: the distinct hierarchies of its clusters as tables, and per point
+the row of its own. Both answer the same questions (``up_bw``, ``bw_at(tier)``, ...), so
+collective costing is written once for either.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from twin.core import ops
+
+# Span of the padding tiers of a table (hierarchies with fewer tiers): spans no group.
+_NO_SPAN = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +72,115 @@ class Hierarchy:
         """GPUs in one scale-up domain."""
         return self.tiers[0].span_gpus
 
+    # The questions collective costing asks (the same on a HierarchyBatch).
+    @property
+    def up_bw(self) -> float:
+        """Scale-up bandwidth per GPU per direction."""
+        return self.tiers[0].bw_Bps
+
+    @property
+    def up_a2a_bw(self) -> float:
+        """Scale-up bandwidth for all-to-all traffic (the plain bandwidth when not stated)."""
+        up = self.tiers[0]
+        return up.a2a_bw_Bps or up.bw_Bps
+
+    @property
+    def up_nvls_bw(self) -> float:
+        """NVLS all-reduce bandwidth per GPU, 0 without in-switch reduction."""
+        up = self.tiers[0]
+        return up.nvls_bw_Bps if up.reduction == "nvls" and up.nvls_bw_Bps > 0 else 0.0
+
+    def bw_at(self, tier: Any) -> Any:
+        """Bandwidth per GPU of ``tier`` (an index, or one per point)."""
+        return self.tiers[tier].bw_Bps
+
+    def oversubscription_at(self, tier: Any) -> Any:
+        """Cumulative oversubscription below ``tier``."""
+        return self.tiers[tier].oversubscription
+
+    def sharp_through(self, tier: Any) -> Any:
+        """Whether a scale-out tier up to ``tier`` (inclusive) reduces in the network (SHARP)."""
+        return any(t.reduction == "sharp" for t in self.tiers[1:tier + 1])
+
+    def top_tier(self, footprint: Any) -> Any:
+        """The first tier spanning ``footprint`` GPUs (else the last)."""
+        for i, tier in enumerate(self.tiers):
+            if tier.span_gpus >= footprint:
+                return i
+        return len(self.tiers) - 1
+
+    def span_below(self, tier: Any) -> Any:
+        """GPUs under one switch of the tier just below ``tier`` (the domain for tier 0)."""
+        return self.tiers[tier - 1].span_gpus if tier >= 1 else self.tiers[0].span_gpus
+
+
+class HierarchyBatch:
+    """The hierarchies of a batch of points: per distinct hierarchy a row of tables.
+
+    ``rows`` is, per point, the index of its hierarchy in ``hierarchies``. Tables are
+    padded to the longest hierarchy; padded tiers span no GPUs and are never the top.
+    """
+
+    def __init__(self, hierarchies: Sequence[Hierarchy], rows: np.ndarray) -> None:
+        self.hierarchies = tuple(hierarchies)
+        self.rows = rows
+        width = max(len(h.tiers) for h in self.hierarchies)
+        n = len(self.hierarchies)
+
+        def table(attr: str, pad: float, dtype: type = np.float64) -> np.ndarray:
+            out = np.full((n, width), pad, dtype=dtype)
+            for i, h in enumerate(self.hierarchies):
+                out[i, :len(h.tiers)] = [getattr(t, attr) for t in h.tiers]
+            return out
+
+        self._bw = table("bw_Bps", 0.0)
+        self._over = table("oversubscription", 1.0)
+        self._span = table("span_gpus", _NO_SPAN, np.int64)
+        # Cumulative "some tier in 1..i reduces in the network".
+        sharp = np.zeros((n, width), dtype=bool)
+        for i, h in enumerate(self.hierarchies):
+            acc = False
+            for j, t in enumerate(h.tiers):
+                acc = acc or (j >= 1 and t.reduction == "sharp")
+                sharp[i, j] = acc
+        self._sharp = sharp
+        self._last = np.asarray([len(h.tiers) - 1 for h in self.hierarchies], np.int64)
+        self.gpus_per_node = np.asarray([h.gpus_per_node for h in self.hierarchies], np.int64)[rows]
+        self.domain_gpus = np.asarray([h.domain_gpus for h in self.hierarchies], np.int64)[rows]
+        self.up_bw = self._bw[rows, 0]
+        self.up_a2a_bw = np.asarray([h.up_a2a_bw for h in self.hierarchies])[rows]
+        self.up_nvls_bw = np.asarray([h.up_nvls_bw for h in self.hierarchies])[rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def bw_at(self, tier: Any) -> np.ndarray:
+        """Bandwidth per GPU of ``tier`` per point."""
+        return self._bw[self.rows, tier]
+
+    def oversubscription_at(self, tier: Any) -> np.ndarray:
+        """Cumulative oversubscription below ``tier`` per point."""
+        return self._over[self.rows, tier]
+
+    def sharp_through(self, tier: Any) -> np.ndarray:
+        """In-network reduction in a scale-out tier up to ``tier``, per point."""
+        return self._sharp[self.rows, tier]
+
+    def top_tier(self, footprint: Any) -> np.ndarray:
+        """Per point, the first tier spanning ``footprint`` GPUs (else the last)."""
+        spans = self._span[self.rows]
+        ok = spans >= np.asarray(footprint).reshape(-1, 1)
+        return np.where(ok.any(axis=1), ok.argmax(axis=1), self._last[self.rows])
+
+    def span_below(self, tier: Any) -> np.ndarray:
+        """GPUs under one switch of the tier below ``tier`` (the domain for tier 0), per point."""
+        below = np.maximum(np.asarray(tier) - 1, 0)
+        return np.where(np.asarray(tier) >= 1, self._span[self.rows, below], self._span[self.rows, 0])
+
+    def point(self, i: int) -> Hierarchy:
+        """The hierarchy of point ``i``."""
+        return self.hierarchies[int(self.rows[i])]
+
 
 @dataclass(frozen=True, slots=True)
 class GroupSpan:
@@ -66,35 +189,57 @@ class GroupSpan:
     ``n``: ranks; ``k``: ranks per scale-up domain; ``m``: domains spanned;
     ``top``: index of the highest tier its traffic must reach; ``k_top``: ranks of the
     group under one subtree of the tier just below ``top`` (for oversubscription);
-    ``nodes``: nodes spanned (NCCL's nNodes).
+    ``nodes``: nodes spanned (NCCL's nNodes). For a batch each is an array.
     """
 
-    n: int
-    k: int
-    m: int
-    top: int
-    k_top: int
-    nodes: int
+    n: Any
+    k: Any
+    m: Any
+    top: Any
+    k_top: Any
+    nodes: Any
 
 
-def place_group(n: int, stride: int, hierarchy: Hierarchy) -> GroupSpan:
+SINGLE = GroupSpan(n=1, k=1, m=1, top=0, k_top=1, nodes=1)
+
+
+def _per_unit(n: Any, stride: Any, span: Any) -> Any:
+    """Ranks of a group (``n`` ranks, ``stride`` apart) under one unit of ``span`` GPUs.
+
+    ``span // stride`` is 0 when the stride exceeds the span, which the floor of 1 covers.
+    """
+    return ops.maximum(1, ops.minimum(n, span // stride))
+
+
+def place_group(n: Any, stride: Any, hierarchy: Hierarchy | HierarchyBatch) -> GroupSpan:
     """The span of a group of ``n`` ranks spaced ``stride`` apart (contiguous block)."""
+    if not ops.is_batch(n, stride):
+        return _place_one(n, stride, hierarchy)  # type: ignore[arg-type]
+    n = np.asarray(n, np.int64)
+    stride = np.broadcast_to(np.asarray(stride, np.int64), n.shape)
+    h = hierarchy
+    k = _per_unit(n, stride, h.domain_gpus)
+    m = -(-n // k)
+    k_node = _per_unit(n, stride, h.gpus_per_node)
+    nodes = -(-n // k_node)
+    multi = m > 1
+    top = np.where(multi, h.top_tier(n * stride), 0)
+    k_top = np.where(multi, _per_unit(n, stride, h.span_below(top)), n)
+    alone = n <= 1
+    return GroupSpan(n=np.where(alone, 1, n), k=np.where(alone, 1, k), m=np.where(alone, 1, m),
+                     top=np.where(alone, 0, top), k_top=np.where(alone, 1, k_top),
+                     nodes=np.where(alone, 1, nodes))
+
+
+def _place_one(n: int, stride: int, hierarchy: Hierarchy) -> GroupSpan:
     if n <= 1:
-        return GroupSpan(n=1, k=1, m=1, top=0, k_top=1, nodes=1)
+        return SINGLE
     dom = hierarchy.domain_gpus
-    footprint = n * stride
-    k = max(1, min(n, dom // stride)) if stride <= dom else 1
+    k = _per_unit(n, stride, dom)
     m = math.ceil(n / k)
-    per_node = hierarchy.gpus_per_node
-    k_node = max(1, min(n, per_node // stride)) if stride <= per_node else 1
-    nodes = math.ceil(n / k_node)
+    nodes = math.ceil(n / _per_unit(n, stride, hierarchy.gpus_per_node))
     if m == 1:
         return GroupSpan(n=n, k=k, m=1, top=0, k_top=n, nodes=nodes)
-    top = len(hierarchy.tiers) - 1
-    for i, tier in enumerate(hierarchy.tiers):
-        if tier.span_gpus >= footprint:
-            top = i
-            break
-    below = hierarchy.tiers[top - 1].span_gpus if top >= 1 else dom
-    k_top = max(1, min(n, below // stride)) if stride <= below else 1
+    top = hierarchy.top_tier(n * stride)
+    k_top = _per_unit(n, stride, hierarchy.span_below(top))
     return GroupSpan(n=n, k=k, m=m, top=top, k_top=k_top, nodes=nodes)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import Any
 
+from twin.core import ops
 from twin.core.specs import Model
 
 ACT_BYTES = 2.0  # activations travel in bf16/fp16 between kernels
@@ -37,10 +39,10 @@ SSD_CHUNK = 256
 class Gemm:
     """A forward GEMM on one GPU: (m x k) @ (k x n), ``count`` times per micro-batch."""
 
-    m: int
-    n: int
-    k: int
-    count: float = 1.0
+    m: Any
+    n: Any
+    k: Any
+    count: Any = 1.0
     frozen_weights: bool = False
 
     @property
@@ -55,16 +57,16 @@ class SubLayer:
 
     kind: str
     gemms: tuple[Gemm, ...] = ()
-    attn_flops: float = 0.0          # actual fused-attention FLOPs (causal/window aware)
-    attn_kv_len: float = 0.0         # mean keys per query (flash efficiency ramp)
-    attn_scores: float = 0.0         # score-matrix elements (unfused attention traffic)
-    attn_flops_dense: float = 0.0    # unmasked attention FLOPs (what unfused kernels compute)
-    ssm_flops: float = 0.0
-    elementwise_bytes: float = 0.0
-    model_flops: float = 0.0         # forward, MFU convention
-    params: float = 0.0              # parameters of this sub-layer on this GPU
-    params_total: float = 0.0        # parameters of this sub-layer in the whole model
-    expert_params: float = 0.0       # share of ``params`` that are expert weights
+    attn_flops: Any = 0.0            # actual fused-attention FLOPs (causal/window aware)
+    attn_kv_len: Any = 0.0           # mean keys per query (flash efficiency ramp)
+    attn_scores: Any = 0.0           # score-matrix elements (unfused attention traffic)
+    attn_flops_dense: Any = 0.0      # unmasked attention FLOPs (what unfused kernels compute)
+    ssm_flops: Any = 0.0
+    elementwise_bytes: Any = 0.0
+    model_flops: Any = 0.0           # forward, MFU convention
+    params: Any = 0.0                # parameters of this sub-layer on this GPU
+    params_total: Any = 0.0          # parameters of this sub-layer in the whole model
+    expert_params: Any = 0.0         # share of ``params`` that are expert weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,7 @@ class Workload:
     layers: int
     embedding: SubLayer
     head: SubLayer
-    tokens: int                      # tokens per GPU per micro-batch in GEMMs (mbs*s/cp)
+    tokens: Any                      # tokens per GPU per micro-batch in GEMMs (mbs*s/cp)
     extra: dict[str, float] = field(default_factory=dict)
 
     def per_layer(self, attr: str) -> float:
@@ -89,8 +91,8 @@ def _attention(model: Model, tp: int, cp: int, mbs: int, sp: bool, tokens: int) 
     s, h = model.seq_len, model.hidden
     a, g, d = model.heads, model.kv_head_count, model.head_size
     heads_gpu = a / tp
-    kv_gpu = max(1.0, g / tp)
-    t_sp = tokens / tp if sp else tokens
+    kv_gpu = ops.maximum(1.0, g / tp)
+    t_sp = ops.where(sp, tokens / tp, tokens)
     gemms: list[Gemm]
     if model.attention == "mla" and model.mla is not None:
         mla = model.mla
@@ -99,14 +101,14 @@ def _attention(model: Model, tp: int, cp: int, mbs: int, sp: bool, tokens: int) 
         gemms = []
         if mla.q_lora_rank:
             gemms.append(Gemm(tokens, mla.q_lora_rank, h))                         # q down (replicated)
-            gemms.append(Gemm(tokens, int(heads_gpu * qk), mla.q_lora_rank))        # q up
+            gemms.append(Gemm(tokens, ops.trunc(heads_gpu * qk), mla.q_lora_rank))        # q up
             q_params = h * mla.q_lora_rank + mla.q_lora_rank * a * qk
         else:
-            gemms.append(Gemm(tokens, int(heads_gpu * qk), h))
+            gemms.append(Gemm(tokens, ops.trunc(heads_gpu * qk), h))
             q_params = h * a * qk
         gemms.append(Gemm(tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h))     # kv down (replicated)
-        gemms.append(Gemm(tokens, int(heads_gpu * (mla.qk_nope_head_dim + vd)), mla.kv_lora_rank))
-        gemms.append(Gemm(tokens, h, int(heads_gpu * vd)))                          # out proj
+        gemms.append(Gemm(tokens, ops.trunc(heads_gpu * (mla.qk_nope_head_dim + vd)), mla.kv_lora_rank))
+        gemms.append(Gemm(tokens, h, ops.trunc(heads_gpu * vd)))                          # out proj
         params_total = q_params + h * (mla.kv_lora_rank + mla.qk_rope_head_dim) \
             + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + vd) + a * vd * h
         replicated = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + (h * mla.q_lora_rank if mla.q_lora_rank else 0)
@@ -114,8 +116,8 @@ def _attention(model: Model, tp: int, cp: int, mbs: int, sp: bool, tokens: int) 
         qk_dim, v_dim = qk, vd
         rope_units = 2.0 * heads_gpu * qk / h
     else:
-        gemms = [Gemm(tokens, int((heads_gpu + 2 * kv_gpu) * d), h),                 # fused QKV
-                 Gemm(tokens, h, int(heads_gpu * d))]                                # out proj
+        gemms = [Gemm(tokens, ops.trunc((heads_gpu + 2 * kv_gpu) * d), h),                 # fused QKV
+                 Gemm(tokens, h, ops.trunc(heads_gpu * d))]                                # out proj
         params_total = h * (a + 2 * g) * d + a * d * h
         params_gpu = h * (heads_gpu + 2 * kv_gpu) * d + heads_gpu * d * h
         qk_dim, v_dim = d, d
@@ -137,7 +139,7 @@ def _attention(model: Model, tp: int, cp: int, mbs: int, sp: bool, tokens: int) 
     norms = 2 * h
     return SubLayer(
         kind="attention", gemms=tuple(gemms), attn_flops=attn_flops, attn_kv_len=kv_len,
-        attn_scores=float(mbs / cp) * heads_gpu * s * s, attn_flops_dense=model_attn,
+        attn_scores=mbs / cp * heads_gpu * s * s, attn_flops_dense=model_attn,
         elementwise_bytes=elementwise,
         model_flops=sum(gm.flops for gm in gemms) + model_attn,
         params=params_gpu + norms, params_total=params_total + norms)
@@ -147,8 +149,8 @@ def _mlp(model: Model, ffn: int, tp: int, sp: bool, tokens: int, kind: str = "ml
     h = model.hidden
     mult = 2 if model.gated_mlp else 1
     f_gpu = ffn / tp
-    t_sp = tokens / tp if sp else tokens
-    gemms = (Gemm(tokens, int(mult * f_gpu), h), Gemm(tokens, h, int(f_gpu)))
+    t_sp = ops.where(sp, tokens / tp, tokens)
+    gemms = (Gemm(tokens, ops.trunc(mult * f_gpu), h), Gemm(tokens, h, ops.trunc(f_gpu)))
     act = (3.0 if model.gated_mlp else 2.0) * f_gpu * tokens
     elementwise = ACT_BYTES * (NORM_RESIDUAL_UNITS * h * t_sp + act)
     params_total = h * ffn * (mult + 1) + h
@@ -162,15 +164,15 @@ def _moe(model: Model, tp: int, ep: int, etp: int, sp: bool, tokens: int) -> Sub
     assert moe is not None
     h = model.hidden
     mult = 2 if model.gated_mlp else 1
-    t_sp = tokens / tp if sp else tokens
+    t_sp = ops.where(sp, tokens / tp, tokens)
     local_experts = moe.experts / ep
     routed = tokens * moe.top_k * moe.kept_fraction   # token-expert assignments per GPU (balanced)
     inner = moe.latent_size or h
-    per_expert_tokens = max(1, int(routed / local_experts)) if local_experts >= 1 else routed
+    per_expert_tokens = ops.where(local_experts >= 1, ops.maximum(1, ops.trunc(routed / local_experts)), routed)
     f_e = moe.expert_ffn / etp
     gemms = [Gemm(tokens, moe.experts, h),                                          # router
-             Gemm(per_expert_tokens, int(mult * f_e), inner, count=local_experts),  # grouped fc1
-             Gemm(per_expert_tokens, inner, int(f_e), count=local_experts)]         # grouped fc2
+             Gemm(per_expert_tokens, ops.trunc(mult * f_e), inner, count=local_experts),  # grouped fc1
+             Gemm(per_expert_tokens, inner, ops.trunc(f_e), count=local_experts)]         # grouped fc2
     params_total = moe.experts * inner * moe.expert_ffn * (mult + 1) + h * moe.experts
     expert_gpu = local_experts * inner * moe.expert_ffn * (mult + 1) / etp
     params_gpu = expert_gpu + h * moe.experts
@@ -182,7 +184,7 @@ def _moe(model: Model, tp: int, ep: int, etp: int, sp: bool, tokens: int) -> Sub
     permute = 4.0 * inner * routed                   # permute + unpermute: read and write each copy
     if moe.shared_experts:
         f_s = (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts
-        gemms += [Gemm(tokens, int(mult * f_s / tp), h), Gemm(tokens, h, int(f_s / tp))]
+        gemms += [Gemm(tokens, ops.trunc(mult * f_s / tp), h), Gemm(tokens, h, ops.trunc(f_s / tp))]
         params_total += h * f_s * (mult + 1)
         params_gpu += h * f_s * (mult + 1) / tp
         act += (3.0 if model.gated_mlp else 2.0) * f_s / tp * tokens
@@ -199,8 +201,8 @@ def _mamba(model: Model, tp: int, sp: bool, tokens: int) -> SubLayer:
     d_in = hy.mamba_heads * hy.mamba_head_dim
     n_state, groups, heads = hy.mamba_state_dim, hy.mamba_groups, hy.mamba_heads
     in_out = 2 * d_in + 2 * groups * n_state + heads
-    t_sp = tokens / tp if sp else tokens
-    gemms = (Gemm(tokens, int(in_out / tp), h), Gemm(tokens, h, int(d_in / tp)))
+    t_sp = ops.where(sp, tokens / tp, tokens)
+    gemms = (Gemm(tokens, ops.trunc(in_out / tp), h), Gemm(tokens, h, ops.trunc(d_in / tp)))
     # Mamba-2 SSD (Dao & Gu 2024, §6): intra-chunk scores and outputs plus chunk states.
     q, p = SSD_CHUNK, hy.mamba_head_dim
     ssm = tokens * (2.0 * q * n_state * groups + 2.0 * q * p * heads + 4.0 * n_state * p * heads) / tp
@@ -224,13 +226,13 @@ def _with_mtp(model: Model, head: SubLayer, sub: dict[str, SubLayer], tokens: in
     """
     h = model.hidden
     block = [sub[k] for k in ("attention", "moe" if "moe" in sub else "mlp") if k in sub]
-    proj = Gemm(tokens, int(h / tp), 2 * h)
+    proj = Gemm(tokens, ops.trunc(h / tp), 2 * h)
     one_gemms: list[Gemm] = [proj, *head.gemms]
     for sl in block:
         one_gemms.extend(sl.gemms)
     n = model.mtp_layers
     gemms = head.gemms + tuple(Gemm(g.m, g.n, g.k, g.count * n, g.frozen_weights) for g in one_gemms)
-    attn = [sl for sl in block if sl.attn_flops]
+    attn = [sl for sl in block if ops.any_(sl.attn_flops)]
     block_params = sum(sl.params for sl in block) + 2 * h * h / tp + 2 * h   # + projection, two norms
     block_total = sum(sl.params_total for sl in block) + 2 * h * h + 2 * h
     return SubLayer(
@@ -245,10 +247,18 @@ def _with_mtp(model: Model, head: SubLayer, sub: dict[str, SubLayer], tokens: in
         expert_params=n * sum(sl.expert_params for sl in block))
 
 
-@functools.lru_cache(maxsize=4096)
-def build_workload(model: Model, tp: int, cp: int, mbs: int, sp: bool, ep: int, etp: int) -> Workload:
-    """Per-GPU, per-micro-batch forward work of every sub-layer kind of ``model``."""
-    tokens = max(1, mbs * model.seq_len // cp)
+def build_workload(model: Model, tp: Any, cp: Any, mbs: Any, sp: Any, ep: Any, etp: Any) -> Workload:
+    """Per-GPU, per-micro-batch forward work of every sub-layer kind of ``model``.
+
+    One scenario's workload is cached by value; a batch's (array degrees) is built anew.
+    """
+    if ops.is_batch(tp, cp, mbs, sp, ep, etp):
+        return _build_workload(model, tp, cp, mbs, sp, ep, etp)
+    return _cached_workload(model, tp, cp, mbs, sp, ep, etp)
+
+
+def _build_workload(model: Model, tp: Any, cp: Any, mbs: Any, sp: Any, ep: Any, etp: Any) -> Workload:
+    tokens = ops.maximum(1, mbs * model.seq_len // cp)
     h, v = model.hidden, model.vocab
     sub: dict[str, SubLayer] = {}
     counts: dict[str, int] = {}
@@ -273,7 +283,7 @@ def build_workload(model: Model, tp: int, cp: int, mbs: int, sp: bool, ep: int, 
     embed_params = v * h
     embedding = SubLayer(kind="embedding", elementwise_bytes=ACT_BYTES * 2 * h * tokens,
                          params=embed_params / tp, params_total=embed_params)
-    head_gemm = Gemm(tokens, int(v / tp), h)
+    head_gemm = Gemm(tokens, ops.trunc(v / tp), h)
     head_params = 0 if model.tied_embeddings else v * h
     head = SubLayer(kind="head", gemms=(head_gemm,),
                     elementwise_bytes=LOGIT_BYTES * tokens * v / tp + ACT_BYTES * 2 * h * tokens,
@@ -282,6 +292,9 @@ def build_workload(model: Model, tp: int, cp: int, mbs: int, sp: bool, ep: int, 
         head = _with_mtp(model, head, sub, tokens, tp)
     return Workload(sublayers=sub, counts=counts, layers=model.layers, embedding=embedding, head=head,
                     tokens=tokens)
+
+
+_cached_workload = functools.lru_cache(maxsize=4096)(_build_workload)
 
 
 def total_params(model: Model) -> float:

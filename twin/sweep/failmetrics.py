@@ -23,7 +23,7 @@ from twin.sweep.spec import SweepSpec, set_path
 
 if TYPE_CHECKING:
     from twin.engine import Engine
-    from twin.sweep.fastpath import Evaluated
+    from twin.sweep.evaluator import Evaluated
     from twin.sweep.points import PointBatch, SweepSource
 
 # failure_metrics keys -> sweep columns

@@ -14,8 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from twin.sweep.evaluator import SweepEvaluator
 from twin.sweep.failmetrics import FailureColumns, wants_failures
-from twin.sweep.fastpath import FastEvaluator
 from twin.sweep.reduce import BatchResult, reduce_batch
 
 if TYPE_CHECKING:
@@ -49,7 +49,6 @@ class Job:
     engine: EngineSettings = field(default_factory=EngineSettings)
     name: str = "sweep"
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
-    vector: bool = True
     memory_headroom: float = 0.0    # fraction of HBM a point must leave free to count as fitting
 
 
@@ -60,7 +59,7 @@ class Worker:
         self.job = job
         self.engine = engine
         self.source = make_source(job.recipe, engine)
-        self.evaluator = FastEvaluator(engine, vector=job.vector, memory_headroom=job.memory_headroom)
+        self.evaluator = SweepEvaluator(engine, memory_headroom=job.memory_headroom)
         self.failures = None
         from twin.sweep.spec import SweepSpec
 

@@ -9,10 +9,14 @@ times the GPU count plus the optics power the optics model reports (pJ/bit x lin
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from twin.core.errors import NotFoundError, SpecError, TwinError
+from twin.core.errors import reason_of
+from twin.core.evaluate import MEMORY_REASON
+
+# reason_of and MEMORY_REASON are the core's; the sweep names infeasible points with them.
+__all__ = ["EXPOSED_DIMS", "FAILURE_METRICS", "FLOAT_COLUMNS", "INT_COLUMNS", "MEMORY_REASON", "METRICS",
+           "MODEL_COLUMNS", "as_python", "default_order", "reason_of"]
 
 # Float columns the performance model gives a feasible point, in output order.
 MODEL_COLUMNS = (
@@ -35,28 +39,11 @@ METRICS: dict[str, str] = {
 # Failure figures (twin.sweep.failmetrics): NaN unless the sweep asks for them.
 FAILURE_METRICS = ("interruptions_per_day", "effective_training_time_pct", "goodput_tokens_per_s")
 FLOAT_COLUMNS = MODEL_COLUMNS + FAILURE_METRICS
-MEMORY_REASON = "memory: does not fit in HBM"
-_PARENS = re.compile(r"\s*\([^()]*\)")
 
 
 def default_order(metric: str) -> str:
     """'min' or 'max': which way ``metric`` is better."""
     return METRICS.get(metric, "min")
-
-
-def reason_of(err: Exception) -> str:
-    """A point-independent infeasibility reason: the field and the rule, numbers dropped.
-
-    ``plan.tp: tp*pp*cp (24) must divide num_gpus (1000)`` -> ``plan.tp: tp*pp*cp must
-    divide num_gpus``, so points failing the same rule count together.
-    """
-    if isinstance(err, SpecError):
-        return f"{err.field}: {_PARENS.sub('', err.rule)}" if err.field else _PARENS.sub("", err.rule)
-    if isinstance(err, NotFoundError):
-        return f"{err.field}: unknown name {err.name!r}"
-    if isinstance(err, TwinError):
-        return _PARENS.sub("", str(err))
-    return f"{type(err).__name__}: {err}"
 
 
 def as_python(value: Any) -> Any:

@@ -242,7 +242,7 @@ def space_for(engine: Engine, model: Any, system: Any, gpus: int, *, gbs: int | 
 
     validate_cluster(c)
     validate_model(m)
-    for fab in engine.model._cluster_fabrics(scn):
+    for fab in engine.model.cluster_fabrics(scn.cluster):
         fab.validate(c, "cluster")
     name = f"{m.name or 'model'} on {gpus} x {c.name or c.gpu.name}"
     return build_space(c, m, base, name=name, **options)

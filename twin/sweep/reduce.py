@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from twin.sweep.fastpath import Evaluated
+from twin.sweep.evaluator import Evaluated
 from twin.sweep.metrics import FLOAT_COLUMNS, INT_COLUMNS, as_python
 from twin.sweep.points import PointBatch
 

@@ -36,7 +36,7 @@ from twin.core.errors import TwinError
 from twin.core.estimate import Estimate
 from twin.core.evaluate import TwinModel
 from twin.core.failures.components import FailureMode, Impact
-from twin.core.specs import Scenario
+from twin.core.specs import Calibration, Cluster, Scenario
 from twin.core.topology import Hierarchy, Tier
 from twin.core.units import HOUR_S
 
@@ -98,9 +98,9 @@ class DegradedModel(TwinModel):
         self._impact = impact
         self._spare_uplinks = spare_uplinks
 
-    def hierarchy(self, scenario: Scenario) -> Hierarchy:
+    def hierarchy_of(self, cluster: Cluster, calibration: Calibration) -> Hierarchy:
         """The base hierarchy, degraded."""
-        return degrade_hierarchy(self._base.hierarchy(scenario), self._impact, self._spare_uplinks)
+        return degrade_hierarchy(self._base.hierarchy_of(cluster, calibration), self._impact, self._spare_uplinks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,23 +1,27 @@
-"""The sweep's fast evaluation gives exactly what TwinModel.evaluate gives, point by point.
+"""The sweep's batch evaluation gives exactly what TwinModel.evaluate gives, point by point.
 
-Thousands of random points over models (dense, GQA, MoE, MLA), systems (HGX, NVL72, RoCE,
-A100), plan degrees, batch sizes, precisions, recomputation, sharding, overlap switches
-and LoRA. Each point's scenario is rebuilt independently from its axis values and
-evaluated by the real model; the fast path must agree on the infeasibility reason and on
-every metric, bit for bit.
+One model, two ways of running it: a sweep batch goes through ``evaluate_points`` (numpy
+arrays), a scenario through ``evaluate`` (Python numbers). Thousands of random points over
+models (dense, GQA, MoE, MLA), systems (HGX, NVL72, RoCE, A100), plan degrees, batch
+sizes, precisions, recomputation, sharding, overlap switches, offloading and LoRA; each
+point's scenario is rebuilt independently from its axis values and evaluated alone. Both
+must agree on the infeasibility reason and on every metric, bit for bit, and third-party
+strategies (vectorised or not) and a collective-cost hook must too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pluggy
 import pytest
 
-import twin.core.evaluate as core_evaluate
-from twin.core.api import Contribution, EvalContext, Strategy
+from twin.core import ops
+from twin.core.api import EvalContext, Strategy, Terms
+from twin.core.collectives import CollectiveCost
 from twin.core.errors import TwinError
 from twin.core.scenario_io import resolve_cluster, resolve_model
 from twin.core.schema import load
@@ -25,7 +29,7 @@ from twin.core.specs import Plan, Scenario
 from twin.engine import Engine
 from twin.hookimpl import hookimpl
 from twin.plugins import make_plugin_manager
-from twin.sweep.fastpath import FastEvaluator, estimate_columns
+from twin.sweep.evaluator import SweepEvaluator, estimate_columns
 from twin.sweep.metrics import MEMORY_REASON, MODEL_COLUMNS, reason_of
 from twin.sweep.points import SweepSource
 from twin.sweep.spec import parse_spec
@@ -72,7 +76,7 @@ def reference(engine: Engine, values: dict) -> tuple[str | None, dict | None, in
     return None, estimate_columns(est, power), est.microbatches, est.dp
 
 
-def compare(engine: Engine, evaluator: FastEvaluator, samples: int, seed: int) -> dict[str, int]:
+def compare(engine: Engine, evaluator: SweepEvaluator, samples: int, seed: int) -> dict[str, int]:
     spec = parse_spec(random_spec(samples, seed))
     batch = SweepSource(spec, engine.catalog).batch(0, samples)
     ev = evaluator.evaluate(batch)
@@ -92,69 +96,122 @@ def compare(engine: Engine, evaluator: FastEvaluator, samples: int, seed: int) -
     return {"feasible": feasible, **ev.stats}
 
 
-def test_vector_path_is_identical_to_the_model(engine):
-    stats = compare(engine, FastEvaluator(engine), samples=3000, seed=11)
+def test_batch_path_is_identical_to_the_model(engine):
+    stats = compare(engine, SweepEvaluator(engine), samples=3000, seed=11)
     assert stats["feasible"] >= 200                      # enough points reach the full model
-    assert stats["vector_groups"] > 0 and stats["checks"] >= 1
-    # LoRA and every built-in strategy run on the vector path; nothing fell back
-    assert stats["scalar_points"] == 0
+    # LoRA and every built-in strategy run on the batch path; no point fell back to one-by-one
+    assert stats["evaluated"] >= stats["feasible"] and stats["scalar_points"] == 0
 
 
-def test_scalar_path_is_identical_to_the_model(engine):
-    stats = compare(engine, FastEvaluator(engine, vector=False), samples=600, seed=12)
-    assert stats["feasible"] >= 30 and stats["vector_groups"] == 0 and stats["scalar_points"] > 0
-
-
-def test_offload_and_cxl_use_the_scalar_path(engine):
+def test_offload_and_cxl_run_on_the_batch_path(engine):
     spec = parse_spec({"name": "cxl", "base": {"cluster": {"system": "DGX-H100", "num_gpus": 64,
                                                           "memory_pool": {"capacity_gib_per_node": 2048}},
                                               "model": "llama3.1-70b", "plan": {"gbs": 128, "tp": 8, "pp": 2}},
-                       "axes": [{"path": "plan.offload.optimizer", "values": ["none", "cxl"]},
+                       "axes": [{"path": "plan.offload.optimizer", "values": ["none", "cxl", "host"]},
+                                {"path": "plan.offload.activations", "values": ["none", "cxl"]},
                                 {"path": "plan.vp", "values": [1, 2, 4]}]})
-    batch = SweepSource(spec, engine.catalog).batch(0, 6)
-    ev = FastEvaluator(engine).evaluate(batch)
-    assert ev.stats["scalar_points"] == 3 and ev.stats["vector_groups"] == 1
-    for i in range(6):
+    batch = SweepSource(spec, engine.catalog).batch(0, 18)
+    ev = SweepEvaluator(engine).evaluate(batch)
+    assert ev.stats["scalar_points"] == 0
+    offloaded = 0
+    for i in range(18):
         g = batch.groups[batch.gix[i]]
         plan = dataclasses.replace(g.plan, gbs=128, vp=int(batch.vp[i]))
         est = engine.model.evaluate(Scenario(cluster=g.cluster, model=g.model, plan=plan), report=False)
         assert est.fits and ev.floats["step_time_s"][i] == est.step_time_s
+        assert ev.floats["offload_s"][i] == est.breakdown.offload_s
+        offloaded += est.breakdown.offload_s > 0
+    assert offloaded >= 6
 
 
 class Checkpointing(Strategy):
-    """A third-party strategy: saving a checkpoint every step costs 10 ms, exposed."""
+    """A third-party strategy: saving a checkpoint shard every step costs 10 ms plus its
+    bytes over the NICs (vectorised: plain arithmetic works on numbers and arrays)."""
 
     name = "checkpointing"
+    dimension = "checkpoint"
     phase = "step"
     summary = "test strategy"
 
-    def evaluate(self, ctx: EvalContext) -> Contribution:
-        return Contribution(dimension="checkpoint", exposed_per_step_s=0.01, comm_per_step_s=0.01)
+    def evaluate(self, ctx: EvalContext) -> Terms:
+        shard = ctx.params_per_gpu * 2.0
+        t = 0.01 + shard / 50e9
+        return Terms(exposed_per_step_s=t, issued_per_step_s=t, bytes_per_step=shard)
 
 
-class CheckpointPlugin:
+class ScalarOnlyCheckpointing(Checkpointing):
+    """The same, written with Python branching that only works on one scenario."""
+
+    name = "checkpointing-scalar"
+    vectorized = False
+
+    def active(self, ctx: EvalContext) -> bool:
+        if ctx.batch:
+            raise AssertionError("a scalar-only strategy must only see one-scenario contexts")
+        return bool(ctx.plan.pp >= 1)
+
+    def evaluate(self, ctx: EvalContext) -> Terms:
+        assert not ctx.batch and ctx.scenario is not None
+        t = max(0.01, 0.01 + ctx.params_per_gpu * 2.0 / 50e9) if ctx.plan.tp > 0 else 0.0
+        return Terms(exposed_per_step_s=t, issued_per_step_s=t, bytes_per_step=ctx.params_per_gpu * 2.0)
+
+
+class StrategyPlugin:
+    def __init__(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+
     @hookimpl
     def twin_strategies(self) -> list[Strategy]:
-        return [Checkpointing()]
+        return [self.strategy]
 
 
-def test_unknown_strategy_uses_the_scalar_path_and_matches():
+def _engine_with(*plugins: object) -> Engine:
     pm: pluggy.PluginManager = make_plugin_manager(autoload=False)
-    pm.register(CheckpointPlugin(), name="checkpointing")
-    engine = Engine(pm)
-    evaluator = FastEvaluator(engine)
-    assert not evaluator.vector
-    stats = compare(engine, evaluator, samples=300, seed=13)
-    assert stats["feasible"] > 0 and stats["scalar_points"] > 0
+    for p in plugins:
+        pm.register(p)
+    return Engine(pm)
 
 
-def test_guard_switches_to_the_scalar_path_when_the_model_changes(engine, monkeypatch):
-    """If the model changes under the fast path, the self-check notices and results stay right."""
-    monkeypatch.setattr(core_evaluate, "OVERLAP_INTERFERENCE", 0.5)  # TwinModel.evaluate reads it per call
-    evaluator = FastEvaluator(engine, check_every=1)
-    stats = compare(engine, evaluator, samples=400, seed=14)
+def test_a_third_party_strategy_runs_on_the_batch_path_and_matches():
+    engine = _engine_with(StrategyPlugin(Checkpointing()))
+    stats = compare(engine, SweepEvaluator(engine), samples=400, seed=13)
+    assert stats["feasible"] > 0 and stats["scalar_points"] == 0
+    scn = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b",
+                           "plan": {"tp": 8, "gbs": 64}})
+    est = engine.model.evaluate(scn)
+    assert est.breakdown.exposed_comm_s["checkpoint"] > 0.01     # it really is in the step
+
+
+def test_a_scalar_only_strategy_is_evaluated_point_by_point_and_matches():
+    engine = _engine_with(StrategyPlugin(ScalarOnlyCheckpointing()))
+    stats = compare(engine, SweepEvaluator(engine), samples=300, seed=15)
     assert stats["feasible"] > 0
-    assert not evaluator.vector and stats["scalar_points"] > 0
+
+
+class HalfPriceAllReduce:
+    """A collective-cost hook: all-reduce at half the built-in time (e.g. an in-network engine)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @hookimpl
+    def twin_collective_cost(self, op: str, size_bytes: float, span: Any, hierarchy: Any, algorithm: Any,
+                             scenario: Any) -> CollectiveCost | None:
+        self.calls += 1
+        assert isinstance(size_bytes, float) and isinstance(span.n, int)   # one point at a time
+        if op != "all_reduce":
+            return None
+        from twin.core.collectives import collective_cost
+
+        base = collective_cost(op, size_bytes, span, hierarchy, algorithm)
+        return dataclasses.replace(base, time_s=base.time_s / 2, algorithm="hook")
+
+
+def test_a_collective_cost_hook_is_honoured_on_the_batch_path():
+    hook = HalfPriceAllReduce()
+    engine = _engine_with(hook)
+    stats = compare(engine, SweepEvaluator(engine), samples=300, seed=16)
+    assert stats["feasible"] > 0 and hook.calls > 0
 
 
 def test_plan_fields_with_no_axis_come_from_the_base(engine):
@@ -162,10 +219,21 @@ def test_plan_fields_with_no_axis_come_from_the_base(engine):
                                             "model": "llama3.1-70b", "plan": {"gbs": 512, "tp": 8, "pp": 4, "vp": 5}},
                        "axes": [{"path": "plan.mbs", "values": [1, 2]}]})
     batch = SweepSource(spec, engine.catalog).batch(0, 2)
-    ev = FastEvaluator(engine).evaluate(batch)
+    ev = SweepEvaluator(engine).evaluate(batch)
     for i, mbs in enumerate((1, 2)):
         est = engine.evaluate({"cluster": {"system": "DGX-H100", "num_gpus": 128}, "model": "llama3.1-70b",
                                "plan": {"gbs": 512, "tp": 8, "pp": 4, "vp": 5, "mbs": mbs}})
         assert ev.floats["step_time_s"][i] == est.step_time_s
         assert ev.floats["memory_gib"][i] == pytest.approx(est.memory.total / 2**30, rel=0)
     assert np.all(ev.reason_ix == -1)
+
+
+def test_ops_dispatch_on_numbers_and_arrays():
+    a = np.asarray([1.0, 5.0, 3.0])
+    assert ops.maximum(2.0, 3.0) == 3.0 and ops.maximum(3, 2) == 3
+    assert ops.maximum(a, 2.0).tolist() == [2.0, 5.0, 3.0]
+    assert ops.where(a > 2, a, 0.0).tolist() == [0.0, 5.0, 3.0] and ops.where(False, 1, 2) == 2
+    assert ops.log2(8) == 3.0 and ops.log2(np.asarray([8, 2, 8])).tolist() == [3.0, 1.0, 3.0]
+    assert ops.power(np.asarray([0.5, 0.5]), 3).tolist() == [0.125, 0.125] and ops.power(0.5, 3) == 0.125
+    t, name = ops.select_min([(np.asarray([3.0, 1.0]), "ring"), (np.asarray([2.0, 4.0]), "tree")])
+    assert t.tolist() == [2.0, 1.0] and name.tolist() == ["tree", "ring"]

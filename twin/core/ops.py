@@ -1,0 +1,168 @@
+"""Arithmetic that works on one point (Python numbers) or on a batch (numpy arrays).
+
+The step model is written once. Every quantity that varies between points (a plan
+degree, a message size, a tier bandwidth) is either a Python number (one scenario) or a
+numpy array with one entry per point (a batch); what points share (the model's layer
+list, a collective's op, a protocol) stays plain Python. Model code uses the operators
+(``+ - * / // %``, comparisons) and, where it would branch or call ``max``/``min`` on a
+per-point value, the functions below, which dispatch on the argument type. So one
+function body serves both, and a batch of one costs what plain Python costs (numpy's
+fixed cost per call, ~1 us, would be paid for every operation otherwise).
+
+Equality: for ``+ - * /``, comparisons, ``min``/``max`` and floor/ceil, numpy float64
+and Python floats round identically (IEEE 754 binary64), so a point evaluated alone and
+inside a batch gives bit-identical results. Transcendental functions (``log2``, ``**``)
+are the exception: numpy may use its own SIMD implementations; :func:`log2` and
+:func:`power` therefore evaluate ``math.log2`` / ``math.pow`` once per distinct value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+ndarray = np.ndarray
+Num = Any  # a Python number or a numpy array of them (one entry per point)
+
+
+def is_batch(*values: Any) -> bool:
+    """Whether any of ``values`` is a numpy array (a batch)."""
+    return any(type(v) is ndarray for v in values)
+
+
+def where(cond: Any, a: Any, b: Any) -> Any:
+    """``a`` where ``cond`` holds, else ``b`` (per point)."""
+    if type(cond) is ndarray:
+        return np.where(cond, a, b)
+    return a if cond else b
+
+
+def maximum(a: Any, b: Any) -> Any:
+    """Larger of ``a`` and ``b`` per point (``max(a, b)`` for scalars: ties keep ``a``)."""
+    if type(a) is ndarray or type(b) is ndarray:
+        return np.maximum(a, b)
+    return a if a >= b else b
+
+
+def minimum(a: Any, b: Any) -> Any:
+    """Smaller of ``a`` and ``b`` per point (ties keep ``a``)."""
+    if type(a) is ndarray or type(b) is ndarray:
+        return np.minimum(a, b)
+    return a if a <= b else b
+
+
+def ceil(x: Any) -> Any:
+    """Ceiling per point (an int for a Python number, float64 for an array)."""
+    if type(x) is ndarray:
+        return np.ceil(x)
+    return math.ceil(x)
+
+
+def trunc(x: Any) -> Any:
+    """Towards zero, as ``int(x)`` (int64 for an array)."""
+    if type(x) is ndarray:
+        return np.trunc(x).astype(np.int64)
+    return int(x)
+
+
+def logical_and(a: Any, b: Any) -> Any:
+    """``a and b`` per point."""
+    if type(a) is ndarray or type(b) is ndarray:
+        return np.logical_and(a, b)
+    return bool(a) and bool(b)
+
+
+def logical_or(a: Any, b: Any) -> Any:
+    """``a or b`` per point."""
+    if type(a) is ndarray or type(b) is ndarray:
+        return np.logical_or(a, b)
+    return bool(a) or bool(b)
+
+
+def logical_not(a: Any) -> Any:
+    """``not a`` per point."""
+    if type(a) is ndarray:
+        return np.logical_not(a)
+    return not a
+
+
+def isin(value: Any, options: Sequence[Any]) -> Any:
+    """``value in options`` per point."""
+    if type(value) is ndarray:
+        return np.isin(value, list(options))
+    return value in options
+
+
+def any_(mask: Any) -> bool:
+    """Whether any point satisfies ``mask`` (work that no point needs can be skipped)."""
+    if type(mask) is ndarray:
+        return bool(mask.any())
+    return bool(mask)
+
+
+def all_(mask: Any) -> bool:
+    """Whether every point satisfies ``mask``."""
+    if type(mask) is ndarray:
+        return bool(mask.all())
+    return bool(mask)
+
+
+def _per_distinct(fn: Callable[..., float], *args: Any) -> Any:
+    """``fn`` applied with Python math once per distinct argument tuple, spread over the batch."""
+    if not is_batch(*args):
+        return fn(*args)
+    arrays = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in args))
+    if len(arrays) == 1:
+        uniq, inv = np.unique(arrays[0], return_inverse=True)
+        vals = np.fromiter((fn(float(u)) for u in uniq), np.float64, len(uniq))
+        return vals[inv.reshape(arrays[0].shape)]
+    stacked = np.stack([a.ravel() for a in arrays], axis=1)
+    uniq, inv = np.unique(stacked, axis=0, return_inverse=True)
+    vals = np.fromiter((fn(*map(float, row)) for row in uniq), np.float64, len(uniq))
+    return vals[inv.reshape(-1)].reshape(arrays[0].shape)
+
+
+def log2(x: Any) -> Any:
+    """``math.log2`` per point (bit-identical between one point and a batch)."""
+    return _per_distinct(math.log2, x)
+
+
+def power(base: Any, exponent: Any) -> Any:
+    """``base ** exponent`` per point with Python's ``math.pow`` (bit-identical)."""
+    return _per_distinct(math.pow, base, exponent)
+
+
+def select_min(options: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The option with the smallest first element, per point (ties: the earliest option).
+
+    Each option is a tuple whose entries are scalars or arrays; for a batch every entry
+    of the winning option is gathered per point.
+    """
+    if not any(is_batch(*o) for o in options):
+        return min(options, key=lambda o: o[0])
+    times = np.stack(np.broadcast_arrays(*(o[0] for o in options)))
+    best = np.argmin(times, axis=0)
+    n = times.shape[1]
+    out = []
+    for j in range(len(options[0])):
+        col = np.stack([np.broadcast_to(np.asarray(o[j]), (n,)) for o in options])
+        out.append(col[best, np.arange(n)])
+    return tuple(out)
+
+
+def take(values: Sequence[Any], index: Any) -> Any:
+    """``values[index]`` per point from a small table (one entry per distinct object)."""
+    if type(index) is ndarray:
+        return np.asarray(values)[index]
+    return values[index]
+
+
+def fsum_in_order(values: Iterable[Any]) -> Any:
+    """``sum(values)`` (left to right, starting from 0), for scalars and arrays alike."""
+    total: Any = 0
+    for v in values:
+        total = total + v
+    return total

@@ -1,0 +1,242 @@
+"""A batch of points for the step model: one model, many plans, clusters and calibrations.
+
+A :class:`PointSet` is what ``TwinModel.evaluate_points`` takes: the model the points
+share (its layer list is the batch's structure), the distinct clusters and calibrations
+with, per point, the index of its own, and the plan as :class:`PlanColumns` (one numpy
+array per :class:`~twin.core.specs.Plan` field). Strategies read a batch's plan exactly as
+they read one plan (``plan.tp``, ``plan.overlap.p2p``, ``plan.offload.optimizer``,
+``plan.sp``, ``plan.expert_tp``); optional fields hold a sentinel where the plan has
+``None``: ``dp``, ``etp`` and ``recompute_layers`` 0, ``sequence_parallel`` and
+``overlap.tp_comm`` -1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from twin.core.specs import Calibration, Cluster, Model, Offload, Overlap, Plan, Scenario
+
+# Plan fields that may be None, and what a column holds instead.
+_NONE_AS = {"dp": 0, "etp": 0, "recompute_layers": 0, "sequence_parallel": -1, "tp_comm": -1}
+
+
+def _column(values: Sequence[Any], name: str) -> np.ndarray:
+    sentinel = _NONE_AS.get(name)
+    if sentinel is not None:
+        return np.asarray([sentinel if v is None else int(v) for v in values], dtype=np.int64)
+    arr = np.asarray(values)
+    if arr.dtype.kind == "U":
+        return arr
+    return arr.astype(np.int64) if arr.dtype.kind in "iu" else arr
+
+
+def _value(arr: np.ndarray, i: int, name: str) -> Any:
+    v = arr[i].item()
+    sentinel = _NONE_AS.get(name)
+    if sentinel is not None:
+        if v == sentinel:
+            return None
+        return bool(v) if name in ("sequence_parallel", "tp_comm") else v
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class OverlapColumns:
+    """:class:`~twin.core.specs.Overlap` per point (``tp_comm``: -1 None, 0 off, 1 on)."""
+
+    grad_reduce: np.ndarray
+    param_gather: np.ndarray
+    tp_comm: np.ndarray
+    p2p: np.ndarray
+    ep_comm: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadColumns:
+    """:class:`~twin.core.specs.Offload` per point."""
+
+    optimizer: np.ndarray
+    params: np.ndarray
+    activations: np.ndarray
+
+
+_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.init)
+_NESTED = {"overlap": (Overlap, OverlapColumns), "offload": (Offload, OffloadColumns)}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanColumns:
+    """A :class:`~twin.core.specs.Plan` per point: every field an array."""
+
+    gbs: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    vp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    mbs: np.ndarray
+    sequence_parallel: np.ndarray
+    recompute: np.ndarray
+    recompute_layers: np.ndarray
+    precision: np.ndarray
+    optimizer_sharding: np.ndarray
+    fsdp_reshard_after_forward: np.ndarray
+    grad_reduce_dtype: np.ndarray
+    overlap: OverlapColumns
+    offload: OffloadColumns
+    moe_dispatcher: np.ndarray
+    trainable: np.ndarray
+    lora_rank: np.ndarray
+
+    @property
+    def sp(self) -> np.ndarray:
+        """Sequence parallelism in effect (as :attr:`Plan.sp`)."""
+        return np.where(self.sequence_parallel < 0, self.tp > 1, (self.sequence_parallel == 1) & (self.tp > 1))
+
+    @property
+    def expert_tp(self) -> np.ndarray:
+        """Tensor-parallel degree inside each expert (as :attr:`Plan.expert_tp`)."""
+        return np.where(self.etp > 0, self.etp, self.tp)
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @classmethod
+    def from_plans(cls, plans: Sequence[Plan], index: np.ndarray | None = None) -> PlanColumns:
+        """Columns of ``plans`` (then ``[index]`` per point, when given)."""
+        kw: dict[str, Any] = {}
+        for name in _PLAN_FIELDS:
+            if name in _NESTED:
+                spec, cols = _NESTED[name]
+                parts = {f.name: _column([getattr(getattr(p, name), f.name) for p in plans], f.name)
+                         for f in dataclasses.fields(spec)}
+                if index is not None:
+                    parts = {k: v[index] for k, v in parts.items()}
+                kw[name] = cols(**parts)
+            else:
+                col = _column([getattr(p, name) for p in plans], name)
+                kw[name] = col if index is None else col[index]
+        return cls(**kw)
+
+    def take(self, index: np.ndarray) -> PlanColumns:
+        """The columns of the points in ``index``."""
+        kw: dict[str, Any] = {}
+        for name in _PLAN_FIELDS:
+            v = getattr(self, name)
+            if name in _NESTED:
+                kw[name] = type(v)(**{f.name: getattr(v, f.name)[index] for f in dataclasses.fields(v)})
+            else:
+                kw[name] = v[index]
+        return PlanColumns(**kw)
+
+    def plan(self, i: int) -> Plan:
+        """The :class:`Plan` of point ``i``."""
+        kw: dict[str, Any] = {}
+        for name in _PLAN_FIELDS:
+            v = getattr(self, name)
+            if name in _NESTED:
+                spec, _ = _NESTED[name]
+                kw[name] = spec(**{f.name: _value(getattr(v, f.name), i, f.name) for f in dataclasses.fields(spec)})
+            else:
+                kw[name] = _value(v, i, name)
+        return Plan(**kw)
+
+
+class ColumnView:
+    """Attribute access over distinct objects, one value per point: ``view.num_gpus`` is
+    ``array([objects[i].num_gpus for i in index])``; nested objects give nested views.
+    """
+
+    __slots__ = ("_cache", "_index", "_objects")
+
+    def __init__(self, objects: Sequence[Any], index: np.ndarray) -> None:
+        self._objects = tuple(objects)
+        self._index = index
+        self._cache: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        cache = self._cache
+        if name in cache:
+            return cache[name]
+        values = [getattr(o, name) for o in self._objects]
+        if all(dataclasses.is_dataclass(v) for v in values):
+            out: Any = ColumnView(values, self._index)
+        elif any(v is None for v in values) and not all(v is None for v in values):
+            out = np.asarray([v is not None for v in values])[self._index]
+        elif all(v is None for v in values):
+            out = None
+        else:
+            out = np.asarray(values)[self._index]
+        cache[name] = out
+        return out
+
+    def distinct(self) -> tuple[tuple[Any, ...], np.ndarray]:
+        """The distinct objects and, per point, the index of its own."""
+        return self._objects, self._index
+
+
+@dataclass
+class PointSet:
+    """Points sharing one model: distinct clusters and calibrations, a plan per point.
+
+    ``cluster_ix[i]`` / ``calibration_ix[i]``: the cluster / calibration of point ``i``.
+    ``names``: optional scenario names (one per point) for the estimates built from it.
+    """
+
+    model: Model
+    clusters: Sequence[Cluster]
+    cluster_ix: np.ndarray
+    calibrations: Sequence[Calibration]
+    calibration_ix: np.ndarray
+    plan: PlanColumns
+    names: Sequence[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.cluster_ix)
+
+    def take(self, index: np.ndarray) -> PointSet:
+        """The points in ``index`` (same distinct clusters and calibrations)."""
+        names = None if self.names is None else [self.names[int(i)] for i in index]
+        return PointSet(self.model, self.clusters, self.cluster_ix[index], self.calibrations,
+                        self.calibration_ix[index], self.plan.take(index), names)
+
+    def scenario(self, i: int) -> Scenario:
+        """Point ``i`` as a :class:`Scenario`."""
+        return Scenario(cluster=self.clusters[int(self.cluster_ix[i])], model=self.model,
+                        plan=self.plan.plan(i), name="" if self.names is None else self.names[i],
+                        calibration=self.calibrations[int(self.calibration_ix[i])])
+
+    @classmethod
+    def from_scenarios(cls, scenarios: Sequence[Scenario]) -> PointSet:
+        """The points of ``scenarios``, which must share one model (by value)."""
+        if not scenarios:
+            raise ValueError("a point set needs at least one scenario")
+        model = scenarios[0].model
+        clusters: list[Cluster] = []
+        cals: list[Calibration] = []
+        cix = np.empty(len(scenarios), np.int64)
+        kix = np.empty(len(scenarios), np.int64)
+        seen_c: dict[int, int] = {}
+        seen_k: dict[Calibration, int] = {}
+        for i, s in enumerate(scenarios):
+            if s.model is not model and s.model != model:
+                raise ValueError("every scenario of a point set must have the same model")
+            j = seen_c.get(id(s.cluster))
+            if j is None:
+                j = seen_c[id(s.cluster)] = len(clusters)
+                clusters.append(s.cluster)
+            cix[i] = j
+            k = seen_k.get(s.calibration)
+            if k is None:
+                k = seen_k[s.calibration] = len(cals)
+                cals.append(s.calibration)
+            kix[i] = k
+        return cls(model=model, clusters=clusters, cluster_ix=cix, calibrations=cals, calibration_ix=kix,
+                   plan=PlanColumns.from_plans([s.plan for s in scenarios]), names=[s.name for s in scenarios])

@@ -1,0 +1,121 @@
+"""How layers split over pipeline stages, what one micro-batch costs the bottleneck stage,
+and how the pipeline schedule turns micro-batch time into step time.
+
+Pipeline schedules (the core owns them; strategies only say what they send):
+
+- without pipelining the step runs ``m`` micro-batches back to back: ``m * t_mb``;
+- 1F1B (Narayanan et al. 2019, PipeDream-Flush) and interleaved virtual stages
+  (Narayanan et al. 2021, SC'21 §2.2): ``m * t_mb + bubble`` with the fill/drain
+  ``bubble = (p-1)/v * t_avg``, i.e. the fraction (p-1)/(m*v) of the ideal time, where
+  ``t_mb`` is a micro-batch on the bottleneck stage and ``t_avg`` on the mean stage
+  (both with the communication exposed per micro-batch).
+
+Written once for one scenario and for a batch (``twin.core.ops``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from twin.core import ops
+from twin.core.api import StageTimes
+from twin.core.compute import Device, gemm_fwd_time, sublayer_times
+from twin.core.memory import recomputed_layers
+from twin.core.specs import Model
+from twin.core.workload import Workload
+
+
+def stage_layers(layers: int, pp: Any) -> tuple[Any, Any, Any]:
+    """Layers on the (first, middle, last) pipeline stages.
+
+    Even when ``pp`` divides ``layers`` (Megatron-Core's default split). Otherwise the
+    stages one layer short are the last and the first, which also hold the LM head and
+    the most in-flight activations (Llama 3 paper §3.3.2: "one fewer layer on the first
+    and the last stage").
+    """
+    base, extra = divmod(layers, pp)
+    even = extra == 0
+    short = pp - extra
+    first = ops.where(ops.logical_or(even, short >= 2), base, base + 1)
+    middle = ops.where(even, base, base + 1)
+    return first, middle, base
+
+
+def stage_times(plan: Any, model: Model, dev: Device, w: Workload) -> StageTimes:
+    """Forward/backward/recompute time of one micro-batch on the bottleneck stage.
+
+    The bottleneck is the slowest of the first stage (its layers + the embedding), the
+    last (its layers + the LM head) and, for p > 2, a middle stage.
+    """
+    frozen = plan.trainable == "lora"
+    fwd_l = bwd_l = attn_l = attn_bl = 0.0
+    for kind, count in w.counts.items():
+        f, b, a, ab = sublayer_times(dev, w.sublayers[kind], frozen)
+        fwd_l += f * count
+        bwd_l += b * count
+        attn_l += a * count
+        attn_bl += ab * count
+    ef, eb, _, _ = sublayer_times(dev, w.embedding, frozen)
+    hf, hb, _, _ = sublayer_times(dev, w.head, frozen)
+    L, p = model.layers, plan.pp
+    t_layer_f, t_layer_b, t_attn = fwd_l / L, bwd_l / L, attn_l / L
+    per_layer = t_layer_f + t_layer_b
+    piped = p > 1
+    if ops.is_batch(p) or piped:
+        head, emb = hf + hb, ef + eb
+        first, middle, last = stage_layers(L, p)
+        # The slowest candidate stage; ties keep the earlier one (first, last, middle).
+        t_first, t_last = first * per_layer + emb, last * per_layer + head
+        pick_last = t_last > t_first
+        n_layers = ops.where(pick_last, last, first)
+        extra_f, extra_b = ops.where(pick_last, hf, ef), ops.where(pick_last, hb, eb)
+        if ops.any_(p > 2):
+            pick_mid = ops.logical_and(p > 2, middle * per_layer > ops.where(pick_last, t_last, t_first))
+            n_layers = ops.where(pick_mid, middle, n_layers)
+            extra_f, extra_b = ops.where(pick_mid, 0.0, extra_f), ops.where(pick_mid, 0.0, extra_b)
+        layers_p = np.asarray(n_layers, np.float64) if ops.is_batch(n_layers) else float(n_layers)
+        fwd_p, bwd_p = n_layers * t_layer_f + extra_f, n_layers * t_layer_b + extra_b
+        avg_p = (L * per_layer + head + emb) / p
+    if ops.is_batch(p) or not piped:
+        layers_1 = float(L)
+        fwd_1 = L * t_layer_f + ef + hf
+        bwd_1 = L * t_layer_b + eb + hb
+        avg_1 = fwd_1 + bwd_1
+    if ops.is_batch(p):
+        layers, fwd, bwd = np.where(piped, layers_p, layers_1), np.where(piped, fwd_p, fwd_1), \
+            np.where(piped, bwd_p, bwd_1)
+        avg = np.where(piped, avg_p, avg_1)
+    elif piped:
+        layers, fwd, bwd, avg = layers_p, fwd_p, bwd_p, avg_p
+    else:
+        layers, fwd, bwd, avg = layers_1, fwd_1, bwd_1, avg_1
+    rc = plan.recompute
+    recompute = ops.where(rc == "full", recomputed_layers("full", plan.recompute_layers, layers) * t_layer_f,
+                          ops.where(rc == "selective", layers * t_attn, 0.0))
+    gemm_f = sum(sum(gemm_fwd_time(dev, g) for g in w.sublayers[k].gemms) * c for k, c in w.counts.items()) / L
+    return StageTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, attn_fwd_s=t_attn * layers,
+                      attn_bwd_s=attn_bl / L * layers,
+                      layers=layers, layer_fwd_s=t_layer_f, layer_bwd_s=t_layer_b, gemm_fwd_s=gemm_f,
+                      avg_stage_s=avg + ops.where(piped, recompute, 0.0))
+
+
+def stage_params(plan: Any, w: Workload, layers: Any) -> tuple[Any, Any]:
+    """Parameters (all, expert) on one GPU of the bottleneck stage of ``layers`` layers.
+
+    The embedding and the LM head sit on the first and the last stage: with pipelining the
+    larger of the two counts, without it both.
+    """
+    L = w.layers
+    params = sum(w.sublayers[k].params * c for k, c in w.counts.items()) / L * layers
+    expert = sum(w.sublayers[k].expert_params * c for k, c in w.counts.items()) / L * layers
+    ends = ops.where(plan.pp > 1, ops.maximum(w.embedding.params, w.head.params), w.embedding.params + w.head.params)
+    return params + ends, expert
+
+
+def pipeline_time(plan: Any, m: Any, t_mb: Any, t_avg: Any) -> tuple[Any, Any]:
+    """(pipeline time, bubble) of one step: ``m`` micro-batches of ``t_mb`` plus fill/drain."""
+    p, v = plan.pp, plan.vp
+    bubble = ops.where(p > 1, (p - 1) / v * t_avg, 0.0)
+    return ops.where(p > 1, m * t_mb + bubble, m * t_mb), bubble

@@ -1,0 +1,208 @@
+"""A sweep batch through the step model's batch path, as the sweep's metric columns.
+
+The points of a :class:`~twin.sweep.points.PointBatch` are split by model (the structure
+a batch of the step model shares) and evaluated with ``TwinModel.evaluate_points``
+(``twin/core/evaluate.py``): the same functions :meth:`TwinModel.evaluate` runs for one
+scenario, over numpy arrays. Nothing of the model is restated here; this module only maps
+the batch's groups to point sets and the results to the sweep's columns (plus the power
+figures, which are the sweep's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from twin.core.errors import SpecError, TwinError
+from twin.core.estimate import Estimate
+from twin.core.evaluate import value_key
+from twin.core.points import PlanColumns, PointSet
+from twin.core.specs import Calibration, Cluster, Model
+from twin.core.units import GIB
+from twin.sweep.metrics import EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
+from twin.sweep.points import PointBatch
+
+if TYPE_CHECKING:
+    from twin.engine import Engine
+
+
+def estimate_columns(est: Estimate, power_kw: float) -> dict[str, float]:
+    """The sweep's float columns of one :class:`Estimate`."""
+    bd = est.breakdown
+    ex = bd.exposed_comm_s
+    other = 0.0
+    for k, v in ex.items():
+        if k not in EXPOSED_DIMS:
+            other += v
+    return {
+        "step_time_s": est.step_time_s, "compute_s": bd.compute_s, "recompute_s": bd.recompute_s,
+        "exposed_tp_s": ex.get("tp", 0.0), "exposed_cp_s": ex.get("cp", 0.0), "exposed_ep_s": ex.get("ep", 0.0),
+        "exposed_dp_s": ex.get("dp", 0.0), "exposed_pp_s": ex.get("pp", 0.0), "exposed_other_s": other,
+        "bubble_s": bd.bubble_s, "optimizer_s": bd.optimizer_s, "offload_s": bd.offload_s,
+        "interference_s": bd.overlap_interference_s, "memory_gib": est.memory.total / GIB,
+        "tokens_per_s": est.tokens_per_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+        "model_tflops_per_gpu": est.model_tflops_per_gpu, "mfu": est.mfu,
+        "mfu_at_precision_peak": est.mfu_at_precision_peak, "power_kw": power_kw,
+        "tokens_per_joule": est.tokens_per_s / (power_kw * 1e3),
+    }
+
+
+@dataclass
+class Evaluated:
+    """Per-point results of one batch: reason index (-1 = feasible) and metric columns."""
+
+    reason_ix: np.ndarray
+    reasons: list[str]
+    floats: dict[str, np.ndarray]
+    ints: dict[str, np.ndarray]
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, n: int) -> Evaluated:
+        """All points feasible with NaN metrics (filled by the evaluator)."""
+        return cls(reason_ix=np.full(n, -1, dtype=np.int32), reasons=[],
+                   floats={c: np.full(n, np.nan) for c in FLOAT_COLUMNS},
+                   ints={c: np.full(n, -1, dtype=np.int64) for c in INT_COLUMNS},
+                   stats={"groups": 0, "evaluated": 0, "scalar_points": 0})
+
+
+_MODEL_FLOATS = ("step_time_s", "compute_s", "recompute_s", "bubble_s", "optimizer_s", "offload_s",
+                 "interference_s", "memory_gib", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+                 "mfu", "mfu_at_precision_peak")
+
+
+class SweepEvaluator:
+    """Evaluates :class:`PointBatch` es with the engine's step model (its batch path)."""
+
+    def __init__(self, engine: Engine, *, memory_headroom: float = 0.0) -> None:
+        if not 0.0 <= memory_headroom < 1.0:
+            raise SpecError("memory_headroom", f"must be in [0, 1) (got {memory_headroom!r})")
+        self.engine = engine
+        self.model = engine.model
+        # Fraction of HBM a plan must leave free to count as fitting (0: the model's own verdict).
+        self.headroom = memory_headroom
+        self._power: dict[Any, float] = {}
+
+    def power_kw(self, cluster: Cluster) -> float:
+        """Board power of the cluster's GPUs (TDP x GPUs) plus the optics the optics model reports."""
+        key = value_key(cluster)
+        hit = self._power.get(key)
+        if hit is not None:
+            return hit
+        power = cluster.gpu.tdp_w * cluster.num_gpus / 1e3
+        if cluster.optics is not None:
+            try:
+                report = self.model.cluster_report(cluster, self.model.hierarchy_of(cluster, Calibration()))
+                power += float((report.get("optics") or {}).get("optics_power_kw", 0.0))
+            except (TwinError, KeyError, TypeError, ValueError):
+                pass
+        if len(self._power) > 4096:
+            self._power.clear()
+        self._power[key] = power
+        return power
+
+    def evaluate(self, batch: PointBatch) -> Evaluated:
+        """Results of every point of ``batch``."""
+        n = len(batch)
+        out = Evaluated.empty(n)
+        if n == 0:
+            return out
+        groups = batch.groups
+        gix = batch.gix
+        out.stats["groups"] += len(groups)
+        codes: dict[str, int] = {}
+
+        def code(reason: str) -> int:
+            c = codes.get(reason)
+            if c is None:
+                c = codes[reason] = len(codes)
+            return c
+
+        g_err = np.asarray([-1 if g.error is None else code(g.error) for g in groups], np.int64)
+        out.reason_ix[:] = g_err[gix]
+        # Points by model (a batch of the step model shares its model).
+        models: list[Model] = []
+        model_of: dict[int, int] = {}
+        g_model = np.full(len(groups), -1, np.int64)
+        for k, g in enumerate(groups):
+            if g.model is None:
+                continue
+            j = model_of.get(id(g.model))
+            if j is None:
+                j = model_of[id(g.model)] = len(models)
+                models.append(g.model)
+            g_model[k] = j
+        p_model = g_model[gix]
+        for j, model in enumerate(models):
+            idx = np.flatnonzero(p_model == j)
+            if len(idx):
+                self._evaluate_model(batch, idx, model, out, code)
+        out.reasons = list(codes)
+        return out
+
+    def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, model: Model, out: Evaluated,
+                        code: Any) -> None:
+        groups = batch.groups
+        gix = batch.gix[idx]
+        used, local = np.unique(gix, return_inverse=True)
+        local = local.reshape(-1)
+        plans = [groups[int(k)].plan for k in used]
+        cols = PlanColumns.from_plans(plans, local)  # type: ignore[arg-type]
+        gbs = batch.gbs[idx] if batch.gbs is not None else np.asarray([groups[int(k)].gbs for k in used])[local]
+        vp = batch.vp[idx] if batch.vp is not None else np.asarray([groups[int(k)].vp for k in used])[local]
+        cols = dataclasses.replace(cols, gbs=np.asarray(gbs, np.int64), vp=np.asarray(vp, np.int64))
+        clusters: list[Cluster] = []
+        cal_list: list[Calibration] = []
+        c_of: dict[int, int] = {}
+        k_of: dict[Calibration, int] = {}
+        g_c = np.empty(len(used), np.int64)
+        g_k = np.empty(len(used), np.int64)
+        for t, k in enumerate(used.tolist()):
+            g = groups[k]
+            assert g.cluster is not None
+            c = c_of.get(id(g.cluster))
+            if c is None:
+                c = c_of[id(g.cluster)] = len(clusters)
+                clusters.append(g.cluster)
+            g_c[t] = c
+            cal = k_of.get(g.calibration)
+            if cal is None:
+                cal = k_of[g.calibration] = len(cal_list)
+                cal_list.append(g.calibration)
+            g_k[t] = cal
+        ps = PointSet(model=model, clusters=clusters, cluster_ix=g_c[local], calibrations=cal_list,
+                      calibration_ix=g_k[local], plan=cols)
+        res = self.model.evaluate_points(ps, memory_headroom=self.headroom)
+        out.stats["evaluated"] += res.stats.get("evaluated", 0)
+        out.stats["scalar_points"] += res.stats.get("scalar_points", 0)
+        rcode = np.asarray([code(r) for r in res.reasons] + [-1], np.int64)
+        out.reason_ix[idx] = rcode[res.reason_ix]
+        ok = res.reason_ix < 0
+        pts = idx[ok]
+        if not len(pts):
+            return
+        c = res.columns
+        for name in _MODEL_FLOATS:
+            out.floats[name][pts] = c[name][ok]
+        other = np.zeros(int(ok.sum()))
+        for key, col in c.items():
+            if key.startswith("exposed_") and key.endswith("_s"):
+                dim = key[len("exposed_"):-2]
+                vals = np.nan_to_num(col[ok], nan=0.0)
+                if dim in EXPOSED_DIMS:
+                    out.floats[key][pts] = vals
+                else:
+                    other = other + vals
+        for dim in EXPOSED_DIMS:
+            if f"exposed_{dim}_s" not in c:
+                out.floats[f"exposed_{dim}_s"][pts] = 0.0
+        out.floats["exposed_other_s"][pts] = other
+        power = np.asarray([self.power_kw(cl) for cl in clusters])[ps.cluster_ix[ok]]
+        out.floats["power_kw"][pts] = power
+        out.floats["tokens_per_joule"][pts] = c["tokens_per_s"][ok] / (power * 1e3)
+        out.ints["microbatches"][pts] = res.microbatches[ok]
+        out.ints["dp"][pts] = res.dp[ok]
+
