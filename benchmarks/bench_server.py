@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from twin.rpc.v1 import twin_service_pb2  # noqa: E402
-from twin.server.convert import scenario_from_mapping  # noqa: E402
 from twin.server.process import start_serve  # noqa: E402
+from twin.wire.convert import scenario_from_mapping  # noqa: E402
 
 SCENARIO = {"cluster": {"system": "DGX-H100", "num_gpus": 1024}, "model": "llama3.1-70b",
             "plan": {"tp": 4, "pp": 4, "vp": 5, "gbs": 1024}}

@@ -8,7 +8,7 @@
 Scenarios go over the wire as structured messages (converted from the scenario-file
 mapping on this side, so a typo is reported before anything is sent). A failed call
 raises the same domain error a local evaluation would (``SpecError`` naming the field,
-``NotFoundError``, ...), or :class:`~twin.server.errors.RemoteError` for transport and
+``NotFoundError``, ...), or :class:`~twin.wire.errors.RemoteError` for transport and
 server failures.
 """
 
@@ -28,8 +28,8 @@ from twin.core.estimate import Estimate
 from twin.core.scenario_io import read_mapping
 from twin.rpc.v1 import catalog_pb2, sweep_service_pb2, twin_service_pb2, twin_service_pb2_grpc
 from twin.rpc.v1 import sweep_service_pb2_grpc as sweep_grpc
-from twin.server.convert import estimate_from_message, scenario_from_mapping
-from twin.server.errors import RemoteError, error_from_rpc
+from twin.wire.convert import estimate_from_message, scenario_from_mapping
+from twin.wire.errors import RemoteError, error_from_rpc
 
 TOKEN_ENV = "TWIN_AUTH_TOKEN"
 __all__ = ["RemoteError", "TwinClient"]

@@ -2,7 +2,9 @@
 
 An :class:`Engine` owns one plugin manager and what it resolved from it (catalog of
 presets, fabric models, strategies). Building one is cheap enough to do per process;
-evaluation is pure and thread-safe.
+evaluation is pure and thread-safe. Failure analysis and sweeps sit above it and take an
+engine (``twin.failures.FailureAnalyzer(engine)``, ``twin.sweep``); the engine imports
+neither.
 """
 
 from __future__ import annotations
@@ -95,12 +97,6 @@ class Engine:
     def evaluate(self, source: Scenario | Mapping[str, Any] | str | Path) -> Estimate:
         """Predict one training step."""
         return self.model.evaluate(self.scenario(source), validate=False)
-
-    def failures(self, source: Scenario | Mapping[str, Any] | str | Path, **options: Any) -> Any:
-        """Failure analysis of a scenario: ``twin.failures.FailureAnalyzer(self).analyze(source, **options)``."""
-        from twin.failures import FailureAnalyzer
-
-        return FailureAnalyzer(self).analyze(source, **options)
 
     # ----------------------------------------------------------------- listings
     def plugins(self) -> list[PluginInfo]:

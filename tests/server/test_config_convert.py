@@ -14,7 +14,7 @@ from twin.core.errors import SpecError, TooLargeError
 from twin.core.scenario_io import read_mapping
 from twin.rpc.v1 import scenario_pb2
 from twin.server.config import load_config
-from twin.server.convert import Limits, scenario_from_mapping, scenario_to_mapping
+from twin.wire.convert import Limits, scenario_from_mapping, scenario_to_mapping
 
 
 # ------------------------------------------------------------------------- config

@@ -11,8 +11,8 @@ from twin.core.errors import InfeasibleError, NotFoundError, SpecError, TooLarge
 from twin.rpc.v1 import scenario_pb2 as s
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import twin_service_pb2 as t
-from twin.server.convert import scenario_from_mapping
-from twin.server.errors import error_from_rpc
+from twin.wire.convert import scenario_from_mapping
+from twin.wire.errors import error_from_rpc
 
 BASE = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 64}}
 
@@ -131,6 +131,16 @@ def test_too_large_is_resource_exhausted(twin_stub, sweep_stub):
         sw.SweepAxis(path="plan.mbs", range=sw.Range(start=1, stop=1001, step=1))])
     err = call_error(sweep_stub.Sweep, sw.SweepRequest(spec=spec))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and bad_field(err) == "spec.axes"
+    # One axis longer than the server's point limit is refused while parsing, before its
+    # values are built: 10^12 draws would be 7 TiB (a fuzz case once made that INTERNAL).
+    for axis, field in ((sw.SweepAxis(path="plan.mbs", sample=sw.Sample(n=10**12, low=1, high=8)),
+                         "spec.axes[0].sample.n"),
+                        (sw.SweepAxis(path="plan.gbs", range=sw.Range(start=1, stop=1e15, step=1)),
+                         "spec.axes[0].range")):
+        err = call_error(sweep_stub.Sweep, sw.SweepRequest(spec=sw.SweepSpec(base=scenario_from_mapping(BASE),
+                                                                            axes=[axis])))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and bad_field(err) == field
+        assert "at most 100,000" in err.details()
 
 
 def test_message_size_limit(twin_stub):

@@ -10,7 +10,7 @@ from twin.engine import Engine
 from twin.failures import FailureAnalyzer
 from twin.rpc.v1 import failure_service_pb2 as fpb
 from twin.rpc.v1 import failure_service_pb2_grpc as fpbg
-from twin.server.convert import struct_to_dict
+from twin.wire.convert import struct_to_dict
 
 from .test_errors import bad_field, call_error
 

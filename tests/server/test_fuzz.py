@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from twin.rpc.v1 import scenario_pb2, sweep_service_pb2, twin_service_pb2
 from twin.rpc.v1 import sweep_service_pb2_grpc as sweep_grpc
 from twin.rpc.v1 import twin_service_pb2_grpc as twin_grpc
-from twin.server.convert import scenario_from_mapping
+from twin.wire.convert import scenario_from_mapping
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from twin.client import TwinClient
 from twin.engine import Engine
 from twin.rpc.v1 import scenario_pb2 as s
 from twin.rpc.v1 import twin_service_pb2 as t
-from twin.server.convert import estimate_from_message, scenario_from_mapping
+from twin.wire.convert import estimate_from_message, scenario_from_mapping
 
 ONE_LINE = {"cluster": {"system": "DGX-H100", "num_gpus": 1024}, "model": "llama3.1-70b",
             "plan": {"tp": 4, "pp": 4, "vp": 5, "gbs": 1024}}

@@ -21,7 +21,7 @@ from twin.client import TwinClient
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import sweep_service_pb2_grpc, twin_service_pb2_grpc
 from twin.rpc.v1 import twin_service_pb2 as t
-from twin.server.errors import RemoteError
+from twin.wire.errors import RemoteError
 
 TOKEN = "tw1n-t0ken-for-tests"
 ONE_LINE = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 64}}

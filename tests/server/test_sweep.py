@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import grpc
@@ -10,8 +11,8 @@ from google.protobuf import struct_pb2
 
 from twin.engine import Engine
 from twin.rpc.v1 import sweep_service_pb2 as sw
-from twin.server import sweeps
-from twin.server.convert import scenario_from_mapping
+from twin.sweep.spec import set_path
+from twin.wire.convert import scenario_from_mapping
 
 BASE = {"name": "base", "cluster": {"system": "DGX-H100", "num_gpus": 256}, "model": "llama3.1-70b",
         "plan": {"tp": 8, "pp": 4, "gbs": 256}}
@@ -56,7 +57,10 @@ def test_grid_sweep_streams_rows_progress_and_best(sweep_stub):
     engine = Engine(autoload=False)
     first = next(r for r in rows if r.HasField("estimate"))
     point = {k: int(v.number_value) for k, v in first.assignment.fields.items()}
-    local = engine.model.evaluate(engine.scenario(sweeps.apply(BASE, point)), validate=False, report=False)
+    scenario = copy.deepcopy(BASE)
+    for path, value in point.items():  # as the sweep engine applies a point to the base
+        set_path(scenario, path.split("."), value, engine.catalog)
+    local = engine.model.evaluate(engine.scenario(scenario), validate=False, report=False)
     assert first.estimate.step_time_s == local.step_time_s
 
 

@@ -224,7 +224,7 @@ def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, ca
     from twin.rpc.v1 import sweep_service_pb2_grpc as sw_grpc
     from twin.server import app, extensions
     from twin.server.config import ServerConfig
-    from twin.sweep.service import EngineRunner
+    from twin.server.sweep_engine import EngineRunner
 
     caplog.set_level(logging.INFO, logger="twin.server")
     runner = EngineRunner(engine, max_points=10_000_000, executor="ray", ray_address=head, settings=SETTINGS)

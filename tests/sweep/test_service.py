@@ -13,8 +13,8 @@ from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import sweep_service_pb2_grpc as sw_grpc
 from twin.server import app, extensions
 from twin.server.config import ServerConfig
+from twin.server.sweep_engine import EngineRunner
 from twin.server.sweeps import Finished, Progress, Row, Started
-from twin.sweep.service import EngineRunner
 
 BASE = {"name": "base", "cluster": {"system": "DGX-H100", "num_gpus": 256}, "model": "llama3.1-70b",
         "plan": {"tp": 8, "pp": 4, "gbs": 256}}

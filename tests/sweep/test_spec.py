@@ -96,6 +96,26 @@ def test_too_many_points_is_refused(engine):
         check_values(parse_spec(data), engine.catalog, engine.fabrics.kinds(), max_points=1_000_000)
 
 
+@pytest.mark.parametrize(("axis", "field"), [
+    ({"path": "plan.gbs", "range": {"start": 1, "stop": 1002}}, "axes[0].range"),
+    ({"path": "cluster.num_gpus", "range": {"start": 1, "stop": 1e300, "factor": 1.5}}, "axes[0].range"),
+    ({"path": "plan.mbs", "sample": {"low": 1, "high": 8, "n": 10**12}}, "axes[0].sample.n"),
+    ({"path": "plan.tp", "values": [1] * 1001}, "axes[0].values"),
+])
+def test_an_axis_over_the_point_limit_is_refused_while_parsing(axis, field):
+    # Refused before the values are built: 10^12 draws would need 7 TiB.
+    with pytest.raises(TooLargeError) as err:
+        parse_spec(spec(axes=[axis]), max_points=1000)
+    assert err.value.field == field and "at most 1,000" in err.value.rule
+
+
+def test_the_axis_limit_is_the_point_limit():
+    at_limit = {"path": "plan.gbs", "range": {"start": 1, "stop": 1001}}
+    assert len(parse_spec(spec(axes=[at_limit]), max_points=1000).axes[0].values) == 1000
+    over = {"path": "plan.gbs", "range": {"start": 1, "stop": 1002}}
+    assert len(parse_spec(spec(axes=[over])).axes[0].values) == 1001  # the default limit (the CLI's) is far higher
+
+
 def test_ranges_and_counts():
     s = parse_spec(spec(axes=[{"path": "cluster.num_gpus", "range": {"start": 64, "stop": 2048, "factor": 2}},
                               {"path": "plan.mbs", "range": {"start": 1, "stop": 5, "step": 1}},
@@ -104,6 +124,9 @@ def test_ranges_and_counts():
     assert s.axes[0].values == (64, 128, 256, 512, 1024)
     assert s.axes[1].values == (1, 2, 3, 4)
     assert s.axes[2].values == (100.0, 150.0, 200.0)
+    # integer bounds give integers (with a factor too), float bounds floats; stop is exclusive
+    assert {type(v) for v in s.axes[0].values + s.axes[1].values} == {int}
+    assert {type(v) for v in s.axes[2].values} == {float}
     assert s.total_points == 5 * 4 * 3
 
 

@@ -14,11 +14,9 @@ register function to :data:`EXTENSIONS` (one line per capability)::
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 import grpc
 
-from twin.server import sweeps
 from twin.server.context import ServerContext
 from twin.server.handlers import add_service
 from twin.server.services import SWEEP_SERVICE, TWIN_SERVICE, SweepServicer, TwinServicer
@@ -32,9 +30,13 @@ def register_core(server: grpc.Server, ctx: ServerContext) -> None:
 
 
 def register_sweeps(server: grpc.Server, ctx: ServerContext) -> None:
-    """SweepService, with the inline runner unless an earlier extension installed another."""
+    """SweepService, run by the sweep engine unless an earlier extension installed another runner."""
     if ctx.sweep_runner is None:
-        ctx.sweep_runner = partial(sweeps.run_inline, ctx.engine, max_points=ctx.config.limits.max_sweep_points)
+        from twin.server.sweep_engine import runner_for  # lazily: loading the sweep engine takes ~0.2 s
+
+        runner = runner_for(ctx.engine, ctx.config)
+        ctx.sweep_runner = runner
+        ctx.on_shutdown.append(runner.close)
     add_service(server, ctx, SWEEP_SERVICE, SweepServicer(ctx))
 
 
@@ -55,16 +57,8 @@ def register_failure_analysis(server: grpc.Server, ctx: ServerContext) -> None:
     register_failures(server, ctx)
 
 
-def register_sweep_engine(server: grpc.Server, ctx: ServerContext) -> None:
-    """The sweep engine (inline or Ray, twin/sweep) as the Sweep RPC's runner."""
-    from twin.sweep.service import register
-
-    register(server, ctx)
-
-
 EXTENSIONS: list[Register] = [
     register_core,
-    register_sweep_engine,
     register_sweeps,
     register_telemetry,
     register_failure_analysis,

@@ -10,11 +10,11 @@ from twin.core.errors import SpecError
 from twin.core.failures.spec import Injection, parse_injection
 from twin.failures import FailureAnalyzer
 from twin.rpc.v1 import failure_service_pb2 as fpb
-from twin.server import convert
 from twin.server.context import ServerContext
-from twin.server.convert import Limits, dict_to_struct, struct_to_dict, to_jsonable
 from twin.server.handlers import add_service
 from twin.server.services import parse_document
+from twin.wire import convert
+from twin.wire.convert import Limits, dict_to_struct, struct_to_dict, to_jsonable
 
 FAILURE_SERVICE = fpb.DESCRIPTOR.services_by_name["FailureService"]
 

@@ -5,7 +5,7 @@ so every service (built-in or an extension's) gets the same treatment:
 
 - a request that does not decode is INVALID_ARGUMENT naming the request type, never the
   INTERNAL that gRPC's own decoder failure gives;
-- domain errors map through ``twin.server.errors`` (one table), anything else is INTERNAL
+- domain errors map through ``twin.wire.errors`` (one table), anything else is INTERNAL
   with a generic message and the traceback in the log;
 - the service's full name is recorded for the health and reflection services.
 """
@@ -23,7 +23,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from twin.core.errors import SpecError, TwinError
 from twin.server.context import ServerContext
-from twin.server.errors import internal_status, status_for
+from twin.wire.errors import internal_status, status_for
 
 
 class Malformed:

@@ -1,7 +1,7 @@
 """The built-in servicers: TwinService (Predict, Validate, GetCatalog) and SweepService.
 
 Thin by design: decode the scenario into the file-format mapping, hand it to the engine,
-encode the answer. Rules live in the core; error codes live in ``twin.server.errors``.
+encode the answer. Rules live in the core; error codes live in ``twin.wire.errors``.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinErro
 from twin.core.specs import Scenario
 from twin.engine import Engine
 from twin.rpc.v1 import catalog_pb2, scenario_pb2, sweep_service_pb2, twin_service_pb2
-from twin.server import convert, guard, sweeps
+from twin.server import guard, sweeps
 from twin.server.context import ServerContext
-from twin.server.convert import Limits
-from twin.server.errors import code_for, field_of, rule_of
+from twin.wire import convert
+from twin.wire.convert import Limits
+from twin.wire.errors import code_for, field_of, rule_of
 
 CACHE_KEY_MAX = 16 * 1024
 TWIN_SERVICE = twin_service_pb2.DESCRIPTOR.services_by_name["TwinService"]

@@ -12,11 +12,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from twin.sweep.evaluator import SweepEvaluator
 from twin.sweep.failmetrics import FailureColumns, wants_failures
+from twin.sweep.points import PointBatch, SweepSource
 from twin.sweep.reduce import BatchResult, reduce_batch
+from twin.sweep.spec import SweepSpec
 
 if TYPE_CHECKING:
     from twin.engine import Engine
@@ -61,8 +63,6 @@ class Worker:
         self.source = make_source(job.recipe, engine)
         self.evaluator = SweepEvaluator(engine, memory_headroom=job.memory_headroom)
         self.failures = None
-        from twin.sweep.spec import SweepSpec
-
         if isinstance(job.recipe, SweepSpec) and wants_failures(job.recipe):
             self.failures = FailureColumns(engine, job.recipe, self.source)
 
@@ -78,16 +78,31 @@ class Worker:
                             time.perf_counter() - t0)
 
 
-def make_source(recipe: Any, engine: Engine) -> Any:
-    """The point source of a recipe (a sweep spec or a plan space)."""
-    from twin.sweep.plansearch import PlanSource, PlanSpace
-    from twin.sweep.points import SweepSource
-    from twin.sweep.spec import SweepSpec
+class PointSource(Protocol):
+    """The points of a job, batch by batch (``twin.sweep.points.SweepSource``, ``plansearch.PlanSource``)."""
 
+    total: int
+
+    def batch(self, start: int, stop: int) -> PointBatch: ...
+
+
+@runtime_checkable
+class Recipe(Protocol):
+    """A job recipe that builds its own point source (``plansearch.PlanSpace``).
+
+    Recipes above this module (plan search runs jobs, so it imports this one) name their
+    source this way instead of this module importing them back.
+    """
+
+    def source(self, engine: Engine) -> PointSource: ...
+
+
+def make_source(recipe: Any, engine: Engine) -> PointSource:
+    """The point source of a recipe (a sweep spec, or a :class:`Recipe` such as a plan space)."""
     if isinstance(recipe, SweepSpec):
         return SweepSource(recipe, engine.catalog)
-    if isinstance(recipe, PlanSpace):
-        return PlanSource(recipe, engine)
+    if isinstance(recipe, Recipe):
+        return recipe.source(engine)
     raise TypeError(f"unknown sweep recipe {type(recipe).__name__}")
 
 

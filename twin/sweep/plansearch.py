@@ -35,6 +35,7 @@ from twin.core.specs import Calibration, Cluster, Model, Plan, Scenario
 from twin.sweep.job import EngineSettings, Job
 from twin.sweep.points import GroupSpec, PointBatch
 from twin.sweep.reduce import SweepResult, nrows, row_dict
+from twin.sweep.runner import run_job
 
 if TYPE_CHECKING:
     from twin.engine import Engine
@@ -83,6 +84,10 @@ class PlanSpace:
     def total(self) -> int:
         """Plans in the space."""
         return int(self.vp_counts.sum())
+
+    def source(self, engine: Engine | None = None) -> PlanSource:
+        """The point source of this space (a job's recipe builds its own: ``twin.sweep.job.Recipe``)."""
+        return PlanSource(self, engine)
 
 
 def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plans",
@@ -303,8 +308,6 @@ def search_plans(engine: Engine, space: PlanSpace, *, top: int = 5, executor: An
                  ray_address: str | None = None, cancel: Any = None, settings: EngineSettings | None = None,
                  metric: str = "step_time_s", order: str = "min", memory_headroom: float = 0.0) -> PlanSearchResult:
     """Search ``space``; the best ``top`` plans re-evaluated with the full model."""
-    from twin.sweep.runner import run_job
-
     t0 = time.perf_counter()
     job = plan_job(space, top=top, metric=metric, order=order, settings=settings, memory_headroom=memory_headroom)
     result = run_job(job, engine=engine, executor=executor, ray_address=ray_address, cancel=cancel)

@@ -46,7 +46,9 @@ MODES = ("grid", "zip", "random")
 SECTIONS = ("cluster", "model", "plan", "calibration", "failures")
 # Above this many points a sweep must be split (or the limit raised by the caller).
 DEFAULT_MAX_POINTS = 100_000_000
-_MAX_RANGE = 10_000_000  # values of one range axis
+# Values of one axis (a range, a sample's n, a list). An axis longer than the sweep's point
+# limit is refused while parsing, before its values are built (a server's limit is small).
+_MAX_RANGE = 10_000_000
 _SPEC_KEYS = {"name", "description", "base", "axes", "mode", "samples", "seed", "objective", "keep_rows"}
 _AXIS_KEYS = {"path", "values", "range", "sample", "name"}
 # Fields whose value names a registered fabric model: checked against the engine's kinds.
@@ -253,7 +255,15 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def _range_values(rng: Any, where: str) -> list[Any]:
+def _axis_limit(max_points: int) -> int:
+    return min(_MAX_RANGE, max_points)
+
+
+def _too_long(where: str, count: int, limit: int) -> TooLargeError:
+    return TooLargeError(where, f"has {count:,} values; an axis may have at most {limit:,} (the sweep's point limit)")
+
+
+def _range_values(rng: Any, where: str, limit: int = _MAX_RANGE) -> list[Any]:
     if not isinstance(rng, Mapping):
         raise SpecError(where, f"must be a mapping {{start, stop, step | factor}} (got {rng!r})")
     unknown = sorted(set(rng) - {"start", "stop", "step", "factor"})
@@ -268,13 +278,13 @@ def _range_values(rng: Any, where: str) -> list[Any]:
     if "step" in rng and "factor" in rng:
         raise SpecError(where, "give either step or factor, not both")
     out: list[Any] = []
-    # stop is exclusive, as in Python's range() (and the server's sweep files)
+    # stop is exclusive, as in Python's range() (and the proto's Range)
     if "factor" in rng:
         factor = _number(rng["factor"], f"{where}.factor")
         if factor <= 1 or start <= 0:
             raise SpecError(f"{where}.factor", f"must be > 1 with start > 0 (got factor {factor}, start {start})")
         x = start
-        while x < stop * (1 - 1e-12) and len(out) <= _MAX_RANGE:
+        while x < stop * (1 - 1e-12) and len(out) <= limit:
             out.append(round(x) if integral else x)
             x *= factor
     else:
@@ -284,19 +294,20 @@ def _range_values(rng: Any, where: str) -> list[Any]:
         span = (stop - start) / step
         if not math.isfinite(span):  # e.g. start -1e308, stop 1e308: the span overflows a double
             raise TooLargeError(where, f"spans more values than a double can count; an axis may have at most "
-                                       f"{_MAX_RANGE:,}")
+                                       f"{limit:,}")
         count = math.ceil(span - 1e-9)
-        if count > _MAX_RANGE:
-            raise TooLargeError(where, f"has {count:,} values; an axis may have at most {_MAX_RANGE:,}")
+        if count > limit:
+            raise _too_long(where, count, limit)
         out = [round(start + k * step) if integral else start + k * step for k in range(max(0, count))]
-    if len(out) > _MAX_RANGE:
-        raise TooLargeError(where, f"has more than {_MAX_RANGE:,} values")
+    if len(out) > limit:
+        raise TooLargeError(where, f"has more than {limit:,} values; an axis may have at most {limit:,} (the "
+                                   "sweep's point limit)")
     if not out:
         raise SpecError(where, f"is empty (stop {stop} must be above start {start}; stop is exclusive)")
     return out
 
 
-def _sample(data: Any, where: str, mode: str) -> Sample:
+def _sample(data: Any, where: str, mode: str, limit: int = _MAX_RANGE) -> Sample:
     if not isinstance(data, Mapping):
         raise SpecError(where, f"must be a mapping {{choices | low, high; n; seed}} (got {data!r})")
     unknown = sorted(set(data) - {"choices", "low", "high", "n", "seed", "log", "integer"})
@@ -306,6 +317,8 @@ def _sample(data: Any, where: str, mode: str) -> Sample:
     n = data.get("n")
     if n is not None:
         n = _int(n, f"{where}.n", low=1)
+        if n > limit:  # drawn up front in grid/zip mode: refuse before allocating n values
+            raise _too_long(f"{where}.n", n, limit)
     elif mode != "random":
         raise SpecError(f"{where}.n", "is required: how many values to draw (only random mode with samples: N "
                                       "draws per point)")
@@ -361,7 +374,7 @@ def _from_unit(s: Sample, u: float) -> Any:
     return x
 
 
-def _axis(data: Any, i: int, mode: str) -> Axis:
+def _axis(data: Any, i: int, mode: str, limit: int = _MAX_RANGE) -> Axis:
     where = f"axes[{i}]"
     if not isinstance(data, Mapping):
         raise SpecError(where, f"must be a mapping {{path, values | range | sample}} (got {data!r})")
@@ -382,16 +395,22 @@ def _axis(data: Any, i: int, mode: str) -> Axis:
         values = data["values"]
         if not isinstance(values, list) or not values:
             raise SpecError(f"{where}.values", f"must be a non-empty list (got {values!r})")
+        if len(values) > limit:
+            raise _too_long(f"{where}.values", len(values), limit)
     elif "range" in data:
-        values = _range_values(data["range"], f"{where}.range")
+        values = _range_values(data["range"], f"{where}.range", limit)
     else:
-        sample = _sample(data["sample"], f"{where}.sample", mode)
+        sample = _sample(data["sample"], f"{where}.sample", mode, limit)
         values = draw_values(sample) if mode != "random" else list(sample.choices)
     return Axis(path=data["path"], values=tuple(values), sample=sample, label=label)
 
 
-def parse_spec(data: Any, *, base_dir: Path | None = None) -> SweepSpec:
-    """Parse a sweep mapping (no engine needed); see :func:`compile_spec` for value checks."""
+def parse_spec(data: Any, *, base_dir: Path | None = None, max_points: int = DEFAULT_MAX_POINTS) -> SweepSpec:
+    """Parse a sweep mapping (no engine needed); see :func:`check_values` for value checks.
+
+    ``max_points``: an axis with more values than this is :class:`TooLargeError` here,
+    before its values are built (the total is checked against it by :func:`check_values`).
+    """
     if not isinstance(data, Mapping):
         raise SpecError("", f"a sweep spec must be a mapping (got {type(data).__name__})")
     unknown = sorted(set(data) - _SPEC_KEYS)
@@ -420,11 +439,12 @@ def parse_spec(data: Any, *, base_dir: Path | None = None) -> SweepSpec:
     if not isinstance(axes_data, list):
         raise SpecError("axes", f"must be a list (got {axes_data!r})")
     # random without `samples`: every axis draws its own n values and the i-th draws go
-    # together (the server's sweep-file form); with `samples`, each point draws afresh.
+    # together (all a structured gRPC SweepSpec can say); with `samples`, each point draws afresh.
     zipped_random = mode == "random" and "samples" not in data
     if zipped_random and not axes_data:
         raise SpecError("axes", "random mode needs at least one axis")
-    axes = tuple(_axis(a, i, "zip" if zipped_random else mode) for i, a in enumerate(axes_data))
+    limit = _axis_limit(max_points)
+    axes = tuple(_axis(a, i, "zip" if zipped_random else mode, limit) for i, a in enumerate(axes_data))
     if zipped_random:
         for i, a in enumerate(axes):
             if a.sample is None:

@@ -13,8 +13,8 @@ from twin.core.errors import TwinError
 from twin.rpc.v1 import scenario_pb2
 from twin.rpc.v1 import telemetry_pb2 as pb  # generated at install time (setup.py)
 from twin.rpc.v1 import telemetry_pb2_grpc as pb_grpc
-from twin.server.errors import internal_status, status_for
 from twin.telemetry.service import TelemetryService
+from twin.wire.errors import internal_status, status_for
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -22,9 +22,10 @@ STATE = {"up": pb.COMPONENT_STATE_UP, "degraded": pb.COMPONENT_STATE_DEGRADED, "
 STATE_NAME = {v: k for k, v in STATE.items()}
 BASIS = {pb.PREDICTION_BASIS_UNSPECIFIED: "both", pb.PREDICTION_BASIS_DESIGNED: "designed",
          pb.PREDICTION_BASIS_NOW: "now"}
-# Domain error -> status. The server's one error table should replace this at merge.
+
+
 def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
-    """Run ``fn``; domain errors go through the server's one error table."""
+    """Run ``fn``; domain errors go through the one error table (``twin.wire.errors``)."""
     try:
         return fn()
     except TwinError as err:

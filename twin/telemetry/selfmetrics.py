@@ -12,21 +12,38 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
 if TYPE_CHECKING:
+    from twin.core.specs import Calibration
     from twin.telemetry.config import TelemetryConfig
-    from twin.telemetry.service import TelemetryService
+    from twin.telemetry.state import LiveState
 
 log = logging.getLogger(__name__)
+
+
+class Observed(Protocol):
+    """What the instruments read (``TelemetryService`` is one).
+
+    A protocol, not the service class: the service creates its :class:`SelfMetrics`, so
+    importing the class here would make the two modules import each other.
+    """
+
+    lock: AbstractContextManager[Any]
+    state: LiveState
+    calibration: Calibration
+    stats: dict[str, int]
+
+    def divergence(self) -> list[dict[str, Any]]: ...
 
 
 class SelfMetrics:
     """Observable instruments reading the service when the SDK collects."""
 
-    def __init__(self, service: TelemetryService, meter_provider: Any, config: TelemetryConfig) -> None:
+    def __init__(self, service: Observed, meter_provider: Any, config: TelemetryConfig) -> None:
         self.service = service
         self._owned = None
         if meter_provider is None:

@@ -9,7 +9,8 @@ descriptors, driven by one rename table, so a field added to a .proto and to the
 works without code here.
 
 Used by the server (message -> mapping, estimate -> message) and by ``twin.client``
-(mapping -> message, message -> estimate).
+(mapping -> message, message -> estimate); it lives in ``twin.wire`` so the client needs
+no part of the server.
 """
 
 from __future__ import annotations
@@ -383,7 +384,7 @@ def estimate_from_message(msg: estimate_pb2.Estimate) -> Estimate:
 
 # ------------------------------------------------------------------------- sweeps
 def sweep_spec_to_mapping(msg: Any, limits: Limits = Limits()) -> dict[str, Any]:
-    """A wire SweepSpec as the sweep-file mapping ``twin.server.sweeps`` reads."""
+    """A wire SweepSpec as the sweep-file mapping :func:`twin.sweep.spec.parse_spec` reads."""
     out: dict[str, Any] = {"name": msg.name}
     if msg.HasField("base"):
         out["base"] = scenario_to_mapping(msg.base, limits)

@@ -1,12 +1,12 @@
-"""The sweep engine as the gRPC Sweep service's runner (``ServerContext.sweep_runner``).
+"""The sweep engine (``twin.sweep``) as the Sweep RPC's runner (``ServerContext.sweep_runner``).
 
-The server (``twin/server``) calls ``runner(spec_mapping, should_stop)`` and converts the
-events it yields (``twin.server.sweeps``: Started, Progress, Row, Finished) to the wire;
-it checks nothing else. :class:`EngineRunner` runs the sweep here — inline, or on Ray for
-large sweeps — and maps its events onto that contract:
+:class:`EngineRunner` runs a sweep with the sweep engine — inline, or on Ray for large
+sweeps — and maps its events onto the servicer's contract (:mod:`twin.server.sweeps`):
 
-- the spec is parsed and checked before the first event, so a bad spec is an error the
-  server maps to INVALID_ARGUMENT (too many points: RESOURCE_EXHAUSTED);
+- the spec is parsed by the one sweep-spec parser (:func:`twin.sweep.spec.parse_spec`, the
+  same as ``twin sweep``'s) and checked before the first event, so a bad spec is an error
+  the server maps to INVALID_ARGUMENT naming ``spec.<field>`` (too many points:
+  RESOURCE_EXHAUSTED);
 - ``Progress`` after every batch (and every 0.5 s heartbeat on Ray); ``failed_points``
   counts the infeasible points (a rule broken, or out of memory);
 - with ``keep_rows`` (the server's default) every point becomes a ``Row``: infeasible
@@ -16,16 +16,16 @@ large sweeps — and maps its events onto that contract:
 - ``Finished.best`` holds the top points with full estimates; ``stopped`` is
   "cancelled" when ``should_stop()`` turned true, which cancels the Ray tasks too.
 
-Install it with one line in ``twin/server/extensions.py`` (after ``register_sweeps``, or
-instead of the inline default)::
+``twin.server.extensions.register_sweeps`` installs :func:`runner_for`'s runner unless an
+earlier extension installed another (imported there lazily: the servicer and ``twin
+catalog`` do not load the sweep engine). The executor is chosen by
+``TWIN_SWEEP_EXECUTOR`` (auto | inline | ray; default auto: Ray when ``RAY_ADDRESS`` is
+set or a sweep has >= 2M points). One Ray connection is made on first use, shared by
+every request, and closed at server shutdown (a Ray the server started is shut down; a
+cluster it joined is only disconnected from).
 
-    from twin.sweep.service import register as register_sweep_engine
-    EXTENSIONS.append(register_sweep_engine)
-
-The executor is chosen by ``TWIN_SWEEP_EXECUTOR`` (auto | inline | ray; default auto:
-Ray when ``RAY_ADDRESS`` is set or a sweep has >= 2M points). One Ray connection is made
-on first use, shared by every request, and closed at server shutdown (a Ray the server
-started is shut down; a cluster it joined is only disconnected from).
+It lives in the server package, above ``twin.sweep``: it speaks the servicer's event
+contract and the server's config, and the sweep engine knows nothing of either.
 """
 
 from __future__ import annotations
@@ -39,32 +39,26 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinError
+from twin.core.estimate import Estimate
+from twin.server.sweeps import Finished, Progress, Row, Started, SweepEvent
 from twin.sweep.job import EngineSettings, Job
 from twin.sweep.metrics import MEMORY_REASON, as_python
 from twin.sweep.reduce import Rows, nrows
-from twin.sweep.runner import (
-    AUTO_RAY_POINTS,
-    EXECUTORS,
-    Executor,
-    Finished,
-    InlineExecutor,
-    Progress,
-    events,
-    sweep_job,
-)
+from twin.sweep.runner import AUTO_RAY_POINTS, EXECUTORS, Executor, InlineExecutor, events, sweep_job
+from twin.sweep.runner import Finished as EngineFinished
+from twin.sweep.runner import Progress as EngineProgress
 from twin.sweep.spec import SweepSpec, parse_spec, set_path
 
 if TYPE_CHECKING:
-    import grpc
-
     from twin.engine import Engine
+    from twin.server.config import ServerConfig
 
 EXECUTOR_ENV = "TWIN_SWEEP_EXECUTOR"
 ROW_BATCH_POINTS = 500
 
 
 class EngineRunner:
-    """A ``SweepRunner`` (``twin.server.sweeps``) backed by :mod:`twin.sweep`."""
+    """A ``SweepRunner`` (:mod:`twin.server.sweeps`) backed by :mod:`twin.sweep`."""
 
     def __init__(self, engine: Engine, *, max_points: int, settings: EngineSettings | None = None,
                  executor: str = "auto", ray_address: str | None = None, keep_rows_default: bool = True) -> None:
@@ -100,17 +94,15 @@ class EngineRunner:
                 self._ray = None
 
     # ------------------------------------------------------------ the runner
-    def __call__(self, data: Mapping[str, Any], should_stop: Callable[[], bool]) -> Iterator[Any]:
-        from twin.server import sweeps as wire
-
+    def __call__(self, data: Mapping[str, Any], should_stop: Callable[[], bool]) -> Iterator[SweepEvent]:
         if isinstance(data, Mapping) and "keep_rows" not in data:
             data = {**data, "keep_rows": self.keep_rows_default}
         try:
-            spec = parse_spec(data)
+            spec = parse_spec(data, max_points=self.max_points)
             job = sweep_job(spec, self.engine, self.settings, self.max_points)
-        except (SpecError, TooLargeError) as err:  # fields named as the server's own parser does
+        except (SpecError, TooLargeError) as err:  # the field as the request names it: spec.axes[0].path
             raise type(err)(f"spec.{err.field}" if err.field else "spec", err.rule) from err
-        yield wire.Started(spec.name, job.total, tuple(a.path for a in spec.axes))
+        yield Started(spec.name, job.total, tuple(a.path for a in spec.axes))
         cancel = threading.Event()
         t0 = time.perf_counter()
         # Kept rows are re-evaluated with the full model (~0.3 ms a point), so they go out in
@@ -119,30 +111,30 @@ class EngineRunner:
         for ev in events(job, self.executor_for(job), cancel=cancel, batch_points=batch_points):
             if should_stop():
                 cancel.set()
-            if isinstance(ev, Progress):
+            if isinstance(ev, EngineProgress):
                 if spec.keep_rows and ev.batch is not None and ev.batch.rows is not None:
-                    yield from self._rows(spec, ev.batch.rows, wire)
-                yield wire.Progress(ev.done, job.total, ev.done - ev.feasible, time.perf_counter() - t0)
-            elif isinstance(ev, Finished):
+                    yield from self._rows(spec, ev.batch.rows)
+                yield Progress(ev.done, job.total, ev.done - ev.feasible, time.perf_counter() - t0)
+            elif isinstance(ev, EngineFinished):
                 r = ev.result
-                best = tuple(self._rows(spec, r.top, wire))
+                best = tuple(self._rows(spec, r.top))
                 elapsed = time.perf_counter() - t0
-                yield wire.Finished(r.done, r.done - r.feasible, elapsed, r.metric, best,
+                yield Finished(r.done, r.done - r.feasible, elapsed, r.metric, best,
                                     "cancelled" if r.cancelled else "")
 
-    def _rows(self, spec: SweepSpec, rows: Rows, wire: Any) -> Iterator[Any]:
+    def _rows(self, spec: SweepSpec, rows: Rows) -> Iterator[Row]:
         for i in range(nrows(rows)):
             assignment = {a.path: _value(a, rows[a.column][i]) for a in spec.axes}
             index = int(rows["point_id"][i])
             if bool(rows["feasible"][i]):
                 try:
-                    yield wire.Row(index, assignment, estimate=self._estimate(spec, assignment))
+                    yield Row(index, assignment, estimate=self._estimate(spec, assignment))
                 except TwinError as err:
-                    yield wire.Row(index, assignment, error=err)
+                    yield Row(index, assignment, error=err)
                 continue
-            yield wire.Row(index, assignment, error=_reason_error(str(rows["reason"][i])))
+            yield Row(index, assignment, error=_reason_error(str(rows["reason"][i])))
 
-    def _estimate(self, spec: SweepSpec, assignment: Mapping[str, Any]) -> Any:
+    def _estimate(self, spec: SweepSpec, assignment: Mapping[str, Any]) -> Estimate:
         data = copy.deepcopy(dict(spec.base))
         for path, value in assignment.items():
             set_path(data, path.split("."), value, self.engine.catalog)
@@ -168,11 +160,8 @@ def _reason_error(reason: str) -> TwinError:
     return SpecError(field, rule) if rule else SpecError("", reason)
 
 
-def register(server: grpc.Server, ctx: Any) -> None:
-    """Make this engine the server's sweep runner (see module docstring)."""
-    autoload = getattr(ctx.config, "plugins_autoload", None)
-    runner = EngineRunner(ctx.engine, max_points=ctx.config.limits.max_sweep_points,
-                          settings=EngineSettings(autoload=None if autoload else False),
-                          executor=os.environ.get(EXECUTOR_ENV, "auto"))
-    ctx.sweep_runner = runner
-    ctx.on_shutdown.append(runner.close)
+def runner_for(engine: Engine, config: ServerConfig) -> EngineRunner:
+    """The server's sweep runner: its engine's plugin settings, its point limit, the executor from the env."""
+    return EngineRunner(engine, max_points=config.limits.max_sweep_points,
+                        settings=EngineSettings(autoload=None if config.plugins_autoload else False),
+                        executor=os.environ.get(EXECUTOR_ENV, "auto"))

@@ -34,6 +34,7 @@ ERROR_TABLE: tuple[tuple[type[TwinError], grpc.StatusCode], ...] = (
 )
 INTERNAL_MESSAGE = "internal error (incident {incident}); the server log has the details"
 
+# The incident log is the server's (its JSON log handler and the tests read "twin.server").
 log = logging.getLogger("twin.server")
 
 
