@@ -20,9 +20,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from twin.core.api import ScaleOutFabric, ScaleUpFabric, Strategy
-from twin.core.errors import SpecError
-from twin.core.specs import Scenario
+from twin.api import ScaleOutFabric, ScaleUpFabric, Scenario, SpecError, Strategy
 from twin.engine import Engine
 from twin.hookimpl import hookimpl
 from twin.plugins import make_plugin_manager
@@ -63,7 +61,7 @@ def _scenario(engine: Engine, scale_out: Mapping[str, Any], num_gpus: int = 1024
 
 def assert_scale_out_fabric_conforms(fabric: ScaleOutFabric, params: Mapping[str, Any] | None = None) -> None:
     """Check a scale-out fabric model end to end; raises AssertionError on a violation."""
-    assert isinstance(fabric, ScaleOutFabric), "must subclass twin.core.api.ScaleOutFabric"
+    assert isinstance(fabric, ScaleOutFabric), "must subclass twin.api.ScaleOutFabric"
     assert fabric.kind and fabric.role == "scale_out", "needs a kind and the scale_out role"
     engine = engine_with(fabric)
     spec = {"fabric": fabric.kind, "params": dict(params or {})}
@@ -94,7 +92,7 @@ def assert_scale_out_fabric_conforms(fabric: ScaleOutFabric, params: Mapping[str
 
 def assert_scale_up_fabric_conforms(fabric: ScaleUpFabric) -> None:
     """Check a scale-up fabric model (replaces the built-in ``nvlink`` plugin for the test)."""
-    assert isinstance(fabric, ScaleUpFabric), "must subclass twin.core.api.ScaleUpFabric"
+    assert isinstance(fabric, ScaleUpFabric), "must subclass twin.api.ScaleUpFabric"
     engine = engine_with(fabric)
     scn = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64,
                                        "scale_up": {"fabric": fabric.kind, "domain_gpus": 8}},
@@ -109,7 +107,7 @@ def assert_strategy_conforms(strategy: Strategy, scenario: Mapping[str, Any]) ->
     """Check a strategy: it runs in ``scenario``, its contribution is finite and non-negative,
     and the step time stays the sum of its breakdown.
     """
-    assert isinstance(strategy, Strategy), "must subclass twin.core.api.Strategy"
+    assert isinstance(strategy, Strategy), "must subclass twin.api.Strategy"
     assert strategy.name and strategy.phase in ("microbatch", "pipeline", "step")
     engine = engine_with(strategy)
     est = engine.evaluate(scenario)
