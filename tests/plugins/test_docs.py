@@ -10,14 +10,17 @@ after editing one of those files, refresh the page with::
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import sys
 import types
 from pathlib import Path
 
+import yaml
+
 import twin.api
 from twin import hookspecs
-from twin.testing import assert_scale_out_fabric_conforms
+from twin.testing import assert_scale_out_fabric_conforms, engine_with
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "plugins.md"
@@ -41,6 +44,14 @@ def synced(text: str) -> str:
     """``text`` with every included block replaced by its file's current content."""
     return INCLUDE.sub(lambda m: f"<!-- include: {m['path']} -->\n```{m['lang']}\n"
                                  f"{(ROOT / m['path']).read_text(encoding='utf-8')}```", text)
+
+
+def _doc_module() -> types.ModuleType:
+    """The example module as printed in the page, executed (not the installed copy)."""
+    module = types.ModuleType("docs_plugins_example")
+    code = _includes(DOC.read_text(encoding="utf-8"))[EXAMPLE_MODULE]
+    exec(compile(code, f"{DOC}:{EXAMPLE_MODULE}", "exec"), module.__dict__)
+    return module
 
 
 def _hooks() -> set[str]:
@@ -78,14 +89,20 @@ def test_the_page_shows_the_example_package_verbatim():
 
 
 def test_the_docs_example_runs_through_the_conformance_kit():
-    """The module as printed in the page (not the installed copy) passes the kit."""
-    code = _includes(DOC.read_text(encoding="utf-8"))[EXAMPLE_MODULE]
-    module = types.ModuleType("docs_plugins_example")
-    exec(compile(code, f"{DOC}:{EXAMPLE_MODULE}", "exec"), module.__dict__)
-    assert_scale_out_fabric_conforms(module.DragonflyFabric(), {"gpus_per_group": 128})
+    """The module as printed in the page passes the kit."""
+    assert_scale_out_fabric_conforms(_doc_module().DragonflyFabric(), {"gpus_per_group": 128})
     # And the package's own test, as printed, uses the kit on that fabric.
     test_code = _includes(DOC.read_text(encoding="utf-8"))["tests/example_plugin/test_dragonfly.py"]
     assert "assert_scale_out_fabric_conforms(DragonflyFabric()" in test_code
+
+
+def test_the_docs_scenario_gives_the_report_the_page_shows():
+    text = DOC.read_text(encoding="utf-8")
+    after = text[text.index("a scenario selects it like any built-in"):]
+    scenario = yaml.safe_load(re.search(r"```yaml\n(.*?)```", after, re.S)[1])
+    est = engine_with(_doc_module().DragonflyFabric()).evaluate(scenario)
+    shown = re.search(r"holds its report \(`(\{.*?\})`\)", after)[1]
+    assert est.fabric["scale_out"] == json.loads(shown)
 
 
 def test_readme_links_the_page():
