@@ -12,16 +12,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin.core import ops
-from twin.core.api import EvalContext, MemoryFabric, Strategy, Terms
-from twin.core.errors import SpecError
-from twin.core.failures.components import ComponentGroup, FailureMode, Impact
-from twin.core.memory import ADAM_STATE_BYTES
-from twin.core.specs import Cluster, Scenario
-from twin.core.telemetry import Condition, MetricMapping
-from twin.core.topology import Hierarchy
-from twin.core.units import GIB
-from twin.hookimpl import hookimpl
+from twin.api import (
+    ADAM_STATE_BYTES,
+    GIB,
+    Cluster,
+    ComponentGroup,
+    Condition,
+    EvalContext,
+    FailureMode,
+    Hierarchy,
+    Impact,
+    MemoryFabric,
+    MetricMapping,
+    Scenario,
+    SpecError,
+    Strategy,
+    Terms,
+    hookimpl,
+    ops,
+)
 
 # Share of a pool's stated bandwidth that bulk offload DMA sustains. An assumption, not a
 # measurement: PCIe/CXL framing (128b/130b, 68-byte flits carrying 64 bytes, TLP and credit

@@ -12,11 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin.core import ops
-from twin.core.api import EvalContext, Strategy, Terms
-from twin.core.collectives import bus_factor
-from twin.core.memory import lora_trainable_fraction, weights_sharded
-from twin.hookimpl import hookimpl
+from twin.api import EvalContext, Strategy, Terms, bus_factor, hookimpl, lora_trainable_fraction, ops, weights_sharded
 
 # Megatron-Core DDP bucket size: max(40M, 1M * dp) parameters (distributed_data_parallel_config).
 BUCKET_PARAMS = 40e6

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin.core import ops
-from twin.core.api import EvalContext, Strategy, Terms
-from twin.core.collectives import bus_factor, dedup_dispatch_cost
-from twin.core.workload import ACT_BYTES
-from twin.hookimpl import hookimpl
+from twin.api import ACT_BYTES, EvalContext, Strategy, Terms, bus_factor, dedup_dispatch_cost, hookimpl, ops
 
 # Share of expert all-to-all that DualPipe-style overlap hides (DeepSeek-V3 report §3.2.1:
 # "computation-communication overlap ... nearly full"); the rest is pipeline edges.

@@ -7,21 +7,27 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from twin.core.api import ScaleOutFabric
-from twin.core.errors import SpecError
-from twin.core.failures.components import ComponentGroup, FailureMode
-from twin.core.failures.fabric import fat_tree_components, fat_tree_failure_modes
-from twin.core.fattree import build_fat_tree, scale_out_tiers
-from twin.core.specs import Cluster, Scenario
-from twin.core.telemetry import Condition, MetricMapping
-from twin.core.topology import Hierarchy, Tier
-from twin.core.units import HOUR_S
-from twin.hookimpl import hookimpl
+from twin.api import (
+    HOUR_S,
+    Cluster,
+    ComponentGroup,
+    Condition,
+    FailureMode,
+    Hierarchy,
+    MetricMapping,
+    ScaleOutFabric,
+    Scenario,
+    SpecError,
+    Tier,
+    check_scale_out_params,
+    fat_tree_components,
+    fat_tree_failure_modes,
+    fat_tree_report,
+    hookimpl,
+    nic_efficiency,
+    scale_out_tiers,
+)
 
-# Fraction of the NIC line rate NCCL achieves per NIC: NDR 400G 46-48 GB/s of 50
-# (NVIDIA/nccl-tests#290, maintainer), HDR 200G 192 GB/s per 8 NICs of 200
-# (NVIDIA/nccl#812, maintainer).
-NIC_EFFICIENCY = {400: 0.94, 200: 0.96}
 # Switch port-to-port latency: Quantum-2 NDR ~130 ns (NVIDIA Quantum-2 datasheet); cable
 # and NIC add ~0.5 us per hop.
 HOP_LATENCY_S = 0.6e-6
@@ -32,44 +38,6 @@ STATIC_ROUTING_EFFICIENCY = 0.95
 PARAMS = {"static_routing_efficiency"}
 
 
-def nic_efficiency(cluster: Cluster) -> float:
-    """Achievable fraction of the NIC line rate (stated or by speed class)."""
-    so = cluster.scale_out
-    assert so is not None
-    if so.achievable_fraction:
-        return so.achievable_fraction
-    return NIC_EFFICIENCY[400] if so.nic_gbps >= 400 else NIC_EFFICIENCY[200]
-
-
-def check_params(cluster: Cluster, path: str, allowed: set[str], kind: str) -> None:
-    """Reject unknown fabric parameters, naming the field."""
-    so = cluster.scale_out
-    assert so is not None
-    unknown = sorted(set(so.params) - allowed)
-    if unknown:
-        raise SpecError(f"{path}.scale_out.params.{unknown[0]}",
-                        f"unknown parameter for {kind}; expected one of: {', '.join(sorted(allowed)) or 'none'}")
-    for key, value in so.params.items():
-        if not isinstance(value, (bool, int, float, str)):
-            raise SpecError(f"{path}.scale_out.params.{key}",
-                            f"must be a number, a boolean or a string (got {value!r})")
-
-
-def fabric_report(cluster: Cluster, radix: int, kind: str) -> dict[str, Any]:
-    """Switches, links and tiers of a fat-tree fabric (per rail summed over rails)."""
-    so = cluster.scale_out
-    assert so is not None
-    rail = so.topology == "rail_optimized"
-    nodes = cluster.num_nodes
-    nics = cluster.nics_per_node
-    tree = build_fat_tree(nodes if rail else nodes * nics, radix, so.tiers, so.oversubscription)
-    copies = nics if rail else 1
-    return {"kind": kind, "topology": so.topology, "tiers": tree.tiers, "switch_radix": radix,
-            "switches": tree.switches * copies, "links": tree.links * copies, "nics": nodes * nics,
-            "switch_to_switch_links": (tree.links - tree.endpoints) * copies,
-            "switches_per_tier": [lv.switches * copies for lv in tree.levels]}
-
-
 class InfiniBandFabric(ScaleOutFabric):
     """InfiniBand fat tree (rail-optimised by default) with optional SHARP."""
 
@@ -77,7 +45,7 @@ class InfiniBandFabric(ScaleOutFabric):
     summary = "InfiniBand fat tree: rails, tiers from radix, oversubscription, SHARP, adaptive routing"
 
     def validate(self, cluster: Cluster, path: str) -> None:
-        check_params(cluster, path, PARAMS, self.kind)
+        check_scale_out_params(cluster, path, PARAMS, self.kind)
         so = cluster.scale_out
         assert so is not None
         rail = so.topology == "rail_optimized"
@@ -98,7 +66,7 @@ class InfiniBandFabric(ScaleOutFabric):
     def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:
         so = cluster.scale_out
         assert so is not None
-        out = fabric_report(cluster, so.switch_radix, self.kind)
+        out = fat_tree_report(cluster, so.switch_radix, self.kind)
         out.update(sharp=so.sharp, adaptive_routing=True if so.adaptive_routing is None else so.adaptive_routing,
                    nic_efficiency=nic_efficiency(cluster))
         return out

@@ -10,13 +10,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from twin.core.api import ScaleUpFabric
-from twin.core.errors import SpecError
-from twin.core.failures.components import ComponentGroup, FailureMode, Impact
-from twin.core.specs import Cluster, Scenario
-from twin.core.telemetry import Condition, MetricMapping
-from twin.core.topology import Hierarchy, Tier
-from twin.hookimpl import hookimpl
+from twin.api import (
+    Cluster,
+    ComponentGroup,
+    Condition,
+    FailureMode,
+    Hierarchy,
+    Impact,
+    MetricMapping,
+    ScaleUpFabric,
+    Scenario,
+    SpecError,
+    Tier,
+    hookimpl,
+)
 
 # generation -> (GB/s per link per direction, links per GPU, source)
 GENERATIONS: dict[int, tuple[float, int, str]] = {

@@ -22,16 +22,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin_plugins.infiniband import fabric_report
-
-from twin.core.api import OpticsModel
-from twin.core.errors import SpecError
-from twin.core.failures.components import ComponentGroup, FailureMode, Impact, UplinkLoss
-from twin.core.failures.fabric import LEVEL_NAMES, REROUTE_STALL_S, fat_tree_of, nic_share_factor
-from twin.core.specs import Cluster, Scenario
-from twin.core.telemetry import Condition, MetricMapping
-from twin.core.topology import Hierarchy
-from twin.hookimpl import hookimpl
+from twin.api import (
+    LEVEL_NAMES,
+    REROUTE_STALL_S,
+    Cluster,
+    ComponentGroup,
+    Condition,
+    FailureMode,
+    Hierarchy,
+    Impact,
+    MetricMapping,
+    OpticsModel,
+    Scenario,
+    SpecError,
+    UplinkLoss,
+    fat_tree_of,
+    fat_tree_report,
+    hookimpl,
+    nic_share_factor,
+)
 
 DEFAULTS: dict[str, dict[str, float]] = {
     "pluggable": {"pj_per_bit": 15.0, "reach_m": 500.0, "annual_failure_rate": 0.008, "switch_radix": 0},
@@ -72,7 +81,7 @@ class _Optics(OpticsModel):
         if so is None:
             return {"kind": self.kind}
         radix = self.switch_radix(cluster) or so.switch_radix
-        fab = fabric_report(cluster, radix, so.fabric)
+        fab = fat_tree_report(cluster, radix, so.fabric)
         links = fab["links"]
         # Each link carries nic_gbps in both directions; energy per bit applies per direction.
         power_w = links * so.nic_gbps * 1e9 * 2 * p["pj_per_bit"] * 1e-12

@@ -15,18 +15,27 @@ import dataclasses
 import math
 from typing import Any
 
-from twin_plugins.infiniband import check_params, fabric_report, nic_efficiency
-
-from twin.core.api import ScaleOutFabric
-from twin.core.errors import SpecError
-from twin.core.failures.components import ComponentGroup, FailureMode, Impact
-from twin.core.failures.fabric import fat_tree_components, fat_tree_failure_modes
-from twin.core.fattree import scale_out_tiers
-from twin.core.specs import Cluster, Scenario
-from twin.core.telemetry import Condition, MetricMapping
-from twin.core.topology import Hierarchy, Tier
-from twin.core.units import HOUR_S
-from twin.hookimpl import hookimpl
+from twin.api import (
+    HOUR_S,
+    Cluster,
+    ComponentGroup,
+    Condition,
+    FailureMode,
+    Hierarchy,
+    Impact,
+    MetricMapping,
+    ScaleOutFabric,
+    Scenario,
+    SpecError,
+    Tier,
+    check_scale_out_params,
+    fat_tree_components,
+    fat_tree_failure_modes,
+    fat_tree_report,
+    hookimpl,
+    nic_efficiency,
+    scale_out_tiers,
+)
 
 PARAMS = {"ecmp_flows_per_pair", "congestion_control", "congestion_efficiency", "pfc", "ecn",
           "deep_buffer_spine", "packet_spraying"}
@@ -61,7 +70,7 @@ class RoCEFabric(ScaleOutFabric):
     spraying_default = False
 
     def validate(self, cluster: Cluster, path: str) -> None:
-        check_params(cluster, path, PARAMS, self.kind)
+        check_scale_out_params(cluster, path, PARAMS, self.kind)
         so = cluster.scale_out
         assert so is not None
         cc = so.params.get("congestion_control", "dcqcn")
@@ -103,7 +112,7 @@ class RoCEFabric(ScaleOutFabric):
     def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:
         so = cluster.scale_out
         assert so is not None
-        out = fabric_report(cluster, so.switch_radix, self.kind)
+        out = fat_tree_report(cluster, so.switch_radix, self.kind)
         _, _, factors = self.efficiencies(cluster, so.switch_radix)
         out.update({f"{k}_efficiency": v for k, v in factors.items()})
         out["congestion_control"] = so.params.get("congestion_control", "dcqcn")

@@ -15,11 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin.core import ops
-from twin.core.api import EvalContext, Strategy, Terms
-from twin.core.collectives import bus_factor
-from twin.core.workload import ACT_BYTES
-from twin.hookimpl import hookimpl
+from twin.api import ACT_BYTES, EvalContext, Strategy, Terms, bus_factor, hookimpl, ops
 
 
 class TensorParallel(Strategy):

@@ -7,8 +7,10 @@ exposed through the ``twin`` entry-point group in its package metadata::
     myfabric = "my_package.myfabric"
 
 Built-in plugins (``twin_plugins.*``) use the same hooks and the same entry-point group.
-Hook results are plain objects from ``twin.core.api`` (fabrics, strategies) or plain
-mappings (presets); nothing here imports grpc, ray or opentelemetry.
+Hook arguments and results are plain objects of the public plugin API, ``twin.api``
+(fabrics, strategies, specs, failure and telemetry types), or plain mappings (presets);
+nothing here imports grpc, ray or opentelemetry. The page for plugin authors, with every
+hook below, is ``docs/plugins.md``.
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ import pluggy
 from twin.hookimpl import PROJECT
 
 if TYPE_CHECKING:
-    from twin.core.api import Fabric, Strategy
-    from twin.core.collectives import CollectiveCost
-    from twin.core.failures.components import ComponentGroup, FailureMode
-    from twin.core.specs import Scenario
-    from twin.core.telemetry import MetricMapping
-    from twin.core.topology import GroupSpan, Hierarchy
+    from twin.api import (
+        CollectiveCost,
+        ComponentGroup,
+        Fabric,
+        FailureMode,
+        GroupSpan,
+        Hierarchy,
+        MetricMapping,
+        Scenario,
+        Strategy,
+    )
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 
@@ -34,7 +41,7 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 def twin_fabrics() -> list[Fabric]:
     """Return fabric models this plugin provides.
 
-    Each is an instance of a ``twin.core.api`` fabric base class (``ScaleUpFabric``,
+    Each is an instance of a ``twin.api`` fabric base class (``ScaleUpFabric``,
     ``ScaleOutFabric``, ``OpticsModel`` or ``MemoryFabric``) with a unique ``kind`` within
     its role; scenarios select it by that kind (``scale_out: {fabric: KIND}``). Two plugins
     registering the same role and kind is an error naming both.
@@ -43,7 +50,7 @@ def twin_fabrics() -> list[Fabric]:
 
 @hookspec
 def twin_strategies() -> list[Strategy]:
-    """Return parallelism strategies (``twin.core.api.Strategy`` instances).
+    """Return parallelism strategies (``twin.api.Strategy`` instances).
 
     A strategy decides, for one evaluation, what its parallel dimension communicates and
     how much of it the schedule hides. Names must be unique across plugins.
@@ -74,7 +81,7 @@ def twin_collective_cost(op: str, size_bytes: float, span: GroupSpan, hierarchy:
 def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
     """Describe the components this plugin's part of ``scenario``'s cluster is made of.
 
-    Return ``twin.core.failures.components.ComponentGroup`` objects (identical parts
+    Return ``twin.api.ComponentGroup`` objects (identical parts
     grouped by symmetry: all leaf switches, all leaf-to-spine cables ...), or ``None``
     when the cluster does not use this plugin's fabric. ``hierarchy`` is the tier
     hierarchy the performance model evaluates (tier indices, spans); ``switch_radix`` the
@@ -89,7 +96,7 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
                        switch_radix: int | None) -> list[FailureMode] | None:
     """Describe how a member of ``component`` fails and what the job sees when it does.
 
-    Return ``twin.core.failures.components.FailureMode`` objects for groups this plugin
+    Return ``twin.api.FailureMode`` objects for groups this plugin
     knows (any plugin may add modes to any group, e.g. the optics plugin adds transceiver
     failures to the fabric's links with ``same_as="down"``), or ``None``. Each mode has a
     rate per unit per year with its source (``None`` when none is published), whether it
@@ -103,7 +110,7 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
 def twin_metric_mappings() -> list[MetricMapping]:
     """Return the exporter metrics this plugin's components report (telemetry ingest).
 
-    Each ``twin.core.telemetry.MetricMapping`` names a metric in all its spellings (matched
+    Each ``twin.api.MetricMapping`` names a metric in all its spellings (matched
     case-insensitively, ``_total`` optional), the component kind and signal it feeds, the
     attributes that identify the component, and the health rules (with their sources)
     that mark it degraded or down. A fabric brought by a third party brings its own

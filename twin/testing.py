@@ -20,9 +20,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from twin.core.api import ScaleOutFabric, ScaleUpFabric, Strategy
-from twin.core.errors import SpecError
-from twin.core.specs import Scenario
+from twin.api import ScaleOutFabric, ScaleUpFabric, Scenario, SpecError, Strategy
+from twin.core.points import PointSet
 from twin.engine import Engine
 from twin.hookimpl import hookimpl
 from twin.plugins import make_plugin_manager
@@ -63,7 +62,7 @@ def _scenario(engine: Engine, scale_out: Mapping[str, Any], num_gpus: int = 1024
 
 def assert_scale_out_fabric_conforms(fabric: ScaleOutFabric, params: Mapping[str, Any] | None = None) -> None:
     """Check a scale-out fabric model end to end; raises AssertionError on a violation."""
-    assert isinstance(fabric, ScaleOutFabric), "must subclass twin.core.api.ScaleOutFabric"
+    assert isinstance(fabric, ScaleOutFabric), "must subclass twin.api.ScaleOutFabric"
     assert fabric.kind and fabric.role == "scale_out", "needs a kind and the scale_out role"
     engine = engine_with(fabric)
     spec = {"fabric": fabric.kind, "params": dict(params or {})}
@@ -94,7 +93,7 @@ def assert_scale_out_fabric_conforms(fabric: ScaleOutFabric, params: Mapping[str
 
 def assert_scale_up_fabric_conforms(fabric: ScaleUpFabric) -> None:
     """Check a scale-up fabric model (replaces the built-in ``nvlink`` plugin for the test)."""
-    assert isinstance(fabric, ScaleUpFabric), "must subclass twin.core.api.ScaleUpFabric"
+    assert isinstance(fabric, ScaleUpFabric), "must subclass twin.api.ScaleUpFabric"
     engine = engine_with(fabric)
     scn = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64,
                                        "scale_up": {"fabric": fabric.kind, "domain_gpus": 8}},
@@ -106,15 +105,40 @@ def assert_scale_up_fabric_conforms(fabric: ScaleUpFabric) -> None:
 
 
 def assert_strategy_conforms(strategy: Strategy, scenario: Mapping[str, Any]) -> None:
-    """Check a strategy: it runs in ``scenario``, its contribution is finite and non-negative,
-    and the step time stays the sum of its breakdown.
+    """Check a strategy: it runs in ``scenario``, its exposed time is finite and
+    non-negative and reported under its dimension, the step time stays the sum of its
+    breakdown, and a batch of variations of ``scenario`` (global batch, micro-batch,
+    recomputation) evaluated at once (``TwinModel.evaluate_points``) gives what each
+    evaluated alone gives: the batch path and the one-scenario path agree.
     """
-    assert isinstance(strategy, Strategy), "must subclass twin.core.api.Strategy"
+    assert isinstance(strategy, Strategy), "must subclass twin.api.Strategy"
     assert strategy.name and strategy.phase in ("microbatch", "pipeline", "step")
+    assert strategy.dimension, "needs a dimension: the breakdown entry its exposed time is reported under"
     engine = engine_with(strategy)
-    est = engine.evaluate(scenario)
+    scn = engine.scenario(scenario)
+    est = engine.model.evaluate(scn)
     assert math.isfinite(est.step_time_s) and est.step_time_s > 0
     assert abs(est.breakdown.total_s - est.step_time_s) <= 1e-9 * est.step_time_s, "breakdown must add up"
     for key, value in est.breakdown.exposed_comm_s.items():
         assert value >= 0, f"exposed {key} communication must be >= 0"
-    assert dataclasses.asdict(est.breakdown) is not None
+    if strategy.dimension != "offload":
+        assert strategy.dimension in est.breakdown.exposed_comm_s, \
+            f"the strategy takes no part in the scenario (no {strategy.dimension!r} in the breakdown)"
+    plan = scn.plan
+    variants = [scn]
+    for kw in ({"gbs": plan.gbs * 2}, {"recompute": "full" if plan.recompute != "full" else "none"},
+               {"mbs": plan.mbs * 2, "gbs": plan.gbs * 2}):
+        variants.append(dataclasses.replace(scn, plan=dataclasses.replace(plan, **kw)))
+    res = engine.model.evaluate_points(PointSet.from_scenarios(variants))
+    for i, v in enumerate(variants):
+        try:
+            one = engine.model.evaluate(v, report=False)
+        except SpecError:
+            assert not res.feasible[i], f"variant {i}: the batch evaluated a scenario that breaks a rule"
+            continue
+        if not one.fits:
+            continue
+        assert res.feasible[i], f"variant {i}: the batch says {res.reason(i)!r}, alone it evaluates"
+        got = float(res.columns["step_time_s"][i])
+        assert math.isclose(got, one.step_time_s, rel_tol=1e-12), \
+            f"variant {i}: step time {got!r} in a batch, {one.step_time_s!r} alone"

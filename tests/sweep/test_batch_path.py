@@ -237,3 +237,23 @@ def test_ops_dispatch_on_numbers_and_arrays():
     assert ops.power(np.asarray([0.5, 0.5]), 3).tolist() == [0.125, 0.125] and ops.power(0.5, 3) == 0.125
     t, name = ops.select_min([(np.asarray([3.0, 1.0]), "ring"), (np.asarray([2.0, 4.0]), "tree")])
     assert t.tolist() == [2.0, 1.0] and name.tolist() == ["tree", "ring"]
+
+
+def test_the_example_packages_strategy_runs_on_the_batch_path():
+    """The third-party strategy of tests/example_plugin (installed like any plugin package)."""
+    from twin_example_dragonfly.gradnorm import GradientNormAllReduce
+
+    from twin.testing import engine_with
+
+    engine = engine_with(GradientNormAllReduce())
+    stats = compare(engine, SweepEvaluator(engine), samples=400, seed=17)
+    assert stats["feasible"] > 0 and stats["scalar_points"] == 0
+    spec = parse_spec(random_spec(200, 18))
+    ev = SweepEvaluator(engine).evaluate(SweepSource(spec, engine.catalog).batch(0, 200))
+    ok = np.flatnonzero(ev.reason_ix < 0)
+    assert len(ok)
+    batch = SweepSource(spec, engine.catalog).batch(0, 200)
+    for i in ok:
+        plan = batch.groups[batch.gix[i]].plan
+        active = ev.ints["dp"][i] * plan.cp > 1 and plan.trainable == "full"
+        assert (ev.floats["exposed_other_s"][i] > 0) == active, i   # its own dimension, where it takes part

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twin.core.units import gbps_to_bytes_per_s
 
 if TYPE_CHECKING:
     from twin.core.specs import Cluster
     from twin.core.topology import Tier
+
+# Names of the switch tiers, leaf first (the hierarchy's tiers 1.. and the failure
+# inventory's ``switch.<name>`` groups use the same names).
+LEVEL_NAMES = ("leaf", "spine", "core", "super-core", "tier5", "tier6")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +132,12 @@ def scale_out_tiers(cluster: Cluster, radix: int, fabric: str, efficiency: list[
     per_gpu = nic_Bps * nics / gpn
     tiers: list[Tier] = []
     cum_over = 1.0
-    names = ("leaf", "spine", "core", "super-core", "tier5", "tier6")
     for i, level in enumerate(tree.levels):
         if i > 0:
             cum_over *= tree.levels[i - 1].oversubscription
         eff = efficiency[min(i, len(efficiency) - 1)]
         span_gpus = level.span_endpoints * gpn if rail else level.span_endpoints * gpn // nics
-        tiers.append(Tier(name=names[i], fabric=fabric, span_gpus=max(span_gpus, gpn),
+        tiers.append(Tier(name=LEVEL_NAMES[i], fabric=fabric, span_gpus=max(span_gpus, gpn),
                           bw_Bps=per_gpu * eff, latency_s=hop_latency_s * (2 * i + 1),
                           oversubscription=cum_over, reduction=reduction))
     # The top tier always reaches the whole cluster.
@@ -143,3 +146,23 @@ def scale_out_tiers(cluster: Cluster, radix: int, fabric: str, efficiency: list[
         tiers[-1] = Tier(name=last.name, fabric=last.fabric, span_gpus=cluster.num_gpus, bw_Bps=last.bw_Bps,
                          latency_s=last.latency_s, oversubscription=last.oversubscription, reduction=last.reduction)
     return tiers, tree
+
+
+def fat_tree_report(cluster: Cluster, radix: int, kind: str) -> dict[str, Any]:
+    """Switches, links and tiers of ``cluster``'s fat-tree fabric (per rail, summed over rails).
+
+    Plain data for a fabric's ``report`` (and for the optics model, which prices every
+    link): ``switches``/``links`` count all rails, ``switch_to_switch_links`` the links
+    above the NICs, ``switches_per_tier`` leaf first.
+    """
+    so = cluster.scale_out
+    assert so is not None
+    rail = so.topology == "rail_optimized"
+    nodes = cluster.num_nodes
+    nics = cluster.nics_per_node
+    tree = build_fat_tree(nodes if rail else nodes * nics, radix, so.tiers, so.oversubscription)
+    copies = nics if rail else 1
+    return {"kind": kind, "topology": so.topology, "tiers": tree.tiers, "switch_radix": radix,
+            "switches": tree.switches * copies, "links": tree.links * copies, "nics": nodes * nics,
+            "switch_to_switch_links": (tree.links - tree.endpoints) * copies,
+            "switches_per_tier": [lv.switches * copies for lv in tree.levels]}

@@ -1,8 +1,8 @@
 """Components and failure modes of a fat-tree scale-out fabric (helpers for fabric plugins).
 
 The InfiniBand and RoCE plugins (and third-party fat-tree fabrics) describe their NICs,
-switches and cables with these, the way they build their tiers with
-``twin.core.fattree.scale_out_tiers``: the inventory is sized by the same fat tree, so
+switches and cables with these (through ``twin.api``), the way they build their tiers with
+``scale_out_tiers`` (``twin.core.fattree``): the inventory is sized by the same fat tree, so
 switch counts and spans match the hierarchy the performance model evaluates.
 
 Consequences (what the job sees), from the topology:
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact, UplinkLoss
 from twin.core.failures.rates import DETECTION_CRASH_S, REPAIR_H, REPAIR_SOURCE, llama3_modes, network_rates
-from twin.core.fattree import FatTree, scale_out_tiers
+from twin.core.fattree import LEVEL_NAMES, FatTree, scale_out_tiers
 
 if TYPE_CHECKING:
     from twin.core.specs import Cluster, Scenario
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 # well inside the transport retry budget above (subnet-manager re-sweep or ECMP next-hop
 # removal take well under a second to seconds).
 REROUTE_STALL_S = 1.0
-LEVEL_NAMES = ("leaf", "spine", "core", "super-core", "tier5", "tier6")
 
 
 def fat_tree_of(cluster: Cluster, radix: int) -> FatTree:
