@@ -115,9 +115,9 @@ def test_offload_and_cxl_run_on_the_batch_path(engine):
     assert ev.stats["scalar_points"] == 0
     offloaded = 0
     for i in range(18):
-        g = batch.groups[batch.gix[i]]
-        plan = dataclasses.replace(g.plan, gbs=128, vp=int(batch.vp[i]))
-        est = engine.model.evaluate(Scenario(cluster=g.cluster, model=g.model, plan=plan), report=False)
+        scn = batch.scenario(i)
+        assert scn.plan.gbs == 128
+        est = engine.model.evaluate(scn, report=False)
         assert est.fits and ev.floats["step_time_s"][i] == est.step_time_s
         assert ev.floats["offload_s"][i] == est.breakdown.offload_s
         offloaded += est.breakdown.offload_s > 0
@@ -254,6 +254,6 @@ def test_the_example_packages_strategy_runs_on_the_batch_path():
     assert len(ok)
     batch = SweepSource(spec, engine.catalog).batch(0, 200)
     for i in ok:
-        plan = batch.groups[batch.gix[i]].plan
+        plan = batch.scenario(i).plan
         active = ev.ints["dp"][i] * plan.cp > 1 and plan.trainable == "full"
         assert (ev.floats["exposed_other_s"][i] > 0) == active, i   # its own dimension, where it takes part

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from twin.core.errors import TwinError
-from twin.core.specs import Scenario, validate_plan
+from twin.core.specs import validate_plan
 from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, PlanSource, divisors, plan_scenario, search_plans, space_for
 from twin.sweep.reduce import nrows, row_dict
 
@@ -38,8 +38,8 @@ def test_space_is_exactly_the_valid_plans(engine):
     batch = source.batch(0, space.total)
     found = set()
     for i in range(len(batch)):
-        p = batch.groups[batch.gix[i]].plan
-        found.add((p.tp, p.pp, p.cp, int(batch.vp[i]), p.mbs))
+        p = batch.scenario(i).plan
+        found.add((p.tp, p.pp, p.cp, p.vp, p.mbs))
     assert len(found) == space.total  # no plan twice
     assert found == valid
 
@@ -54,9 +54,8 @@ def test_search_finds_the_brute_force_best(engine):
     source = PlanSource(space)
     batch = source.batch(0, space.total)
     for i in range(len(batch)):
-        g = batch.groups[batch.gix[i]]
-        scn = Scenario(cluster=g.cluster, model=g.model,
-                       plan=dataclasses.replace(g.plan, gbs=32, vp=int(batch.vp[i])))
+        scn = batch.scenario(i)
+        assert scn.plan.gbs == 32
         try:
             est = engine.model.evaluate(scn, report=False)
         except TwinError:
@@ -128,9 +127,7 @@ def test_memory_headroom_keeps_hbm_free(engine):
     ok_plain, ok_vec = plain.reason_ix < 0, vec.reason_ix < 0
     # Each point alone: fits with 25% of HBM left free exactly where the batch says so.
     for i in range(len(batch)):
-        g = batch.groups[batch.gix[i]]
-        gbs = g.gbs if batch.gbs is None else int(batch.gbs[i])
-        scn = Scenario(cluster=g.cluster, model=g.model, plan=dataclasses.replace(g.plan, gbs=gbs, vp=int(batch.vp[i])))
+        scn = batch.scenario(i)
         try:
             est = engine.model.evaluate(scn, report=False)
         except TwinError:

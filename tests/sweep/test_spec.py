@@ -180,7 +180,7 @@ def test_paths_into_presets_merge_with_the_preset(engine):
                               {"path": "cluster.gpu.hbm_gib", "values": [141]},
                               {"path": "cluster.scale_out.nic_gbps", "values": [800]}]))
     job = sweep_job(s, engine)
-    g = SweepSource(job.recipe, engine.catalog).batch(0, 1).groups[0]
+    g = SweepSource(job.recipe, engine.catalog).batch(0, 1).scenario(0)
     assert g.model.seq_len == 4096 and g.model.layers == 32           # llama3.1-8b preset kept
     assert g.cluster.gpu.hbm_gib == 141 and g.cluster.gpu.generation == "hopper"
     assert g.cluster.scale_out.nic_gbps == 800 and g.cluster.scale_out.fabric == "infiniband"

@@ -25,7 +25,8 @@ from twin.core.specs import Calibration, Cluster, Model, Offload, Overlap, Plan,
 _NONE_AS = {"dp": 0, "etp": 0, "recompute_layers": 0, "sequence_parallel": -1, "tp_comm": -1}
 
 
-def _column(values: Sequence[Any], name: str) -> np.ndarray:
+def plan_column(values: Sequence[Any], name: str) -> np.ndarray:
+    """A plan field's values as a column (None as the field's sentinel, see the module docstring)."""
     sentinel = _NONE_AS.get(name)
     if sentinel is not None:
         return np.asarray([sentinel if v is None else int(v) for v in values], dtype=np.int64)
@@ -115,13 +116,13 @@ class PlanColumns:
         for name in _PLAN_FIELDS:
             if name in _NESTED:
                 spec, cols = _NESTED[name]
-                parts = {f.name: _column([getattr(getattr(p, name), f.name) for p in plans], f.name)
+                parts = {f.name: plan_column([getattr(getattr(p, name), f.name) for p in plans], f.name)
                          for f in dataclasses.fields(spec)}
                 if index is not None:
                     parts = {k: v[index] for k, v in parts.items()}
                 kw[name] = cols(**parts)
             else:
-                col = _column([getattr(p, name) for p in plans], name)
+                col = plan_column([getattr(p, name) for p in plans], name)
                 kw[name] = col if index is None else col[index]
         return cls(**kw)
 

@@ -10,7 +10,6 @@ figures, which are the sweep's).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +18,7 @@ import numpy as np
 from twin.core.errors import SpecError, TwinError
 from twin.core.estimate import Estimate
 from twin.core.evaluate import value_key
-from twin.core.points import PlanColumns, PointSet
-from twin.core.specs import Calibration, Cluster, Model
+from twin.core.specs import Calibration, Cluster
 from twin.core.units import GIB
 from twin.sweep.metrics import EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
 from twin.sweep.points import PointBatch
@@ -110,9 +108,6 @@ class SweepEvaluator:
         out = Evaluated.empty(n)
         if n == 0:
             return out
-        groups = batch.groups
-        gix = batch.gix
-        out.stats["groups"] += len(groups)
         codes: dict[str, int] = {}
 
         def code(reason: str) -> int:
@@ -121,60 +116,20 @@ class SweepEvaluator:
                 c = codes[reason] = len(codes)
             return c
 
-        g_err = np.asarray([-1 if g.error is None else code(g.error) for g in groups], np.int64)
-        out.reason_ix[:] = g_err[gix]
-        # Points by model (a batch of the step model shares its model).
-        models: list[Model] = []
-        model_of: dict[int, int] = {}
-        g_model = np.full(len(groups), -1, np.int64)
-        for k, g in enumerate(groups):
-            if g.model is None:
-                continue
-            j = model_of.get(id(g.model))
-            if j is None:
-                j = model_of[id(g.model)] = len(models)
-                models.append(g.model)
-            g_model[k] = j
-        p_model = g_model[gix]
-        for j, model in enumerate(models):
-            idx = np.flatnonzero(p_model == j)
+        errs = np.asarray([code(e) for e in batch.errors] + [-1], np.int64)
+        out.reason_ix[:] = errs[batch.error_ix]
+        out.stats["groups"] += len(batch.models)
+        power = np.asarray([self.power_kw(c) for c in batch.clusters] or [np.nan])
+        for j in range(len(batch.models)):
+            idx = np.flatnonzero((batch.model_ix == j) & (batch.error_ix < 0))
             if len(idx):
-                self._evaluate_model(batch, idx, model, out, code)
+                self._evaluate_model(batch, idx, power, out, code)
         out.reasons = list(codes)
         return out
 
-    def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, model: Model, out: Evaluated,
+    def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, power: np.ndarray, out: Evaluated,
                         code: Any) -> None:
-        groups = batch.groups
-        gix = batch.gix[idx]
-        used, local = np.unique(gix, return_inverse=True)
-        local = local.reshape(-1)
-        plans = [groups[int(k)].plan for k in used]
-        cols = PlanColumns.from_plans(plans, local)  # type: ignore[arg-type]
-        gbs = batch.gbs[idx] if batch.gbs is not None else np.asarray([groups[int(k)].gbs for k in used])[local]
-        vp = batch.vp[idx] if batch.vp is not None else np.asarray([groups[int(k)].vp for k in used])[local]
-        cols = dataclasses.replace(cols, gbs=np.asarray(gbs, np.int64), vp=np.asarray(vp, np.int64))
-        clusters: list[Cluster] = []
-        cal_list: list[Calibration] = []
-        c_of: dict[int, int] = {}
-        k_of: dict[Calibration, int] = {}
-        g_c = np.empty(len(used), np.int64)
-        g_k = np.empty(len(used), np.int64)
-        for t, k in enumerate(used.tolist()):
-            g = groups[k]
-            assert g.cluster is not None
-            c = c_of.get(id(g.cluster))
-            if c is None:
-                c = c_of[id(g.cluster)] = len(clusters)
-                clusters.append(g.cluster)
-            g_c[t] = c
-            cal = k_of.get(g.calibration)
-            if cal is None:
-                cal = k_of[g.calibration] = len(cal_list)
-                cal_list.append(g.calibration)
-            g_k[t] = cal
-        ps = PointSet(model=model, clusters=clusters, cluster_ix=g_c[local], calibrations=cal_list,
-                      calibration_ix=g_k[local], plan=cols)
+        ps = batch.point_set(idx)
         res = self.model.evaluate_points(ps, memory_headroom=self.headroom)
         out.stats["evaluated"] += res.stats.get("evaluated", 0)
         out.stats["scalar_points"] += res.stats.get("scalar_points", 0)
@@ -200,9 +155,8 @@ class SweepEvaluator:
             if f"exposed_{dim}_s" not in c:
                 out.floats[f"exposed_{dim}_s"][pts] = 0.0
         out.floats["exposed_other_s"][pts] = other
-        power = np.asarray([self.power_kw(cl) for cl in clusters])[ps.cluster_ix[ok]]
-        out.floats["power_kw"][pts] = power
-        out.floats["tokens_per_joule"][pts] = c["tokens_per_s"][ok] / (power * 1e3)
+        kw = power[ps.cluster_ix[ok]]
+        out.floats["power_kw"][pts] = kw
+        out.floats["tokens_per_joule"][pts] = c["tokens_per_s"][ok] / (kw * 1e3)
         out.ints["microbatches"][pts] = res.microbatches[ok]
         out.ints["dp"][pts] = res.dp[ok]
-

@@ -30,10 +30,11 @@ import numpy as np
 
 from twin.core import schema
 from twin.core.errors import SpecError
+from twin.core.points import PlanColumns
 from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model
 from twin.core.specs import Calibration, Cluster, Model, Plan, Scenario
 from twin.sweep.job import EngineSettings, Job
-from twin.sweep.points import GroupSpec, PointBatch
+from twin.sweep.points import PointBatch
 from twin.sweep.reduce import SweepResult, nrows, row_dict
 from twin.sweep.runner import run_job
 
@@ -152,40 +153,29 @@ class PlanSource:
     def __init__(self, space: PlanSpace, engine: Engine | None = None) -> None:
         self.space = space
         self.total = space.total
-        self._groups: dict[int, GroupSpec] = {}
-        self._base_kw = {f.name: getattr(space.base, f.name) for f in dataclasses.fields(Plan) if f.init}
-
-    def group(self, g: int) -> GroupSpec:
-        """The group's scenario parts (plan at one micro-batch, vp = 1)."""
-        hit = self._groups.get(g)
-        if hit is None:
-            sp = self.space
-            tp, pp, cp, ep, etp, mbs, r, s, pr = (int(x) for x in sp.groups[g])
-            dp = sp.cluster.num_gpus // (tp * pp * cp)
-            sharding, reshard = SHARDINGS[sp.shardings[s]]
-            kw = dict(self._base_kw)
-            kw.update(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp or None, mbs=mbs, dp=None, recompute=RECOMPUTE[r],
-                      optimizer_sharding=sharding, fsdp_reshard_after_forward=reshard,
-                      precision=sp.precisions[pr], gbs=mbs * dp, vp=1)
-            hit = GroupSpec(cluster=sp.cluster, model=sp.model, plan=Plan(**kw), calibration=sp.calibration,
-                            gbs=sp.base.gbs, vp=1)
-            if len(self._groups) > 262144:
-                self._groups.clear()
-            self._groups[g] = hit
-        return hit
+        self._base = PlanColumns.from_plans([space.base])
 
     def batch(self, start: int, stop: int) -> PointBatch:
-        """Plans ``start`` .. ``stop - 1``."""
+        """Plans ``start`` .. ``stop - 1``: each a group's degrees with one interleaving depth."""
         sp = self.space
         ids = np.arange(start, stop, dtype=np.int64)
+        n = len(ids)
         g = np.searchsorted(sp.start, ids, side="right") - 1
-        vp = ids - sp.start[g] + 1
-        uniq, gix = np.unique(g, return_inverse=True)
-        groups = [self.group(int(k)) for k in uniq]
-        etp = sp.groups[g, 4]
-        columns = {"etp": np.where(etp == 0, sp.groups[g, 0], etp)} if sp.model.moe is not None else {}
-        return PointBatch(ids=ids, groups=groups, gix=gix.reshape(-1).astype(np.int64),
-                          gbs=np.full(len(ids), sp.base.gbs, np.int64), vp=vp, columns=columns)
+        rows = sp.groups[g]
+        zeros = np.zeros(n, np.int64)
+        plan = self._base.take(zeros)
+        shardings = np.asarray([SHARDINGS[s][0] for s in sp.shardings])
+        reshards = np.asarray([SHARDINGS[s][1] for s in sp.shardings])
+        plan = dataclasses.replace(
+            plan, tp=rows[:, 0].copy(), pp=rows[:, 1].copy(), cp=rows[:, 2].copy(), ep=rows[:, 3].copy(),
+            etp=rows[:, 4].copy(), mbs=rows[:, 5].copy(), recompute=np.asarray(RECOMPUTE)[rows[:, 6]],
+            optimizer_sharding=shardings[rows[:, 7]], fsdp_reshard_after_forward=reshards[rows[:, 7]],
+            precision=np.asarray(sp.precisions)[rows[:, 8]], dp=zeros.copy(), vp=ids - sp.start[g] + 1)
+        etp = rows[:, 4]
+        columns = {"etp": np.where(etp == 0, rows[:, 0], etp)} if sp.model.moe is not None else {}
+        return PointBatch(ids=ids, models=[sp.model], model_ix=zeros, clusters=[sp.cluster], cluster_ix=zeros,
+                          calibrations=[sp.calibration], calibration_ix=zeros, plan=plan,
+                          error_ix=np.full(n, -1, np.int64), errors=[], columns=columns)
 
 
 # ----------------------------------------------------------------- inputs

@@ -1,14 +1,15 @@
-"""Sweep points: ids -> axis values -> groups of points sharing everything but gbs and vp.
+"""Sweep points: ids -> axis values -> per-point columns for the step model's batch path.
 
 Point ids are positions in the sweep's enumeration (grid: row-major over the axes, the
 last axis fastest; zip: the i-th value of every axis; random: draws that are a pure
 function of (seed, axis, id)), so any range of ids can be generated anywhere, in any
 order, and a retried batch yields the same points.
 
-The evaluator works on *groups*: points that share the cluster, model, calibration and
-every plan field except the global batch size and the virtual-pipeline degree. Those
-two vary per point inside a group (numpy arrays), everything else is computed once per
-group (see ``fastpath.py``).
+A batch is columnar: per point the index of its model, cluster and calibration among the
+distinct ones the batch uses (each built once from its axis values, interned by value so
+equal sections are one object), and its plan as :class:`~twin.core.points.PlanColumns`
+built straight from the axis codes: each axis value is converted (and checked by the
+schema) once, then gathered per point. Nothing is built per point.
 """
 
 from __future__ import annotations
@@ -22,44 +23,73 @@ from typing import Any
 import numpy as np
 
 from twin.core.errors import NotFoundError, SpecError
-from twin.core.specs import Calibration, Cluster, Model, Plan
+from twin.core.evaluate import value_key
+from twin.core.points import _NESTED, PlanColumns, PointSet, plan_column
+from twin.core.specs import Calibration, Cluster, Model, Plan, Scenario
 from twin.sweep.metrics import reason_of
 from twin.sweep.spec import Axis, SweepSpec, _from_unit, apply_values, build_section, get_path
 
-POINT_FIELDS = ("plan.gbs", "plan.vp")  # vary per point inside a group
-_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.init)
-
-
-@dataclass
-class GroupSpec:
-    """Everything points of one group share. ``error``: the group's scenario does not build.
-
-    ``plan``'s own gbs and vp are placeholders; points take theirs from the batch, or
-    ``gbs``/``vp`` here when the batch has none.
-    """
-
-    cluster: Cluster | None
-    model: Model | None
-    plan: Plan | None
-    calibration: Calibration
-    gbs: int = 1
-    vp: int = 1
-    error: str | None = None
+_SECTIONS = ("cluster", "model", "calibration", "plan")
 
 
 @dataclass
 class PointBatch:
-    """A contiguous range of points, grouped."""
+    """A contiguous range of points, as columns.
 
-    ids: np.ndarray                         # int64, ascending
-    groups: list[GroupSpec]
-    gix: np.ndarray                         # int64: group of each point
-    gbs: np.ndarray | None = None           # int64 per point; None: the group plan's
-    vp: np.ndarray | None = None
-    columns: dict[str, Any] = field(default_factory=dict)   # axis columns (values per point)
+    ``models[model_ix[i]]``, ``clusters[cluster_ix[i]]``, ``calibrations[calibration_ix[i]]``
+    and row ``i`` of ``plan`` make point ``i``; ``error_ix[i]`` (-1: none) indexes
+    ``errors`` when its scenario could not be built (its other columns are then
+    placeholders). ``columns``: the axis values per point, for result rows.
+    """
+
+    ids: np.ndarray
+    models: list[Model]
+    model_ix: np.ndarray
+    clusters: list[Cluster]
+    cluster_ix: np.ndarray
+    calibrations: list[Calibration]
+    calibration_ix: np.ndarray
+    plan: PlanColumns
+    error_ix: np.ndarray
+    errors: list[str]
+    columns: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def error(self, i: int) -> str | None:
+        """Why point ``i``'s scenario could not be built (None if it could)."""
+        k = int(self.error_ix[i])
+        return None if k < 0 else self.errors[k]
+
+    def scenario(self, i: int) -> Scenario:
+        """Point ``i`` as a :class:`Scenario` (it must have no error)."""
+        if self.error_ix[i] >= 0:
+            raise SpecError("point", f"point {int(self.ids[i])} has no scenario: {self.errors[self.error_ix[i]]}")
+        return Scenario(cluster=self.clusters[int(self.cluster_ix[i])], model=self.models[int(self.model_ix[i])],
+                        plan=self.plan.plan(i), calibration=self.calibrations[int(self.calibration_ix[i])])
+
+    def point_set(self, idx: np.ndarray) -> PointSet:
+        """The points in ``idx`` (which must share one model and have no error)."""
+        return PointSet(model=self.models[int(self.model_ix[idx[0]])], clusters=self.clusters,
+                        cluster_ix=self.cluster_ix[idx], calibrations=self.calibrations,
+                        calibration_ix=self.calibration_ix[idx], plan=self.plan.take(idx))
+
+
+class _Interned:
+    """Section objects by value: equal sections built from different axis values are one object."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Any, Any] = {}
+
+    def __call__(self, obj: Any) -> Any:
+        key = (type(obj).__name__, value_key(obj))
+        hit = self.objects.get(key)
+        if hit is None:
+            if len(self.objects) > 65536:
+                self.objects.clear()
+            hit = self.objects[key] = obj
+        return hit
 
 
 # --------------------------------------------------------------- random draws
@@ -99,16 +129,15 @@ class SweepSource:
             strides.append(acc)
             acc *= max(n, 1)
         self.strides = list(reversed(strides))
-        self.point_axes = [i for i, a in enumerate(axes) if a.path in POINT_FIELDS]
-        self.group_axes = [i for i, a in enumerate(axes) if a.path not in POINT_FIELDS]
         self.sections: dict[str, list[int]] = {}
-        for i in self.group_axes:
-            self.sections.setdefault(axes[i].section, []).append(i)
+        for i, a in enumerate(axes):
+            self.sections.setdefault(a.section, []).append(i)
+        self.whole_plan = any(axes[i].path == "plan" for i in self.sections.get("plan", []))
         self._section_cache: dict[tuple[str, tuple[Any, ...]], Any] = {}
+        self._intern = _Interned()
         self._plan_template: Plan | None = None
         self._plan_firsts: dict[int, Any] = {}
         self._converted: dict[tuple[int, Any], Any] = {}
-        self._groups: dict[tuple[Any, ...], GroupSpec] = {}
 
     # ------------------------------------------------------------ values
     def codes(self, ids: np.ndarray) -> list[np.ndarray]:
@@ -135,50 +164,63 @@ class SweepSource:
             return code.item() if hasattr(code, "item") else code
         return a.values[int(code)]
 
-    # ------------------------------------------------------------ groups
+    # ------------------------------------------------------------ sections
     def _section(self, section: str, codes: tuple[Any, ...]) -> Any:
+        """The section object for one combination of its axes' codes (cached; an error as SpecError)."""
         key = (section, codes)
         hit = self._section_cache.get(key)
         if hit is None:
             idx = self.sections.get(section, [])
             values = {i: self.value(i, c) for i, c in zip(idx, codes, strict=True)}
-            hit = build_section(section, apply_values(self.spec, section, values, self.catalog), self.catalog)
+            try:
+                hit = self._intern(build_section(section, apply_values(self.spec, section, values, self.catalog),
+                                                 self.catalog))
+            except (SpecError, NotFoundError) as err:
+                hit = _Failed(reason_of(err))
             if len(self._section_cache) > 65536:
                 self._section_cache.clear()
             self._section_cache[key] = hit
         return hit
 
-    def _plan(self, codes: tuple[Any, ...], cluster: Cluster) -> tuple[Plan, int, int]:
-        """The group's plan (at gbs = mbs*dp, vp = 1) and its own gbs and vp."""
-        idx = self.sections.get("plan", [])
-        if any(self.spec.axes[i].path == "plan" for i in idx):
-            plan = self._section("plan", codes)
-            return plan, plan.gbs, plan.vp
+    def _objects(self, section: str, codes: list[np.ndarray], n: int) -> tuple[list[Any], np.ndarray]:
+        """The distinct section objects of the batch and each point's index (objects may be failures)."""
+        idx = self.sections.get(section, [])
+        if not idx:
+            return [self._section(section, ())], np.zeros(n, np.int64)
+        rows, inverse = _distinct_rows([codes[i] for i in idx], [self.spec.axes[i] for i in idx])
+        return [self._section(section, row) for row in rows], inverse
+
+    def _plan_columns(self, codes: list[np.ndarray], n: int) -> tuple[PlanColumns, list[Any], np.ndarray]:
+        """The batch's plan columns (and, for a whole-plan axis, the plan objects and indices)."""
+        if self.whole_plan:
+            plans, inverse = self._objects("plan", codes, n)
+            ok = [p if isinstance(p, Plan) else self._template() for p in plans]
+            return PlanColumns.from_plans(ok, inverse), plans, inverse
+        cols = PlanColumns.from_plans([self._template()], np.zeros(n, np.int64))
+        for i in self.sections.get("plan", []):
+            a = self.spec.axes[i]
+            uniq, inv = np.unique(codes[i], return_inverse=True)
+            values = [self._convert(i, c) for c in uniq.tolist()]
+            cols = _set_column(cols, a.path.split(".")[1:], values, inv.reshape(-1))
+        return cols, [], np.zeros(n, np.int64)
+
+    def _template(self) -> Plan:
+        """The base plan with each plan axis at its first value (what fields without an axis hold)."""
         if self._plan_template is None:
+            idx = self.sections.get("plan", [])
             firsts = {i: self.value(i, 0 if not self.spec.axes[i].continuous else _probe(self.spec.axes[i]))
                       for i in idx}
-            for i in self.point_axes:
-                a = self.spec.axes[i]
-                firsts[i] = _probe(a) if a.continuous else a.values[0]
             self._plan_firsts = firsts
             self._plan_template = build_section("plan", apply_values(self.spec, "plan", firsts, self.catalog),
                                                 self.catalog)
-        template = self._plan_template
-        kw = {name: getattr(template, name) for name in _PLAN_FIELDS}
-        for i, c in zip(idx, codes, strict=True):
-            parts = self.spec.axes[i].path.split(".")[1:]
-            value = self._convert(i, c)
-            kw[parts[0]] = value if len(parts) == 1 else _replace_path(kw[parts[0]], parts[1:], value)
-        gbs, vp = kw["gbs"], kw["vp"]
-        dp = kw["dp"] if kw["dp"] is not None else cluster.num_gpus // (kw["tp"] * kw["pp"] * kw["cp"])
-        kw["gbs"], kw["vp"] = max(1, kw["mbs"] * dp), 1
-        return Plan(**kw), gbs, vp
+        return self._plan_template
 
     def _convert(self, i: int, code: Any) -> Any:
         """Axis value converted to the field's type (checked by the schema once per value)."""
-        key = (i, code.item() if hasattr(code, "item") else code)
+        key = (i, code)
         hit = self._converted.get(key, _MISSING)
         if hit is _MISSING:
+            self._template()
             a = self.spec.axes[i]
             values = {**self._plan_firsts, i: self.value(i, code)}
             built = build_section("plan", apply_values(self.spec, "plan", values, self.catalog), self.catalog)
@@ -186,65 +228,41 @@ class SweepSource:
             self._converted[key] = hit
         return hit
 
-    def group(self, key: tuple[Any, ...]) -> GroupSpec:
-        """Materialise one group (cached): cluster, model, plan and calibration objects."""
-        hit = self._groups.get(key)
-        if hit is not None:
-            return hit
-        codes = dict(zip(self.group_axes, key, strict=True))
-        try:
-            parts = {s: tuple(codes[i] for i in self.sections.get(s, [])) for s in ("cluster", "model", "calibration")}
-            cluster = self._section("cluster", parts["cluster"])
-            model = self._section("model", parts["model"])
-            cal = self._section("calibration", parts["calibration"])
-            plan, gbs, vp = self._plan(tuple(codes[i] for i in self.sections.get("plan", [])), cluster)
-            g = GroupSpec(cluster=cluster, model=model, plan=plan, calibration=cal, gbs=gbs, vp=vp)
-        except (SpecError, NotFoundError) as err:
-            g = GroupSpec(cluster=None, model=None, plan=None, calibration=Calibration(), error=reason_of(err))
-        if len(self._groups) > 262144:
-            self._groups.clear()
-        self._groups[key] = g
-        return g
-
     def batch(self, start: int, stop: int) -> PointBatch:
         """Points ``start`` .. ``stop - 1``."""
         ids = np.arange(start, stop, dtype=np.int64)
+        n = len(ids)
         codes = self.codes(ids)
-        discrete = all(not self.spec.axes[i].continuous for i in self.group_axes)
-        span = math.prod(self.radix[i] for i in self.group_axes) if discrete else 0
-        if self.group_axes and discrete and span < 2**62:
-            # One int64 key per point (mixed radix over the group axes): a 1-D unique is fast.
-            key = np.zeros(len(ids), dtype=np.int64)
-            mults = []
-            mult = 1
-            for i in reversed(self.group_axes):
-                key += codes[i] * mult
-                mults.append(mult)
-                mult *= self.radix[i]
-            uniq, gix = np.unique(key, return_inverse=True)
-            digits = [((uniq // mu) % self.radix[i]).tolist()
-                      for i, mu in zip(reversed(self.group_axes), mults, strict=True)]
-            keys = list(zip(*reversed(digits), strict=True))
-            gix = gix.reshape(-1)
-        elif self.group_axes:
-            mat = np.stack([codes[i].astype(np.float64) for i in self.group_axes], axis=1)
-            uniq, gix = np.unique(mat, axis=0, return_inverse=True)
-            gix = gix.reshape(-1)
-            keys = [tuple(_key_item(self.spec.axes[i], v) for i, v in zip(self.group_axes, row, strict=True))
-                    for row in uniq]
-        else:
-            gix = np.zeros(len(ids), dtype=np.int64)
-            keys = [()]
-        groups = [self.group(k) for k in keys]
-        gbs = vp = None
-        for i in self.point_axes:
-            a = self.spec.axes[i]
-            vals = codes[i] if a.continuous else np.asarray([int(v) for v in a.values], dtype=np.int64)[codes[i]]
-            arr = np.asarray(vals).astype(np.int64)
-            if a.path == "plan.gbs":
-                gbs = arr
-            else:
-                vp = arr
+        objects: dict[str, tuple[list[Any], np.ndarray]] = {
+            s: self._objects(s, codes, n) for s in ("cluster", "model", "calibration")}
+        plan, plan_objects, plan_ix = self._plan_columns(codes, n)
+        errors: list[str] = []
+        error_ix = np.full(n, -1, np.int64)
+        # The first section that fails to build names the point's error (cluster, model, calibration, plan).
+        for section in _SECTIONS:
+            objs, ix = objects[section] if section != "plan" else (plan_objects, plan_ix)
+            for k, obj in enumerate(objs):
+                if isinstance(obj, _Failed):
+                    if obj.reason not in errors:
+                        errors.append(obj.reason)
+                    error_ix[(ix == k) & (error_ix < 0)] = errors.index(obj.reason)
+        lists: dict[str, list[Any]] = {}
+        index: dict[str, np.ndarray] = {}
+        for section in ("cluster", "model", "calibration"):
+            objs, ix = objects[section]
+            # Distinct objects (interned: equal sections are one object) and each row's position.
+            good: list[Any] = []
+            pos: dict[int, int] = {}
+            remap = np.full(len(objs), -1, np.int64)
+            for k, o in enumerate(objs):
+                if isinstance(o, _Failed):
+                    continue
+                j = pos.get(id(o))
+                if j is None:
+                    j = pos[id(o)] = len(good)
+                    good.append(o)
+                remap[k] = j
+            lists[section], index[section] = good, np.where(error_ix < 0, remap[ix], -1)
         columns: dict[str, Any] = {}
         for i, a in enumerate(self.spec.axes):
             if a.continuous:
@@ -252,7 +270,59 @@ class SweepSource:
             else:
                 table = np.asarray([_cell(v) for v in a.values], dtype=object)
                 columns[a.column] = table[codes[i]]
-        return PointBatch(ids=ids, groups=groups, gix=gix.astype(np.int64), gbs=gbs, vp=vp, columns=columns)
+        return PointBatch(ids=ids, models=lists["model"], model_ix=index["model"], clusters=lists["cluster"],
+                          cluster_ix=index["cluster"], calibrations=lists["calibration"],
+                          calibration_ix=index["calibration"], plan=plan, error_ix=error_ix, errors=errors,
+                          columns=columns)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A section that could not be built from its axis values."""
+
+    reason: str
+
+
+def _distinct_rows(codes: Sequence[np.ndarray], axes: Sequence[Axis]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+    """Distinct rows of per-axis codes (tuples of Python values) and each point's row."""
+    if all(not a.continuous for a in axes):
+        radix = [max(len(a.values), 1) for a in axes]
+        if math.prod(radix) < 2**62:
+            # One int64 key per point (mixed radix): a 1-D unique is fast.
+            key = np.zeros(len(codes[0]), np.int64)
+            mult = 1
+            for c, r in zip(reversed(codes), reversed(radix), strict=True):
+                key += c.astype(np.int64) * mult
+                mult *= r
+            uniq, inv = np.unique(key, return_inverse=True)
+            rows = []
+            for key_value in uniq.tolist():
+                digits = []
+                rest = key_value
+                for r in reversed(radix):
+                    rest, d = divmod(rest, r)
+                    digits.append(d)
+                rows.append(tuple(reversed(digits)))
+            return rows, inv.reshape(-1)
+    mat = np.stack([np.asarray(c, np.float64) for c in codes], axis=1)
+    uniq, inv = np.unique(mat, axis=0, return_inverse=True)
+    rows = [tuple(_key_item(a, v) for a, v in zip(axes, row, strict=True)) for row in uniq]
+    return rows, inv.reshape(-1)
+
+
+def _set_column(cols: PlanColumns, parts: Sequence[str], values: Sequence[Any], inverse: np.ndarray) -> PlanColumns:
+    """``cols`` with the plan field at ``parts`` set per point to ``values[inverse]``."""
+    name = parts[0]
+    if name in _NESTED:
+        nested = getattr(cols, name)
+        if len(parts) == 1:  # a whole Overlap/Offload value per point
+            for f in dataclasses.fields(nested):
+                nested = dataclasses.replace(nested, **{f.name: plan_column([getattr(v, f.name) for v in values],
+                                                                            f.name)[inverse]})
+        else:
+            nested = dataclasses.replace(nested, **{parts[1]: plan_column(list(values), parts[1])[inverse]})
+        return dataclasses.replace(cols, **{name: nested})
+    return dataclasses.replace(cols, **{name: plan_column(list(values), name)[inverse]})
 
 
 _MISSING = object()
@@ -286,13 +356,3 @@ def _continuous(a: Axis, u: np.ndarray) -> np.ndarray:
     if s.integer:
         return np.clip(np.floor(x + 0.5), s.low, s.high).astype(np.int64)
     return x
-
-
-def _replace_path(obj: Any, parts: Sequence[str], value: Any) -> Any:
-    """``obj`` with the (nested) dataclass field at ``parts`` replaced."""
-    if not parts:
-        return value
-    head = parts[0]
-    if len(parts) == 1:
-        return dataclasses.replace(obj, **{head: value})
-    return dataclasses.replace(obj, **{head: _replace_path(getattr(obj, head), parts[1:], value)})

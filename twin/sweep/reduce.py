@@ -32,48 +32,44 @@ SAME_AS_DESCRIPTOR = {
 PARETO = ("tokens_per_s", "power_kw")  # maximise throughput, minimise power
 
 
-def _descriptor(g: Any, name: str) -> Any:
-    if g.plan is None:
-        return None
-    c, m, p = g.cluster, g.model, g.plan
-    if name == "model":
-        return m.name or "?"
-    if name == "system":
-        return c.name or c.gpu.name
-    if name == "num_gpus":
-        return c.num_gpus
-    if name == "fabric":
-        return c.scale_out.fabric if c.scale_out is not None else "none"
-    if name == "sharding":
-        if p.optimizer_sharding == "fsdp":
-            return "fsdp" if p.fsdp_reshard_after_forward else "fsdp-noreshard"
-        return p.optimizer_sharding
-    if name == "gbs":
-        return g.gbs
-    if name == "vp":
-        return g.vp
-    return getattr(p, name)
+
+
+def _descriptors(batch: PointBatch, sel: np.ndarray) -> dict[str, np.ndarray]:
+    """The descriptor columns of the selected points (None, or -1 for integers, where a point has no scenario)."""
+    err = batch.error_ix[sel] >= 0
+
+    def gather(table: list[Any], ix: np.ndarray) -> np.ndarray:
+        arr = np.asarray([*table, None], dtype=object)
+        return arr[np.where(err | (ix < 0), len(table), ix)]
+
+    cix, mix = batch.cluster_ix[sel], batch.model_ix[sel]
+    plan = batch.plan
+    out: dict[str, np.ndarray] = {
+        "model": gather([m.name or "?" for m in batch.models], mix),
+        "system": gather([c.name or c.gpu.name for c in batch.clusters], cix),
+        "num_gpus": np.where(err, -1, np.asarray([c.num_gpus for c in batch.clusters] or [0], np.int64)[
+            np.maximum(cix, 0)]),
+        "fabric": gather([c.scale_out.fabric if c.scale_out is not None else "none" for c in batch.clusters], cix),
+    }
+    for name in ("tp", "pp", "vp", "cp", "ep", "mbs", "gbs"):
+        out[name] = np.where(err, -1, getattr(plan, name)[sel])
+    for name in ("recompute", "precision"):
+        out[name] = np.where(err, None, getattr(plan, name)[sel].astype(object))
+    sharding = plan.optimizer_sharding[sel].astype(object)
+    noreshard = (plan.optimizer_sharding[sel] == "fsdp") & ~plan.fsdp_reshard_after_forward[sel].astype(bool)
+    out["sharding"] = np.where(err, None, np.where(noreshard, "fsdp-noreshard", sharding))
+    return out
 
 
 def build_rows(batch: PointBatch, ev: Evaluated, select: np.ndarray | None = None) -> Rows:
     """Columnar rows of (a selection of) the points of a batch."""
     sel = np.arange(len(batch)) if select is None else select
-    gix = batch.gix[sel]
     rows: Rows = {"point_id": batch.ids[sel]}
     for col, values in batch.columns.items():
         rows[col] = np.asarray(values)[sel]
+    descriptors = _descriptors(batch, sel)
     for name in DESCRIPTORS:
-        if name == "gbs" and batch.gbs is not None:
-            rows[name] = batch.gbs[sel]
-            continue
-        if name == "vp" and batch.vp is not None:
-            rows[name] = batch.vp[sel]
-            continue
-        table = np.asarray([_descriptor(g, name) for g in batch.groups], dtype=object)
-        values = table[gix]
-        if name in ("num_gpus", "tp", "pp", "vp", "cp", "ep", "mbs", "gbs"):
-            values = np.asarray([-1 if v is None else v for v in values], dtype=np.int64)
-        rows[name] = values
+        rows[name] = descriptors[name]
     rix = ev.reason_ix[sel]
     reasons = np.asarray([*ev.reasons, ""], dtype=object)
     rows["feasible"] = rix < 0
