@@ -20,6 +20,8 @@ class ContextParallel(Strategy):
     name = "context"
     dimension = "cp"
     phase = "microbatch"
+    # Its terms do not depend on the micro-batch count or the interleaving depth.
+    reads_schedule = False
     summary = "Context parallel (ring attention): K/V blocks circulate cp-1 times per layer, overlapped"
 
     def active(self, ctx: EvalContext) -> Any:

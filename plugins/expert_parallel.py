@@ -26,6 +26,8 @@ class ExpertParallel(Strategy):
     name = "expert"
     dimension = "ep"
     phase = "microbatch"
+    # Its terms do not depend on the micro-batch count or the interleaving depth.
+    reads_schedule = False
     summary = "Expert parallel (MoE): all-to-all dispatch/combine per MoE layer, NVLink or NICs by placement"
 
     def active(self, ctx: EvalContext) -> Any:

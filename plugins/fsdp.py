@@ -24,6 +24,8 @@ class FullySharded(Strategy):
     name = "fsdp"
     dimension = "dp"
     phase = "microbatch"
+    # Its terms do not depend on the micro-batch count or the interleaving depth.
+    reads_schedule = False
     summary = "ZeRO-3 / FSDP: per-layer weight all-gather (fwd + bwd) and grad reduce-scatter, prefetched"
 
     def active(self, ctx: EvalContext) -> Any:

@@ -24,6 +24,8 @@ class TensorParallel(Strategy):
     name = "tensor"
     dimension = "tp"
     phase = "microbatch"
+    # Its terms do not depend on the micro-batch count or the interleaving depth.
+    reads_schedule = False
     summary = "Tensor parallel (+ sequence parallel, TP-comm overlap): per-layer AR or AG+RS of activations"
 
     def active(self, ctx: EvalContext) -> Any:

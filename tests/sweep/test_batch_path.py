@@ -80,9 +80,10 @@ def compare(engine: Engine, evaluator: SweepEvaluator, samples: int, seed: int) 
     spec = parse_spec(random_spec(samples, seed))
     batch = SweepSource(spec, engine.catalog).batch(0, samples)
     ev = evaluator.evaluate(batch)
+    columns = batch.axis_columns(np.arange(len(batch)))
     feasible = 0
     for i in range(samples):
-        values = {a.path: batch.columns[a.column][i] for a in spec.axes}
+        values = {a.path: columns[a.column][i] for a in spec.axes}
         values = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in values.items()}
         want_reason, want, mb, dp = reference(engine, values)
         got_reason = None if ev.reason_ix[i] < 0 else ev.reasons[ev.reason_ix[i]]
@@ -257,3 +258,33 @@ def test_the_example_packages_strategy_runs_on_the_batch_path():
         plan = batch.scenario(i).plan
         active = ev.ints["dp"][i] * plan.cp > 1 and plan.trainable == "full"
         assert (ev.floats["exposed_other_s"][i] > 0) == active, i   # its own dimension, where it takes part
+
+
+def test_points_that_differ_in_gbs_and_vp_share_the_strategies_work_and_match(engine):
+    """Strategies that do not read the schedule run once per group; every point still equals its own evaluation."""
+    spec = parse_spec({"name": "groups", "base": {"cluster": {"system": "DGX-H100", "num_gpus": 256},
+                                                  "model": "llama3.1-70b", "plan": {"gbs": 512}},
+                       "axes": [{"path": "plan.tp", "values": [4, 8]}, {"path": "plan.pp", "values": [2, 4, 8]},
+                                {"path": "plan.recompute", "values": ["none", "full"]},
+                                {"path": "plan.overlap.p2p", "values": [True, False]},
+                                {"path": "plan.vp", "values": [1, 2, 4, 5]},
+                                {"path": "plan.gbs", "values": [512, 1024, 2048]}]})
+    batch = SweepSource(spec, engine.catalog).batch(0, spec.total_points)
+    ev = SweepEvaluator(engine).evaluate(batch)
+    assert ev.stats["groups"] <= 2 * 3 * 2 * 2 < ev.stats["evaluated"]
+    checked = 0
+    for i in range(len(batch)):
+        try:
+            est = engine.model.evaluate(batch.scenario(i), report=False)
+        except TwinError:
+            assert ev.reason_ix[i] >= 0
+            continue
+        if not est.fits:
+            assert ev.reasons[ev.reason_ix[i]] == MEMORY_REASON
+            continue
+        checked += 1
+        want = estimate_columns(est, 1.0)
+        for name in MODEL_COLUMNS:
+            if name not in ("power_kw", "tokens_per_joule"):
+                assert ev.floats[name][i] == want[name], (i, name)
+    assert checked >= 100

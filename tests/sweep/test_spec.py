@@ -134,8 +134,10 @@ def test_grid_enumeration_is_row_major(engine):
     s = parse_spec(spec(axes=[{"path": "plan.tp", "values": [1, 2]}, {"path": "plan.mbs", "values": [1, 2, 4]}]))
     src = SweepSource(s, engine.catalog)
     b = src.batch(0, s.total_points)
-    assert list(b.columns["plan.tp"]) == [1, 1, 1, 2, 2, 2]
-    assert list(b.columns["plan.mbs"]) == [1, 2, 4, 1, 2, 4]
+    assert list(b.axis_columns()["plan.tp"]) == [1, 1, 1, 2, 2, 2]
+    assert list(b.axis_columns()["plan.mbs"]) == [1, 2, 4, 1, 2, 4]
+    # the plan columns the model reads are built from the same codes
+    assert b.plan.tp.tolist() == [1, 1, 1, 2, 2, 2] and b.plan.mbs.tolist() == [1, 2, 4, 1, 2, 4]
 
 
 def test_random_points_are_a_function_of_the_id(engine):
@@ -145,14 +147,14 @@ def test_random_points_are_a_function_of_the_id(engine):
     s = load_spec(data)
     whole = SweepSource(s, engine.catalog).batch(0, 500)
     part = SweepSource(s, engine.catalog).batch(200, 300)
-    assert list(part.columns["plan.tp"]) == list(whole.columns["plan.tp"][200:300])
-    np.testing.assert_array_equal(part.columns["cluster.scale_out.nic_gbps"],
-                                  whole.columns["cluster.scale_out.nic_gbps"][200:300])
-    nic = whole.columns["cluster.scale_out.nic_gbps"]
+    assert list(part.axis_columns()["plan.tp"]) == list(whole.axis_columns()["plan.tp"][200:300])
+    np.testing.assert_array_equal(part.axis_columns()["cluster.scale_out.nic_gbps"],
+                                  whole.axis_columns()["cluster.scale_out.nic_gbps"][200:300])
+    nic = whole.axis_columns()["cluster.scale_out.nic_gbps"]
     assert nic.min() >= 100 and nic.max() <= 800 and len(set(nic.tolist())) > 100  # integer draws (ints given)
-    assert set(whole.columns["plan.tp"]) == {1, 2, 4, 8}
+    assert set(whole.axis_columns()["plan.tp"]) == {1, 2, 4, 8}
     other = SweepSource(load_spec({**data, "seed": 8}), engine.catalog).batch(0, 500)
-    assert list(other.columns["plan.tp"]) != list(whole.columns["plan.tp"])
+    assert list(other.axis_columns()["plan.tp"]) != list(whole.axis_columns()["plan.tp"])
 
 
 def test_random_without_samples_zips_each_axis_draws(engine):
@@ -160,8 +162,8 @@ def test_random_without_samples_zips_each_axis_draws(engine):
                                              {"path": "plan.mbs", "sample": {"low": 1, "high": 4, "n": 6, "seed": 2}}]))
     assert s.mode == "zip" and s.total_points == 6
     b = SweepSource(s, engine.catalog).batch(0, 6)
-    assert list(b.columns["plan.tp"]) == list(s.axes[0].values)
-    assert list(b.columns["plan.mbs"]) == list(s.axes[1].values)
+    assert list(b.axis_columns()["plan.tp"]) == list(s.axes[0].values)
+    assert list(b.axis_columns()["plan.mbs"]) == list(s.axes[1].values)
     with pytest.raises(SpecError) as err:
         parse_spec(spec(mode="random", axes=[{"path": "plan.tp", "sample": {"choices": [1, 2], "n": 3}},
                                              {"path": "plan.mbs", "sample": {"choices": [1, 2], "n": 4}}]))

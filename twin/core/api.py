@@ -201,6 +201,10 @@ class Strategy:
     ``interferes``: whether its hidden communication slows the compute it overlaps (NCCL
     kernels occupy SMs; copy-engine and DMA traffic such as pipeline p2p and offload do
     not). ``vectorized``: whether ``active``/``evaluate`` handle batch contexts.
+    ``reads_schedule``: whether they read the micro-batch count (``ctx.microbatches``),
+    ``plan.gbs``, ``plan.vp`` or ``ctx.activation_bytes_per_microbatch``; a strategy that
+    does not is evaluated once per group of points that differ only in those (a sweep's
+    batch sizes and interleaving depths), which is several times faster.
     """
 
     name: ClassVar[str] = ""
@@ -209,6 +213,7 @@ class Strategy:
     summary: ClassVar[str] = ""
     interferes: ClassVar[bool] = True
     vectorized: ClassVar[bool] = True
+    reads_schedule: ClassVar[bool] = True
 
     def active(self, ctx: EvalContext) -> Any:
         """Whether this strategy takes part (a bool, or one per point for a batch)."""

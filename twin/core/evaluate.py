@@ -60,6 +60,7 @@ from twin.core.specs import (
     ComputeEfficiency,
     Model,
     Scenario,
+    _categories,
     plan_rules,
     validate_cluster,
     validate_model,
@@ -489,14 +490,27 @@ class TwinModel:
             fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes))
 
     # ---------------------------------------------------------------- the assembly (both)
-    def _assemble(self, ctx: EvalContext, work: _Work) -> _Step:
+    def _assemble(self, ctx: EvalContext, work: _Work,
+                  groups: tuple[EvalContext, np.ndarray] | None = None) -> _Step:
+        """The step from the strategies' terms: the schedule, per-step terms, interference.
+
+        ``groups``: for a batch, a context with one row per group of points that differ
+        only in the global batch and the interleaving depth, and each point's group; a
+        strategy that does not read those (``reads_schedule = False``) is evaluated once
+        per group.
+        """
         batch = ctx.batch
         m = ctx.microbatches
         stage = ctx.stage
         parts: list[tuple[Strategy, Terms]] = []
         exposed_mb: Any = 0.0
         for strat in self.strategies:
-            terms = self._terms(strat, ctx)
+            if groups is not None and not strat.reads_schedule and strat.vectorized:
+                terms = self._terms(strat, groups[0])
+                if terms is not None:
+                    terms = _expand_terms(terms, groups[1])
+            else:
+                terms = self._terms(strat, ctx)
             if terms is None:
                 continue
             parts.append((strat, terms))
@@ -565,7 +579,9 @@ class TwinModel:
         cols: dict[str, np.ndarray] = {}
         mb = np.full(n, -1, np.int64)
         dp_out = np.full(n, -1, np.int64)
-        stats = {"points": n, "evaluated": 0, "scalar_points": 0}
+        # evaluated: points through the batch path; groups: rows strategies that do not read
+        # the schedule were evaluated on; scalar_points: points evaluated one by one
+        stats = {"points": n, "evaluated": 0, "scalar_points": 0, "groups": 0}
         out = PointResults(reason_ix, reasons.names, cols, mb, dp_out, stats)
         if n == 0:
             return out
@@ -660,10 +676,25 @@ class TwinModel:
         if len(keep) < len(idx):
             sub, work = sub.take(keep), _take_work(work, keep)
             idx = idx[keep]
-        hb, spans, cost_fn = self._batch_fabric(sub, work, hierarchies, pairs)
+        hb = self._hierarchy_batch(sub, hierarchies, pairs)
+        groups = None
+        first, inverse = _factorize(_group_columns(sub))
+        if len(first) < len(idx) and any(not s.reads_schedule and s.vectorized for s in self.strategies):
+            # Strategies that do not read the schedule, once per group of points differing only in gbs/vp.
+            grp, work_g, hb_g = sub.take(first), _take_work(work, first), hb.take(first)
+            spans_g = {dim: place_group(*stride_of(grp.plan, work_g.dp, dim), hb_g) for dim in DIMENSIONS}
+            ctx_g = _context(work_g, model, ColumnView(grp.clusters, grp.cluster_ix),
+                             ColumnView(grp.calibrations, grp.calibration_ix), hb_g, spans_g,
+                             self._batch_cost(grp, hb_g), len(first), None, schedule=False)
+            groups = (ctx_g, inverse)
+            spans = {dim: _take_tree(v, inverse) for dim, v in spans_g.items()}
+        else:
+            spans = {dim: place_group(*stride_of(sub.plan, work.dp, dim), hb) for dim in DIMENSIONS}
         ctx = _context(work, model, ColumnView(sub.clusters, sub.cluster_ix),
-                       ColumnView(sub.calibrations, sub.calibration_ix), hb, spans, cost_fn, len(idx), None)
-        st = self._assemble(ctx, work)
+                       ColumnView(sub.calibrations, sub.calibration_ix), hb, spans, self._batch_cost(sub, hb),
+                       len(idx), None)
+        st = self._assemble(ctx, work, groups)
+        out.stats["groups"] += len(first)
         self._fill(out, idx, work, st, sub)
         odd = ~np.isfinite(out.columns["step_time_s"][idx])
         if odd.any():
@@ -709,8 +740,7 @@ class TwinModel:
                 gpus.append(c.gpu)
             of_cluster.append(row)
         gpu_ix = np.asarray(of_cluster, np.int64)[cix]
-        precs, pcode = np.unique(plan.precision, return_inverse=True)
-        pcode = pcode.reshape(-1)
+        precs, pcode = _categories(plan.precision)
         scales, scode = np.unique(scale, return_inverse=True)
         dkey = (gpu_ix * len(precs) + pcode) * len(scales) + scode.reshape(-1)
         dkeys, drow = np.unique(dkey, return_inverse=True)
@@ -723,16 +753,16 @@ class TwinModel:
         # Work of each distinct (degrees, micro-batch, recompute, device).
         sp = plan.sp
         etp = plan.expert_tp
-        _, rc = np.unique(plan.recompute, return_inverse=True)
-        _, tr = np.unique(plan.trainable, return_inverse=True)
+        _, rc = _categories(plan.recompute)
+        _, tr = _categories(plan.trainable)
         uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
-                                rc.reshape(-1), plan.recompute_layers, tr.reshape(-1), drow])
+                                rc, plan.recompute_layers, tr, drow])
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
         stage_u = stage_times(u_plan, model, u_dev, w_u)
         params_u, expert_u = stage_params(u_plan, w_u, stage_u.layers)
-        w = _take_tree(w_u, inv)
+        w = ops.TakeView(w_u, inv)        # the workload per point, expanded where read
         stage = _take_tree(stage_u, inv)
         dev = _device_batch(devs, drow)
         known = [f for f in facts if f is not None]
@@ -750,18 +780,19 @@ class TwinModel:
         return _work(plan, model, dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus, gpn,
                      model_fwd_flops(model), params=params_u[inv], expert=expert_u[inv])
 
-    def _batch_fabric(self, ps: PointSet, work: _Work, hierarchies: Sequence[Hierarchy | None],
-                      pairs: np.ndarray) -> tuple[HierarchyBatch, dict[str, GroupSpan], Callable[..., Any]]:
-        """The hierarchies of the batch's (cluster, calibration) pairs, group spans and costing."""
+    def _hierarchy_batch(self, ps: PointSet, hierarchies: Sequence[Hierarchy | None],
+                         pairs: np.ndarray) -> HierarchyBatch:
+        """The hierarchies of the batch's (cluster, calibration) pairs, one row per point."""
         pair = ps.cluster_ix * len(ps.calibrations) + ps.calibration_ix
         used, rows = np.unique(np.searchsorted(pairs, pair), return_inverse=True)
         hs = [hierarchies[int(k)] for k in used]
         assert all(h is not None for h in hs)
-        hb = HierarchyBatch(hs, rows.reshape(-1))  # type: ignore[arg-type]
-        plan, dp = ps.plan, work.dp
-        spans = {dim: place_group(*stride_of(plan, dp, dim), hb) for dim in DIMENSIONS}
+        return HierarchyBatch(hs, rows.reshape(-1))  # type: ignore[arg-type]
+
+    def _batch_cost(self, ps: PointSet, hb: HierarchyBatch) -> Callable[..., CollectiveCost]:
+        """Collective costing for the points of ``ps`` (asking a cost hook point by point)."""
         if self.cost_override is None:
-            return hb, spans, lambda op, size, span, algorithm=None: collective_cost(op, size, span, hb, algorithm)
+            return lambda op, size, span, algorithm=None: collective_cost(op, size, span, hb, algorithm)
 
         def with_override(op: str, size: Any, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
             # The hook sees one scenario at a time: ask it point by point.
@@ -781,7 +812,7 @@ class TwinModel:
                         arr[i] = getattr(got, f.name)
             return CollectiveCost(*fields)
 
-        return hb, spans, with_override
+        return with_override
 
     def _fill(self, out: PointResults, idx: np.ndarray, work: _Work, st: _Step, ps: PointSet) -> None:
         cols = out.columns
@@ -877,7 +908,11 @@ def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, dp: Any, offload
 
 def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarchy: Hierarchy | HierarchyBatch,
              spans: dict[str, GroupSpan], cost_fn: Callable[..., Any], points: int,
-             scenario: Scenario | None) -> EvalContext:
+             scenario: Scenario | None, *, schedule: bool = True) -> EvalContext:
+    """The strategies' context. ``schedule=False``: one row per group of points that differ
+    only in the global batch and the interleaving depth, which it does not hold (reading
+    ``microbatches``, ``plan.gbs``, ``plan.vp`` or the per-micro-batch activations fails).
+    """
     plan = work.plan
     tp_comm = plan.overlap.tp_comm
     if points:
@@ -886,10 +921,14 @@ def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarch
         tp_overlap = work.tp_overlap_default if tp_comm is None else tp_comm
     # The activations one micro-batch keeps in HBM (offloaded activations: the two staged layers).
     act = work.act
-    in_hbm = ops.where(plan.offload.activations != "none", act.per_token * work.w.tokens * 2,
-                       act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1) + act.recompute_live)
+    if schedule:
+        in_hbm = ops.where(plan.offload.activations != "none", act.per_token * work.w.tokens * 2,
+                           act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1) + act.recompute_live)
+        m = work.m
+    else:
+        plan, in_hbm, m = dataclasses.replace(plan, gbs=None, vp=None), None, None
     return EvalContext(plan=plan, model=model, cluster=cluster, calibration=calibration, dp=work.dp,
-                       microbatches=work.m, device=work.dev, workload=work.w, hierarchy=hierarchy, spans=spans,
+                       microbatches=m, device=work.dev, workload=work.w, hierarchy=hierarchy, spans=spans,
                        stage=work.stage, params_per_gpu=work.params, expert_params_per_gpu=work.expert,
                        tp_overlap=tp_overlap, cost_fn=cost_fn, offload_bw_Bps=work.offload_bw,
                        activation_bytes_per_microbatch=in_hbm, points=points, scenario=scenario)
@@ -933,7 +972,11 @@ def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         col = np.asarray(column)
         if col.dtype.kind == "b":
             col = col.astype(np.int64)
+        if col.dtype.kind not in "iu":
+            col = np.unique(col, return_inverse=True)[1].reshape(-1)
         lo, hi = int(col.min()), int(col.max())
+        if lo == hi:
+            continue  # the same for every point: no part of the key
         if col.dtype.kind in "iu" and lo >= 0 and hi < 1 << 20:
             codes, radix = col, hi + 1
         else:
@@ -952,6 +995,31 @@ def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return first, inv.reshape(-1)
 
 
+# Plan fields that vary between the points of one group (the schedule); all others define it.
+_SCHEDULE_FIELDS = ("gbs", "vp")
+
+
+def _group_columns(ps: PointSet) -> list[np.ndarray]:
+    """The columns whose distinct rows are the groups: every plan field but gbs and vp, cluster, calibration."""
+    plan = ps.plan
+    cols = [ps.cluster_ix, ps.calibration_ix]
+    for f in dataclasses.fields(plan):
+        if f.name in _SCHEDULE_FIELDS:
+            continue
+        v = getattr(plan, f.name)
+        if dataclasses.is_dataclass(v):
+            cols.extend(getattr(v, g.name) for g in dataclasses.fields(v))
+        else:
+            cols.append(v)
+    return cols
+
+
+def _expand_terms(t: Terms, inverse: np.ndarray) -> Terms:
+    """A group's terms, one row per point."""
+    return Terms(*(getattr(t, f)[inverse] if isinstance(getattr(t, f), np.ndarray) else getattr(t, f)
+                   for f in _TERM_FIELDS), algorithm=None)
+
+
 def _device_batch(devices: Sequence[Device], rows: np.ndarray) -> Device:
     """A :class:`Device` whose fields hold, per point, those of ``devices[rows]``."""
     return Device(**{f: np.asarray([getattr(d, f) for d in devices])[rows] for f in DEVICE_FIELDS})
@@ -959,7 +1027,10 @@ def _device_batch(devices: Sequence[Device], rows: np.ndarray) -> Device:
 
 def _take_tree(obj: Any, idx: Any) -> Any:
     """``obj`` with every array inside it (dataclass fields, dict values, tuples) indexed by ``idx``."""
-    if type(obj) is np.ndarray:
+    if isinstance(obj, ops.TakeView):
+        base, rows = obj.source(idx)
+        return _take_tree(base, rows) if np.ndim(rows) == 0 else ops.TakeView(base, rows)
+    if isinstance(obj, np.ndarray):
         if obj.ndim == 0:
             return obj
         v = obj[idx]

@@ -5,7 +5,8 @@ share (its layer list is the batch's structure), the distinct clusters and calib
 with, per point, the index of its own, and the plan as :class:`PlanColumns` (one numpy
 array per :class:`~twin.core.specs.Plan` field). Strategies read a batch's plan exactly as
 they read one plan (``plan.tp``, ``plan.overlap.p2p``, ``plan.offload.optimizer``,
-``plan.sp``, ``plan.expert_tp``); optional fields hold a sentinel where the plan has
+``plan.sp``, ``plan.expert_tp``); string fields are :class:`~twin.core.ops.Labels`
+(``plan.recompute == "full"`` works); optional fields hold a sentinel where the plan has
 ``None``: ``dp``, ``etp`` and ``recompute_layers`` 0, ``sequence_parallel`` and
 ``overlap.tp_comm`` -1.
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from twin.core.ops import Labels
 from twin.core.specs import Calibration, Cluster, Model, Offload, Overlap, Plan, Scenario
 
 # Plan fields that may be None, and what a column holds instead.
@@ -30,13 +32,15 @@ def plan_column(values: Sequence[Any], name: str) -> np.ndarray:
     sentinel = _NONE_AS.get(name)
     if sentinel is not None:
         return np.asarray([sentinel if v is None else int(v) for v in values], dtype=np.int64)
+    if values and all(isinstance(v, str) for v in values):
+        return Labels.of(values)
     arr = np.asarray(values)
-    if arr.dtype.kind == "U":
-        return arr
     return arr.astype(np.int64) if arr.dtype.kind in "iu" else arr
 
 
 def _value(arr: np.ndarray, i: int, name: str) -> Any:
+    if isinstance(arr, Labels):
+        return arr.name(i)
     v = arr[i].item()
     sentinel = _NONE_AS.get(name)
     if sentinel is not None:

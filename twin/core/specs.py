@@ -470,6 +470,8 @@ class Rule:
 
 
 def _at(value: Any, i: int) -> Any:
+    if isinstance(value, ops.Labels):
+        return value.name(i)
     item = getattr(value, "item", None)
     if item is not None and getattr(value, "ndim", 0) > 0:
         return value[i].item()
@@ -553,18 +555,27 @@ def gpu_supports(gpu: Any, precision: Any) -> Any:
     For a batch ``gpu`` is a column view over the distinct GPUs (``distinct()`` gives
     them and each point's index) and the answer is one bool per point.
     """
+    names, pcode = _categories(precision)
     if isinstance(gpu, GPU):
         if not ops.is_batch(precision):
             return gpu.supports(precision)
-        names, inv = np.unique(precision, return_inverse=True)
-        return np.asarray([gpu.supports(str(p)) for p in names])[inv.reshape(-1)]
+        return np.asarray([gpu.supports(str(p)) for p in names])[pcode]
     objects, index = gpu.distinct()
-    prec = np.broadcast_to(np.asarray(precision), np.shape(index))
-    names, pcode = np.unique(prec, return_inverse=True)
-    key = index * len(names) + pcode.reshape(-1)
+    pcode = np.broadcast_to(pcode, np.shape(index))
+    key = index * len(names) + pcode
     uniq, inv = np.unique(key, return_inverse=True)
     table = np.asarray([objects[int(k // len(names))].supports(str(names[int(k % len(names))])) for k in uniq])
     return table[inv.reshape(-1)]
+
+
+def _categories(values: Any) -> tuple[Any, np.ndarray]:
+    """(distinct names, each point's index among them) of a batch's string field."""
+    if isinstance(values, ops.Labels):
+        return values.categories, np.asarray(values, np.int64)
+    if not ops.is_batch(values):
+        return (values,), np.zeros(1, np.int64)
+    names, inv = np.unique(values, return_inverse=True)
+    return names, inv.reshape(-1)
 
 
 def validate_plan(plan: Plan, model: Model, cluster: Cluster, path: str = "plan") -> None:

@@ -181,6 +181,15 @@ class HierarchyBatch:
         """The hierarchy of point ``i``."""
         return self.hierarchies[int(self.rows[i])]
 
+    def take(self, index: np.ndarray) -> HierarchyBatch:
+        """The same hierarchies for the points in ``index``."""
+        out = object.__new__(HierarchyBatch)
+        out.__dict__.update(self.__dict__)
+        out.rows = self.rows[index]
+        for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw"):
+            setattr(out, name, getattr(self, name)[index])
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class GroupSpan:

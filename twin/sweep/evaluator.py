@@ -64,7 +64,7 @@ class Evaluated:
         return cls(reason_ix=np.full(n, -1, dtype=np.int32), reasons=[],
                    floats={c: np.full(n, np.nan) for c in FLOAT_COLUMNS},
                    ints={c: np.full(n, -1, dtype=np.int64) for c in INT_COLUMNS},
-                   stats={"groups": 0, "evaluated": 0, "scalar_points": 0})
+                   stats={"evaluated": 0, "scalar_points": 0, "groups": 0})
 
 
 _MODEL_FLOATS = ("step_time_s", "compute_s", "recompute_s", "bubble_s", "optimizer_s", "offload_s",
@@ -118,7 +118,6 @@ class SweepEvaluator:
 
         errs = np.asarray([code(e) for e in batch.errors] + [-1], np.int64)
         out.reason_ix[:] = errs[batch.error_ix]
-        out.stats["groups"] += len(batch.models)
         power = np.asarray([self.power_kw(c) for c in batch.clusters] or [np.nan])
         for j in range(len(batch.models)):
             idx = np.flatnonzero((batch.model_ix == j) & (batch.error_ix < 0))
@@ -131,8 +130,8 @@ class SweepEvaluator:
                         code: Any) -> None:
         ps = batch.point_set(idx)
         res = self.model.evaluate_points(ps, memory_headroom=self.headroom)
-        out.stats["evaluated"] += res.stats.get("evaluated", 0)
-        out.stats["scalar_points"] += res.stats.get("scalar_points", 0)
+        for key in ("evaluated", "scalar_points", "groups"):
+            out.stats[key] = out.stats.get(key, 0) + res.stats.get(key, 0)
         rcode = np.asarray([code(r) for r in res.reasons] + [-1], np.int64)
         out.reason_ix[idx] = rcode[res.reason_ix]
         ok = res.reason_ix < 0

@@ -30,6 +30,7 @@ import numpy as np
 
 from twin.core import schema
 from twin.core.errors import SpecError
+from twin.core.ops import Labels
 from twin.core.points import PlanColumns
 from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model
 from twin.core.specs import Calibration, Cluster, Model, Plan, Scenario
@@ -164,13 +165,13 @@ class PlanSource:
         rows = sp.groups[g]
         zeros = np.zeros(n, np.int64)
         plan = self._base.take(zeros)
-        shardings = np.asarray([SHARDINGS[s][0] for s in sp.shardings])
+        sharding = Labels.of([SHARDINGS[s][0] for s in sp.shardings])   # one code per search sharding
         reshards = np.asarray([SHARDINGS[s][1] for s in sp.shardings])
         plan = dataclasses.replace(
             plan, tp=rows[:, 0].copy(), pp=rows[:, 1].copy(), cp=rows[:, 2].copy(), ep=rows[:, 3].copy(),
-            etp=rows[:, 4].copy(), mbs=rows[:, 5].copy(), recompute=np.asarray(RECOMPUTE)[rows[:, 6]],
-            optimizer_sharding=shardings[rows[:, 7]], fsdp_reshard_after_forward=reshards[rows[:, 7]],
-            precision=np.asarray(sp.precisions)[rows[:, 8]], dp=zeros.copy(), vp=ids - sp.start[g] + 1)
+            etp=rows[:, 4].copy(), mbs=rows[:, 5].copy(), recompute=Labels(rows[:, 6], RECOMPUTE),
+            optimizer_sharding=sharding[rows[:, 7]], fsdp_reshard_after_forward=reshards[rows[:, 7]],
+            precision=Labels(rows[:, 8], sp.precisions), dp=zeros.copy(), vp=ids - sp.start[g] + 1)
         etp = rows[:, 4]
         columns = {"etp": np.where(etp == 0, rows[:, 0], etp)} if sp.model.moe is not None else {}
         return PointBatch(ids=ids, models=[sp.model], model_ix=zeros, clusters=[sp.cluster], cluster_ix=zeros,

@@ -53,9 +53,25 @@ class PointBatch:
     error_ix: np.ndarray
     errors: list[str]
     columns: dict[str, Any] = field(default_factory=dict)
+    axis_codes: list[tuple[Axis, np.ndarray]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def axis_columns(self, sel: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The row columns (axis values, then ``columns``) of the points in ``sel`` (default: all)."""
+        if sel is None:
+            sel = np.arange(len(self))
+        out: dict[str, np.ndarray] = {}
+        for a, codes in self.axis_codes:
+            picked = codes[sel]
+            if a.continuous:
+                out[a.column] = picked
+            else:
+                out[a.column] = np.asarray([_cell(v) for v in a.values], dtype=object)[picked]
+        for name, values in self.columns.items():
+            out[name] = np.asarray(values)[sel]
+        return out
 
     def error(self, i: int) -> str | None:
         """Why point ``i``'s scenario could not be built (None if it could)."""
@@ -199,9 +215,14 @@ class SweepSource:
         cols = PlanColumns.from_plans([self._template()], np.zeros(n, np.int64))
         for i in self.sections.get("plan", []):
             a = self.spec.axes[i]
-            uniq, inv = np.unique(codes[i], return_inverse=True)
-            values = [self._convert(i, c) for c in uniq.tolist()]
-            cols = _set_column(cols, a.path.split(".")[1:], values, inv.reshape(-1))
+            if a.continuous:
+                uniq, inv = np.unique(codes[i], return_inverse=True)
+                values = [self._convert(i, c) for c in uniq.tolist()]
+                inverse = inv.reshape(-1)
+            else:  # a code is the value's index: convert every value once, index by code
+                values = [self._convert(i, c) for c in range(len(a.values))]
+                inverse = codes[i]
+            cols = _set_column(cols, a.path.split(".")[1:], values, inverse)
         return cols, [], np.zeros(n, np.int64)
 
     def _template(self) -> Plan:
@@ -263,17 +284,10 @@ class SweepSource:
                     good.append(o)
                 remap[k] = j
             lists[section], index[section] = good, np.where(error_ix < 0, remap[ix], -1)
-        columns: dict[str, Any] = {}
-        for i, a in enumerate(self.spec.axes):
-            if a.continuous:
-                columns[a.column] = codes[i]
-            else:
-                table = np.asarray([_cell(v) for v in a.values], dtype=object)
-                columns[a.column] = table[codes[i]]
         return PointBatch(ids=ids, models=lists["model"], model_ix=index["model"], clusters=lists["cluster"],
                           cluster_ix=index["cluster"], calibrations=lists["calibration"],
                           calibration_ix=index["calibration"], plan=plan, error_ix=error_ix, errors=errors,
-                          columns=columns)
+                          axis_codes=list(zip(self.spec.axes, codes, strict=True)))
 
 
 @dataclass(frozen=True)

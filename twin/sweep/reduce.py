@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from twin.core.ops import Labels
 from twin.sweep.evaluator import Evaluated
 from twin.sweep.metrics import FLOAT_COLUMNS, INT_COLUMNS, as_python
 from twin.sweep.points import PointBatch
@@ -54,19 +55,23 @@ def _descriptors(batch: PointBatch, sel: np.ndarray) -> dict[str, np.ndarray]:
     for name in ("tp", "pp", "vp", "cp", "ep", "mbs", "gbs"):
         out[name] = np.where(err, -1, getattr(plan, name)[sel])
     for name in ("recompute", "precision"):
-        out[name] = np.where(err, None, getattr(plan, name)[sel].astype(object))
-    sharding = plan.optimizer_sharding[sel].astype(object)
+        out[name] = np.where(err, None, _names(getattr(plan, name)[sel]))
+    sharding = _names(plan.optimizer_sharding[sel])
     noreshard = (plan.optimizer_sharding[sel] == "fsdp") & ~plan.fsdp_reshard_after_forward[sel].astype(bool)
     out["sharding"] = np.where(err, None, np.where(noreshard, "fsdp-noreshard", sharding))
     return out
+
+
+def _names(column: np.ndarray) -> np.ndarray:
+    """A plan string column as Python strings (object array)."""
+    return (column.names() if isinstance(column, Labels) else np.asarray(column)).astype(object)
 
 
 def build_rows(batch: PointBatch, ev: Evaluated, select: np.ndarray | None = None) -> Rows:
     """Columnar rows of (a selection of) the points of a batch."""
     sel = np.arange(len(batch)) if select is None else select
     rows: Rows = {"point_id": batch.ids[sel]}
-    for col, values in batch.columns.items():
-        rows[col] = np.asarray(values)[sel]
+    rows.update(batch.axis_columns(sel))
     descriptors = _descriptors(batch, sel)
     for name in DESCRIPTORS:
         rows[name] = descriptors[name]

@@ -30,7 +30,7 @@ EXECUTORS = ("auto", "inline", "ray")
 AUTO_RAY_POINTS = 2_000_000
 BATCHES_PER_WORKER = 4          # coarse batches: ~4 per worker (Ray); inline batches are for progress only
 MAX_BATCH_POINTS = 250_000
-INLINE_BATCH_POINTS = 20_000
+INLINE_BATCH_POINTS = 100_000
 
 
 @dataclass(frozen=True)

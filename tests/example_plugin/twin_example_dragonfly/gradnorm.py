@@ -31,6 +31,9 @@ class GradientNormAllReduce(Strategy):
     name = "gradnorm"
     dimension = "gradnorm"
     phase = "step"
+    # Nothing here depends on the micro-batch count or plan.vp: in a batch the twin may
+    # evaluate it once per group of points that differ only in those.
+    reads_schedule = False
     summary = "Global gradient-norm all-reduce for clipping (one fp32 per step, exposed)"
 
     def active(self, ctx: EvalContext) -> Any:
