@@ -13,16 +13,16 @@ overrides; everything else replaces.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from twin.core import schema
 from twin.core.catalog import Catalog
 from twin.core.errors import SpecError
-from twin.core.specs import GPU, Cluster, ComputeEfficiency, Model, Plan, Scenario, validate_scenario
+from twin.core.specs import GPU, Calibration, Cluster, ComputeEfficiency, Model, Plan, Scenario, validate_scenario
 
 _META_KEYS = ("source", "notes")
 
@@ -37,8 +37,34 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_T = TypeVar("_T")
+
+
+def _cached(catalog: Catalog, kind: str, value: Any, path: str, build: Callable[[Any, Catalog, str], _T]) -> _T:
+    """``build(value, catalog, path)``, or the object built before for an equal ``value``
+    (see ``schema.value_key``).
+
+    Only successes are kept: an input with an error is built (and fails) every time, so
+    the error is the one the reference path raises. Input the key does not cover (spec
+    objects, enum members, other mapping types) is built every time too.
+    """
+    try:
+        key = schema.value_key(value)
+    except schema.Unkeyable:
+        return build(value, catalog, path)
+    cache = catalog.cache(kind)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
+    return cache.add(key, build(value, catalog, path))
+
+
 def resolve_efficiency(value: Any, catalog: Catalog, path: str) -> ComputeEfficiency:
-    """An efficiency profile by name or inline mapping."""
+    """An efficiency profile by name or inline mapping (cached by value)."""
+    return _cached(catalog, "efficiency", value, path, _build_efficiency)
+
+
+def _build_efficiency(value: Any, catalog: Catalog, path: str) -> ComputeEfficiency:
     data = catalog.get("efficiency", value, path) if isinstance(value, str) else value
     eff = schema.load(ComputeEfficiency, data, path)
     for prec, frac in eff.gemm.items():
@@ -48,9 +74,13 @@ def resolve_efficiency(value: Any, catalog: Catalog, path: str) -> ComputeEffici
 
 
 def resolve_gpu(value: Any, catalog: Catalog, path: str = "cluster.gpu") -> GPU:
-    """A GPU by preset name, ``{preset: NAME, ...overrides}`` or a full inline mapping."""
+    """A GPU by preset name, ``{preset: NAME, ...overrides}`` or a full inline mapping (cached by value)."""
     if isinstance(value, GPU):
         return value
+    return _cached(catalog, "gpu", value, path, _build_gpu)
+
+
+def _build_gpu(value: Any, catalog: Catalog, path: str) -> GPU:
     if isinstance(value, str):
         data = catalog.get("gpus", value, path)
         data["name"] = catalog.canonical("gpus", value)
@@ -75,7 +105,14 @@ def resolve_gpu(value: Any, catalog: Catalog, path: str = "cluster.gpu") -> GPU:
 
 
 def resolve_cluster(value: Any, catalog: Catalog, path: str = "cluster") -> Cluster:
-    """A cluster from ``{system: NAME, num_gpus: N, ...overrides}`` or a full mapping."""
+    """A cluster from ``{system: NAME, num_gpus: N, ...overrides}`` or a full mapping (cached by value).
+
+    Types and bounds only: the cross-field rules (``validate_cluster``) are the caller's.
+    """
+    return _cached(catalog, "cluster", value, path, _build_cluster)
+
+
+def _build_cluster(value: Any, catalog: Catalog, path: str) -> Cluster:
     if not isinstance(value, Mapping):
         raise SpecError(path, f"must be a mapping (got {value!r})")
     data = dict(value)
@@ -93,7 +130,14 @@ def resolve_cluster(value: Any, catalog: Catalog, path: str = "cluster") -> Clus
 
 
 def resolve_model(value: Any, catalog: Catalog, path: str = "model") -> Model:
-    """A model by preset name, ``{preset: NAME, ...overrides}`` or a full mapping."""
+    """A model by preset name, ``{preset: NAME, ...overrides}`` or a full mapping (cached by value).
+
+    Types and bounds only: the cross-field rules (``validate_model``) are the caller's.
+    """
+    return _cached(catalog, "model", value, path, _build_model)
+
+
+def _build_model(value: Any, catalog: Catalog, path: str) -> Model:
     if isinstance(value, str):
         data = catalog.get("models", value, path)
     elif isinstance(value, Mapping):
@@ -108,31 +152,40 @@ def resolve_model(value: Any, catalog: Catalog, path: str = "model") -> Model:
     return schema.load(Model, data, path)
 
 
-def scenario_from_dict(data: Any, catalog: Catalog) -> Scenario:
-    """Build and validate a scenario; errors name the field and the rule."""
+# "failures" is read by twin.core.failures.spec (``twin failures``); other verbs ignore it.
+_KNOWN = frozenset({"name", "cluster", "model", "plan", "calibration", "description", "failures"})
+_KNOWN_TEXT = ", ".join(sorted(_KNOWN))
+_DEFAULT_CALIBRATION = Calibration()
+
+
+def scenario_from_dict(data: Any, catalog: Catalog, *, validate: bool = True) -> Scenario:
+    """Build and validate a scenario; errors name the field and the rule.
+
+    Sections are shared: equal cluster, model, plan or calibration mappings give the same
+    (immutable) spec objects. ``validate=False`` leaves the cross-field rules
+    (``validate_scenario``) to the caller, who must then run them before using it
+    (``Engine.scenario`` does, once, with the fabrics' own rules).
+    """
     if not isinstance(data, Mapping):
         raise SpecError("", f"a scenario must be a mapping (got {type(data).__name__})")
-    # "failures" is read by twin.core.failures.spec (``twin failures``); other verbs ignore it.
-    known = {"name", "cluster", "model", "plan", "calibration", "description", "failures"}
     for key in data:
-        if key not in known:
-            raise SpecError(str(key), f"unknown field; expected one of: {', '.join(sorted(known))}")
+        if key not in _KNOWN:
+            raise SpecError(str(key), f"unknown field; expected one of: {_KNOWN_TEXT}")
     for key in ("cluster", "model", "plan"):
         if key not in data:
             raise SpecError(key, "is required")
     cluster = resolve_cluster(data["cluster"], catalog)
     model = resolve_model(data["model"], catalog)
-    plan = schema.load(Plan, data["plan"], "plan")
-    extra: dict[str, Any] = {}
-    if "calibration" in data and data["calibration"] is not None:
-        from twin.core.specs import Calibration
-
-        extra["calibration"] = schema.load(Calibration, data["calibration"], "calibration")
+    plan = schema.fast_load(Plan, data["plan"], "plan")
+    calibration = data.get("calibration")
+    calibration = _DEFAULT_CALIBRATION if calibration is None else \
+        schema.fast_load(Calibration, calibration, "calibration")
     name = data.get("name", "")
     if not isinstance(name, str):
         raise SpecError("name", f"must be a string (got {name!r})")
-    scenario = Scenario(cluster=cluster, model=model, plan=plan, name=name, **extra)
-    validate_scenario(scenario)
+    scenario = Scenario(cluster, model, plan, name, calibration)
+    if validate:
+        validate_scenario(scenario)
     return scenario
 
 
