@@ -95,7 +95,7 @@ class Engine:
         if isinstance(source, Scenario):
             self.model.validate(source)
             return source
-        if isinstance(source, Mapping):
+        if type(source) is dict or isinstance(source, Mapping):  # the exact test first: ABCs cost
             scn = scenario_from_dict(source, self.catalog, validate=False)
         elif isinstance(source, str | Path):
             scn = scenario_from_dict(read_mapping(source), self.catalog, validate=False)

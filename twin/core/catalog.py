@@ -20,10 +20,11 @@ from twin.core.errors import NotFoundError, PluginError, SpecError
 from twin.core.schema import Interner, thaw
 
 KINDS = ("gpus", "efficiency", "systems", "models")
-# Resolved sections kept per kind of section. The random scenarios of
-# validation/equivalence.py hold ~1,900 distinct cluster mappings in 10,000 points
-# (9 systems x 11 sizes x fabric options); the presets are a few dozen.
-CACHE_SIZES = {"gpu": 256, "efficiency": 256, "cluster": 4096, "model": 1024}
+# Resolved sections kept per kind of section. The 10,000 random scenarios of
+# validation/equivalence.py hold 3,869 distinct cluster mappings (9 systems x 11 sizes x
+# fabric, optics and CXL options), 121 distinct scale_out ones and 10 models; the
+# built-in presets are a few dozen. "part": a cluster's scale_up/scale_out/optics/memory_pool.
+CACHE_SIZES = {"gpu": 256, "efficiency": 256, "cluster": 4096, "part": 1024, "model": 1024}
 
 
 @dataclass
@@ -35,18 +36,13 @@ class Catalog:
     systems: dict[str, dict[str, Any]] = field(default_factory=dict)
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     origin: dict[tuple[str, str], str] = field(default_factory=dict)
-    _caches: dict[str, Interner] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def cache(self, kind: str) -> Interner:
-        """The cache of resolved sections of ``kind`` (a key of :data:`CACHE_SIZES`)."""
-        hit = self._caches.get(kind)
-        if hit is None:
-            hit = self._caches.setdefault(kind, Interner(CACHE_SIZES[kind], f"catalog:{kind}"))
-        return hit
+    # Resolved sections by kind (scenario_io): what a preset name means depends on this catalog.
+    caches: dict[str, Interner] = field(init=False, repr=False, compare=False, default_factory=lambda: {
+        kind: Interner(size, f"catalog:{kind}") for kind, size in CACHE_SIZES.items()})
 
     def clear_caches(self) -> None:
         """Forget every resolved section (done whenever presets are added)."""
-        for interner in self._caches.values():
+        for interner in self.caches.values():
             interner.clear()
 
     def add(self, kind: str, entries: Mapping[str, Mapping[str, Any]], origin: str) -> None:

@@ -196,11 +196,14 @@ _INTERNERS: weakref.WeakSet[Interner] = weakref.WeakSet()
 
 
 class Interner:
-    """A bounded, thread-safe map from a value key to the one object built for it.
+    """A bounded map from a value key to the one object built for it, safe across threads.
 
     Equal inputs then share one (immutable) object, so caches further down that are keyed
     on identity hit. Eviction is first-in first-out: a sweep of distinct plans churns the
     plan interner without touching the ones of clusters and models (one interner each).
+    No lock: keys hash and compare in C (tuples of plain values, tags and ids), so each
+    ``OrderedDict`` call below is atomic under the GIL; two threads racing on one key both
+    get the object that ``setdefault`` kept.
     """
 
     enabled: typing.ClassVar[bool] = True  # see set_interning
@@ -209,7 +212,6 @@ class Interner:
         self.name = name
         self.maxsize = maxsize
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
         # The lookup is the hot path (every section of every call): the dict's own method.
         self.get: Callable[[Hashable], Any] = self._items.get
         _INTERNERS.add(self)
@@ -218,25 +220,24 @@ class Interner:
         """Store ``obj`` for ``key`` unless one is there already; return the stored one."""
         if not Interner.enabled:
             return obj
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                return hit  # type: ignore[no-any-return]
-            self._items[key] = obj
-            if len(self._items) > self.maxsize:
-                self._items.popitem(last=False)
-        return obj
+        items = self._items
+        kept = items.setdefault(key, obj)
+        if kept is obj and len(items) > self.maxsize:
+            try:  # noqa: SIM105 - on every miss of a full cache: suppress() costs more than try
+                items.popitem(last=False)
+            except KeyError:  # emptied meanwhile by clear() in another thread
+                pass
+        return kept  # type: ignore[no-any-return]
 
     def clear(self) -> None:
         """Forget every object."""
-        with self._lock:
-            self._items.clear()
+        self._items.clear()
 
     def __len__(self) -> int:
         return len(self._items)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"name": self.name, "maxsize": self.maxsize}  # a copy starts empty (locks do not pickle)
+        return {"name": self.name, "maxsize": self.maxsize}  # a copy starts empty
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["maxsize"], state["name"])  # type: ignore[misc]
@@ -532,29 +533,111 @@ def _fast_conv(tp: Any, ok: Callable[[Any], bool] | None) -> _Conv | None:
     return None
 
 
+# How the build loop checks a field without a call (the common plan fields), else _GENERIC.
+_INT, _OPT_INT, _CHOICE, _BOOL, _OPT_BOOL, _GENERIC = range(6)
+
+
+def _inline_check(tp: Any, meta: Mapping[str, Any]) -> tuple[int, Any, Any]:
+    """(kind, low or choices, high) of the loop's own test of a field of type ``tp``."""
+    if meta.get("gt") is None and meta.get("lt") is None:
+        lo = meta.get("ge")
+        hi = meta.get("le")
+        lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
+        if tp is int:
+            return _INT, lo, hi
+        if tp == int | None:
+            return _OPT_INT, lo, hi
+    if tp is bool:
+        return _BOOL, None, None
+    if tp == bool | None:
+        return _OPT_BOOL, None, None
+    if get_origin(tp) is Literal and all(type(c) is str for c in get_args(tp)):
+        return _CHOICE, frozenset(get_args(tp)), None
+    return _GENERIC, None, None
+
+
+def constructor(cls: type) -> Callable[..., Any]:
+    """``cls(*values)`` with every init field given in order, as fast as it can be built.
+
+    For the frozen slotted specs: see :func:`_constructor`.
+    """
+    return _constructor(cls, tuple(f.name for f in dataclasses.fields(cls) if f.init))
+
+
+def _constructor(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
+    """``cls(*values)``, faster where that is exactly what ``cls.__init__`` does.
+
+    The ``__init__`` that ``@dataclass(frozen=True, slots=True)`` writes (no
+    ``__post_init__``, every field passed) sets each slot with ``object.__setattr__``; the
+    same stores straight through the slot descriptors skip its per-field global lookups
+    (~40% of building a 24-field Plan). Any other class gets ``cls`` itself.
+    """
+    init = getattr(cls, "__init__", None)
+    generated = getattr(getattr(init, "__code__", None), "co_filename", "") == "<string>"
+    slots = [cls.__dict__.get(n) for n in names]
+    every_field = [f.name for f in dataclasses.fields(cls)] == list(names)
+    if not generated or not every_field or hasattr(cls, "__post_init__") or not all(
+            type(s) is types.MemberDescriptorType for s in slots):
+        return cls
+    args = ", ".join(f"v{i}" for i in range(len(names)))
+    body = "".join(f"    s{i}(o, v{i})\n" for i in range(len(names)))
+    src = f"def make({args}):\n    o = new(cls)\n{body}    return o\n"
+    ns: dict[str, Any] = {"new": object.__new__, "cls": cls, **{f"s{i}": s.__set__ for i, s in enumerate(slots)}}
+    exec(src, ns)  # generated from field positions only, as dataclasses writes __init__
+    return ns["make"]  # type: ignore[no-any-return]
+
+
 class _Fast:
     """The fast loader of one spec class whose every field is a plain, hashable value."""
 
-    __slots__ = ("cls", "convs", "defaults", "floats", "index", "interner", "names", "required")
+    __slots__ = ("checks", "cls", "convs", "defaults", "floats", "index", "interner", "make", "names", "nested",
+                 "required")
 
-    def __init__(self, cls: type, names: tuple[str, ...], convs: tuple[_Conv, ...], defaults: list[Any],
-                 floats: tuple[int, ...]) -> None:
+    def __init__(self, cls: type, names: tuple[str, ...], convs: tuple[_Conv, ...],
+                 checks: tuple[tuple[int, Any, Any], ...], defaults: list[Any]) -> None:
+        hints = _hints(cls)
         self.cls = cls
         self.names = names
         self.index = {n: i for i, n in enumerate(names)}
         self.convs = convs
+        self.checks = checks
         self.defaults = defaults
         self.required = tuple(i for i, d in enumerate(defaults) if d is _MISSING)
-        self.floats = floats
+        self.floats = tuple(i for i, n in enumerate(names) if hints[n] is float or float in get_args(hints[n]))
+        # Nested specs are interned too: the key holds their id (their hash is a Python-level
+        # dataclass __hash__ per call). Sound because the object built for a key refers to
+        # those nested objects, so they stay alive, and their ids unique, while the key exists.
+        self.nested = tuple(i for i, c in enumerate(checks) if c[0] == _GENERIC and any(
+            dataclasses.is_dataclass(a) for a in (hints[names[i]], *get_args(hints[names[i]]))))
+        self.make = _constructor(cls, names)
         self.interner = Interner(FAST_INTERN_SIZE, f"spec:{cls.__name__}")
 
     def build(self, data: dict[str, Any]) -> Any:
         """The interned spec for plain, valid ``data``; raises on anything else."""
         values = self.defaults.copy()
-        index, convs = self.index, self.convs
+        index, checks = self.index, self.checks
         for k, v in data.items():
             i = index[k]
-            values[i] = convs[i](v)
+            kind, a, b = checks[i]
+            if kind == _INT:
+                if type(v) is not int or not a <= v <= b:
+                    raise _Slow
+            elif kind == _CHOICE:
+                if type(v) is not str or v not in a:
+                    raise _Slow
+            elif kind == _BOOL:
+                if type(v) is not bool:
+                    raise _Slow
+            elif kind == _OPT_INT:
+                if v is not None and (type(v) is not int or not a <= v <= b):
+                    raise _Slow
+            elif kind == _OPT_BOOL:
+                if v is not None and type(v) is not bool:
+                    raise _Slow
+            else:
+                values[i] = self.convs[i](v)
+                continue
+            values[i] = v
         for i in self.required:
             if values[i] is _MISSING:
                 raise _Slow
@@ -564,12 +647,18 @@ class _Fast:
         """The one object for these (checked, exactly typed) field values."""
         for i in self.floats:
             if values[i] == 0:  # 0.0 and -0.0 hash alike but are different values: not interned
-                return self.cls(*values)
-        key = tuple(values)
+                return self.make(*values)
+        if self.nested:
+            keyed = values.copy()
+            for i in self.nested:
+                keyed[i] = id(keyed[i])
+            key = tuple(keyed)
+        else:
+            key = tuple(values)
         hit = self.interner.get(key)
         if hit is not None:
             return hit
-        return self.interner.add(key, self.cls(*values))
+        return self.interner.add(key, self.make(*values))
 
     def intern_obj(self, obj: Any) -> Any:
         """The interned equal of a spec the reference loader built (or a caller passed), if
@@ -601,8 +690,8 @@ def _compiled(cls: type) -> _Fast | None:
         hints = _hints(cls)
         names: list[str] = []
         convs: list[_Conv] = []
+        checks: list[tuple[int, Any, Any]] = []
         defaults: list[Any] = []
-        floats: list[int] = []
         fast: _Fast | None = None
         for f in dataclasses.fields(cls):
             if not f.init or f.kw_only:
@@ -622,13 +711,12 @@ def _compiled(cls: type) -> _Fast | None:
                 hash(default)
             except TypeError:
                 break
-            if hints[f.name] is float or float in get_args(hints[f.name]):
-                floats.append(len(names))
             names.append(f.name)
             convs.append(conv)
+            checks.append(_inline_check(hints[f.name], f.metadata))
             defaults.append(default)
         else:
-            fast = _Fast(cls, tuple(names), tuple(convs), defaults, tuple(floats))
+            fast = _Fast(cls, tuple(names), tuple(convs), tuple(checks), defaults)
         _FAST[cls] = fast
         return fast
 
