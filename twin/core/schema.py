@@ -222,11 +222,12 @@ class Interner:
             return obj
         items = self._items
         kept = items.setdefault(key, obj)
-        if kept is obj and len(items) > self.maxsize:
-            try:  # noqa: SIM105 - on every miss of a full cache: suppress() costs more than try
-                items.popitem(last=False)
-            except KeyError:  # emptied meanwhile by clear() in another thread
-                pass
+        if kept is obj:
+            while len(items) > self.maxsize:  # one at a time, unless maxsize was lowered
+                try:
+                    items.popitem(last=False)
+                except KeyError:  # emptied meanwhile by clear() in another thread
+                    break
         return kept  # type: ignore[no-any-return]
 
     def clear(self) -> None:
