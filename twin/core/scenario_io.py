@@ -202,6 +202,8 @@ def _build_model(value: Any, catalog: Catalog, path: str) -> Model:
 _KNOWN = frozenset({"name", "cluster", "model", "plan", "calibration", "description", "failures"})
 _KNOWN_TEXT = ", ".join(sorted(_KNOWN))
 _DEFAULT_CALIBRATION = Calibration()
+_load_plan = schema.fast_loader(Plan)
+_load_calibration = schema.fast_loader(Calibration)
 # Scenario(...) with every field given, through the slots (see schema.constructor).
 _new_scenario = schema.constructor(Scenario)
 
@@ -216,18 +218,19 @@ def scenario_from_dict(data: Any, catalog: Catalog, *, validate: bool = True) ->
     """
     if type(data) is not dict and not isinstance(data, Mapping):  # the exact test first: ABCs cost
         raise SpecError("", f"a scenario must be a mapping (got {type(data).__name__})")
-    for key in data:
-        if key not in _KNOWN:
-            raise SpecError(str(key), f"unknown field; expected one of: {_KNOWN_TEXT}")
+    if not _KNOWN.issuperset(data):
+        for key in data:
+            if key not in _KNOWN:
+                raise SpecError(str(key), f"unknown field; expected one of: {_KNOWN_TEXT}")
     for key in ("cluster", "model", "plan"):
         if key not in data:
             raise SpecError(key, "is required")
     cluster = resolve_cluster(data["cluster"], catalog)
     model = resolve_model(data["model"], catalog)
-    plan = schema.fast_load(Plan, data["plan"], "plan")
+    plan = _load_plan(data["plan"], "plan")
     calibration = data.get("calibration")
     calibration = _DEFAULT_CALIBRATION if calibration is None else \
-        schema.fast_load(Calibration, calibration, "calibration")
+        _load_calibration(calibration, "calibration")
     name = data.get("name", "")
     if not isinstance(name, str):
         raise SpecError("name", f"must be a string (got {name!r})")

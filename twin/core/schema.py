@@ -732,19 +732,29 @@ def fast_load(cls: type[T], data: Any, path: str) -> T:
     mapping type, a class with mapping fields) goes through :func:`load`, so results and
     errors are exactly :func:`load`'s.
     """
+    return fast_loader(cls)(data, path)
+
+
+def fast_loader(cls: type[T]) -> Callable[[Any, str], T]:
+    """``lambda data, path: fast_load(cls, data, path)``, with the class's loader looked up once."""
     fast = _compiled(cls)
     if fast is None:
-        return load(cls, data, path)
-    if type(data) is dict:
+        return lambda data, path: load(cls, data, path)
+    build, intern_obj = fast.build, fast.intern_obj
+
+    def loader(data: Any, path: str) -> T:
+        if type(data) is dict:
+            try:
+                return build(data)  # type: ignore[no-any-return]
+            except Exception:  # anything unusual: the reference loader decides
+                pass
+        obj = load(cls, data, path)
         try:
-            return fast.build(data)  # type: ignore[no-any-return]
-        except Exception:  # anything unusual: the reference loader decides
-            pass
-    obj = load(cls, data, path)
-    try:
-        return fast.intern_obj(obj)  # type: ignore[no-any-return]
-    except Exception:  # a value the fast path does not produce: not interned
-        return obj
+            return intern_obj(obj)  # type: ignore[no-any-return]
+        except Exception:  # a value the fast path does not produce: not interned
+            return obj
+
+    return loader
 
 
 def dump(obj: Any) -> Any:
