@@ -225,8 +225,9 @@ def scenario_from_dict(data: Any, catalog: Catalog, *, validate: bool = True) ->
     for key in ("cluster", "model", "plan"):
         if key not in data:
             raise SpecError(key, "is required")
-    cluster = resolve_cluster(data["cluster"], catalog)
-    model = resolve_model(data["model"], catalog)
+    # resolve_cluster / resolve_model without their own call layer (the hot path)
+    cluster = _cached(catalog, "cluster", data["cluster"], "cluster", _build_cluster)
+    model = _cached(catalog, "model", data["model"], "model", _build_model)
     plan = _load_plan(data["plan"], "plan")
     calibration = data.get("calibration")
     calibration = _DEFAULT_CALIBRATION if calibration is None else \
