@@ -347,3 +347,14 @@ def test_the_slot_constructor_builds_what_init_builds() -> None:
 def test_resolvers_outside_a_scenario_share_too(fresh: Engine) -> None:
     assert resolve_gpu("H100-SXM-80GB", fresh.catalog) is resolve_gpu("H100-SXM-80GB", fresh.catalog)
     assert resolve_model("llama3.1-8b", fresh.catalog) is resolve_model("llama3.1-8b", fresh.catalog)
+
+
+def test_input_nested_too_deep_to_key_is_loaded_uncached(fresh: Engine) -> None:
+    deep: object = 1
+    for _ in range(5000):
+        deep = [deep]
+    data = {**base_scenario(), "cluster": {"system": "DGX-H100", "num_gpus": 128,
+                                           "optics": {"kind": "pluggable", "params": {"x": deep}}}}
+    for _ in range(2):  # the optics plugin's own error, as without caches; no RecursionError from the caches
+        with pytest.raises(SpecError, match="unknown parameter"):
+            fresh.scenario(data)

@@ -63,7 +63,7 @@ def _cached(catalog: Catalog, kind: str, value: Any, path: str, build: Callable[
     """
     try:
         key = schema.value_key(value)
-    except schema.Unkeyable:
+    except (schema.Unkeyable, RecursionError):  # RecursionError: nested too deep to key
         return build(value, catalog, path)
     cache = catalog.caches[kind]
     hit = cache.get(key)
@@ -162,7 +162,7 @@ def _loaded_part(catalog: Catalog, cls: type, value: dict[str, Any], path: str) 
     """
     try:
         key = (cls, schema.value_key(value))
-    except schema.Unkeyable:
+    except (schema.Unkeyable, RecursionError):
         return None
     cache = catalog.caches["part"]
     hit = cache.get(key)

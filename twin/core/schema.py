@@ -124,6 +124,16 @@ def freeze(value: Any) -> Any:
     return value
 
 
+def _frozen(value: Any) -> Any:
+    """:func:`freeze`, or ``value`` itself if it nests too deep to copy (no key can be made
+    for such input either, so it is never served from a cache).
+    """
+    try:
+        return freeze(value)
+    except RecursionError:
+        return value
+
+
 def thaw(value: Any) -> Any:
     """A deep, mutable copy of plain data (what ``copy.deepcopy`` gives for mappings and
     lists of scalars, several times faster); other objects go through ``copy.deepcopy``.
@@ -372,7 +382,7 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             if not isinstance(k, str):
                 raise SpecError(path, f"keys must be strings (got {k!r})")
             # Free-form values are copied frozen: the spec must not share the caller's lists.
-            out[k] = freeze(v) if val_tp is Any else _convert(v, val_tp, f"{path}.{k}")
+            out[k] = _frozen(v) if val_tp is Any else _convert(v, val_tp, f"{path}.{k}")
         return FrozenDict(out)
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
