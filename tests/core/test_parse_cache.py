@@ -358,3 +358,13 @@ def test_input_nested_too_deep_to_key_is_loaded_uncached(fresh: Engine) -> None:
     for _ in range(2):  # the optics plugin's own error, as without caches; no RecursionError from the caches
         with pytest.raises(SpecError, match="unknown parameter"):
             fresh.scenario(data)
+
+
+def test_catalog_get_still_hands_out_independent_copies(fresh: Engine) -> None:
+    a = fresh.catalog.get("systems", "DGX-H100", "cluster.system")
+    a["scale_out"]["nic_gbps"] = 1.0
+    a["gpus_per_node"] = 3
+    b = fresh.catalog.get("systems", "dgx-h100", "cluster.system")
+    assert b["scale_out"]["nic_gbps"] != 1.0 and b["gpus_per_node"] != 3
+    assert type(b) is dict and type(b["scale_out"]) is dict
+    assert fresh.scenario(base_scenario()).cluster.gpus_per_node == 8
