@@ -20,9 +20,13 @@ from twin.core.catalog import Catalog
 from twin.core.errors import PluginError, SpecError
 from twin.core.estimate import Estimate
 from twin.core.evaluate import FabricSet, TwinModel
-from twin.core.scenario_io import load_scenario_file, scenario_from_dict
-from twin.core.specs import Scenario
+from twin.core.scenario_io import read_mapping, scenario_from_dict
+from twin.core.schema import Interner
+from twin.core.specs import Scenario, validate_plan
 from twin.plugins import PluginInfo, make_plugin_manager, plugin_infos
+
+# Validated clusters and models remembered per engine: as many as the catalog keeps clusters.
+VALIDATED_SIZE = 4096
 
 
 def _plugin_name(pm: pluggy.PluginManager, impl: pluggy.HookImpl) -> str:
@@ -66,6 +70,10 @@ class Engine:
                 return hook.twin_collective_cost(op=op, size_bytes=size, span=span, hierarchy=hierarchy,
                                                  algorithm=algorithm, scenario=scenario)
         self.model = TwinModel(self.fabrics, self.strategies, cost_override=override)
+        # Cluster and model objects (interned by the catalog) whose own rules have passed.
+        self._validated_by: TwinModel | None = None
+        self._valid_clusters = Interner(VALIDATED_SIZE, "engine:valid-clusters")
+        self._valid_models = Interner(VALIDATED_SIZE, "engine:valid-models")
 
     def _build_catalog(self) -> Catalog:
         catalog = Catalog()
@@ -81,18 +89,44 @@ class Engine:
 
     # ----------------------------------------------------------------- scenarios
     def scenario(self, source: Scenario | Mapping[str, Any] | str | Path) -> Scenario:
-        """A validated scenario from a spec, a mapping or a YAML/JSON file path."""
+        """A validated scenario from a spec, a mapping or a YAML/JSON file path.
+
+        From a mapping, equal sections give the same spec objects (the catalog's caches);
+        the mapping is not changed. Errors are those of the strict loader and the rules.
+        """
         if isinstance(source, Scenario):
             self.model.validate(source)
             return source
-        if isinstance(source, Mapping):
-            scn = scenario_from_dict(source, self.catalog)
+        if type(source) is dict or isinstance(source, Mapping):  # the exact test first: ABCs cost
+            scn = scenario_from_dict(source, self.catalog, validate=False)
         elif isinstance(source, str | Path):
-            scn = load_scenario_file(source, self.catalog)
+            scn = scenario_from_dict(read_mapping(source), self.catalog, validate=False)
         else:
             raise SpecError("scenario", f"must be a mapping or a file path (got {type(source).__name__})")
-        self.model.validate(scn)
+        self._validate(scn)
         return scn
+
+    def _validate(self, scn: Scenario) -> None:
+        """``self.model.validate(scn)``, skipping what was checked before for these objects.
+
+        ``TwinModel.validate`` runs ``validate_scenario`` (cluster rules, model rules, plan
+        rules, in that order) and then each fabric's rules, which see the cluster only
+        (``Fabric.validate(cluster, path)``). So once a cluster object and a model object
+        have passed together, their own rules pass again and only the plan rules can fail,
+        with the error the full run would raise first. Held by strong reference, so an id
+        is never that of another object.
+        """
+        if self._validated_by is not self.model:  # rules of a replaced model: start afresh
+            self._validated_by = self.model
+            self._valid_clusters.clear()
+            self._valid_models.clear()
+        c, m = scn.cluster, scn.model
+        if self._valid_clusters.get(id(c)) is c and self._valid_models.get(id(m)) is m:
+            validate_plan(scn.plan, m, c)
+            return
+        self.model.validate(scn)
+        self._valid_clusters.add(id(c), c)
+        self._valid_models.add(id(m), m)
 
     def evaluate(self, source: Scenario | Mapping[str, Any] | str | Path) -> Estimate:
         """Predict one training step."""

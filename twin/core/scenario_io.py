@@ -13,16 +13,29 @@ overrides; everything else replaces.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from twin.core import schema
 from twin.core.catalog import Catalog
 from twin.core.errors import SpecError
-from twin.core.specs import GPU, Cluster, ComputeEfficiency, Model, Plan, Scenario, validate_scenario
+from twin.core.specs import (
+    GPU,
+    Calibration,
+    Cluster,
+    ComputeEfficiency,
+    MemoryPool,
+    Model,
+    Optics,
+    Plan,
+    ScaleOut,
+    ScaleUp,
+    Scenario,
+    validate_scenario,
+)
 
 _META_KEYS = ("source", "notes")
 
@@ -37,8 +50,34 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_T = TypeVar("_T")
+
+
+def _cached(catalog: Catalog, kind: str, value: Any, path: str, build: Callable[[Any, Catalog, str], _T]) -> _T:
+    """``build(value, catalog, path)``, or the object built before for an equal ``value``
+    (see ``schema.value_key``).
+
+    Only successes are kept: an input with an error is built (and fails) every time, so
+    the error is the one the reference path raises. Input the key does not cover (spec
+    objects, enum members, other mapping types) is built every time too.
+    """
+    try:
+        key = schema.value_key(value)
+    except (schema.Unkeyable, RecursionError):  # RecursionError: nested too deep to key
+        return build(value, catalog, path)
+    cache = catalog.caches[kind]
+    hit = cache.get(key)
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
+    return cache.add(key, build(value, catalog, path))
+
+
 def resolve_efficiency(value: Any, catalog: Catalog, path: str) -> ComputeEfficiency:
-    """An efficiency profile by name or inline mapping."""
+    """An efficiency profile by name or inline mapping (cached by value)."""
+    return _cached(catalog, "efficiency", value, path, _build_efficiency)
+
+
+def _build_efficiency(value: Any, catalog: Catalog, path: str) -> ComputeEfficiency:
     data = catalog.get("efficiency", value, path) if isinstance(value, str) else value
     eff = schema.load(ComputeEfficiency, data, path)
     for prec, frac in eff.gemm.items():
@@ -48,9 +87,13 @@ def resolve_efficiency(value: Any, catalog: Catalog, path: str) -> ComputeEffici
 
 
 def resolve_gpu(value: Any, catalog: Catalog, path: str = "cluster.gpu") -> GPU:
-    """A GPU by preset name, ``{preset: NAME, ...overrides}`` or a full inline mapping."""
+    """A GPU by preset name, ``{preset: NAME, ...overrides}`` or a full inline mapping (cached by value)."""
     if isinstance(value, GPU):
         return value
+    return _cached(catalog, "gpu", value, path, _build_gpu)
+
+
+def _build_gpu(value: Any, catalog: Catalog, path: str) -> GPU:
     if isinstance(value, str):
         data = catalog.get("gpus", value, path)
         data["name"] = catalog.canonical("gpus", value)
@@ -75,7 +118,14 @@ def resolve_gpu(value: Any, catalog: Catalog, path: str = "cluster.gpu") -> GPU:
 
 
 def resolve_cluster(value: Any, catalog: Catalog, path: str = "cluster") -> Cluster:
-    """A cluster from ``{system: NAME, num_gpus: N, ...overrides}`` or a full mapping."""
+    """A cluster from ``{system: NAME, num_gpus: N, ...overrides}`` or a full mapping (cached by value).
+
+    Types and bounds only: the cross-field rules (``validate_cluster``) are the caller's.
+    """
+    return _cached(catalog, "cluster", value, path, _build_cluster)
+
+
+def _build_cluster(value: Any, catalog: Catalog, path: str) -> Cluster:
     if not isinstance(value, Mapping):
         raise SpecError(path, f"must be a mapping (got {value!r})")
     data = dict(value)
@@ -89,11 +139,51 @@ def resolve_cluster(value: Any, catalog: Catalog, path: str = "cluster") -> Clus
     if "gpu" not in data:
         raise SpecError(f"{path}.gpu", "is required (or name a system)")
     data["gpu"] = resolve_gpu(data["gpu"], catalog, f"{path}.gpu")
+    for key, cls in _CLUSTER_PARTS:
+        value = data.get(key)
+        if type(value) is dict:
+            part = _loaded_part(catalog, cls, value, f"{path}.{key}")
+            if part is not None:
+                data[key] = part
     return schema.load(Cluster, data, path)
 
 
+# Parts of a cluster that recur across clusters (a system's fabrics, with or without the
+# same overrides, at every size): each distinct mapping is loaded once. The random points
+# of validation/equivalence.py hold 3,869 distinct cluster mappings but 121 scale_out ones.
+_CLUSTER_PARTS = (("scale_up", ScaleUp), ("scale_out", ScaleOut), ("optics", Optics), ("memory_pool", MemoryPool))
+
+
+def _loaded_part(catalog: Catalog, cls: type, value: dict[str, Any], path: str) -> Any:
+    """``cls`` loaded from ``value`` (cached by value), or None if that fails.
+
+    On None the caller leaves the mapping in place and the cluster's own load raises the
+    error, in the order the reference loader meets it (other fields may come first).
+    """
+    try:
+        key = (cls, schema.value_key(value))
+    except (schema.Unkeyable, RecursionError):
+        return None
+    cache = catalog.caches["part"]
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    try:
+        part = schema.load(cls, value, path)
+    except Exception:  # reported by the cluster's load, in its order
+        return None
+    return cache.add(key, part)
+
+
 def resolve_model(value: Any, catalog: Catalog, path: str = "model") -> Model:
-    """A model by preset name, ``{preset: NAME, ...overrides}`` or a full mapping."""
+    """A model by preset name, ``{preset: NAME, ...overrides}`` or a full mapping (cached by value).
+
+    Types and bounds only: the cross-field rules (``validate_model``) are the caller's.
+    """
+    return _cached(catalog, "model", value, path, _build_model)
+
+
+def _build_model(value: Any, catalog: Catalog, path: str) -> Model:
     if isinstance(value, str):
         data = catalog.get("models", value, path)
     elif isinstance(value, Mapping):
@@ -108,31 +198,46 @@ def resolve_model(value: Any, catalog: Catalog, path: str = "model") -> Model:
     return schema.load(Model, data, path)
 
 
-def scenario_from_dict(data: Any, catalog: Catalog) -> Scenario:
-    """Build and validate a scenario; errors name the field and the rule."""
-    if not isinstance(data, Mapping):
+# "failures" is read by twin.core.failures.spec (``twin failures``); other verbs ignore it.
+_KNOWN = frozenset({"name", "cluster", "model", "plan", "calibration", "description", "failures"})
+_KNOWN_TEXT = ", ".join(sorted(_KNOWN))
+_DEFAULT_CALIBRATION = Calibration()
+_load_plan = schema.fast_loader(Plan)
+_load_calibration = schema.fast_loader(Calibration)
+# Scenario(...) with every field given, through the slots (see schema.constructor).
+_new_scenario = schema.constructor(Scenario)
+
+
+def scenario_from_dict(data: Any, catalog: Catalog, *, validate: bool = True) -> Scenario:
+    """Build and validate a scenario; errors name the field and the rule.
+
+    Sections are shared: equal cluster, model, plan or calibration mappings give the same
+    (immutable) spec objects. ``validate=False`` leaves the cross-field rules
+    (``validate_scenario``) to the caller, who must then run them before using it
+    (``Engine.scenario`` does, once, with the fabrics' own rules).
+    """
+    if type(data) is not dict and not isinstance(data, Mapping):  # the exact test first: ABCs cost
         raise SpecError("", f"a scenario must be a mapping (got {type(data).__name__})")
-    # "failures" is read by twin.core.failures.spec (``twin failures``); other verbs ignore it.
-    known = {"name", "cluster", "model", "plan", "calibration", "description", "failures"}
-    for key in data:
-        if key not in known:
-            raise SpecError(str(key), f"unknown field; expected one of: {', '.join(sorted(known))}")
+    if not _KNOWN.issuperset(data):
+        for key in data:
+            if key not in _KNOWN:
+                raise SpecError(str(key), f"unknown field; expected one of: {_KNOWN_TEXT}")
     for key in ("cluster", "model", "plan"):
         if key not in data:
             raise SpecError(key, "is required")
-    cluster = resolve_cluster(data["cluster"], catalog)
-    model = resolve_model(data["model"], catalog)
-    plan = schema.load(Plan, data["plan"], "plan")
-    extra: dict[str, Any] = {}
-    if "calibration" in data and data["calibration"] is not None:
-        from twin.core.specs import Calibration
-
-        extra["calibration"] = schema.load(Calibration, data["calibration"], "calibration")
+    # resolve_cluster / resolve_model without their own call layer (the hot path)
+    cluster = _cached(catalog, "cluster", data["cluster"], "cluster", _build_cluster)
+    model = _cached(catalog, "model", data["model"], "model", _build_model)
+    plan = _load_plan(data["plan"], "plan")
+    calibration = data.get("calibration")
+    calibration = _DEFAULT_CALIBRATION if calibration is None else \
+        _load_calibration(calibration, "calibration")
     name = data.get("name", "")
     if not isinstance(name, str):
         raise SpecError("name", f"must be a string (got {name!r})")
-    scenario = Scenario(cluster=cluster, model=model, plan=plan, name=name, **extra)
-    validate_scenario(scenario)
+    scenario = _new_scenario(cluster, model, plan, name, calibration)
+    if validate:
+        validate_scenario(scenario)
     return scenario
 
 
