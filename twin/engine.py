@@ -9,7 +9,7 @@ neither.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,9 @@ import pluggy
 
 from twin.core.api import Fabric, Strategy
 from twin.core.catalog import Catalog
-from twin.core.errors import PluginError, SpecError
+from twin.core.errors import PluginError, SpecError, TwinError, reason_of
 from twin.core.estimate import Estimate
-from twin.core.evaluate import FabricSet, TwinModel
+from twin.core.evaluate import FabricSet, PointResults, TwinModel
 from twin.core.scenario_io import read_mapping, scenario_from_dict
 from twin.core.schema import Interner
 from twin.core.specs import Scenario, validate_plan
@@ -131,6 +131,36 @@ class Engine:
     def evaluate(self, source: Scenario | Mapping[str, Any] | str | Path) -> Estimate:
         """Predict one training step."""
         return self.model.evaluate(self.scenario(source), validate=False)
+
+    def evaluate_many(self, sources: Iterable[Scenario | Mapping[str, Any] | str | Path], *,
+                      require_fit: bool = False, memory_headroom: float = 0.0) -> PointResults:
+        """Predict many training steps at once, on the step model's batch path.
+
+        One row per source, in order: an evaluated row holds what :meth:`evaluate` gives for
+        it (``columns["step_time_s"]``, the breakdown, memory, MFU, ...; ``fits[i]`` whether
+        it fits in memory, as ``Estimate.fits``); a source that does not parse or breaks a
+        rule holds its reason instead (``reason(i)``). ``require_fit=True`` makes a plan that
+        does not fit (leaving ``memory_headroom`` of HBM free) infeasible too, as a sweep
+        counts it.
+        """
+        scenarios: list[Scenario | None] = []
+        errors: list[str | None] = []
+        for source in sources:
+            try:
+                if isinstance(source, Scenario):
+                    scn = source
+                elif isinstance(source, Mapping):
+                    scn = scenario_from_dict(source, self.catalog, validate=False)
+                else:
+                    scn = scenario_from_dict(read_mapping(source), self.catalog, validate=False)
+            except TwinError as err:
+                scenarios.append(None)
+                errors.append(reason_of(err))
+                continue
+            scenarios.append(scn)
+            errors.append(None)
+        return self.model.evaluate_many(scenarios, memory_headroom=memory_headroom, require_fit=require_fit,
+                                        errors=errors)
 
     # ----------------------------------------------------------------- listings
     def plugins(self) -> list[PluginInfo]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,12 +54,15 @@ from twin.core.memory import (
 )
 from twin.core.points import ColumnView, PlanColumns, PointSet
 from twin.core.schedule import pipeline_time, stage_params, stage_times
+from twin.core.schema import freeze
 from twin.core.specs import (
     GPU,
     Calibration,
     Cluster,
     ComputeEfficiency,
     Model,
+    Plan,
+    Rule,
     Scenario,
     _categories,
     plan_rules,
@@ -135,32 +139,43 @@ def _scaled(tier: Tier, factor: float) -> Tier:
                                a2a_bw_Bps=tier.a2a_bw_Bps * factor)
 
 
-def value_key(obj: Any) -> Any:
-    """A hashable key equal for equal specs (dataclasses, dicts, lists, scalars)."""
+def spec_key(obj: Any) -> Any:
+    """A hashable key equal for equal spec objects (dataclasses, dicts, lists, scalars).
+
+    (``schema.value_key`` keys the plain-data *input* a spec is loaded from; this keys the
+    loaded objects, e.g. a :class:`Cluster` built in code.)
+    """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return (type(obj).__name__, *(value_key(getattr(obj, f.name)) for f in dataclasses.fields(obj)))
+        return (type(obj).__name__, *(spec_key(getattr(obj, f.name)) for f in dataclasses.fields(obj)))
     if isinstance(obj, dict):
-        return ("{}", *sorted((k, value_key(v)) for k, v in obj.items()))
+        return ("{}", *sorted((k, spec_key(v)) for k, v in obj.items()))
     if isinstance(obj, list | tuple):
-        return ("[]", *(value_key(v) for v in obj))
+        return ("[]", *(spec_key(v) for v in obj))
     return obj
 
 
 class _KeyCache:
-    """Value keys of spec objects, computed once per object (kept alive while cached)."""
+    """A small int per distinct spec value (equal objects get the same one), computed once
+    per object and kept alive while cached: caches key on it instead of hashing the spec
+    (a frozen dataclass re-hashes all its nested fields on every lookup).
+    """
 
     def __init__(self) -> None:
-        self._keys: dict[int, tuple[Any, Any]] = {}
+        self._by_id: dict[int, tuple[Any, int]] = {}
+        self._by_value: dict[Any, int] = {}
 
-    def __call__(self, obj: Any) -> Any:
-        hit = self._keys.get(id(obj))
+    def __call__(self, obj: Any) -> int:
+        hit = self._by_id.get(id(obj))
         if hit is not None and hit[0] is obj:
             return hit[1]
-        key = value_key(obj)
-        if len(self._keys) > 8 * _CACHE_LIMIT:
-            self._keys.clear()
-        self._keys[id(obj)] = (obj, key)
-        return key
+        key = spec_key(obj)
+        token = self._by_value.get(key)
+        if token is None:
+            token = self._by_value[key] = len(self._by_value)
+        if len(self._by_id) > 8 * _CACHE_LIMIT:
+            self._by_id.clear()
+        self._by_id[id(obj)] = (obj, token)
+        return token
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +242,9 @@ class PointResults:
     ``recompute_s``, ``exposed_<dimension>_s`` for every dimension a strategy reported,
     ``bubble_s``, ``optimizer_s``, ``offload_s``, ``interference_s``, ``memory_gib``,
     ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``model_tflops_per_gpu``, ``mfu``,
-    ``mfu_at_precision_peak``; ``microbatches`` and ``dp`` are ints (-1 where infeasible).
+    ``mfu_at_precision_peak``; ``microbatches`` and ``dp`` are ints (-1 where infeasible);
+    ``fits``: whether the point's memory fits (also for points evaluated with
+    ``require_fit=False``).
     """
 
     reason_ix: np.ndarray
@@ -236,6 +253,11 @@ class PointResults:
     microbatches: np.ndarray
     dp: np.ndarray
     stats: dict[str, int] = field(default_factory=dict)
+    fits: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+
+    def __post_init__(self) -> None:
+        if len(self.fits) != len(self.reason_ix):
+            self.fits = np.zeros(len(self.reason_ix), bool)
 
     def __len__(self) -> int:
         return len(self.reason_ix)
@@ -292,6 +314,9 @@ class TwinModel:
         self._facts: dict[Any, ClusterFacts] = {}
         self._stages: dict[Any, StageTimes] = {}
         self._static: dict[Any, tuple[str | None, str | None]] = {}
+        self._reports: dict[Any, tuple[Hierarchy, dict[str, object]]] = {}
+        self._group_terms: dict[Any, dict[str, Terms | None]] = {}
+        self._setups: dict[Any, tuple[Any, ...]] = {}
 
     # ---------------------------------------------------------------- structure
     def validate(self, scenario: Scenario) -> None:
@@ -347,8 +372,14 @@ class TwinModel:
         return Hierarchy(tiers=tuple(tiers), gpus_per_node=c.gpus_per_node, notes=tuple(notes))
 
     def fabric_report(self, scenario: Scenario, hierarchy: Hierarchy) -> dict[str, object]:
-        """Facts each fabric model reports (power, switches, tiers)."""
-        return self.cluster_report(scenario.cluster, hierarchy)
+        """Facts each fabric model reports (power, switches, tiers), cached per cluster and hierarchy."""
+        key = (self._key(scenario.cluster), id(hierarchy))
+        hit = self._reports.get(key)
+        if hit is None or hit[0] is not hierarchy:
+            if len(self._reports) > _CACHE_LIMIT:
+                self._reports.clear()
+            hit = self._reports[key] = (hierarchy, freeze(self.cluster_report(scenario.cluster, hierarchy)))
+        return hit[1]  # read-only (schema.freeze): shared by every estimate of this cluster
 
     def cluster_report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, object]:
         """Facts each fabric model of ``cluster`` reports (power, switches, tiers)."""
@@ -406,12 +437,13 @@ class TwinModel:
             self._per_h[id(h)] = hit
         return hit[1], hit[2]
 
-    def _place(self, h: Hierarchy, n: int, stride: int) -> GroupSpan:
+    def _spans(self, h: Hierarchy, plan: Any, dp: int) -> dict[str, GroupSpan]:
+        """Where each parallel dimension's group sits (cached per hierarchy and degrees)."""
         spans, _ = self._hcache(h)
-        key = (n, stride)
+        key = (plan.tp, plan.cp, plan.ep, plan.expert_tp, dp, plan.pp)
         got = spans.get(key)
         if got is None:
-            got = spans[key] = place_group(n, stride, h)
+            got = spans[key] = {dim: place_group(*stride_of(plan, dp, dim), h) for dim in DIMENSIONS}
         return got
 
     def _cost_fn(self, scenario: Scenario, hierarchy: Hierarchy) -> Callable[..., CollectiveCost]:
@@ -438,15 +470,45 @@ class TwinModel:
 
         return cached
 
-    def _stage(self, plan: Any, model: Model, dev: Device, w: Workload) -> StageTimes:
-        key = (dev, model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute,
-               plan.recompute_layers, plan.trainable)
+    def _stage(self, plan: Any, model: Model, dev: Device, w: Workload) -> tuple[StageTimes, Any, Any,
+                                                                               ActivationTerms]:
+        """(stage times, parameters, expert parameters, activation terms) of the bottleneck stage.
+
+        They depend on the work of a micro-batch only (degrees, micro-batch, recomputation,
+        precision, device), not on the batch size or the sharding: cached by those.
+        """
+        key = (self._key(dev), self._key(model), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp,
+               plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision)
         hit = self._stages.get(key)
         if hit is None:
-            hit = stage_times(plan, model, dev, w)
+            stage = stage_times(plan, model, dev, w)
+            params, expert = stage_params(plan, w, stage.layers)
+            hit = (stage, params, expert, activation_terms(plan, model, w, dev.flash))
             if len(self._stages) > 16 * _CACHE_LIMIT:
                 self._stages.clear()
             self._stages[key] = hit
+        return hit
+
+    def _setup(self, scenario: Scenario) -> tuple[Any, ...]:
+        """What one scenario's evaluation needs before its batch size and sharding matter:
+        cluster facts, device, workload, the bottleneck stage (times, parameters,
+        activation terms), hierarchy and group spans. Cached by value: scenarios that share
+        cluster, model, calibration and the work of a micro-batch share it.
+        """
+        plan, cluster, cal, model = scenario.plan, scenario.cluster, scenario.calibration, scenario.model
+        key = (self._key(cluster), self._key(model), cal, _WORK_FIELDS(plan))
+        hit = self._setups.get(key)
+        if hit is None:
+            facts = self.cluster_facts(cluster)
+            dev = self.device(cluster.gpu, plan.precision, cal.compute_efficiency)
+            w = build_workload(model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp)
+            stage, params, expert, act = self._stage(plan, model, dev, w)
+            hierarchy = self.hierarchy(scenario)
+            spans = self._spans(hierarchy, plan, scenario.dp)
+            hit = (facts, dev, w, stage, params, expert, act, hierarchy, spans)
+            if len(self._setups) > 16 * _CACHE_LIMIT:
+                self._setups.clear()
+            self._setups[key] = hit
         return hit
 
     # ---------------------------------------------------------------- one scenario
@@ -458,16 +520,20 @@ class TwinModel:
         if validate:
             self.validate(scenario)
         plan, model, cluster, cal = scenario.plan, scenario.model, scenario.cluster, scenario.calibration
-        facts = self.cluster_facts(cluster)
-        dev = self.device(cluster.gpu, plan.precision, cal.compute_efficiency)
-        w = build_workload(model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp)
-        stage = self._stage(plan, model, dev, w)
+        setup = self._setup(scenario)
+        facts, dev, w, stage, params, expert, act, hierarchy, spans = setup
         work = _work(plan, model, scenario.dp, dev, w, stage, facts, facts.peak_tflops[plan.precision],
-                     cluster.num_gpus, cluster.gpus_per_node, model_fwd_flops(model))
-        hierarchy = self.hierarchy(scenario)
-        spans = {dim: self._place(hierarchy, *stride_of(plan, work.dp, dim)) for dim in DIMENSIONS}
+                     cluster.num_gpus, cluster.gpus_per_node, model_fwd_flops(model), params, expert, act)
         ctx = _context(work, model, cluster, cal, hierarchy, spans, self._cost_fn(scenario, hierarchy), 0, scenario)
-        st = self._assemble(ctx, work)
+        memo = None
+        if self.cost_override is None:  # a cost hook sees the whole scenario: nothing to share then
+            gkey = (self._key(model), self._key(cluster), cal, _GROUP_FIELDS(plan))
+            memo = self._group_terms.get(gkey)
+            if memo is None:
+                if len(self._group_terms) > 16 * _CACHE_LIMIT:
+                    self._group_terms.clear()
+                memo = self._group_terms[gkey] = {}
+        st = self._assemble(ctx, work, memo=memo)
         mem = work.mem
         notes = st.notes + list(hierarchy.notes)
         if not mem.fits:
@@ -490,14 +556,15 @@ class TwinModel:
             fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes))
 
     # ---------------------------------------------------------------- the assembly (both)
-    def _assemble(self, ctx: EvalContext, work: _Work,
-                  groups: tuple[EvalContext, np.ndarray] | None = None) -> _Step:
+    def _assemble(self, ctx: EvalContext, work: _Work, groups: tuple[EvalContext, np.ndarray] | None = None,
+                  memo: dict[str, Terms | None] | None = None) -> _Step:
         """The step from the strategies' terms: the schedule, per-step terms, interference.
 
-        ``groups``: for a batch, a context with one row per group of points that differ
-        only in the global batch and the interleaving depth, and each point's group; a
-        strategy that does not read those (``reads_schedule = False``) is evaluated once
-        per group.
+        A strategy that does not read the schedule (``reads_schedule = False``) gives the
+        same terms to every point of a group of points that differ only in the global batch
+        and the interleaving depth. ``groups``: for a batch, a context with one row per
+        group and each point's group: such strategies are evaluated once per group.
+        ``memo``: for one scenario, its group's terms from earlier scenarios (filled here).
         """
         batch = ctx.batch
         m = ctx.microbatches
@@ -509,6 +576,10 @@ class TwinModel:
                 terms = self._terms(strat, groups[0])
                 if terms is not None:
                     terms = _expand_terms(terms, groups[1])
+            elif memo is not None and not strat.reads_schedule:
+                terms = memo.get(strat.name, _NOT_YET)
+                if terms is _NOT_YET:
+                    terms = memo[strat.name] = self._terms(strat, ctx)
             else:
                 terms = self._terms(strat, ctx)
             if terms is None:
@@ -565,13 +636,14 @@ class TwinModel:
         return t
 
     # ---------------------------------------------------------------- a batch
-    def evaluate_points(self, points: PointSet, *, memory_headroom: float = 0.0,
+    def evaluate_points(self, points: PointSet, *, memory_headroom: float = 0.0, require_fit: bool = True,
                         validate: bool = True) -> PointResults:
         """Predict every point of ``points`` (one model; any mix of plans, sizes, clusters).
 
         A point that breaks a rule, does not fit in memory (leaving ``memory_headroom`` of
-        HBM free), or cannot be evaluated gets a reason instead of numbers. The numbers of a
-        feasible point are those :meth:`evaluate` gives for it.
+        HBM free; with ``require_fit=False`` it is evaluated anyway, and ``fits`` says), or
+        cannot be evaluated gets a reason instead of numbers. The numbers of a feasible point
+        are those :meth:`evaluate` gives for it.
         """
         n = len(points)
         reasons = _Reasons()
@@ -586,12 +658,52 @@ class TwinModel:
         if n == 0:
             return out
         with np.errstate(all="ignore"):
-            self._evaluate_points(points, memory_headroom, validate, reasons, out)
+            self._evaluate_points(points, memory_headroom if require_fit else None, validate, reasons, out)
+        _zero_missing_exposed(out)
+        return out
+
+    def evaluate_many(self, scenarios: Sequence[Scenario | None], *, memory_headroom: float = 0.0,
+                      require_fit: bool = True, errors: Sequence[str | None] | None = None) -> PointResults:
+        """Predict every scenario (any mix of models, clusters and plans) on the batch path.
+
+        Scenarios are grouped by model (the structure a batch shares); the result has one
+        row per scenario, in order. ``None`` entries (with their reason in ``errors``) are
+        points that could not be built and keep that reason.
+        """
+        n = len(scenarios)
+        reasons = _Reasons()
+        out = PointResults(np.full(n, -1, np.int64), reasons.names, {}, np.full(n, -1, np.int64),
+                           np.full(n, -1, np.int64), {"points": n, "evaluated": 0, "scalar_points": 0, "groups": 0})
+        by_model: dict[int, list[int]] = {}
+        for i, scn in enumerate(scenarios):
+            if scn is None:
+                reason = (errors[i] if errors is not None else None) or "scenario: could not be built"
+                out.reason_ix[i] = reasons.code(reason)
+                continue
+            by_model.setdefault(self._key(scn.model), []).append(i)
+        for idx in by_model.values():
+            rows = np.asarray(idx, np.int64)
+            part = self.evaluate_points(PointSet.from_scenarios([scenarios[i] for i in idx]),  # type: ignore[misc]
+                                        memory_headroom=memory_headroom, require_fit=require_fit)
+            codes = np.asarray([reasons.code(r) for r in part.reasons] + [-1], np.int64)
+            out.reason_ix[rows] = codes[part.reason_ix]
+            for name, col in part.columns.items():
+                target = out.columns.get(name)
+                if target is None:
+                    target = out.columns[name] = np.full(n, np.nan)
+                target[rows] = col
+            out.microbatches[rows] = part.microbatches
+            out.dp[rows] = part.dp
+            out.fits[rows] = part.fits
+            for k, v in part.stats.items():
+                if k != "points":
+                    out.stats[k] = out.stats.get(k, 0) + v
+        _zero_missing_exposed(out)
         return out
 
     def _static_reasons(self, cluster: Cluster, model: Model) -> tuple[str | None, str | None]:
         """(the first cluster/model rule broken, the first fabric rule broken) of a pair."""
-        key = (self._key(cluster), model)
+        key = (self._key(cluster), self._key(model))
         hit = self._static.get(key)
         if hit is not None:
             return hit
@@ -612,8 +724,9 @@ class TwinModel:
         self._static[key] = (before, after)
         return before, after
 
-    def _evaluate_points(self, ps: PointSet, headroom: float, validate: bool, reasons: _Reasons,
+    def _evaluate_points(self, ps: PointSet, headroom: float | None, validate: bool, reasons: _Reasons,
                          out: PointResults) -> None:
+        """``headroom`` None: points that do not fit are evaluated too (``out.fits`` says)."""
         n = len(ps)
         model = ps.model
         cix = ps.cluster_ix
@@ -625,10 +738,10 @@ class TwinModel:
             before = np.asarray([-1 if s[0] is None else reasons.code(s[0]) for s in statics], np.int64)[cix]
             after = np.asarray([-1 if s[1] is None else reasons.code(s[1]) for s in statics], np.int64)[cix]
             code = before.copy()
-            for rule in plan_rules(plan, model, view):
-                fresh = np.asarray(rule.bad, bool) & (code < 0)
+            for field_path, broken, template, values in plan_rules(plan, model, view):
+                fresh = np.asarray(broken, bool) & (code < 0)
                 if fresh.any():
-                    _code_rule(rule, fresh, code, reasons)
+                    _code_rule(Rule(field_path, broken, template, values()), fresh, code, reasons)
             code = np.where(code < 0, after, code)
             out.reason_ix[:] = code
             bad = code >= 0
@@ -669,7 +782,11 @@ class TwinModel:
         fits = work.mem.fits & ~odd
         if headroom:
             fits = fits & (total <= work.mem.capacity * (1.0 - headroom))
-        out.reason_ix[idx[~fits & ~odd]] = reasons.code(MEMORY_REASON)
+        out.fits[idx] = fits
+        if headroom is None:
+            fits = ~odd
+        else:
+            out.reason_ix[idx[~fits & ~odd]] = reasons.code(MEMORY_REASON)
         keep = np.flatnonzero(fits)
         if len(keep) == 0:
             return
@@ -702,7 +819,7 @@ class TwinModel:
         out.stats["evaluated"] += len(idx)
 
     def _per_point(self, ps: PointSet, idx: np.ndarray, reasons: _Reasons, out: PointResults,
-                   headroom: float) -> None:
+                   headroom: float | None) -> None:
         """Evaluate points one by one with :meth:`evaluate` (their exact outcome)."""
         for k, j in enumerate(idx.tolist()):
             out.stats["scalar_points"] += 1
@@ -718,7 +835,9 @@ class TwinModel:
                 out.reason_ix[j] = reasons.code(f"{ARITHMETIC_REASON} (non-finite step time)")
                 continue
             mem = est.memory
-            if not mem.fits or (headroom and mem.total > mem.capacity * (1.0 - headroom)):
+            fits = bool(mem.fits) and not (headroom and mem.total > mem.capacity * (1.0 - headroom))
+            out.fits[j] = fits
+            if not fits and headroom is not None:
                 out.reason_ix[j] = reasons.code(MEMORY_REASON)
                 continue
             out.reason_ix[j] = -1
@@ -865,7 +984,7 @@ _TERM_FIELDS = ("exposed_per_microbatch_s", "issued_per_microbatch_s", "bytes_pe
 
 def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: StageTimes, facts: Any,
           prec_peak: Any, num_gpus: Any, gpus_per_node: Any, fwd_flops: float, params: Any = None,
-          expert: Any = None) -> _Work:
+          expert: Any = None, act: ActivationTerms | None = None) -> _Work:
     """The memory and the derived numbers of one scenario or of a batch.
 
     ``facts`` holds the cluster facts (a :class:`ClusterFacts`, or per-point arrays of its
@@ -882,7 +1001,8 @@ def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: Sta
         offload_bw = ops.where(host, ops.where(offload_bw != 0, offload_bw, HOST_OFFLOAD_BW_BPS), offload_bw)
         pool_capacity = ops.where(host, ops.where(pool_capacity != 0, pool_capacity,
                                                   HOST_MEMORY_PER_NODE_BYTES / gpus_per_node), pool_capacity)
-    act = activation_terms(plan, model, w, dev.flash)
+    if act is None:
+        act = activation_terms(plan, model, w, dev.flash)
     mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, pool_capacity, dev.flash, act)
     passes = ops.where(plan.trainable == "lora", 2.0, 3.0)
     return _Work(plan=plan, dp=dp, m=m, dev=dev, w=w, stage=stage, params=params, expert=expert, act=act, mem=mem,
@@ -997,6 +1117,11 @@ def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 # Plan fields that vary between the points of one group (the schedule); all others define it.
 _SCHEDULE_FIELDS = ("gbs", "vp")
+# The plan fields a scenario's set-up (work of a micro-batch, group spans) depends on.
+_WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
+                                   "recompute_layers", "precision", "trainable")
+_GROUP_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan) if f.name not in _SCHEDULE_FIELDS))
+_NOT_YET = object()
 
 
 def _group_columns(ps: PointSet) -> list[np.ndarray]:
@@ -1096,6 +1221,14 @@ def _point_context(ctx: EvalContext, i: int) -> EvalContext:
                        offload_bw_Bps=_take_tree(ctx.offload_bw_Bps, i),
                        activation_bytes_per_microbatch=_take_tree(ctx.activation_bytes_per_microbatch, i),
                        points=0, scenario=scenario)
+
+
+def _zero_missing_exposed(out: PointResults) -> None:
+    """A feasible point shows 0 s for a dimension no strategy of its own exposed (NaN before)."""
+    ok = out.reason_ix < 0
+    for name, col in out.columns.items():
+        if name.startswith("exposed_"):
+            col[ok & np.isnan(col)] = 0.0
 
 
 def _fill_one(out: PointResults, j: int, est: Estimate) -> None:

@@ -83,26 +83,40 @@ class MemoryBreakdown:
         }
 
 
-_OPTIMIZER_SHARDED = ("distributed_optimizer", "zero1", "zero2", "zero3", "fsdp")
+# Which of (weights, gradients, optimizer state) a sharding scheme shards over the
+# data-parallel group, with FSDP's reshard_after_forward off / on (ZeRO §5: ZeRO-1 (and
+# Megatron's distributed optimizer) shards the optimizer state, ZeRO-2 also the gradients,
+# ZeRO-3 also the weights; PyTorch FSDP without resharding after forward keeps the
+# gathered weights, i.e. ZeRO-2, with resharding it is ZeRO-3).
+_SHARDED: dict[str, tuple[tuple[bool, bool, bool], tuple[bool, bool, bool]]] = {
+    "none": ((False, False, False),) * 2,
+    "distributed_optimizer": ((False, False, True),) * 2,
+    "zero1": ((False, False, True),) * 2,
+    "zero2": ((False, True, True),) * 2,
+    "zero3": ((True, True, True),) * 2,
+    "fsdp": ((False, True, True), (True, True, True)),
+}
+
+
+def shard_flags(sharding: Any, reshard: Any) -> tuple[Any, Any, Any]:
+    """Whether (weights, gradients, optimizer state) are sharded over the data-parallel group."""
+    if not ops.is_batch(sharding, reshard):
+        return _SHARDED[sharding][1 if reshard else 0]
+    names, codes = (sharding.categories, np.asarray(sharding)) if isinstance(sharding, ops.Labels) else \
+        np.unique(np.asarray(sharding), return_inverse=True)
+    table = np.asarray([_SHARDED[str(nm)] for nm in names])            # (names, reshard, 3)
+    flags = table[np.reshape(codes, -1), np.asarray(reshard, np.int64).reshape(-1)]
+    return flags[:, 0], flags[:, 1], flags[:, 2]
 
 
 def weights_sharded(plan: Any) -> Any:
     """ZeRO-3, or FSDP resharding after forward: weights are sharded and gathered every micro-batch."""
-    return ops.logical_or(plan.optimizer_sharding == "zero3",
-                          ops.logical_and(plan.optimizer_sharding == "fsdp", plan.fsdp_reshard_after_forward))
+    return shard_flags(plan.optimizer_sharding, plan.fsdp_reshard_after_forward)[0]
 
 
 def shard_factors(sharding: Any, reshard: Any, dp_shard: Any) -> tuple[Any, Any, Any]:
-    """Divisors of (weights, gradients, optimizer) under a sharding scheme (ZeRO §5).
-
-    distributed optimizer / ZeRO-1 shard the optimizer state; ZeRO-2 and FSDP without
-    resharding after forward also the gradients; ZeRO-3 and FSDP with resharding also
-    the weights.
-    """
-    fsdp = sharding == "fsdp"
-    weights = ops.logical_or(sharding == "zero3", ops.logical_and(fsdp, reshard))  # as weights_sharded()
-    grads = ops.logical_or(ops.logical_or(sharding == "zero2", sharding == "zero3"), fsdp)
-    optim = ops.isin(sharding, _OPTIMIZER_SHARDED)
+    """Divisors of (weights, gradients, optimizer) under a sharding scheme (ZeRO §5)."""
+    weights, grads, optim = shard_flags(sharding, reshard)
     return (ops.where(weights, dp_shard, 1.0), ops.where(grads, dp_shard, 1.0), ops.where(optim, dp_shard, 1.0))
 
 
@@ -198,8 +212,9 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
     dp_shard = dp * plan.cp
     edp = ops.maximum(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
     dense = params_gpu - expert_params_gpu
-    wdiv, gdiv, odiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, dp_shard)
-    ewdiv, egdiv, eodiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, edp)
+    w_sh, g_sh, o_sh = shard_flags(plan.optimizer_sharding, plan.fsdp_reshard_after_forward)
+    wdiv, gdiv, odiv = ops.where(w_sh, dp_shard, 1.0), ops.where(g_sh, dp_shard, 1.0), ops.where(o_sh, dp_shard, 1.0)
+    ewdiv, egdiv, eodiv = ops.where(w_sh, edp, 1.0), ops.where(g_sh, edp, 1.0), ops.where(o_sh, edp, 1.0)
     weight_bytes = 2.0 + ops.where(_low_precision(plan.precision), 1.0, 0.0)  # + fp8 weight copy
     grad_bytes = ops.where(plan.grad_reduce_dtype == "fp32", 4.0, 2.0)
     weights = weight_bytes * (dense / wdiv + expert_params_gpu / ewdiv)

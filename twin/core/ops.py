@@ -30,7 +30,10 @@ Num = Any  # a Python number or a numpy array of them (one entry per point)
 
 def is_batch(*values: Any) -> bool:
     """Whether any of ``values`` is a numpy array (a batch)."""
-    return any(isinstance(v, ndarray) for v in values)
+    for v in values:  # noqa: SIM110 - a loop, not any(genexpr): this runs on every scalar call
+        if isinstance(v, ndarray):
+            return True
+    return False
 
 
 def where(cond: Any, a: Any, b: Any) -> Any:

@@ -14,6 +14,7 @@ they read one plan (``plan.tp``, ``plan.overlap.p2p``, ``plan.offload.optimizer`
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,7 @@ class OffloadColumns:
 
 
 _PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.init)
+_PLAN_GETTER = operator.attrgetter(*_PLAN_FIELDS)
 _NESTED = {"overlap": (Overlap, OverlapColumns), "offload": (Offload, OffloadColumns)}
 
 
@@ -116,17 +118,19 @@ class PlanColumns:
     @classmethod
     def from_plans(cls, plans: Sequence[Plan], index: np.ndarray | None = None) -> PlanColumns:
         """Columns of ``plans`` (then ``[index]`` per point, when given)."""
+        rows = list(zip(*map(_PLAN_GETTER, plans), strict=True)) if plans else [()] * len(_PLAN_FIELDS)
         kw: dict[str, Any] = {}
-        for name in _PLAN_FIELDS:
+        for name, values in zip(_PLAN_FIELDS, rows, strict=True):
             if name in _NESTED:
                 spec, cols = _NESTED[name]
-                parts = {f.name: plan_column([getattr(getattr(p, name), f.name) for p in plans], f.name)
-                         for f in dataclasses.fields(spec)}
+                names = tuple(f.name for f in dataclasses.fields(spec))
+                inner = list(zip(*map(operator.attrgetter(*names), values), strict=True))
+                parts = {k: plan_column(v, k) for k, v in zip(names, inner, strict=True)}
                 if index is not None:
                     parts = {k: v[index] for k, v in parts.items()}
                 kw[name] = cols(**parts)
             else:
-                col = plan_column([getattr(p, name) for p in plans], name)
+                col = plan_column(values, name)
                 kw[name] = col if index is None else col[index]
         return cls(**kw)
 
@@ -229,19 +233,25 @@ class PointSet:
         cix = np.empty(len(scenarios), np.int64)
         kix = np.empty(len(scenarios), np.int64)
         seen_c: dict[int, int] = {}
-        seen_k: dict[Calibration, int] = {}
+        seen_k: dict[int, int] = {}
+        cal_by_value: dict[Calibration, int] = {}
         for i, s in enumerate(scenarios):
             if s.model is not model and s.model != model:
                 raise ValueError("every scenario of a point set must have the same model")
-            j = seen_c.get(id(s.cluster))
+            c = s.cluster
+            j = seen_c.get(id(c))
             if j is None:
-                j = seen_c[id(s.cluster)] = len(clusters)
-                clusters.append(s.cluster)
+                j = seen_c[id(c)] = len(clusters)
+                clusters.append(c)
             cix[i] = j
-            k = seen_k.get(s.calibration)
-            if k is None:
-                k = seen_k[s.calibration] = len(cals)
-                cals.append(s.calibration)
+            cal = s.calibration
+            k = seen_k.get(id(cal))
+            if k is None:  # calibrations are few; equal ones share a row
+                k = cal_by_value.get(cal)
+                if k is None:
+                    k = cal_by_value[cal] = len(cals)
+                    cals.append(cal)
+                seen_k[id(cal)] = k
             kix[i] = k
         return cls(model=model, clusters=clusters, cluster_ix=cix, calibrations=cals, calibration_ix=kix,
                    plan=PlanColumns.from_plans([s.plan for s in scenarios]), names=[s.name for s in scenarios])

@@ -9,7 +9,7 @@ Units are in the field names (see :mod:`twin.core.units`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -449,18 +449,23 @@ def validate_cluster(cluster: Cluster, path: str = "cluster") -> None:
         raise SpecError(f"{path}.scale_out", f"is required when num_gpus ({n}) exceeds the scale-up domain ({dom})")
 
 
-@dataclass(frozen=True, slots=True)
+RuleCheck = tuple[str, Any, str, "Callable[[], dict[str, Any]]"]
+
+
 class Rule:
-    """One cross-field rule of a plan: the field it names, where it is broken, and why.
+    """One broken cross-field rule of a plan: the field it names, where it is broken, and why.
 
     ``bad`` is a bool (one scenario) or a bool array (a batch); ``message`` formats
     ``template`` with ``values`` (numbers, or arrays for a batch) of one point.
     """
 
-    field: str
-    bad: Any
-    template: str
-    values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    __slots__ = ("bad", "field", "template", "values")
+
+    def __init__(self, field: str, bad: Any, template: str, values: dict[str, Any] | None = None) -> None:
+        self.field = field
+        self.bad = bad
+        self.template = template
+        self.values = values or {}
 
     def message(self, i: int | None = None) -> str:
         """The rule's message for one scenario, or for point ``i`` of a batch."""
@@ -478,12 +483,13 @@ def _at(value: Any, i: int) -> Any:
     return value
 
 
-def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Iterator[Rule]:
-    """The plan's cross-field rules in the order they are checked (divisibility of every degree).
+def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Iterator[RuleCheck]:
+    """The plan's cross-field rules in the order they are checked (divisibility of every degree):
+    (field, where it is broken, message template, the template's values when asked).
 
     ``plan`` and ``cluster`` may be one scenario's or a batch's (``twin.core.points``);
     rules after a broken one are evaluated for a batch too (their points are already
-    counted against the first broken rule).
+    counted against the first broken rule). The values are computed only for a broken rule.
     """
     n = cluster.num_gpus
     tp, pp, cp, vp, ep = plan.tp, plan.pp, plan.cp, plan.vp, plan.ep
@@ -491,62 +497,62 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     batch = ops.is_batch(tp, n)
     if batch:
         given = plan.dp > 0
-        derived = n // mp
-        yield Rule(f"{path}.tp", ops.logical_and(ops.logical_not(given), n % mp != 0),
-                   "tp*pp*cp ({mp}) must divide num_gpus ({n})", {"mp": mp, "n": n})
-        dp = ops.where(given, plan.dp, derived)
-        yield Rule(f"{path}.dp", ops.logical_and(given, mp * dp != n),
-                   "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})", {"n": n, "got": mp * dp})
+        yield (f"{path}.tp", ops.logical_and(ops.logical_not(given), n % mp != 0),
+               "tp*pp*cp ({mp}) must divide num_gpus ({n})", lambda: {"mp": mp, "n": n})
+        dp = ops.where(given, plan.dp, n // mp)
+        yield (f"{path}.dp", ops.logical_and(given, mp * dp != n),
+               "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})", lambda: {"n": n, "got": mp * dp})
     elif plan.dp is None:
-        yield Rule(f"{path}.tp", n % mp != 0, "tp*pp*cp ({mp}) must divide num_gpus ({n})", {"mp": mp, "n": n})
+        yield (f"{path}.tp", n % mp != 0, "tp*pp*cp ({mp}) must divide num_gpus ({n})",
+               lambda: {"mp": mp, "n": n})
         dp = n // mp
     else:
         dp = plan.dp
-        yield Rule(f"{path}.dp", mp * dp != n, "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})",
-                   {"n": n, "got": mp * dp})
+        yield (f"{path}.dp", mp * dp != n, "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})",
+               lambda: {"n": n, "got": mp * dp})
     mbs_dp = plan.mbs * dp
-    yield Rule(f"{path}.gbs", plan.gbs % ops.maximum(mbs_dp, 1) != 0,
-               "must be a multiple of mbs*dp ({mbs_dp}) (got {gbs})", {"mbs_dp": mbs_dp, "gbs": plan.gbs})
-    yield Rule(f"{path}.tp", model.heads % tp != 0, "must divide the attention heads ({heads}) (got {tp})",
-               {"heads": model.heads, "tp": tp})
+    yield (f"{path}.gbs", plan.gbs % ops.maximum(mbs_dp, 1) != 0, "must be a multiple of mbs*dp ({mbs_dp}) (got {gbs})",
+           lambda: {"mbs_dp": mbs_dp, "gbs": plan.gbs})
+    yield (f"{path}.tp", model.heads % tp != 0, "must divide the attention heads ({heads}) (got {tp})",
+           lambda: {"heads": model.heads, "tp": tp})
     kv = model.kv_head_count
-    yield Rule(f"{path}.tp", ops.logical_and(kv % tp != 0, tp % kv != 0),
-               "must divide or be a multiple of kv_heads ({kv}) (got {tp})", {"kv": kv, "tp": tp})
-    yield Rule(f"{path}.pp", pp > model.layers, "must be <= layers ({layers}) (got {pp})",
-               {"layers": model.layers, "pp": pp})
+    yield (f"{path}.tp", ops.logical_and(kv % tp != 0, tp % kv != 0),
+           "must divide or be a multiple of kv_heads ({kv}) (got {tp})", lambda: {"kv": kv, "tp": tp})
+    yield (f"{path}.pp", pp > model.layers, "must be <= layers ({layers}) (got {pp})",
+           lambda: {"layers": model.layers, "pp": pp})
     interleaved = vp > 1
-    yield Rule(f"{path}.vp", ops.logical_and(interleaved, pp == 1),
-               "interleaving (vp > 1) needs pipeline parallelism (pp > 1)")
-    yield Rule(f"{path}.vp", ops.logical_and(interleaved, pp * vp > model.layers),
-               "pp*vp ({ppvp}) must be <= the layers ({layers}): every virtual stage needs a layer",
-               {"ppvp": pp * vp, "layers": model.layers})
-    yield Rule(f"{path}.cp", ops.logical_and(cp > 1, model.seq_len % (2 * cp) != 0),
-               "2*cp ({cp2}) must divide seq_len ({seq})", {"cp2": 2 * cp, "seq": model.seq_len})
-    yield Rule(f"{path}.sequence_parallel", ops.logical_and(plan.sp, model.seq_len % (tp * cp) != 0),
-               "tp*cp ({tpcp}) must divide seq_len ({seq})", {"tpcp": tp * cp, "seq": model.seq_len})
+    yield (f"{path}.vp", ops.logical_and(interleaved, pp == 1),
+           "interleaving (vp > 1) needs pipeline parallelism (pp > 1)", dict)
+    yield (f"{path}.vp", ops.logical_and(interleaved, pp * vp > model.layers),
+           "pp*vp ({ppvp}) must be <= the layers ({layers}): every virtual stage needs a layer",
+           lambda: {"ppvp": pp * vp, "layers": model.layers})
+    yield (f"{path}.cp", ops.logical_and(cp > 1, model.seq_len % (2 * cp) != 0),
+           "2*cp ({cp2}) must divide seq_len ({seq})", lambda: {"cp2": 2 * cp, "seq": model.seq_len})
+    yield (f"{path}.sequence_parallel", ops.logical_and(plan.sp, model.seq_len % (tp * cp) != 0),
+           "tp*cp ({tpcp}) must divide seq_len ({seq})", lambda: {"tpcp": tp * cp, "seq": model.seq_len})
     expert_parallel = ep > 1
     if model.moe is None:
-        yield Rule(f"{path}.ep", expert_parallel, "expert parallelism needs an MoE model (model.moe)")
+        yield f"{path}.ep", expert_parallel, "expert parallelism needs an MoE model (model.moe)", dict
     else:
-        yield Rule(f"{path}.ep", ops.logical_and(expert_parallel, model.moe.experts % ep != 0),
-                   "must divide the experts ({experts}) (got {ep})", {"experts": model.moe.experts, "ep": ep})
+        experts = model.moe.experts
+        yield (f"{path}.ep", ops.logical_and(expert_parallel, experts % ep != 0),
+               "must divide the experts ({experts}) (got {ep})", lambda: {"experts": experts, "ep": ep})
     expert_group = ep * plan.expert_tp
-    yield Rule(f"{path}.ep", (tp * cp * dp) % expert_group != 0,
-               "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})", {"group": expert_group, "tpcpdp": tp * cp * dp})
+    yield (f"{path}.ep", (tp * cp * dp) % expert_group != 0, "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})",
+           lambda: {"group": expert_group, "tpcpdp": tp * cp * dp})
     gpu = cluster.gpu
-    supported = gpu_supports(gpu, plan.precision)
-    yield Rule(f"{path}.precision", ops.logical_not(supported),
-               "{gpu} ({generation}) has no {precision} tensor cores",
-               {"gpu": gpu.name, "generation": gpu.generation, "precision": plan.precision})
+    yield (f"{path}.precision", ops.logical_not(gpu_supports(gpu, plan.precision)),
+           "{gpu} ({generation}) has no {precision} tensor cores",
+           lambda: {"gpu": gpu.name, "generation": gpu.generation, "precision": plan.precision})
     requested = plan.recompute_layers > 0 if batch else plan.recompute_layers is not None
-    yield Rule(f"{path}.recompute_layers", ops.logical_and(requested, plan.recompute != "full"),
-               "applies only with recompute: full")
+    yield (f"{path}.recompute_layers", ops.logical_and(requested, plan.recompute != "full"),
+           "applies only with recompute: full", dict)
     # A batch's view reads an optional section as a bool per point when only some clusters have it.
     pool = cluster.memory_pool
     no_pool = pool is None or (type(pool) is np.ndarray and ~pool)
     for what in ("optimizer", "params", "activations"):
-        yield Rule(f"{path}.offload.{what}", ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool),
-                   "offloading to 'cxl' needs cluster.memory_pool")
+        yield (f"{path}.offload.{what}", ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool),
+               "offloading to 'cxl' needs cluster.memory_pool", dict)
 
 
 def gpu_supports(gpu: Any, precision: Any) -> Any:
@@ -555,10 +561,10 @@ def gpu_supports(gpu: Any, precision: Any) -> Any:
     For a batch ``gpu`` is a column view over the distinct GPUs (``distinct()`` gives
     them and each point's index) and the answer is one bool per point.
     """
+    if isinstance(gpu, GPU) and not ops.is_batch(precision):
+        return gpu.supports(precision)
     names, pcode = _categories(precision)
     if isinstance(gpu, GPU):
-        if not ops.is_batch(precision):
-            return gpu.supports(precision)
         return np.asarray([gpu.supports(str(p)) for p in names])[pcode]
     objects, index = gpu.distinct()
     pcode = np.broadcast_to(pcode, np.shape(index))
@@ -580,9 +586,9 @@ def _categories(values: Any) -> tuple[Any, np.ndarray]:
 
 def validate_plan(plan: Plan, model: Model, cluster: Cluster, path: str = "plan") -> None:
     """Rules spanning plan, model and cluster: divisibility of every degree."""
-    for rule in plan_rules(plan, model, cluster, path):
-        if rule.bad:
-            raise SpecError(rule.field, rule.message())
+    for field_path, bad, template, values in plan_rules(plan, model, cluster, path):
+        if bad:
+            raise SpecError(field_path, Rule(field_path, bad, template, values()).message())
 
 
 def validate_scenario(scenario: Scenario) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from twin.core.errors import SpecError, TwinError
 from twin.core.estimate import Estimate
-from twin.core.evaluate import value_key
+from twin.core.evaluate import spec_key
 from twin.core.specs import Calibration, Cluster
 from twin.core.units import GIB
 from twin.sweep.metrics import EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
@@ -86,7 +86,7 @@ class SweepEvaluator:
 
     def power_kw(self, cluster: Cluster) -> float:
         """Board power of the cluster's GPUs (TDP x GPUs) plus the optics the optics model reports."""
-        key = value_key(cluster)
+        key = spec_key(cluster)
         hit = self._power.get(key)
         if hit is not None:
             return hit

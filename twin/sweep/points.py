@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from twin.core.errors import NotFoundError, SpecError
-from twin.core.evaluate import value_key
+from twin.core.evaluate import spec_key
 from twin.core.points import _NESTED, PlanColumns, PointSet, plan_column
 from twin.core.specs import Calibration, Cluster, Model, Plan, Scenario
 from twin.sweep.metrics import reason_of
@@ -93,18 +93,28 @@ class PointBatch:
 
 
 class _Interned:
-    """Section objects by value: equal sections built from different axis values are one object."""
+    """Section objects by value: equal sections built from different axis values are one object.
+
+    (The loaders already return one object for equal input; this also unites sections that
+    are equal but were written differently, e.g. a preset and its spelled-out mapping.)
+    """
 
     def __init__(self) -> None:
         self.objects: dict[Any, Any] = {}
+        self._seen: dict[int, tuple[Any, Any]] = {}
 
     def __call__(self, obj: Any) -> Any:
-        key = (type(obj).__name__, value_key(obj))
+        hit = self._seen.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        key = (type(obj).__name__, spec_key(obj))
         hit = self.objects.get(key)
         if hit is None:
             if len(self.objects) > 65536:
                 self.objects.clear()
+                self._seen.clear()
             hit = self.objects[key] = obj
+        self._seen[id(obj)] = (obj, hit)
         return hit
 
 

@@ -222,13 +222,18 @@ def build_section(section: str, data: Any, catalog: Catalog) -> Any:
     if section == "model":
         return resolve_model(data, catalog)
     if section == "plan":
-        return schema.load(Plan, data, "plan")
+        return _PLAN_LOADER(data, "plan")
     if section == "calibration":
-        return schema.load(Calibration, data or {}, "calibration")
+        return _CALIBRATION_LOADER(data or {}, "calibration")
     if section == "failures":
         # Failure rates, checkpointing, spares: only failure metrics use it (twin.sweep.failmetrics).
         return load_failure_spec(data, "failures")
     raise SpecError(section, "unknown section")  # pragma: no cover - paths are checked first
+
+
+# The fast loaders: exactly schema.load's results and errors, equal input -> one object.
+_PLAN_LOADER = schema.fast_loader(Plan)
+_CALIBRATION_LOADER = schema.fast_loader(Calibration)
 
 
 def get_path(obj: Any, parts: Sequence[str]) -> Any:
@@ -552,7 +557,16 @@ def check_values(spec: SweepSpec, catalog: Catalog, fabric_kinds: Mapping[str, S
             probes = list(enumerate(axis.values))
             if axis.continuous and axis.sample is not None:
                 probes = [(-1, _from_unit(axis.sample, 0.0)), (-2, _from_unit(axis.sample, 1.0))]
+            checked: set[Any] = set()
             for j, value in probes:
+                try:  # a value equal to one checked before passes the same way (plain data only)
+                    key = schema.value_key(value)
+                except schema.Unkeyable:
+                    key = None
+                if key is not None:
+                    if key in checked:
+                        continue
+                    checked.add(key)
                 where = f"axes[{i}].values[{j}]" if j >= 0 else f"axes[{i}].sample.{'low' if j == -1 else 'high'}"
                 try:
                     build_section(section, apply_values(spec, section, {**firsts, i: value}, catalog), catalog)

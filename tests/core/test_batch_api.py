@@ -1,0 +1,67 @@
+"""The public batch API: Engine.evaluate_many gives, row by row, what Engine.evaluate gives.
+
+Random scenarios over every preset model and system (validation/equivalence.py's points),
+mixed in one call: the batch groups them by model, evaluates each group over arrays and
+puts the rows back in order. A row that does not parse or breaks a rule carries the
+reason a sweep would count; a plan that does not fit is evaluated anyway (``fits`` false),
+as ``Engine.evaluate`` does, unless ``require_fit`` asks otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from twin.core.errors import TwinError, reason_of
+from twin.engine import Engine
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "validation"))
+import equivalence  # noqa: E402  (the random scenario generator of the equivalence check)
+
+
+def test_evaluate_many_equals_evaluate_row_by_row():
+    engine = Engine(autoload=False)
+    points = equivalence.points(1500, seed=99)
+    points.append({"cluster": {"system": "DGX-H100", "num_gpus": 8}, "model": "no-such-model", "plan": {"gbs": 8}})
+    res = engine.evaluate_many(points)
+    assert len(res) == len(points)
+    evaluated = unfit = 0
+    for i, p in enumerate(points):
+        try:
+            est = Engine.evaluate(engine, p)
+        except TwinError as err:
+            assert res.reason(i) == reason_of(err), i
+            continue
+        except ArithmeticError:
+            assert res.reason(i) is not None
+            continue
+        assert res.reason(i) is None, (i, res.reason(i))
+        evaluated += 1
+        unfit += not est.fits
+        assert bool(res.fits[i]) == est.fits
+        assert res.columns["step_time_s"][i] == est.step_time_s
+        assert res.columns["memory_gib"][i] == est.memory.total / 2**30
+        assert res.columns["mfu"][i] == est.mfu
+        for dim, v in est.breakdown.exposed_comm_s.items():
+            assert res.columns[f"exposed_{dim}_s"][i] == v, (i, dim)
+        assert res.microbatches[i] == est.microbatches and res.dp[i] == est.dp
+    assert evaluated > 500 and unfit > 20
+    assert res.reason(len(points) - 1) == "model: unknown name 'no-such-model'"
+    assert res.stats["scalar_points"] == 0
+
+
+def test_require_fit_makes_plans_that_do_not_fit_infeasible():
+    engine = Engine(autoload=False)
+    points = equivalence.points(400, seed=98)
+    loose = engine.evaluate_many(points)
+    strict = engine.evaluate_many(points, require_fit=True)
+    ok_loose = np.asarray([loose.reason(i) is None for i in range(len(points))])
+    ok_strict = np.asarray([strict.reason(i) is None for i in range(len(points))])
+    assert (ok_strict == (ok_loose & loose.fits)).all()
+    assert {strict.reason(i) for i in np.flatnonzero(ok_loose & ~loose.fits)} == {"memory: does not fit in HBM"}
+    both = ok_strict
+    assert np.array_equal(strict.columns["step_time_s"][both], loose.columns["step_time_s"][both])
+    assert all(math.isnan(v) for v in strict.columns["step_time_s"][~ok_strict])
