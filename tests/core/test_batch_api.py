@@ -19,7 +19,7 @@ from twin.core.errors import TwinError, reason_of
 from twin.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "validation"))
-import equivalence  # noqa: E402  (the random scenario generator of the equivalence check)
+import equivalence
 
 
 def test_evaluate_many_equals_evaluate_row_by_row():

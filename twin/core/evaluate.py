@@ -317,6 +317,7 @@ class TwinModel:
         self._reports: dict[Any, tuple[Hierarchy, dict[str, object]]] = {}
         self._group_terms: dict[Any, dict[str, Terms | None]] = {}
         self._setups: dict[Any, tuple[Any, ...]] = {}
+        self._stage_cache: dict[Any, tuple[Any, ...]] = {}
 
     # ---------------------------------------------------------------- structure
     def validate(self, scenario: Scenario) -> None:
@@ -606,7 +607,8 @@ class TwinModel:
                 exposed[dim] = exposed.get(dim, 0.0) + e
             total = t.issued_per_microbatch_s * m + t.issued_per_step_s
             issued[dim] = issued.get(dim, 0.0) + total
-            nbytes[dim] = nbytes.get(dim, 0.0) + (t.bytes_per_microbatch * m + t.bytes_per_step)
+            if not batch:  # bytes per dimension are reported for one scenario only
+                nbytes[dim] = nbytes.get(dim, 0.0) + (t.bytes_per_microbatch * m + t.bytes_per_step)
             if dim != "offload":
                 per_step = per_step + t.exposed_per_step_s
             if strat.interferes:
@@ -804,7 +806,7 @@ class TwinModel:
                              ColumnView(grp.calibrations, grp.calibration_ix), hb_g, spans_g,
                              self._batch_cost(grp, hb_g), len(first), None, schedule=False)
             groups = (ctx_g, inverse)
-            spans = {dim: _take_tree(v, inverse) for dim, v in spans_g.items()}
+            spans = {dim: ops.TakeView(v, inverse) for dim, v in spans_g.items()}  # read per point where needed
         else:
             spans = {dim: place_group(*stride_of(sub.plan, work.dp, dim), hb) for dim in DIMENSIONS}
         ctx = _context(work, model, ColumnView(sub.clusters, sub.cluster_ix),
@@ -879,11 +881,10 @@ class TwinModel:
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
-        stage_u = stage_times(u_plan, model, u_dev, w_u)
-        params_u, expert_u = stage_params(u_plan, w_u, stage_u.layers)
-        w = ops.TakeView(w_u, inv)        # the workload per point, expanded where read
-        stage = _take_tree(stage_u, inv)
-        dev = _device_batch(devs, drow)
+        stage_u, params_u, expert_u, act_u = self._stage_rows(u_plan, model, u_dev, w_u, devs, drow[uniq])
+        # Per point, expanded from the distinct rows where read (subsets compose the indices).
+        w, stage, act = ops.TakeView(w_u, inv), ops.TakeView(stage_u, inv), ops.TakeView(act_u, inv)
+        dev = ops.TakeView(_device_batch(devs, np.arange(len(devs))), drow)
         known = [f for f in facts if f is not None]
         proto = known[0]
 
@@ -896,8 +897,44 @@ class TwinModel:
                                      half_peak_tflops=fact("half_peak_tflops"))
         peaks = np.asarray([[(f or proto).peak_tflops.get(str(p), np.nan) for p in precs] for f in facts])
         gpn = np.asarray([c.gpus_per_node for c in ps.clusters], np.int64)[cix]
-        return _work(plan, model, dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus, gpn,
-                     model_fwd_flops(model), params=params_u[inv], expert=expert_u[inv])
+        return _work(plan, model, dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus, gpn,  # type: ignore[arg-type]
+                     model_fwd_flops(model), params=params_u[inv], expert=expert_u[inv], act=act)  # type: ignore[arg-type]
+
+    def _stage_rows(self, plan: PlanColumns, model: Model, dev: Device, w: Workload, devs: Sequence[Device],
+                    rows: np.ndarray) -> tuple[StageTimes, np.ndarray, np.ndarray, ActivationTerms]:
+        """:meth:`_stage`'s numbers for distinct work keys (one row each), remembered across batches.
+
+        A sweep's batches share most of their work keys (the same degrees on other cluster
+        sizes and fabrics): rows seen before come from the cache, the rest are computed over
+        arrays together.
+        """
+        m_key = self._key(model)
+        d_keys = [self._key(d) for d in devs]
+        cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers)
+        labels = (plan.recompute, plan.trainable, plan.precision)
+        keys = [(m_key, d_keys[r], *vals, *names) for r, vals, names in zip(
+            rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
+            zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
+        cache = self._stage_cache
+        miss = [i for i, k in enumerate(keys) if k not in cache]
+        if miss:
+            mi = np.asarray(miss, np.int64)
+            m_plan, m_dev = plan.take(mi), _take_tree(dev, mi)
+            m_w = _take_tree(w, mi)
+            stage = stage_times(m_plan, model, m_dev, m_w)
+            params, expert = stage_params(m_plan, m_w, stage.layers)
+            act = activation_terms(m_plan, model, m_w, m_dev.flash)
+            if len(cache) > 64 * _CACHE_LIMIT:
+                cache.clear()
+            for j, i in enumerate(miss):
+                cache[keys[i]] = (_take_tree(stage, j), _take_tree(params, j), _take_tree(expert, j),
+                                  _take_tree(act, j))
+        hits = [cache[k] for k in keys]
+        stage_u = StageTimes(**{f.name: np.asarray([getattr(h[0], f.name) for h in hits], np.float64)
+                                for f in dataclasses.fields(StageTimes)})
+        act_u = ActivationTerms(**{f.name: np.asarray([getattr(h[3], f.name) for h in hits], np.float64)
+                                   for f in dataclasses.fields(ActivationTerms)})
+        return stage_u, np.asarray([h[1] for h in hits]), np.asarray([h[2] for h in hits], np.float64), act_u
 
     def _hierarchy_batch(self, ps: PointSet, hierarchies: Sequence[Hierarchy | None],
                          pairs: np.ndarray) -> HierarchyBatch:
@@ -1158,8 +1195,9 @@ def _take_tree(obj: Any, idx: Any) -> Any:
     if isinstance(obj, np.ndarray):
         if obj.ndim == 0:
             return obj
-        v = obj[idx]
-        return v.item() if np.ndim(v) == 0 else v
+        if np.ndim(idx) == 0:
+            return obj[idx].item()
+        return ops.take_rows(obj, idx)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return type(obj)(**{f.name: _take_tree(getattr(obj, f.name), idx) for f in dataclasses.fields(obj)
                             if f.init})
@@ -1171,11 +1209,19 @@ def _take_tree(obj: Any, idx: Any) -> Any:
 
 
 def _take_work(work: _Work, idx: np.ndarray) -> _Work:
-    """The work of the points in ``idx``."""
-    plan = work.plan.take(idx)
-    out = _take_tree(dataclasses.replace(work, plan=None), idx)
-    out.plan = plan
-    return out
+    """The work of the points in ``idx``: its arrays taken, its structures viewed (taken where read)."""
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(work):
+        v = getattr(work, f.name)
+        if f.name == "plan":
+            kw[f.name] = v.take(idx)
+        elif isinstance(v, np.ndarray):
+            kw[f.name] = ops.take_rows(v, idx) if v.ndim else v
+        elif isinstance(v, ops.TakeView) or dataclasses.is_dataclass(v):
+            kw[f.name] = _take_tree(v, idx) if isinstance(v, ops.TakeView) else ops.TakeView(v, idx)
+        else:
+            kw[f.name] = v
+    return _Work(**kw)
 
 
 def _per_point(strat: Strategy, ctx: EvalContext, model: TwinModel) -> Terms | None:

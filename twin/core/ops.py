@@ -213,6 +213,23 @@ def select_min(options: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def take_rows(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``values[index]``, without copying a column that holds one value for every point.
+
+    Such a column (length 1, or a broadcast view with stride 0) comes back as a read-only
+    broadcast view of the new length: a batch's constant plan fields, the fields of its one
+    cluster, the rows of one distinct work key, cost nothing to subset.
+    """
+    if values.ndim == 1 and (len(values) == 1 or values.strides[0] == 0) and len(values):
+        return np.broadcast_to(values[:1], (len(index),), subok=True)
+    return values[index]
+
+
+def broadcast_rows(values: np.ndarray, n: int) -> np.ndarray:
+    """A length-1 column as a read-only view of ``n`` rows (the same value)."""
+    return np.broadcast_to(values[:1], (n,), subok=True)
+
+
 class TakeView:
     """``obj`` with every array inside it indexed by ``index``, on first access.
 
@@ -244,7 +261,7 @@ class TakeView:
 
 def _take_lazy(value: Any, index: np.ndarray) -> Any:
     if isinstance(value, ndarray):
-        return value[index] if value.ndim else value
+        return take_rows(value, index) if value.ndim else value
     if isinstance(value, dict):
         return {k: _take_lazy(v, index) for k, v in value.items()}
     if isinstance(value, tuple):

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from twin.core import ops
 from twin.core.ops import Labels
 from twin.core.specs import Calibration, Cluster, Model, Offload, Overlap, Plan, Scenario
 
@@ -135,15 +136,22 @@ class PlanColumns:
         return cls(**kw)
 
     def take(self, index: np.ndarray) -> PlanColumns:
-        """The columns of the points in ``index``."""
+        """The columns of the points in ``index`` (a constant column stays a broadcast view)."""
         kw: dict[str, Any] = {}
+        take_rows = ops.take_rows
         for name in _PLAN_FIELDS:
             v = getattr(self, name)
             if name in _NESTED:
-                kw[name] = type(v)(**{f.name: getattr(v, f.name)[index] for f in dataclasses.fields(v)})
+                kw[name] = type(v)(**{f.name: take_rows(getattr(v, f.name), index) for f in dataclasses.fields(v)})
             else:
-                kw[name] = v[index]
+                kw[name] = take_rows(v, index)
         return PlanColumns(**kw)
+
+    @classmethod
+    def constant(cls, plan: Plan, n: int) -> PlanColumns:
+        """``n`` points with the same plan (read-only broadcast columns)."""
+        one = cls.from_plans([plan])
+        return one.take(np.zeros(n, np.int64))
 
     def plan(self, i: int) -> Plan:
         """The :class:`Plan` of point ``i``."""
@@ -178,11 +186,11 @@ class ColumnView:
         if all(dataclasses.is_dataclass(v) for v in values):
             out: Any = ColumnView(values, self._index)
         elif any(v is None for v in values) and not all(v is None for v in values):
-            out = np.asarray([v is not None for v in values])[self._index]
+            out = ops.take_rows(np.asarray([v is not None for v in values]), self._index)
         elif all(v is None for v in values):
             out = None
         else:
-            out = np.asarray(values)[self._index]
+            out = ops.take_rows(np.asarray(values), self._index)
         cache[name] = out
         return out
 

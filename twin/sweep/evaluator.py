@@ -139,8 +139,12 @@ class SweepEvaluator:
         if not len(pts):
             return
         c = res.columns
+        whole = len(idx) == len(out.reason_ix)
         for name in _MODEL_FLOATS:
-            out.floats[name][pts] = c[name][ok]
+            if whole:  # every point of the batch: take the column as it is (NaN where infeasible)
+                out.floats[name] = c[name]
+            else:
+                out.floats[name][pts] = c[name][ok]
         other = np.zeros(int(ok.sum()))
         for key, col in c.items():
             if key.startswith("exposed_") and key.endswith("_s"):

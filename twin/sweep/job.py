@@ -114,15 +114,25 @@ _WORKERS: dict[str, Worker] = {}
 _LOCK = threading.Lock()
 
 
+def engine_for(settings: EngineSettings) -> Any:
+    """The engine of this (Ray worker) process for ``settings``, built once."""
+    with _LOCK:
+        return _engine_for(settings)
+
+
+def _engine_for(settings: EngineSettings) -> Any:
+    engine = _ENGINES.get(settings)
+    if engine is None:
+        engine = _ENGINES[settings] = settings.build()
+    return engine
+
+
 def worker_for(job: Job) -> Worker:
     """The worker of this (Ray worker) process for ``job``, built on its first batch."""
     with _LOCK:
         w = _WORKERS.get(job.token)
         if w is None:
-            engine = _ENGINES.get(job.engine)
-            if engine is None:
-                engine = job.engine.build()
-                _ENGINES[job.engine] = engine
+            engine = _engine_for(job.engine)
             while len(_WORKERS) >= 4:  # keep the last few jobs' caches
                 _WORKERS.pop(next(iter(_WORKERS)))
             w = Worker(job, engine)

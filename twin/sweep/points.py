@@ -170,9 +170,13 @@ class SweepSource:
         """Per axis: value index per point (float value for continuous random axes)."""
         spec = self.spec
         out: list[np.ndarray] = []
+        contiguous = len(ids) > 1 and int(ids[-1]) - int(ids[0]) == len(ids) - 1
         for i, a in enumerate(spec.axes):
             if spec.mode == "grid":
-                out.append((ids // self.strides[i]) % self.radix[i])
+                if contiguous:
+                    out.append(_grid_codes(int(ids[0]), len(ids), self.strides[i], self.radix[i]))
+                else:
+                    out.append((ids // self.strides[i]) % self.radix[i])
             elif spec.mode == "zip":
                 out.append(ids.copy())
             else:
@@ -222,7 +226,7 @@ class SweepSource:
             plans, inverse = self._objects("plan", codes, n)
             ok = [p if isinstance(p, Plan) else self._template() for p in plans]
             return PlanColumns.from_plans(ok, inverse), plans, inverse
-        cols = PlanColumns.from_plans([self._template()], np.zeros(n, np.int64))
+        cols = PlanColumns.constant(self._template(), n)
         for i in self.sections.get("plan", []):
             a = self.spec.axes[i]
             if a.continuous:
@@ -298,6 +302,21 @@ class SweepSource:
                           cluster_ix=index["cluster"], calibrations=lists["calibration"],
                           calibration_ix=index["calibration"], plan=plan, error_ix=error_ix, errors=errors,
                           axis_codes=list(zip(self.spec.axes, codes, strict=True)))
+
+
+def _grid_codes(start: int, n: int, stride: int, radix: int) -> np.ndarray:
+    """``(ids // stride) % radix`` for the contiguous ids ``start .. start+n-1``, without a division
+    per point: the codes run in blocks of ``stride`` equal values cycling through ``0 .. radix-1``.
+    """
+    if stride == 1:
+        return (np.arange(n, dtype=np.int64) + start) % radix
+    first, last = start // stride, (start + n - 1) // stride
+    blocks = np.arange(first, last + 1, dtype=np.int64)
+    counts = np.full(len(blocks), stride, np.int64)
+    counts[0] = min(stride - start % stride, n)
+    if len(blocks) > 1:
+        counts[-1] = (start + n) - last * stride
+    return np.repeat(blocks % radix, counts)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,10 @@ if TYPE_CHECKING:
 EXECUTORS = ("auto", "inline", "ray")
 # "auto" picks Ray above this many points when Ray is importable (and a cluster is named).
 AUTO_RAY_POINTS = 2_000_000
-BATCHES_PER_WORKER = 4          # coarse batches: ~4 per worker (Ray); inline batches are for progress only
+# Parallel batches: guided (see _guided); a batch is at least MIN_GUIDED_POINTS points, below
+# which numpy's per-operation cost shows. Inline batches are for progress and cancel only.
+GUIDED_DIVISOR = 2
+MIN_GUIDED_POINTS = 20_000
 MAX_BATCH_POINTS = 250_000
 INLINE_BATCH_POINTS = 100_000
 
@@ -107,13 +110,29 @@ def plan_batches(total: int, workers: int, batch_points: int | None = None, *,
     """(index, start, stop) of contiguous batches covering ``total`` points."""
     if total <= 0:
         return []
+    if batch_points is None and not inline:
+        return _guided(total, max(1, workers))
     if batch_points is None:
-        if inline:
-            batch_points = max(INLINE_BATCH_POINTS, total // 200)
-        else:
-            batch_points = min(MAX_BATCH_POINTS, math.ceil(total / (BATCHES_PER_WORKER * max(1, workers))))
+        batch_points = max(INLINE_BATCH_POINTS, total // 200)
     size = max(1, int(batch_points))
     return [(i, start, min(total, start + size)) for i, start in enumerate(range(0, total, size))]
+
+
+def _guided(total: int, workers: int) -> list[tuple[int, int, int]]:
+    """Batches for parallel workers, shrinking as the work runs out (guided self-scheduling,
+    Polychronopoulos & Kuck, IEEE Trans. Computers 1987): each takes the remaining points over
+    ``GUIDED_DIVISOR`` x workers, so the first are coarse (few tasks, little overhead) and the
+    last are small, and batches of unequal cost still finish together.
+    """
+    out: list[tuple[int, int, int]] = []
+    start = 0
+    while start < total:
+        size = math.ceil((total - start) / (GUIDED_DIVISOR * workers))
+        size = min(MAX_BATCH_POINTS, max(MIN_GUIDED_POINTS, size))
+        stop = min(total, start + size)
+        out.append((len(out), start, stop))
+        start = stop
+    return out
 
 
 def make_executor(kind: str = "auto", *, engine: Engine | None = None, ray_address: str | None = None,
