@@ -175,10 +175,18 @@ class EvalContext:
     tp_overlap: Any
     cost_fn: CostFn
     offload_bw_Bps: Any = 0.0
-    activation_bytes_per_microbatch: Any = 0.0
+    activation_bytes: Any = 0.0      # a value, or a function giving it (computed when first read)
     points: int = 0
     scenario: Scenario | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def activation_bytes_per_microbatch(self) -> Any:
+        """Activation bytes one micro-batch keeps in HBM on the first stage."""
+        v = self.activation_bytes
+        if callable(v):
+            v = self.activation_bytes = v()
+        return v
 
     @property
     def batch(self) -> bool:

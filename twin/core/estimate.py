@@ -8,7 +8,10 @@ from typing import Any
 from twin.core.memory import MemoryBreakdown
 
 
-@dataclass(frozen=True, slots=True)
+# Result objects are plain slotted dataclasses, not frozen ones: a frozen dataclass sets
+# each field through object.__setattr__, which made building an Estimate (17 fields) the
+# single largest cost of a one-scenario evaluation after the model itself.
+@dataclass(slots=True)
 class Breakdown:
     """Step time by cause, in seconds. The parts add up to the step time.
 
@@ -35,7 +38,7 @@ class Breakdown:
                 + self.optimizer_s + self.offload_s + self.overlap_interference_s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Estimate:
     """Predicted behaviour of one training step."""
 

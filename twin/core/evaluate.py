@@ -47,10 +47,12 @@ from twin.core.estimate import Breakdown, Estimate
 from twin.core.memory import (
     ActivationTerms,
     MemoryBreakdown,
+    ModelStates,
+    StateDivisors,
     activation_terms,
     in_flight_microbatches,
     memory_per_gpu,
-    shard_factors,
+    model_states,
 )
 from twin.core.points import ColumnView, PlanColumns, PointSet
 from twin.core.schedule import pipeline_time, stage_params, stage_times
@@ -204,6 +206,7 @@ class _Work:
     expert: Any
     act: ActivationTerms
     mem: MemoryBreakdown
+    divisors: StateDivisors
     flops: Any            # model FLOPs of the step
     capacity: Any
     offload_bw: Any
@@ -212,6 +215,14 @@ class _Work:
     half_peak: Any
     prec_peak: Any
     num_gpus: Any
+
+
+@dataclass(slots=True)
+class _GroupMemo:
+    """What one scenario's group (same everything but gbs and vp) shares, filled as met."""
+
+    states: ModelStates
+    terms: dict[str, Terms | None]
 
 
 @dataclass
@@ -315,7 +326,7 @@ class TwinModel:
         self._stages: dict[Any, StageTimes] = {}
         self._static: dict[Any, tuple[str | None, str | None]] = {}
         self._reports: dict[Any, tuple[Hierarchy, dict[str, object]]] = {}
-        self._group_terms: dict[Any, dict[str, Terms | None]] = {}
+        self._groups_seen: dict[Any, _GroupMemo] = {}
         self._setups: dict[Any, tuple[Any, ...]] = {}
         self._stage_cache: dict[Any, tuple[Any, ...]] = {}
 
@@ -458,6 +469,9 @@ class TwinModel:
                 return collective_cost(op, size, span, hierarchy, algorithm)
             return with_override
         _, costs = self._hcache(hierarchy)
+        fn = costs.get(_COST_FN)
+        if fn is not None:
+            return fn  # type: ignore[no-any-return]
 
         def cached(op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
             key = (op, size, span, algorithm)
@@ -466,9 +480,11 @@ class TwinModel:
                 got = collective_cost(op, size, span, hierarchy, algorithm)
                 if len(costs) > 8 * _CACHE_LIMIT:
                     costs.clear()
+                    costs[_COST_FN] = cached
                 costs[key] = got
             return got
 
+        costs[_COST_FN] = cached  # type: ignore[assignment]
         return cached
 
     def _stage(self, plan: Any, model: Model, dev: Device, w: Workload) -> tuple[StageTimes, Any, Any,
@@ -497,7 +513,7 @@ class TwinModel:
         cluster, model, calibration and the work of a micro-batch share it.
         """
         plan, cluster, cal, model = scenario.plan, scenario.cluster, scenario.calibration, scenario.model
-        key = (self._key(cluster), self._key(model), cal, _WORK_FIELDS(plan))
+        key = (self._key(cluster), self._key(model), self._key(cal), _WORK_FIELDS(plan))
         hit = self._setups.get(key)
         if hit is None:
             facts = self.cluster_facts(cluster)
@@ -523,17 +539,22 @@ class TwinModel:
         plan, model, cluster, cal = scenario.plan, scenario.model, scenario.cluster, scenario.calibration
         setup = self._setup(scenario)
         facts, dev, w, stage, params, expert, act, hierarchy, spans = setup
-        work = _work(plan, model, scenario.dp, dev, w, stage, facts, facts.peak_tflops[plan.precision],
-                     cluster.num_gpus, cluster.gpus_per_node, model_fwd_flops(model), params, expert, act)
-        ctx = _context(work, model, cluster, cal, hierarchy, spans, self._cost_fn(scenario, hierarchy), 0, scenario)
-        memo = None
+        # What points differing only in gbs and vp share (model states; strategies' terms).
+        group = None
         if self.cost_override is None:  # a cost hook sees the whole scenario: nothing to share then
-            gkey = (self._key(model), self._key(cluster), cal, _GROUP_FIELDS(plan))
-            memo = self._group_terms.get(gkey)
-            if memo is None:
-                if len(self._group_terms) > 16 * _CACHE_LIMIT:
-                    self._group_terms.clear()
-                memo = self._group_terms[gkey] = {}
+            gkey = (self._key(model), self._key(cluster), self._key(cal), _GROUP_SCALARS(plan),
+                    self._key(plan.overlap), self._key(plan.offload))
+            group = self._groups_seen.get(gkey)
+            if group is None:
+                if len(self._groups_seen) > 16 * _CACHE_LIMIT:
+                    self._groups_seen.clear()
+                group = self._groups_seen[gkey] = _GroupMemo(
+                    model_states(plan, model, w, scenario.dp, params, expert), {})
+        work = _work(plan, model, scenario.dp, dev, w, stage, facts, facts.peak_tflops[plan.precision],
+                     cluster.num_gpus, cluster.gpus_per_node, model_fwd_flops(model), params, expert, act,
+                     group.states if group is not None else None)
+        ctx = _context(work, model, cluster, cal, hierarchy, spans, self._cost_fn(scenario, hierarchy), 0, scenario)
+        memo = group.terms if group is not None else None
         st = self._assemble(ctx, work, memo=memo)
         mem = work.mem
         notes = st.notes + list(hierarchy.notes)
@@ -589,8 +610,8 @@ class TwinModel:
             exposed_mb = exposed_mb + terms.exposed_per_microbatch_s
         t_mb = stage.total_s + exposed_mb
         pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb)
-        opt_s = optimizer_time(ctx.plan, ctx.params_per_gpu, ctx.expert_params_per_gpu, ctx.dp, ctx.offload_bw_Bps,
-                               ctx.device.hbm_Bps)
+        opt_s = optimizer_time(ctx.plan, ctx.params_per_gpu, ctx.expert_params_per_gpu, work.divisors,
+                               ctx.offload_bw_Bps, ctx.device.hbm_Bps)
         exposed: dict[str, Any] = {}
         issued: dict[str, Any] = {}
         nbytes: dict[str, Any] = {}
@@ -1021,7 +1042,7 @@ _TERM_FIELDS = ("exposed_per_microbatch_s", "issued_per_microbatch_s", "bytes_pe
 
 def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: StageTimes, facts: Any,
           prec_peak: Any, num_gpus: Any, gpus_per_node: Any, fwd_flops: float, params: Any = None,
-          expert: Any = None, act: ActivationTerms | None = None) -> _Work:
+          expert: Any = None, act: ActivationTerms | None = None, states: ModelStates | None = None) -> _Work:
     """The memory and the derived numbers of one scenario or of a batch.
 
     ``facts`` holds the cluster facts (a :class:`ClusterFacts`, or per-point arrays of its
@@ -1040,24 +1061,28 @@ def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: Sta
                                                   HOST_MEMORY_PER_NODE_BYTES / gpus_per_node), pool_capacity)
     if act is None:
         act = activation_terms(plan, model, w, dev.flash)
-    mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, pool_capacity, dev.flash, act)
+    if states is None:
+        states = model_states(plan, model, w, dp, params, expert)
+    divisors = states.divisors
+    mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, pool_capacity, dev.flash, act,
+                         states)
     passes = ops.where(plan.trainable == "lora", 2.0, 3.0)
     return _Work(plan=plan, dp=dp, m=m, dev=dev, w=w, stage=stage, params=params, expert=expert, act=act, mem=mem,
+                 divisors=divisors,
                  flops=passes * fwd_flops * plan.gbs, capacity=facts.capacity_bytes, offload_bw=offload_bw,
                  pool_capacity=pool_capacity, tp_overlap_default=facts.tp_overlap_default,
                  half_peak=facts.half_peak_tflops, prec_peak=prec_peak, num_gpus=num_gpus)
 
 
-def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, dp: Any, offload_bw: Any, hbm_Bps: Any) -> Any:
+def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, divisors: StateDivisors, offload_bw: Any,
+                   hbm_Bps: Any) -> Any:
     """The optimizer step: the local (sharded) optimizer state streamed through HBM once.
 
     Zero for LoRA's frozen base (the adapters are negligible) and when the optimizer state
     lives in a memory pool (the offload strategy charges that step against the pool link).
+    ``divisors``: how the states are sharded (``memory.state_divisors``).
     """
-    _, _, odiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, dp * plan.cp)
-    edp = ops.maximum(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
-    _, _, eodiv = shard_factors(plan.optimizer_sharding, plan.fsdp_reshard_after_forward, edp)
-    local = (params_gpu - expert_gpu) / odiv + expert_gpu / eodiv
+    local = (params_gpu - expert_gpu) / divisors.optimizer + expert_gpu / divisors.expert_optimizer
     t = local * OPTIMIZER_BYTES_PER_PARAM / hbm_Bps
     offloaded = ops.logical_and(plan.offload.optimizer != "none", offload_bw > 0)
     return ops.where(ops.logical_or(plan.trainable == "lora", offloaded), 0.0, t)
@@ -1079,8 +1104,9 @@ def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarch
     # The activations one micro-batch keeps in HBM (offloaded activations: the two staged layers).
     act = work.act
     if schedule:
-        in_hbm = ops.where(plan.offload.activations != "none", act.per_token * work.w.tokens * 2,
-                           act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1) + act.recompute_live)
+        def in_hbm() -> Any:
+            return ops.where(plan.offload.activations != "none", act.per_token * work.w.tokens * 2,
+                             act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1) + act.recompute_live)
         m = work.m
     else:
         plan, in_hbm, m = dataclasses.replace(plan, gbs=None, vp=None), None, None
@@ -1088,7 +1114,7 @@ def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarch
                        microbatches=m, device=work.dev, workload=work.w, hierarchy=hierarchy, spans=spans,
                        stage=work.stage, params_per_gpu=work.params, expert_params_per_gpu=work.expert,
                        tp_overlap=tp_overlap, cost_fn=cost_fn, offload_bw_Bps=work.offload_bw,
-                       activation_bytes_per_microbatch=in_hbm, points=points, scenario=scenario)
+                       activation_bytes=in_hbm, points=points, scenario=scenario)
 
 
 def _code_rule(rule: Any, fresh: np.ndarray, code: np.ndarray, reasons: _Reasons) -> None:
@@ -1157,8 +1183,11 @@ _SCHEDULE_FIELDS = ("gbs", "vp")
 # The plan fields a scenario's set-up (work of a micro-batch, group spans) depends on.
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
                                    "recompute_layers", "precision", "trainable")
-_GROUP_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan) if f.name not in _SCHEDULE_FIELDS))
+# The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
+_GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
+                                       if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))
 _NOT_YET = object()
+_COST_FN = ("costing function",)  # where a hierarchy's cost cache keeps its costing closure
 
 
 def _group_columns(ps: PointSet) -> list[np.ndarray]:
@@ -1265,7 +1294,7 @@ def _point_context(ctx: EvalContext, i: int) -> EvalContext:
                        expert_params_per_gpu=_take_tree(ctx.expert_params_per_gpu, i),
                        tp_overlap=bool(_take_tree(ctx.tp_overlap, i)), cost_fn=cost,
                        offload_bw_Bps=_take_tree(ctx.offload_bw_Bps, i),
-                       activation_bytes_per_microbatch=_take_tree(ctx.activation_bytes_per_microbatch, i),
+                       activation_bytes=_take_tree(ctx.activation_bytes_per_microbatch, i),
                        points=0, scenario=scenario)
 
 

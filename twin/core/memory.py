@@ -48,7 +48,7 @@ def lora_trainable_fraction(model: Model, plan: Any) -> Any:
     return ops.minimum(1.0, 2.0 * plan.lora_rank / model.hidden)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # a result object: see estimate.py on why not frozen
 class MemoryBreakdown:
     """Bytes per GPU by category, the capacity and the verdict (arrays for a batch)."""
 
@@ -118,6 +118,29 @@ def shard_factors(sharding: Any, reshard: Any, dp_shard: Any) -> tuple[Any, Any,
     """Divisors of (weights, gradients, optimizer) under a sharding scheme (ZeRO §5)."""
     weights, grads, optim = shard_flags(sharding, reshard)
     return (ops.where(weights, dp_shard, 1.0), ops.where(grads, dp_shard, 1.0), ops.where(optim, dp_shard, 1.0))
+
+
+@dataclass(frozen=True, slots=True)
+class StateDivisors:
+    """Over how many GPUs each model state is sharded (dense and expert parameters)."""
+
+    weights: Any
+    gradients: Any
+    optimizer: Any
+    expert_weights: Any
+    expert_gradients: Any
+    expert_optimizer: Any
+
+
+def state_divisors(plan: Any, dp: Any) -> StateDivisors:
+    """The sharding divisors of a plan: dense states over the data-parallel group with context
+    parallelism (dp*cp), expert states over the expert-data-parallel group.
+    """
+    w_sh, g_sh, o_sh = shard_flags(plan.optimizer_sharding, plan.fsdp_reshard_after_forward)
+    dp_shard = dp * plan.cp
+    edp = ops.maximum(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
+    return StateDivisors(ops.where(w_sh, dp_shard, 1.0), ops.where(g_sh, dp_shard, 1.0), ops.where(o_sh, dp_shard, 1.0),
+                         ops.where(w_sh, edp, 1.0), ops.where(g_sh, edp, 1.0), ops.where(o_sh, edp, 1.0))
 
 
 def _low_precision(precision: Any) -> Any:
@@ -201,30 +224,53 @@ def in_flight_microbatches(pp: Any, vp: Any, m: Any) -> Any:
     return ops.where(pp > 1, ops.minimum(pp, m) * (1.0 + extra), 1.0)
 
 
-def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params_gpu: Any,
-                   expert_params_gpu: Any, capacity: Any, pool_capacity: Any, flash: Any,
-                   act: ActivationTerms | None = None) -> MemoryBreakdown:
-    """Memory of the most loaded GPU (first or last pipeline stage).
+@dataclass(frozen=True, slots=True)
+class ModelStates:
+    """Bytes per GPU of the model states before any offloading, and what they were built from.
 
-    ``act``: the activation terms when already known (they do not depend on m or v).
+    They depend on the plan's degrees and sharding, not on the micro-batch count or the
+    interleaving depth.
     """
-    p = plan.pp
-    dp_shard = dp * plan.cp
-    edp = ops.maximum(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
+
+    weights: Any
+    gradients: Any
+    optimizer: Any
+    weight_bytes: Any        # bytes per weight (16-bit, + an FP8 copy when training in FP8)
+    divisors: StateDivisors
+
+
+def model_states(plan: Any, model: Model, w: Workload, dp: Any, params_gpu: Any, expert_params_gpu: Any,
+                 divisors: StateDivisors | None = None) -> ModelStates:
+    """Weights, gradients and optimizer state of the most loaded GPU (ZeRO §3, §5)."""
+    d = divisors if divisors is not None else state_divisors(plan, dp)
     dense = params_gpu - expert_params_gpu
-    w_sh, g_sh, o_sh = shard_flags(plan.optimizer_sharding, plan.fsdp_reshard_after_forward)
-    wdiv, gdiv, odiv = ops.where(w_sh, dp_shard, 1.0), ops.where(g_sh, dp_shard, 1.0), ops.where(o_sh, dp_shard, 1.0)
-    ewdiv, egdiv, eodiv = ops.where(w_sh, edp, 1.0), ops.where(g_sh, edp, 1.0), ops.where(o_sh, edp, 1.0)
     weight_bytes = 2.0 + ops.where(_low_precision(plan.precision), 1.0, 0.0)  # + fp8 weight copy
     grad_bytes = ops.where(plan.grad_reduce_dtype == "fp32", 4.0, 2.0)
-    weights = weight_bytes * (dense / wdiv + expert_params_gpu / ewdiv)
+    weights = weight_bytes * (dense / d.weights + expert_params_gpu / d.expert_weights)
     # FSDP/ZeRO-3 gathers about two layers at a time (current + prefetch)
-    weights = ops.where(wdiv > 1, weights + weight_bytes * 2 * params_gpu / ops.maximum(1.0, w.layers / p), weights)
+    weights = ops.where(d.weights > 1, weights + weight_bytes * 2 * params_gpu / ops.maximum(1.0, w.layers / plan.pp),
+                        weights)
     lora = plan.trainable == "lora"
     trainable = lora_trainable_fraction(model, plan) * params_gpu
-    grads = ops.where(lora, grad_bytes * trainable, grad_bytes * (dense / gdiv + expert_params_gpu / egdiv))
+    grads = ops.where(lora, grad_bytes * trainable,
+                      grad_bytes * (dense / d.gradients + expert_params_gpu / d.expert_gradients))
     optim = ops.where(lora, ADAM_STATE_BYTES * trainable,
-                      ADAM_STATE_BYTES * (dense / odiv + expert_params_gpu / eodiv))
+                      ADAM_STATE_BYTES * (dense / d.optimizer + expert_params_gpu / d.expert_optimizer))
+    return ModelStates(weights=weights, gradients=grads, optimizer=optim, weight_bytes=weight_bytes, divisors=d)
+
+
+def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params_gpu: Any,
+                   expert_params_gpu: Any, capacity: Any, pool_capacity: Any, flash: Any,
+                   act: ActivationTerms | None = None, states: ModelStates | None = None) -> MemoryBreakdown:
+    """Memory of the most loaded GPU (first or last pipeline stage).
+
+    ``act`` and ``states``: the activation terms and model states when already known
+    (neither depends on m or v).
+    """
+    p = plan.pp
+    if states is None:
+        states = model_states(plan, model, w, dp, params_gpu, expert_params_gpu)
+    weights, grads, optim = states.weights, states.gradients, states.optimizer
     if act is None:
         act = activation_terms(plan, model, w, flash)
     activations = act.per_microbatch * in_flight_microbatches(p, plan.vp, m) + act.recompute_live
@@ -238,7 +284,7 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
     if ops.any_(off_par):
         offloaded = ops.where(off_par, offloaded + weights, offloaded)
         layers_stage = first_stage_layers(model.layers, p)
-        weights = ops.where(off_par, weight_bytes * 2 * params_gpu / ops.maximum(1.0, layers_stage), weights)
+        weights = ops.where(off_par, states.weight_bytes * 2 * params_gpu / ops.maximum(1.0, layers_stage), weights)
     if ops.any_(off_act):
         offloaded = ops.where(off_act, offloaded + activations, offloaded)
         activations = ops.where(off_act, act.per_token * w.tokens * 2, activations)  # two layers staged in HBM

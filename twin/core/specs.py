@@ -489,7 +489,8 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
 
     ``plan`` and ``cluster`` may be one scenario's or a batch's (``twin.core.points``);
     rules after a broken one are evaluated for a batch too (their points are already
-    counted against the first broken rule). The values are computed only for a broken rule.
+    counted against the first broken rule). For one scenario only broken rules are yielded;
+    the values are computed only for a broken rule.
     """
     n = cluster.num_gpus
     tp, pp, cp, vp, ep = plan.tp, plan.pp, plan.cp, plan.vp, plan.ep
@@ -497,62 +498,90 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     batch = ops.is_batch(tp, n)
     if batch:
         given = plan.dp > 0
-        yield (f"{path}.tp", ops.logical_and(ops.logical_not(given), n % mp != 0),
-               "tp*pp*cp ({mp}) must divide num_gpus ({n})", lambda: {"mp": mp, "n": n})
+        bad = ops.logical_and(ops.logical_not(given), n % mp != 0)
+        if batch or bad:
+            yield f"{path}.tp", bad, "tp*pp*cp ({mp}) must divide num_gpus ({n})", lambda: {"mp": mp, "n": n}
         dp = ops.where(given, plan.dp, n // mp)
-        yield (f"{path}.dp", ops.logical_and(given, mp * dp != n),
-               "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})", lambda: {"n": n, "got": mp * dp})
+        bad = ops.logical_and(given, mp * dp != n)
+        if batch or bad:
+            yield (f"{path}.dp", bad, "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})",
+                   lambda: {"n": n, "got": mp * dp})
     elif plan.dp is None:
-        yield (f"{path}.tp", n % mp != 0, "tp*pp*cp ({mp}) must divide num_gpus ({n})",
-               lambda: {"mp": mp, "n": n})
+        bad = n % mp != 0
+        if batch or bad:
+            yield f"{path}.tp", bad, "tp*pp*cp ({mp}) must divide num_gpus ({n})", lambda: {"mp": mp, "n": n}
         dp = n // mp
     else:
         dp = plan.dp
-        yield (f"{path}.dp", mp * dp != n, "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})",
-               lambda: {"n": n, "got": mp * dp})
+        bad = mp * dp != n
+        if batch or bad:
+            yield (f"{path}.dp", bad, "tp*pp*cp*dp must equal num_gpus ({n}) (got {got})",
+                   lambda: {"n": n, "got": mp * dp})
     mbs_dp = plan.mbs * dp
-    yield (f"{path}.gbs", plan.gbs % ops.maximum(mbs_dp, 1) != 0, "must be a multiple of mbs*dp ({mbs_dp}) (got {gbs})",
-           lambda: {"mbs_dp": mbs_dp, "gbs": plan.gbs})
-    yield (f"{path}.tp", model.heads % tp != 0, "must divide the attention heads ({heads}) (got {tp})",
-           lambda: {"heads": model.heads, "tp": tp})
+    bad = plan.gbs % ops.maximum(mbs_dp, 1) != 0
+    if batch or bad:
+        yield (f"{path}.gbs", bad, "must be a multiple of mbs*dp ({mbs_dp}) (got {gbs})",
+               lambda: {"mbs_dp": mbs_dp, "gbs": plan.gbs})
+    bad = model.heads % tp != 0
+    if batch or bad:
+        yield (f"{path}.tp", bad, "must divide the attention heads ({heads}) (got {tp})",
+               lambda: {"heads": model.heads, "tp": tp})
     kv = model.kv_head_count
-    yield (f"{path}.tp", ops.logical_and(kv % tp != 0, tp % kv != 0),
-           "must divide or be a multiple of kv_heads ({kv}) (got {tp})", lambda: {"kv": kv, "tp": tp})
-    yield (f"{path}.pp", pp > model.layers, "must be <= layers ({layers}) (got {pp})",
-           lambda: {"layers": model.layers, "pp": pp})
+    bad = ops.logical_and(kv % tp != 0, tp % kv != 0)
+    if batch or bad:
+        yield (f"{path}.tp", bad, "must divide or be a multiple of kv_heads ({kv}) (got {tp})",
+               lambda: {"kv": kv, "tp": tp})
+    bad = pp > model.layers
+    if batch or bad:
+        yield f"{path}.pp", bad, "must be <= layers ({layers}) (got {pp})", lambda: {"layers": model.layers, "pp": pp}
     interleaved = vp > 1
-    yield (f"{path}.vp", ops.logical_and(interleaved, pp == 1),
-           "interleaving (vp > 1) needs pipeline parallelism (pp > 1)", dict)
-    yield (f"{path}.vp", ops.logical_and(interleaved, pp * vp > model.layers),
-           "pp*vp ({ppvp}) must be <= the layers ({layers}): every virtual stage needs a layer",
-           lambda: {"ppvp": pp * vp, "layers": model.layers})
-    yield (f"{path}.cp", ops.logical_and(cp > 1, model.seq_len % (2 * cp) != 0),
-           "2*cp ({cp2}) must divide seq_len ({seq})", lambda: {"cp2": 2 * cp, "seq": model.seq_len})
-    yield (f"{path}.sequence_parallel", ops.logical_and(plan.sp, model.seq_len % (tp * cp) != 0),
-           "tp*cp ({tpcp}) must divide seq_len ({seq})", lambda: {"tpcp": tp * cp, "seq": model.seq_len})
+    bad = ops.logical_and(interleaved, pp == 1)
+    if batch or bad:
+        yield f"{path}.vp", bad, "interleaving (vp > 1) needs pipeline parallelism (pp > 1)", dict
+    bad = ops.logical_and(interleaved, pp * vp > model.layers)
+    if batch or bad:
+        yield (f"{path}.vp", bad, "pp*vp ({ppvp}) must be <= the layers ({layers}): every virtual stage needs a layer",
+               lambda: {"ppvp": pp * vp, "layers": model.layers})
+    bad = ops.logical_and(cp > 1, model.seq_len % (2 * cp) != 0)
+    if batch or bad:
+        yield (f"{path}.cp", bad, "2*cp ({cp2}) must divide seq_len ({seq})",
+               lambda: {"cp2": 2 * cp, "seq": model.seq_len})
+    bad = ops.logical_and(plan.sp, model.seq_len % (tp * cp) != 0)
+    if batch or bad:
+        yield (f"{path}.sequence_parallel", bad, "tp*cp ({tpcp}) must divide seq_len ({seq})",
+               lambda: {"tpcp": tp * cp, "seq": model.seq_len})
     expert_parallel = ep > 1
     if model.moe is None:
-        yield f"{path}.ep", expert_parallel, "expert parallelism needs an MoE model (model.moe)", dict
+        bad = expert_parallel
+        if batch or bad:
+            yield f"{path}.ep", bad, "expert parallelism needs an MoE model (model.moe)", dict
     else:
         experts = model.moe.experts
-        yield (f"{path}.ep", ops.logical_and(expert_parallel, experts % ep != 0),
-               "must divide the experts ({experts}) (got {ep})", lambda: {"experts": experts, "ep": ep})
+        bad = ops.logical_and(expert_parallel, experts % ep != 0)
+        if batch or bad:
+            yield (f"{path}.ep", bad, "must divide the experts ({experts}) (got {ep})",
+                   lambda: {"experts": experts, "ep": ep})
     expert_group = ep * plan.expert_tp
-    yield (f"{path}.ep", (tp * cp * dp) % expert_group != 0, "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})",
-           lambda: {"group": expert_group, "tpcpdp": tp * cp * dp})
+    bad = (tp * cp * dp) % expert_group != 0
+    if batch or bad:
+        yield (f"{path}.ep", bad, "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})",
+               lambda: {"group": expert_group, "tpcpdp": tp * cp * dp})
     gpu = cluster.gpu
-    yield (f"{path}.precision", ops.logical_not(gpu_supports(gpu, plan.precision)),
-           "{gpu} ({generation}) has no {precision} tensor cores",
-           lambda: {"gpu": gpu.name, "generation": gpu.generation, "precision": plan.precision})
+    bad = ops.logical_not(gpu_supports(gpu, plan.precision))
+    if batch or bad:
+        yield (f"{path}.precision", bad, "{gpu} ({generation}) has no {precision} tensor cores",
+               lambda: {"gpu": gpu.name, "generation": gpu.generation, "precision": plan.precision})
     requested = plan.recompute_layers > 0 if batch else plan.recompute_layers is not None
-    yield (f"{path}.recompute_layers", ops.logical_and(requested, plan.recompute != "full"),
-           "applies only with recompute: full", dict)
+    bad = ops.logical_and(requested, plan.recompute != "full")
+    if batch or bad:
+        yield f"{path}.recompute_layers", bad, "applies only with recompute: full", dict
     # A batch's view reads an optional section as a bool per point when only some clusters have it.
     pool = cluster.memory_pool
     no_pool = pool is None or (type(pool) is np.ndarray and ~pool)
     for what in ("optimizer", "params", "activations"):
-        yield (f"{path}.offload.{what}", ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool),
-               "offloading to 'cxl' needs cluster.memory_pool", dict)
+        bad = ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool)
+        if batch or bad:
+            yield f"{path}.offload.{what}", bad, "offloading to 'cxl' needs cluster.memory_pool", dict
 
 
 def gpu_supports(gpu: Any, precision: Any) -> Any:
