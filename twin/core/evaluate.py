@@ -207,6 +207,7 @@ class _Work:
     act: ActivationTerms
     mem: MemoryBreakdown
     divisors: StateDivisors
+    optimizer_s: Any
     flops: Any            # model FLOPs of the step
     capacity: Any
     offload_bw: Any
@@ -218,10 +219,24 @@ class _Work:
 
 
 @dataclass(slots=True)
+class _Shared:
+    """What the points of a group (the same everything but gbs and vp) share before the
+    strategies: model states, the offload link and pool, the optimizer step, the passes.
+    """
+
+    states: ModelStates
+    offload_bw: Any
+    pool_capacity: Any
+    optimizer_s: Any
+    passes: Any           # 3 (forward, data grad, weight grad); 2 for LoRA's frozen base
+
+
+@dataclass(slots=True)
 class _GroupMemo:
     """What one scenario's group (same everything but gbs and vp) shares, filled as met."""
 
-    states: ModelStates
+    setup: tuple[Any, ...]   # TwinModel._setup's
+    shared: _Shared
     terms: dict[str, Terms | None]
 
 
@@ -509,8 +524,9 @@ class TwinModel:
     def _setup(self, scenario: Scenario) -> tuple[Any, ...]:
         """What one scenario's evaluation needs before its batch size and sharding matter:
         cluster facts, device, workload, the bottleneck stage (times, parameters,
-        activation terms), hierarchy and group spans. Cached by value: scenarios that share
-        cluster, model, calibration and the work of a micro-batch share it.
+        activation terms), hierarchy, group spans, precision peak and model FLOPs. Cached by
+        value: scenarios that share cluster, model, calibration and the work of a micro-batch
+        share it.
         """
         plan, cluster, cal, model = scenario.plan, scenario.cluster, scenario.calibration, scenario.model
         key = (self._key(cluster), self._key(model), self._key(cal), _WORK_FIELDS(plan))
@@ -522,7 +538,8 @@ class TwinModel:
             stage, params, expert, act = self._stage(plan, model, dev, w)
             hierarchy = self.hierarchy(scenario)
             spans = self._spans(hierarchy, plan, scenario.dp)
-            hit = (facts, dev, w, stage, params, expert, act, hierarchy, spans)
+            hit = (facts, dev, w, stage, params, expert, act, hierarchy, spans, facts.peak_tflops[plan.precision],
+                   model_fwd_flops(model))
             if len(self._setups) > 16 * _CACHE_LIMIT:
                 self._setups.clear()
             self._setups[key] = hit
@@ -537,22 +554,27 @@ class TwinModel:
         if validate:
             self.validate(scenario)
         plan, model, cluster, cal = scenario.plan, scenario.model, scenario.cluster, scenario.calibration
-        setup = self._setup(scenario)
-        facts, dev, w, stage, params, expert, act, hierarchy, spans = setup
-        # What points differing only in gbs and vp share (model states; strategies' terms).
+        # What points differing only in gbs and vp share (set-up, model states, strategies'
+        # terms); a cost hook sees the whole scenario, so nothing is shared then.
         group = None
-        if self.cost_override is None:  # a cost hook sees the whole scenario: nothing to share then
+        if self.cost_override is None:
             gkey = (self._key(model), self._key(cluster), self._key(cal), _GROUP_SCALARS(plan),
                     self._key(plan.overlap), self._key(plan.offload))
             group = self._groups_seen.get(gkey)
             if group is None:
+                setup = self._setup(scenario)
+                facts, dev, w, stage, params, expert = setup[:6]
                 if len(self._groups_seen) > 16 * _CACHE_LIMIT:
                     self._groups_seen.clear()
                 group = self._groups_seen[gkey] = _GroupMemo(
-                    model_states(plan, model, w, scenario.dp, params, expert), {})
-        work = _work(plan, model, scenario.dp, dev, w, stage, facts, facts.peak_tflops[plan.precision],
-                     cluster.num_gpus, cluster.gpus_per_node, model_fwd_flops(model), params, expert, act,
-                     group.states if group is not None else None)
+                    setup, _shared(plan, model, w, scenario.dp, dev, facts, cluster.gpus_per_node, params, expert), {})
+            setup = group.setup
+        else:
+            setup = self._setup(scenario)
+        facts, dev, w, stage, params, expert, act, hierarchy, spans, prec_peak, fwd_flops = setup
+        work = _work(plan, model, scenario.dp, dev, w, stage, facts, prec_peak, cluster.num_gpus,
+                     cluster.gpus_per_node, fwd_flops, params, expert, act,
+                     group.shared if group is not None else None)
         ctx = _context(work, model, cluster, cal, hierarchy, spans, self._cost_fn(scenario, hierarchy), 0, scenario)
         memo = group.terms if group is not None else None
         st = self._assemble(ctx, work, memo=memo)
@@ -610,8 +632,7 @@ class TwinModel:
             exposed_mb = exposed_mb + terms.exposed_per_microbatch_s
         t_mb = stage.total_s + exposed_mb
         pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb)
-        opt_s = optimizer_time(ctx.plan, ctx.params_per_gpu, ctx.expert_params_per_gpu, work.divisors,
-                               ctx.offload_bw_Bps, ctx.device.hbm_Bps)
+        opt_s = work.optimizer_s
         exposed: dict[str, Any] = {}
         issued: dict[str, Any] = {}
         nbytes: dict[str, Any] = {}
@@ -1040,17 +1061,9 @@ _TERM_FIELDS = ("exposed_per_microbatch_s", "issued_per_microbatch_s", "bytes_pe
                 "exposed_per_step_s", "issued_per_step_s", "bytes_per_step")
 
 
-def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: StageTimes, facts: Any,
-          prec_peak: Any, num_gpus: Any, gpus_per_node: Any, fwd_flops: float, params: Any = None,
-          expert: Any = None, act: ActivationTerms | None = None, states: ModelStates | None = None) -> _Work:
-    """The memory and the derived numbers of one scenario or of a batch.
-
-    ``facts`` holds the cluster facts (a :class:`ClusterFacts`, or per-point arrays of its
-    fields for a batch).
-    """
-    if params is None:
-        params, expert = stage_params(plan, w, stage.layers)
-    m = plan.gbs // (plan.mbs * dp)
+def _shared(plan: Any, model: Model, w: Workload, dp: Any, dev: Device, facts: Any, gpus_per_node: Any,
+            params: Any, expert: Any) -> _Shared:
+    """:class:`_Shared` of one scenario or of a batch (``facts``: see :func:`_work`)."""
     offload_bw, pool_capacity = facts.offload_bw_Bps, facts.pool_capacity_bytes
     o = plan.offload
     host = ops.logical_or(ops.logical_or(o.optimizer == "host", o.params == "host"), o.activations == "host")
@@ -1059,19 +1072,36 @@ def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: Sta
         offload_bw = ops.where(host, ops.where(offload_bw != 0, offload_bw, HOST_OFFLOAD_BW_BPS), offload_bw)
         pool_capacity = ops.where(host, ops.where(pool_capacity != 0, pool_capacity,
                                                   HOST_MEMORY_PER_NODE_BYTES / gpus_per_node), pool_capacity)
+    states = model_states(plan, model, w, dp, params, expert)
+    opt_s = optimizer_time(plan, params, expert, states.divisors, offload_bw, dev.hbm_Bps)
+    return _Shared(states=states, offload_bw=offload_bw, pool_capacity=pool_capacity, optimizer_s=opt_s,
+                   passes=ops.where(plan.trainable == "lora", 2.0, 3.0))
+
+
+def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: StageTimes, facts: Any,
+          prec_peak: Any, num_gpus: Any, gpus_per_node: Any, fwd_flops: float, params: Any = None,
+          expert: Any = None, act: ActivationTerms | None = None, shared: _Shared | None = None) -> _Work:
+    """The memory and the derived numbers of one scenario or of a batch.
+
+    ``facts`` holds the cluster facts (a :class:`ClusterFacts`, or per-point arrays of its
+    fields for a batch); ``shared`` what the scenario's group shares, when already known.
+    """
+    if params is None:
+        params, expert = stage_params(plan, w, stage.layers)
+    m = plan.gbs // (plan.mbs * dp)
     if act is None:
         act = activation_terms(plan, model, w, dev.flash)
-    if states is None:
-        states = model_states(plan, model, w, dp, params, expert)
-    divisors = states.divisors
-    mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, pool_capacity, dev.flash, act,
-                         states)
-    passes = ops.where(plan.trainable == "lora", 2.0, 3.0)
+    if shared is None:
+        shared = _shared(plan, model, w, dp, dev, facts, gpus_per_node, params, expert)
+    states = shared.states
+    mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, shared.pool_capacity,
+                         dev.flash, act, states)
     return _Work(plan=plan, dp=dp, m=m, dev=dev, w=w, stage=stage, params=params, expert=expert, act=act, mem=mem,
-                 divisors=divisors,
-                 flops=passes * fwd_flops * plan.gbs, capacity=facts.capacity_bytes, offload_bw=offload_bw,
-                 pool_capacity=pool_capacity, tp_overlap_default=facts.tp_overlap_default,
-                 half_peak=facts.half_peak_tflops, prec_peak=prec_peak, num_gpus=num_gpus)
+                 divisors=states.divisors, optimizer_s=shared.optimizer_s,
+                 flops=shared.passes * fwd_flops * plan.gbs, capacity=facts.capacity_bytes,
+                 offload_bw=shared.offload_bw, pool_capacity=shared.pool_capacity,
+                 tp_overlap_default=facts.tp_overlap_default, half_peak=facts.half_peak_tflops, prec_peak=prec_peak,
+                 num_gpus=num_gpus)
 
 
 def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, divisors: StateDivisors, offload_bw: Any,
