@@ -17,8 +17,8 @@ For each: ``Engine.evaluate(mapping)`` one by one (parse, validate, evaluate, th
 validated and evaluated, no result is reused); and ``Engine.evaluate_many(mappings)``,
 the batch API, the same way. ``fresh``: an engine warmed on one family set, then timed on
 another family set of never-seen scenarios (value caches shared only where the two sets
-share presets, spans or plans: what a long-running service sees). One process pinned to one core; the machine may be shared,
-so compare figures of one run.
+share presets, spans or plans: what a long-running service sees). One process pinned to
+one core; the machine may be shared, so compare figures of one run.
 """
 
 from __future__ import annotations

@@ -298,6 +298,13 @@ class PointResults:
         k = int(self.reason_ix[i])
         return None if k < 0 else self.reasons[k]
 
+    def put(self, name: str, rows: Any, values: Any) -> None:
+        """Write ``values`` into column ``name`` at ``rows`` (a new column starts as NaN)."""
+        col = self.columns.get(name)
+        if col is None:
+            col = self.columns[name] = np.full(len(self), np.nan)
+        col[rows] = values
+
 
 class _Reasons:
     """Distinct reasons, coded."""
@@ -732,10 +739,7 @@ class TwinModel:
             codes = np.asarray([reasons.code(r) for r in part.reasons] + [-1], np.int64)
             out.reason_ix[rows] = codes[part.reason_ix]
             for name, col in part.columns.items():
-                target = out.columns.get(name)
-                if target is None:
-                    target = out.columns[name] = np.full(n, np.nan)
-                target[rows] = col
+                out.put(name, rows, col)
             out.microbatches[rows] = part.microbatches
             out.dp[rows] = part.dp
             out.fits[rows] = part.fits
@@ -1013,14 +1017,8 @@ class TwinModel:
         return with_override
 
     def _fill(self, out: PointResults, idx: np.ndarray, work: _Work, st: _Step, ps: PointSet) -> None:
-        cols = out.columns
-        n_out = len(out)
-
         def put(name: str, values: Any) -> None:
-            col = cols.get(name)
-            if col is None:
-                col = cols[name] = np.full(n_out, np.nan)
-            col[idx] = values
+            out.put(name, idx, values)
 
         plan = ps.plan
         step = st.step_s
@@ -1338,7 +1336,6 @@ def _zero_missing_exposed(out: PointResults) -> None:
 
 def _fill_one(out: PointResults, j: int, est: Estimate) -> None:
     """Point ``j``'s columns from a full :class:`Estimate`."""
-    n_out = len(out)
     bd = est.breakdown
     values = {"step_time_s": est.step_time_s, "compute_s": bd.compute_s, "recompute_s": bd.recompute_s,
               **{f"exposed_{k}_s": v for k, v in bd.exposed_comm_s.items()},
@@ -1348,10 +1345,7 @@ def _fill_one(out: PointResults, j: int, est: Estimate) -> None:
               "model_tflops_per_gpu": est.model_tflops_per_gpu, "mfu": est.mfu,
               "mfu_at_precision_peak": est.mfu_at_precision_peak}
     for name, v in values.items():
-        col = out.columns.get(name)
-        if col is None:
-            col = out.columns[name] = np.full(n_out, np.nan)
-        col[j] = v
+        out.put(name, j, v)
     out.microbatches[j] = est.microbatches
     out.dp[j] = est.dp
 

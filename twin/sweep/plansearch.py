@@ -12,7 +12,8 @@ are counted, not ranked. Precision, sequence length, gbs and overlap switches co
 the base plan.
 
 Points are (group, vp): a group fixes every field but vp, so the whole range of
-interleaving depths of a group is evaluated in one vectorised pass (``fastpath.py``).
+interleaving depths of a group is evaluated in one batch
+(``TwinModel.evaluate_points``, the same model as one scenario).
 The best plans are re-evaluated with the full model (``Engine.evaluate``) for their
 breakdowns.
 """
