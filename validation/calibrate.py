@@ -42,8 +42,6 @@ PARAMS: dict[tuple[str, str], list[float]] = {
     ("ampere", "sustained"): [x / 100 for x in range(50, 101, 2)],
     ("hopper", "sustained"): [x / 100 for x in range(50, 101, 2)],
     ("blackwell", "sustained"): [x / 100 for x in range(50, 101, 2)],
-    ("hopper", "fp8"): [x / 100 for x in range(50, 81, 2)],
-    ("blackwell", "fp8"): [x / 100 for x in range(50, 81, 2)],
     ("ampere", "attention"): [x / 100 for x in range(60, 141, 5)],
     ("hopper", "attention"): [x / 100 for x in range(60, 141, 5)],
     ("blackwell", "attention"): [x / 100 for x in range(60, 161, 5)],

@@ -39,7 +39,9 @@ SYSTEMS = ["DGX-H100", "DGX-A100", "GB200-NVL72", "Meta-RoCE-H100", "DGX-B200"]
 PLAN_AXES = {
     "tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8, 16], "vp": [1, 1, 2, 3, 4], "cp": [1, 1, 2], "ep": [1, 1, 4, 8],
     "etp": [None, None, 1], "mbs": [1, 1, 2], "gbs": [256, 512, 1024, 1536],
-    "recompute": ["none", "selective", "full"], "precision": ["bf16", "bf16", "fp8"],
+    "recompute": ["none", "selective", "full"], "precision": ["bf16", "bf16", "fp8", "fp8", "fp4"],
+    "recipe": ["auto", "auto", "delayed", "current", "blockwise", "mxfp8"],
+    "bf16_layers_start": [0, 0, 1], "bf16_layers_end": [0, 0, 1, 2],
     "optimizer_sharding": ["distributed_optimizer", "fsdp", "zero3", "none", "zero2"],
     "fsdp_reshard_after_forward": [True, False], "grad_reduce_dtype": ["fp32", "bf16"],
     "trainable": ["full", "full", "full", "lora"], "sequence_parallel": [None, None, False],

@@ -14,9 +14,12 @@ GEMM shapes may hold one value per point.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from twin.core import ops
 from twin.core.specs import GPU, ComputeEfficiency
@@ -39,6 +42,44 @@ ATTN_BWD_FLOP_RATIO = 2.5
 _UNFUSED_SCORE_BYTES = 8.0
 
 
+# Dense 16-bit tensor-core FLOPs per clock per SM (architecture whitepapers: Volta 8 tensor
+# cores x 64 FMA; Ampere 4 x 256 FMA; Hopper 4 x 512 FMA; Blackwell twice Hopper per SM).
+# With the datasheet peak it gives the clock the peak assumes (H100 SXM: 989.4 TFLOP/s /
+# (132 SMs x 4096) = 1.83 GHz, the whitepaper's boost clock), which the SFU runs at too.
+TENSOR_FLOPS_PER_CLK_SM = {"volta": 1024.0, "ampere": 2048.0, "hopper": 4096.0, "blackwell": 8192.0}
+
+# Extra HBM bytes per element of each low-precision GEMM input (activation in forward,
+# output gradient in backward) over a plain 16-bit flow, per recipe (Transformer Engine 2.x
+# recipes and kernels; NVIDIA "Pretraining LLMs with NVFP4", 2025):
+# - delayed (tensorwise, scale from the amax history): the cast is fused into the
+#   producing kernel (TE LayerNormLinear / activation writes FP8 instead of BF16), plus one
+#   transposed FP8 copy for the other GEMM operand layout (TE cast_transpose): 1 byte;
+# - current (tensorwise, scale from this tensor's amax): the amax is known only after the
+#   producer ran, so a separate quantize reads BF16 (2) and writes rowwise + columnwise FP8 (2);
+# - blockwise (1x128 / 128x128 scales, DeepSeek-V3 §3.3): a separate quantize for the two
+#   block directions, 2 + 2 bytes, scales 8 bytes per 128 (~0.06);
+# - mxfp8 (1x32 E8M0 scales): rowwise and columnwise copies are quantized separately (a
+#   transposed MXFP8 tensor needs its own scales): 2 + 2, scales 2 x 1/32;
+# - nvfp4 (1x16 E4M3 scales + a per-tensor FP32 scale): an amax pass (2), then the quantize
+#   reads 2 and writes two 4-bit copies (0.5 + 0.5) with 2 x 1/16 scale bytes; the random
+#   Hadamard transform on the wgrad operands is fused in that kernel.
+QUANT_BYTES = {"delayed": 1.0, "current": 4.0, "blockwise": 4.0 + 8.0 / 128, "mxfp8": 4.0 + 2.0 / 32,
+               "nvfp4": 2.0 + 2.0 + 1.0 + 2.0 / 16}
+
+
+def resolve_recipe(precision: str, recipe: str, generation: str) -> str:
+    """The recipe in effect: ``auto`` is the stack's default (TE: delayed scaling on
+    Hopper, MXFP8 on Blackwell; NVFP4 for FP4); 16-bit precisions have none ("").
+    """
+    if precision == "fp4":
+        return "nvfp4"
+    if precision != "fp8":
+        return ""
+    if recipe != "auto":
+        return recipe
+    return "mxfp8" if generation == "blackwell" else "delayed"
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     """The numbers of one GPU that compute timing needs (hashable, for caching).
@@ -47,8 +88,9 @@ class Device:
     """
 
     peak_flops: Any          # dense, for the GEMM precision
-    attn_peak_flops: Any     # 16-bit peak (fused attention runs in bf16/fp16)
+    attn_peak_flops: Any     # 16-bit peak (fused attention, kept-in-bf16 GEMMs)
     gemm_eff: Any
+    gemm16_eff: Any          # the 16-bit GEMM efficiency (kept-in-bf16 GEMMs)
     attn_fwd_eff: Any
     attn_bwd_eff: Any
     hbm_Bps: Any
@@ -56,21 +98,27 @@ class Device:
     kernel_min_s: Any
     flash: Any
     in_bytes: Any            # bytes per GEMM input element
-    fp8_casts: Any
+    quant_bytes: Any         # extra bytes per quantized GEMM input element (QUANT_BYTES)
+    exp_per_s: Any           # softmax exponentials per second (SFU)
 
 
 DEVICE_FIELDS = tuple(Device.__dataclass_fields__)
 
 
-def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 1.0) -> Device:
-    """Timing parameters of ``gpu`` for a GEMM ``precision`` (``scale``: calibration)."""
+def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 1.0,
+               recipe: str = "auto") -> Device:
+    """Timing parameters of ``gpu`` for a GEMM ``precision`` and recipe (``scale``: calibration)."""
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
-    gemm_eff = eff.gemm.get(precision) or eff.gemm.get(half, 0.75)
+    gemm16 = eff.gemm.get(half, 0.75)
+    gemm_eff = eff.gemm.get(precision) or gemm16
     sustained = eff.sustained * scale
+    resolved = resolve_recipe(precision, recipe, gpu.generation)
+    peak16 = gpu.peak_tflops[half] * 1e12
     return Device(
         peak_flops=gpu.peak_tflops[precision] * 1e12,
-        attn_peak_flops=gpu.peak_tflops[half] * 1e12,
+        attn_peak_flops=peak16,
         gemm_eff=min(1.0, gemm_eff * sustained),
+        gemm16_eff=min(1.0, gemm16 * sustained),
         # Fused attention is one long kernel per layer: its efficiency is already the
         # end-to-end figure, so the sustained factor (launch gaps etc.) does not apply.
         attn_fwd_eff=min(1.0, eff.attention_fwd * scale),
@@ -80,8 +128,25 @@ def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 
         kernel_min_s=eff.kernel_min_us * 1e-6,
         flash=eff.flash_attention,
         in_bytes=BYTES_PER_ELEMENT.get(precision, 2.0),
-        fp8_casts=precision in ("fp8", "fp4"),
+        quant_bytes=QUANT_BYTES.get(resolved, 0.0),
+        # SMs x exponentials per clock x the clock of the 16-bit peak (TENSOR_FLOPS_PER_CLK_SM).
+        exp_per_s=peak16 * gpu.sfu_exp_per_clk / TENSOR_FLOPS_PER_CLK_SM[gpu.generation],
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _high_precision_one(dev: Device) -> Device:
+    return dataclasses.replace(dev, peak_flops=dev.attn_peak_flops, gemm_eff=dev.gemm16_eff, in_bytes=2.0,
+                               quant_bytes=0.0)
+
+
+def high_precision(dev: Device) -> Device:
+    """``dev`` for the GEMMs a low-precision recipe keeps in 16 bits (the same device if it is 16-bit)."""
+    if ops.is_batch(dev.peak_flops):
+        return dataclasses.replace(dev, peak_flops=dev.attn_peak_flops, gemm_eff=dev.gemm16_eff,
+                                   in_bytes=np.full(np.shape(dev.in_bytes), 2.0),
+                                   quant_bytes=np.zeros(np.shape(dev.quant_bytes)))
+    return _high_precision_one(dev)
 
 
 def shape_efficiency(m: Any, n: Any, sm_count: Any) -> Any:
@@ -125,7 +190,7 @@ _cached_gemm_time = functools.lru_cache(maxsize=65536)(_gemm_time)
 
 def gemm_fwd_time(dev: Device, g: Gemm) -> Any:
     """Forward seconds of one GEMM entry (all ``count`` instances)."""
-    return gemm_time(dev, g.m, g.n, g.k) * g.count
+    return gemm_time(high_precision(dev) if g.high_precision else dev, g.m, g.n, g.k) * g.count
 
 
 def gemm_pass_times(dev: Device, g: Gemm, frozen: Any = False) -> tuple[Any, Any, Any]:
@@ -135,6 +200,8 @@ def gemm_pass_times(dev: Device, g: Gemm, frozen: Any = False) -> tuple[Any, Any
     weights (LoRA's base model) need no weight gradient.
     """
     c = g.count
+    if g.high_precision:
+        dev = high_precision(dev)
     fwd = gemm_time(dev, g.m, g.n, g.k) * c
     dgrad = gemm_time(dev, g.m, g.k, g.n) * c
     if g.frozen_weights or ops.all_(frozen):
@@ -151,8 +218,13 @@ def attention_times(dev: Device, sl: SubLayer) -> tuple[Any, Any]:
     flash = dev.flash
     if ops.any_(flash):
         ramp = sl.attn_kv_len / (sl.attn_kv_len + _ATTN_HALF_KV)
-        fwd = sl.attn_flops / (dev.attn_peak_flops * dev.attn_fwd_eff * ramp)
-        bwd = ATTN_BWD_FLOP_RATIO * sl.attn_flops / (dev.attn_peak_flops * dev.attn_bwd_eff * ramp)
+        # Tensor cores and the SFU work in parallel (FlashAttention-3/4 warp specialisation):
+        # the pass takes the longer of the matmuls and the softmax exponentials, one per
+        # score forward and one per recomputed probability backward. Small heads on
+        # Blackwell are exponential-bound; Blackwell Ultra doubles the SFU rate.
+        exp_s = sl.attn_exps / dev.exp_per_s
+        fwd = ops.maximum(sl.attn_flops / (dev.attn_peak_flops * dev.attn_fwd_eff * ramp), exp_s)
+        bwd = ops.maximum(ATTN_BWD_FLOP_RATIO * sl.attn_flops / (dev.attn_peak_flops * dev.attn_bwd_eff * ramp), exp_s)
     if not ops.all_(flash):
         # Unfused: the full (unmasked) score matrix as batched GEMMs, plus softmax traffic.
         t_gemm = sl.attn_flops_dense / (dev.attn_peak_flops * dev.gemm_eff * 0.8)
@@ -167,20 +239,22 @@ def attention_times(dev: Device, sl: SubLayer) -> tuple[Any, Any]:
 def sublayer_times(dev: Device, sl: SubLayer, frozen: Any = False) -> tuple[Any, Any, Any, Any]:
     """(forward, backward, attention-core forward, attention-core backward) seconds of one sub-layer."""
     fwd = bwd = 0.0
-    cast: Any = 0.0
-    casts = dev.fp8_casts
+    # Elements quantized for the low-precision GEMMs: each activation input in forward,
+    # each output gradient in backward (weights are quantized once per step: not here).
+    q_fwd: Any = 0.0
+    q_bwd: Any = 0.0
     for g in sl.gemms:
         f, dg, wg = gemm_pass_times(dev, g, frozen)
         fwd += f
         bwd += dg + wg
-        if ops.any_(casts):
-            # cast each activation input: read bf16, write fp8
-            cast = ops.where(casts, cast + 3.0 * g.m * g.k * g.count, cast)
+        if not g.high_precision:
+            q_fwd = q_fwd + g.m * g.k * g.count
+            q_bwd = q_bwd + g.m * g.n * g.count
     a_fwd, a_bwd = attention_times(dev, sl)
     if ops.any_(sl.ssm_flops):
         a_fwd += sl.ssm_flops / (dev.attn_peak_flops * dev.attn_fwd_eff)
         a_bwd += 2.0 * sl.ssm_flops / (dev.attn_peak_flops * dev.attn_bwd_eff)
-    mem_fwd = (sl.elementwise_bytes + cast) / dev.hbm_Bps
-    fwd += a_fwd + mem_fwd
-    bwd += a_bwd + 2.0 * mem_fwd
+    mem_fwd = sl.elementwise_bytes / dev.hbm_Bps
+    fwd += a_fwd + mem_fwd + dev.quant_bytes * q_fwd / dev.hbm_Bps
+    bwd += a_bwd + 2.0 * mem_fwd + dev.quant_bytes * q_bwd / dev.hbm_Bps
     return fwd, bwd, a_fwd, a_bwd

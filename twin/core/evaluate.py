@@ -451,12 +451,12 @@ class TwinModel:
         self._facts[key] = hit
         return hit
 
-    def device(self, gpu: GPU, precision: str, scale: float) -> Device:
-        """Timing parameters of ``gpu`` for ``precision`` and a compute calibration (cached)."""
-        key = (self._key(gpu), precision, scale)
+    def device(self, gpu: GPU, precision: str, scale: float, recipe: str = "auto") -> Device:
+        """Timing parameters of ``gpu`` for ``precision``, its recipe and a compute calibration (cached)."""
+        key = (self._key(gpu), precision, scale, recipe)
         hit = self._devices.get(key)
         if hit is None:
-            hit = device_for(gpu, precision, gpu.efficiency or DEFAULT_EFFICIENCY, scale)
+            hit = device_for(gpu, precision, gpu.efficiency or DEFAULT_EFFICIENCY, scale, recipe)
             if len(self._devices) > _CACHE_LIMIT:
                 self._devices.clear()
             self._devices[key] = hit
@@ -517,7 +517,8 @@ class TwinModel:
         precision, device), not on the batch size or the sharding: cached by those.
         """
         key = (self._key(dev), self._key(model), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp,
-               plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision)
+               plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision,
+               plan.bf16_layers_start, plan.bf16_layers_end)
         hit = self._stages.get(key)
         if hit is None:
             stage = stage_times(plan, model, dev, w)
@@ -540,7 +541,7 @@ class TwinModel:
         hit = self._setups.get(key)
         if hit is None:
             facts = self.cluster_facts(cluster)
-            dev = self.device(cluster.gpu, plan.precision, cal.compute_efficiency)
+            dev = self.device(cluster.gpu, plan.precision, cal.compute_efficiency, plan.recipe)
             w = build_workload(model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp)
             stage, params, expert, act = self._stage(plan, model, dev, w)
             hierarchy = self.hierarchy(scenario)
@@ -908,22 +909,25 @@ class TwinModel:
             of_cluster.append(row)
         gpu_ix = np.asarray(of_cluster, np.int64)[cix]
         precs, pcode = _categories(plan.precision)
+        recipes, rcode = _categories(plan.recipe)
         scales, scode = np.unique(scale, return_inverse=True)
-        dkey = (gpu_ix * len(precs) + pcode) * len(scales) + scode.reshape(-1)
+        n_pr = len(precs) * len(recipes)
+        dkey = (gpu_ix * n_pr + pcode * len(recipes) + rcode) * len(scales) + scode.reshape(-1)
         dkeys, drow = np.unique(dkey, return_inverse=True)
         drow = drow.reshape(-1)
         devs = []
         for k in dkeys.tolist():
-            g, rest = divmod(k, len(precs) * len(scales))
-            p, s = divmod(rest, len(scales))
-            devs.append(self.device(gpus[g], str(precs[p]), float(scales[s])))
+            g, rest = divmod(k, n_pr * len(scales))
+            pr, s = divmod(rest, len(scales))
+            p, r = divmod(pr, len(recipes))
+            devs.append(self.device(gpus[g], str(precs[p]), float(scales[s]), str(recipes[r])))
         # Work of each distinct (degrees, micro-batch, recompute, device).
         sp = plan.sp
         etp = plan.expert_tp
         _, rc = _categories(plan.recompute)
         _, tr = _categories(plan.trainable)
         uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
-                                rc, plan.recompute_layers, tr, drow])
+                                rc, plan.recompute_layers, tr, drow, plan.bf16_layers_start, plan.bf16_layers_end])
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
@@ -956,7 +960,8 @@ class TwinModel:
         """
         m_key = self._key(model)
         d_keys = [self._key(d) for d in devs]
-        cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers)
+        cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers,
+                plan.bf16_layers_start, plan.bf16_layers_end)
         labels = (plan.recompute, plan.trainable, plan.precision)
         keys = [(m_key, d_keys[r], *vals, *names) for r, vals, names in zip(
             rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
@@ -1210,7 +1215,8 @@ def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 _SCHEDULE_FIELDS = ("gbs", "vp")
 # The plan fields a scenario's set-up (work of a micro-batch, group spans) depends on.
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
-                                   "recompute_layers", "precision", "trainable")
+                                   "recompute_layers", "precision", "recipe", "bf16_layers_start",
+                                   "bf16_layers_end", "trainable")
 # The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))

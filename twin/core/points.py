@@ -94,6 +94,9 @@ class PlanColumns:
     recompute: np.ndarray
     recompute_layers: np.ndarray
     precision: np.ndarray
+    recipe: np.ndarray
+    bf16_layers_start: np.ndarray
+    bf16_layers_end: np.ndarray
     optimizer_sharding: np.ndarray
     fsdp_reshard_after_forward: np.ndarray
     grad_reduce_dtype: np.ndarray

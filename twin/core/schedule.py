@@ -21,7 +21,7 @@ import numpy as np
 
 from twin.core import ops
 from twin.core.api import StageTimes
-from twin.core.compute import Device, gemm_fwd_time, sublayer_times
+from twin.core.compute import Device, gemm_fwd_time, high_precision, sublayer_times
 from twin.core.memory import recomputed_layers
 from twin.core.specs import Model
 from twin.core.workload import Workload
@@ -62,26 +62,43 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload) -> StageTimes
     L, p = model.layers, plan.pp
     t_layer_f, t_layer_b, t_attn = fwd_l / L, bwd_l / L, attn_l / L
     per_layer = t_layer_f + t_layer_b
+    # Layers a low-precision recipe keeps in bf16 (Megatron-Core --first-last-layers-bf16:
+    # the first and the last layers of the model, so on the first and the last stage):
+    # what each costs over a low-precision layer.
+    kept_start, kept_end = plan.bf16_layers_start, plan.bf16_layers_end
+    d_f: Any = 0.0
+    d_b: Any = 0.0
+    if ops.any_(kept_start + kept_end > 0):
+        dev16 = high_precision(dev)
+        for kind, count in w.counts.items():
+            f, b, _, _ = sublayer_times(dev16, w.sublayers[kind], frozen)
+            d_f += f * count
+            d_b += b * count
+        d_f, d_b = d_f / L - t_layer_f, d_b / L - t_layer_b
     piped = p > 1
     if ops.is_batch(p) or piped:
         head, emb = hf + hb, ef + eb
         first, middle, last = stage_layers(L, p)
+        # Kept layers beyond the first (last) stage's own are not moved to the next stage.
+        k_first, k_last = ops.minimum(kept_start, first), ops.minimum(kept_end, last)
+        ef_p, eb_p = ef + k_first * d_f, eb + k_first * d_b
+        hf_p, hb_p = hf + k_last * d_f, hb + k_last * d_b
         # The slowest candidate stage; ties keep the earlier one (first, last, middle).
-        t_first, t_last = first * per_layer + emb, last * per_layer + head
+        t_first, t_last = first * per_layer + ef_p + eb_p, last * per_layer + hf_p + hb_p
         pick_last = t_last > t_first
         n_layers = ops.where(pick_last, last, first)
-        extra_f, extra_b = ops.where(pick_last, hf, ef), ops.where(pick_last, hb, eb)
+        extra_f, extra_b = ops.where(pick_last, hf_p, ef_p), ops.where(pick_last, hb_p, eb_p)
         if ops.any_(p > 2):
             pick_mid = ops.logical_and(p > 2, middle * per_layer > ops.where(pick_last, t_last, t_first))
             n_layers = ops.where(pick_mid, middle, n_layers)
             extra_f, extra_b = ops.where(pick_mid, 0.0, extra_f), ops.where(pick_mid, 0.0, extra_b)
         layers_p = np.asarray(n_layers, np.float64) if ops.is_batch(n_layers) else float(n_layers)
         fwd_p, bwd_p = n_layers * t_layer_f + extra_f, n_layers * t_layer_b + extra_b
-        avg_p = (L * per_layer + head + emb) / p
+        avg_p = (L * per_layer + head + emb + (k_first + k_last) * (d_f + d_b)) / p
     if ops.is_batch(p) or not piped:
         layers_1 = float(L)
-        fwd_1 = L * t_layer_f + ef + hf
-        bwd_1 = L * t_layer_b + eb + hb
+        fwd_1 = L * t_layer_f + ef + hf + (kept_start + kept_end) * d_f
+        bwd_1 = L * t_layer_b + eb + hb + (kept_start + kept_end) * d_b
         avg_1 = fwd_1 + bwd_1
     if ops.is_batch(p):
         layers, fwd, bwd = np.where(piped, layers_p, layers_1), np.where(piped, fwd_p, fwd_1), \

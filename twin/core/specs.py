@@ -20,6 +20,11 @@ from twin.core.errors import SpecError
 from twin.core.schema import spec_field
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
+# Low-precision training recipes (NVIDIA Transformer Engine 2.x recipes; DeepSeek-V3 report
+# §3.3 for blockwise): "auto" is the stack's default for the precision and GPU (FP8:
+# delayed scaling on Hopper, MXFP8 on Blackwell; FP4: NVFP4).
+Recipe = Literal["auto", "delayed", "current", "blockwise", "mxfp8", "nvfp4"]
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 Generation = Literal["volta", "ampere", "hopper", "blackwell"]
 Recompute = Literal["none", "selective", "full"]
 Sharding = Literal["none", "distributed_optimizer", "zero1", "zero2", "zero3", "fsdp"]
@@ -73,6 +78,9 @@ class GPU:
     sm_count: int = spec_field(ge=1, le=100_000)
     nvlink_GBps: float = spec_field(0.0, ge=0, le=1e6, doc="NVLink bandwidth per GPU per direction")
     tdp_w: float = spec_field(700.0, ge=1, le=1e5)
+    sfu_exp_per_clk: float = spec_field(
+        16.0, ge=1, le=1024,
+        doc="exponentials per clock per SM (MUFU.EX2; CUDA C++ Programming Guide throughput table: 16)")
     efficiency: ComputeEfficiency | None = None
     source: str = ""
 
@@ -335,6 +343,9 @@ class Plan:
     recompute_layers: int | None = spec_field(
         None, ge=1, doc="with recompute 'full': layers per pipeline stage recomputed (None: all)")
     precision: Precision = "bf16"
+    recipe: Recipe = "auto"  # low-precision recipe (fp8: delayed/current/blockwise/mxfp8; fp4: nvfp4)
+    bf16_layers_start: int = spec_field(0, ge=0, le=100_000, doc="with fp8/fp4: first layers kept in bf16")
+    bf16_layers_end: int = spec_field(0, ge=0, le=100_000, doc="with fp8/fp4: last layers kept in bf16")
     optimizer_sharding: Sharding = "distributed_optimizer"
     fsdp_reshard_after_forward: bool = True
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
@@ -571,6 +582,31 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     if batch or bad:
         yield (f"{path}.precision", bad, "{gpu} ({generation}) has no {precision} tensor cores",
                lambda: {"gpu": gpu.name, "generation": gpu.generation, "precision": plan.precision})
+    low = ops.logical_or(plan.precision == "fp8", plan.precision == "fp4")
+    recipe = plan.recipe
+    fp8_recipe = ops.logical_or(ops.logical_or(recipe == "delayed", recipe == "current"),
+                                ops.logical_or(recipe == "blockwise", recipe == "mxfp8"))
+    bad = ops.logical_and(fp8_recipe, plan.precision != "fp8")
+    if batch or bad:
+        yield (f"{path}.recipe", bad, "{recipe} is a recipe for fp8, not {precision}",
+               lambda: {"recipe": plan.recipe, "precision": plan.precision})
+    bad = ops.logical_and(recipe == "nvfp4", plan.precision != "fp4")
+    if batch or bad:
+        yield (f"{path}.recipe", bad, "nvfp4 is a recipe for fp4, not {precision}",
+               lambda: {"precision": plan.precision})
+    bad = ops.logical_and(ops.logical_or(recipe == "mxfp8", recipe == "nvfp4"),
+                          ops.logical_not(gpu_supports(gpu, "fp4")))
+    if batch or bad:
+        yield (f"{path}.recipe", bad, "{recipe} needs microscaling tensor cores (Blackwell); {gpu} has none",
+               lambda: {"recipe": plan.recipe, "gpu": gpu.name})
+    kept = plan.bf16_layers_start + plan.bf16_layers_end
+    bad = ops.logical_and(kept > 0, ops.logical_not(low))
+    if batch or bad:
+        yield f"{path}.bf16_layers_start", bad, "applies only with precision fp8 or fp4", dict
+    bad = kept > model.layers
+    if batch or bad:
+        yield (f"{path}.bf16_layers_start", bad, "bf16_layers_start + bf16_layers_end ({kept}) must be <= layers "
+               "({layers})", lambda: {"kept": kept, "layers": model.layers})
     requested = plan.recompute_layers > 0 if batch else plan.recompute_layers is not None
     bad = ops.logical_and(requested, plan.recompute != "full")
     if batch or bad:

@@ -44,6 +44,10 @@ class Gemm:
     k: Any
     count: Any = 1.0
     frozen_weights: bool = False
+    # Kept in 16 bits under a low-precision recipe: the LM head (Megatron-Core's output layer
+    # is not a Transformer Engine module) and the MoE router (DeepSeek-V3 report §3.3.1
+    # keeps embedding, output head and gating in their original precision).
+    high_precision: bool = False
 
     @property
     def flops(self) -> float:
@@ -61,6 +65,7 @@ class SubLayer:
     attn_kv_len: Any = 0.0           # mean keys per query (flash efficiency ramp)
     attn_scores: Any = 0.0           # score-matrix elements (unfused attention traffic)
     attn_flops_dense: Any = 0.0      # unmasked attention FLOPs (what unfused kernels compute)
+    attn_exps: Any = 0.0             # softmax exponentials (one per computed score)
     ssm_flops: Any = 0.0
     elementwise_bytes: Any = 0.0
     model_flops: Any = 0.0           # forward, MFU convention
@@ -134,11 +139,12 @@ def _attention(model: Model, tp: int, cp: int, mbs: int, sp: bool, tokens: int) 
         kv_len = (1 - frac) * kv_len + frac * w
     seqs_gpu = mbs / cp
     attn_flops = 2.0 * pairs * seqs_gpu * heads_gpu * (qk_dim + v_dim)
+    attn_exps = pairs * seqs_gpu * heads_gpu
     model_attn = 2.0 * s * s * seqs_gpu * heads_gpu * (qk_dim + v_dim)             # no causal discount
     elementwise = ACT_BYTES * (NORM_RESIDUAL_UNITS * h * t_sp + 2.0 * rope_units * h * tokens)
     norms = 2 * h
     return SubLayer(
-        kind="attention", gemms=tuple(gemms), attn_flops=attn_flops, attn_kv_len=kv_len,
+        kind="attention", gemms=tuple(gemms), attn_flops=attn_flops, attn_kv_len=kv_len, attn_exps=attn_exps,
         attn_scores=mbs / cp * heads_gpu * s * s, attn_flops_dense=model_attn,
         elementwise_bytes=elementwise,
         model_flops=sum(gm.flops for gm in gemms) + model_attn,
@@ -231,13 +237,14 @@ def _with_mtp(model: Model, head: SubLayer, sub: dict[str, SubLayer], tokens: in
     for sl in block:
         one_gemms.extend(sl.gemms)
     n = model.mtp_layers
-    gemms = head.gemms + tuple(Gemm(g.m, g.n, g.k, g.count * n, g.frozen_weights) for g in one_gemms)
+    gemms = head.gemms + tuple(Gemm(g.m, g.n, g.k, g.count * n, g.frozen_weights, g.high_precision)
+                               for g in one_gemms)
     attn = [sl for sl in block if ops.any_(sl.attn_flops)]
     block_params = sum(sl.params for sl in block) + 2 * h * h / tp + 2 * h   # + projection, two norms
     block_total = sum(sl.params_total for sl in block) + 2 * h * h + 2 * h
     return SubLayer(
         kind="head", gemms=gemms,
-        attn_flops=n * sum(sl.attn_flops for sl in attn),
+        attn_flops=n * sum(sl.attn_flops for sl in attn), attn_exps=n * sum(sl.attn_exps for sl in attn),
         attn_kv_len=attn[0].attn_kv_len if attn else 0.0,
         attn_scores=n * sum(sl.attn_scores for sl in attn),
         attn_flops_dense=n * sum(sl.attn_flops_dense for sl in attn),
@@ -283,7 +290,7 @@ def _build_workload(model: Model, tp: Any, cp: Any, mbs: Any, sp: Any, ep: Any, 
     embed_params = v * h
     embedding = SubLayer(kind="embedding", elementwise_bytes=ACT_BYTES * 2 * h * tokens,
                          params=embed_params / tp, params_total=embed_params)
-    head_gemm = Gemm(tokens, ops.trunc(v / tp), h)
+    head_gemm = Gemm(tokens, ops.trunc(v / tp), h, high_precision=True)
     head_params = 0 if model.tied_embeddings else v * h
     head = SubLayer(kind="head", gemms=(head_gemm,),
                     elementwise_bytes=LOGIT_BYTES * tokens * v / tp + ACT_BYTES * 2 * h * tokens,
