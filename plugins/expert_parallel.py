@@ -37,8 +37,10 @@ class ExpertParallel(Strategy):
         plan, model, w, stage = ctx.plan, ctx.model, ctx.workload, ctx.stage
         moe = model.moe
         assert moe is not None
-        # Tokens over an expert's capacity are dropped before dispatch (MoE.kept_fraction).
-        tokens = ops.where(plan.sp, w.tokens / plan.tp, w.tokens) * moe.kept_fraction
+        # The all-to-all ends when the busiest rank has received its copies (MoE.busiest_load:
+        # the load imbalance, capped at a capacity, or the padded capacity buffers Megatron-Core
+        # sends with drop_and_pad); balanced and dropping, only the kept copies travel.
+        tokens = ops.where(plan.sp, w.tokens / plan.tp, w.tokens) * moe.busiest_load
         # Latent MoE (Nemotron-H/V3) routes tokens after projecting them to latent_size.
         token_bytes = (moe.latent_size or model.hidden) * ACT_BYTES
         size = tokens * moe.top_k * token_bytes

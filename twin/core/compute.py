@@ -24,7 +24,7 @@ import numpy as np
 from twin.core import ops
 from twin.core.specs import GPU, ComputeEfficiency
 from twin.core.units import BYTES_PER_ELEMENT
-from twin.core.workload import Gemm, SubLayer
+from twin.core.workload import SSD_BWD_KERNELS, SSD_FWD_KERNELS, Gemm, MemKernel, SubLayer
 
 # CUTLASS/cuBLAS tile shapes considered, with the fraction of the large-tile throughput
 # each sustains (smaller tiles re-read operands more often; CUTLASS profiler tables).
@@ -149,13 +149,18 @@ def high_precision(dev: Device) -> Device:
     return _high_precision_one(dev)
 
 
-def shape_efficiency(m: Any, n: Any, sm_count: Any) -> Any:
-    """Best tile/wave utilisation over the tile shapes cuBLAS can pick."""
+def shape_efficiency(m: Any, n: Any, sm_count: Any, groups: Any = 1) -> Any:
+    """Best tile/wave utilisation over the tile shapes cuBLAS can pick.
+
+    ``groups`` equal (m x n) problems in one grouped kernel: tile utilisation per problem,
+    waves over all ``groups`` problems' tiles (CUTLASS grouped GEMM schedules the tiles of
+    every problem over the SMs as one grid).
+    """
     best = 0.0
     for tm, tn, tile_eff in _TILES:
         tiles_m, tiles_n = -(-m // tm), -(-n // tn)
         util = (m * n) / (tiles_m * tm * tiles_n * tn)
-        waves = tiles_m * tiles_n / sm_count
+        waves = groups * tiles_m * tiles_n / sm_count
         full = ops.ceil(waves)
         wave_eff = ops.where(waves < 1.0, waves, 1.0 - (1.0 - waves / ops.maximum(full, 1)) * (1.0 - _WAVE_RECOVERY))
         best = ops.maximum(best, util * wave_eff * tile_eff)
@@ -188,9 +193,48 @@ def _gemm_time(dev: Device, m: Any, n: Any, k: Any) -> Any:
 _cached_gemm_time = functools.lru_cache(maxsize=65536)(_gemm_time)
 
 
+def grouped_gemm_time(dev: Device, m: Any, n: Any, k: Any, groups: Any) -> Any:
+    """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs run as one grouped GEMM.
+
+    The local experts' GEMMs run as one kernel (Megatron-Core ``GroupedMLP`` /
+    ``TEGroupedMLP`` over TE ``GroupedLinear``; CUTLASS grouped GEMM, NVIDIA CUTLASS
+    ``examples/24_gemm_grouped``): per-problem tile utilisation as for one GEMM, but the
+    waves are over all problems' tiles and the minimum kernel duration applies once. For
+    ``groups == 1`` this is :func:`gemm_time`.
+    """
+    if ops.is_batch(m, n, k, groups, dev.peak_flops):
+        return _grouped_gemm_time(dev, m, n, k, groups)
+    return _cached_grouped_gemm_time(dev, m, n, k, groups)
+
+
+def _grouped_gemm_time(dev: Device, m: Any, n: Any, k: Any, groups: Any) -> Any:
+    if ops.is_batch(m, n, k, groups):
+        m, n, k, groups = (x.astype(float) if type(x) is ops.ndarray else float(x) for x in (m, n, k, groups))
+    elif m <= 0 or n <= 0 or k <= 0 or groups <= 0:
+        return 0.0
+    flops = 2.0 * m * n * k * groups
+    eff = shape_efficiency(m, n, dev.sm_count, groups)
+    t_compute = flops / (dev.peak_flops * dev.gemm_eff * ops.where(eff > 0, eff, 1.0))
+    t_memory = ((m * k + k * n) * dev.in_bytes + m * n * 2.0) * groups / dev.hbm_Bps
+    t = ops.maximum(ops.maximum(t_compute, t_memory), dev.kernel_min_s)
+    if ops.is_batch(m, n, k, groups):
+        return ops.where((m > 0) & (n > 0) & (k > 0) & (groups > 0), t, 0.0)
+    return t
+
+
+_cached_grouped_gemm_time = functools.lru_cache(maxsize=65536)(_grouped_gemm_time)
+
+
+def _entry_time(dev: Device, g: Gemm, m: Any, n: Any, k: Any) -> Any:
+    """Seconds of all ``count`` instances of a GEMM entry of shape (m, n, k)."""
+    if g.grouped:
+        return grouped_gemm_time(dev, m, n, k, g.count)
+    return gemm_time(dev, m, n, k) * g.count
+
+
 def gemm_fwd_time(dev: Device, g: Gemm) -> Any:
     """Forward seconds of one GEMM entry (all ``count`` instances)."""
-    return gemm_time(high_precision(dev) if g.high_precision else dev, g.m, g.n, g.k) * g.count
+    return _entry_time(high_precision(dev) if g.high_precision else dev, g, g.m, g.n, g.k)
 
 
 def gemm_pass_times(dev: Device, g: Gemm, frozen: Any = False) -> tuple[Any, Any, Any]:
@@ -199,14 +243,13 @@ def gemm_pass_times(dev: Device, g: Gemm, frozen: Any = False) -> tuple[Any, Any
     Forward (m,n,k); dgrad (m,k,n); wgrad (k,n,m): same FLOPs, different shapes. Frozen
     weights (LoRA's base model) need no weight gradient.
     """
-    c = g.count
     if g.high_precision:
         dev = high_precision(dev)
-    fwd = gemm_time(dev, g.m, g.n, g.k) * c
-    dgrad = gemm_time(dev, g.m, g.k, g.n) * c
+    fwd = _entry_time(dev, g, g.m, g.n, g.k)
+    dgrad = _entry_time(dev, g, g.m, g.k, g.n)
     if g.frozen_weights or ops.all_(frozen):
         return fwd, dgrad, 0.0
-    wgrad = gemm_time(dev, g.k, g.n, g.m) * c
+    wgrad = _entry_time(dev, g, g.k, g.n, g.m)
     return fwd, dgrad, ops.where(frozen, 0.0, wgrad)
 
 
@@ -252,9 +295,46 @@ def sublayer_times(dev: Device, sl: SubLayer, frozen: Any = False) -> tuple[Any,
             q_bwd = q_bwd + g.m * g.n * g.count
     a_fwd, a_bwd = attention_times(dev, sl)
     if ops.any_(sl.ssm_flops):
-        a_fwd += sl.ssm_flops / (dev.attn_peak_flops * dev.attn_fwd_eff)
-        a_bwd += 2.0 * sl.ssm_flops / (dev.attn_peak_flops * dev.attn_bwd_eff)
+        s_fwd, s_bwd = ssd_times(dev, sl)
+        a_fwd, a_bwd = a_fwd + s_fwd, a_bwd + s_bwd
     mem_fwd = sl.elementwise_bytes / dev.hbm_Bps
-    fwd += a_fwd + mem_fwd + dev.quant_bytes * q_fwd / dev.hbm_Bps
-    bwd += a_bwd + 2.0 * mem_fwd + dev.quant_bytes * q_bwd / dev.hbm_Bps
+    k_fwd, k_bwd = kernel_times(dev, sl.kernels)
+    fwd += a_fwd + mem_fwd + k_fwd + dev.quant_bytes * q_fwd / dev.hbm_Bps
+    bwd += a_bwd + 2.0 * mem_fwd + k_bwd + dev.quant_bytes * q_bwd / dev.hbm_Bps
     return fwd, bwd, a_fwd, a_bwd
+
+
+def kernel_times(dev: Device, kernels: tuple[MemKernel, ...]) -> tuple[Any, Any]:
+    """(forward, backward) seconds of small memory-bound kernels, each at least ``kernel_min_s``.
+
+    A kernel that moves few bytes still costs a launch and a ramp: cuBLAS/TE kernels on
+    Hopper take a few microseconds at minimum (the device's ``kernel_min_us``).
+    """
+    fwd: Any = 0.0
+    bwd: Any = 0.0
+    for kn in kernels:
+        one = ops.maximum(kn.bytes_each / dev.hbm_Bps, dev.kernel_min_s)
+        fwd = fwd + kn.count * one
+        bwd = bwd + kn.bwd_count * one
+    return fwd, bwd
+
+
+def ssd_times(dev: Device, sl: SubLayer) -> tuple[Any, Any]:
+    """(forward, backward) seconds of the Mamba-2 SSD chunked scan of one sub-layer.
+
+    Dao & Gu 2024 ("Transformers are SSMs", §6): the intra-chunk work and the chunk states
+    are batched matmuls on tensor cores (16-bit; Triton kernels), the inter-chunk state
+    passing is a memory-bound recurrence. Each pass is the larger of its tensor time (at
+    the GEMM efficiency times the tile/wave utilisation of its (Q x P) chunk matmuls over
+    chunks x heads) and its HBM time, and each of its kernels (5 forward, ~12 backward,
+    ``workload.SSD_*_KERNELS``) takes at least the minimum kernel duration. Backward: 2x
+    the matmul FLOPs (two gradients per matmul) and 2x the bytes (gradients of x, B, C,
+    dt and the states written as well as read).
+    """
+    rows, cols, batches = sl.ssm_tile
+    eff = shape_efficiency(rows, cols, dev.sm_count, batches)
+    tensor = sl.ssm_flops / (dev.attn_peak_flops * dev.gemm16_eff * ops.where(eff > 0, eff, 1.0))
+    memory = sl.ssm_bytes / dev.hbm_Bps
+    fwd = ops.maximum(ops.maximum(tensor, memory), SSD_FWD_KERNELS * dev.kernel_min_s)
+    bwd = ops.maximum(ops.maximum(2.0 * tensor, 2.0 * memory), SSD_BWD_KERNELS * dev.kernel_min_s)
+    return fwd, bwd

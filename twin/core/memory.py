@@ -180,7 +180,9 @@ def activation_bytes_per_token_layer(plan: Any, model: Model, w: Workload, flash
             assert moe is not None
             fe = moe.expert_ffn / plan.expert_tp
             inner = moe.latent_size or h
-            routed = moe.top_k * moe.kept_fraction
+            # Copies per token of w.tokens held by one GPU: tokens*etp/tp with sequence
+            # parallelism (workload._moe), on the busiest rank (MoE.busiest_load).
+            routed = moe.top_k * moe.busiest_load * ops.where(plan.sp, plan.expert_tp / tp, 1.0)
             per = b * h_sp + g_in * h_sp + routed * (g_in * inner + b * (mult - 1) * fe + g_in * fe)
             if moe.shared_experts:
                 fs = (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts / tp

@@ -192,17 +192,46 @@ class MoE:
     capacity_factor: float | None = spec_field(
         None, gt=0, doc="tokens an expert takes, as a multiple of its balanced share; overflow is dropped "
                         "(None: dropless)")
+    # Default 1.0 (balanced): no published per-rank, per-micro-batch measurement of a
+    # production router's skew was found to take a default from. Wang et al. 2024
+    # ("Auxiliary-Loss-Free Load Balancing", DeepSeek) report MaxVio = max load / mean - 1
+    # per batch; set this to 1 + MaxVio of the run. Benchmarks with a forced balanced gate
+    # (NeMo AutoModel ``fake_balanced_gate``, Megatron ``--moe-router-force-load-balancing``)
+    # are 1.0 by construction.
+    load_imbalance: float = spec_field(
+        1.0, ge=1, le=1000, doc="token-expert assignments of the busiest expert rank over the mean (>= 1); "
+                                "it sets the layer time")
+    pad_to_capacity: bool = spec_field(
+        False, doc="pad every expert's input to its capacity (Megatron moe_pad_expert_input_to_capacity; "
+                   "needs capacity_factor)")
 
     @property
     def kept_fraction(self) -> float:
-        """Share of token-expert assignments that reach an expert.
+        """Share of token-expert assignments that reach an expert (the mean rank).
 
         An expert takes at most ``capacity_factor`` x its balanced share of tokens and drops
         the rest (Switch Transformer, Fedus et al. 2022 §2.2; Megatron-Core
-        ``moe_expert_capacity_factor`` without padding). The twin routes tokens evenly, so
-        only a factor below 1 drops tokens.
+        ``moe_expert_capacity_factor`` without padding). On the mean rank only a factor
+        below 1 drops tokens.
         """
         return 1.0 if self.capacity_factor is None else min(1.0, self.capacity_factor)
+
+    @property
+    def busiest_load(self) -> float:
+        """Assignments the busiest expert rank computes and receives, over the balanced share.
+
+        Dropless: ``load_imbalance``. With a capacity factor the busiest expert is capped
+        at its capacity: ``min(load_imbalance, capacity_factor)``. Padded to capacity
+        (Megatron-Core ``moe_pad_expert_input_to_capacity``, ``moe_utils.permute`` with
+        ``drop_and_pad``: every expert's buffer holds exactly ``get_capacity`` =
+        ceil(tokens*top_k/experts * capacity_factor) rows, dropped or not), every rank
+        computes ``capacity_factor`` x its balanced share, whatever the router did.
+        """
+        if self.capacity_factor is None:
+            return self.load_imbalance
+        if self.pad_to_capacity:
+            return self.capacity_factor
+        return min(self.load_imbalance, self.capacity_factor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,6 +443,9 @@ def validate_model(model: Model, path: str = "model") -> None:
         moe = model.moe
         if moe.top_k > moe.experts:
             raise SpecError(f"{path}.moe.top_k", f"must be <= experts ({moe.experts}) (got {moe.top_k})")
+        if moe.pad_to_capacity and moe.capacity_factor is None:
+            raise SpecError(f"{path}.moe.pad_to_capacity",
+                            "needs moe.capacity_factor (Megatron-Core pads expert inputs to a capacity)")
         if model.hybrid is None and moe.moe_layers is not None and moe.moe_layers + moe.dense_layers > model.layers:
             raise SpecError(f"{path}.moe.moe_layers",
                             f"moe_layers + dense_layers must be <= layers ({model.layers})")

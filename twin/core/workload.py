@@ -33,6 +33,19 @@ NORM_RESIDUAL_UNITS = 5.0
 LOGIT_BYTES = 10.0
 # Mamba-2 SSD chunk length (state-spaces/mamba Mamba2 default chunk_size=256).
 SSD_CHUNK = 256
+# Kernels of the Mamba-2 SSD chunked scan (state-spaces/mamba ``ssd_combined.py``):
+# forward ``_chunk_cumsum_fwd``, ``_chunk_state_fwd``, ``_state_passing_fwd``,
+# ``_bmm_chunk_fwd``, ``_chunk_scan_fwd`` (5); backward recomputes the states and runs the
+# dstates / state-passing / dx / dC / dB / dCB / dt-cumsum kernels (about 12).
+SSD_FWD_KERNELS, SSD_BWD_KERNELS = 5, 12
+# Router score bytes per (token, expert) over the router's kernels (Megatron-Core with
+# ``--moe-router-fusion``, TE fused kernels): ``fused_topk_with_score_function`` reads the
+# fp32 logits and writes fp32 probs + a bool routing map (9), ``fused_compute_score_for_moe_aux_loss``
+# reads logits, writes fp32 scores (8), ``fused_moe_aux_loss`` reads scores (4), the
+# tokens-per-expert count reads the map (1): ~22, taken as 24 with the aux-loss write-back.
+ROUTER_SCORE_BYTES = 24.0
+# Router kernels per MoE layer and pass (the four above; their backward kernels, one each).
+ROUTER_KERNELS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +61,27 @@ class Gemm:
     # is not a Transformer Engine module) and the MoE router (DeepSeek-V3 report §3.3.1
     # keeps embedding, output head and gating in their original precision).
     high_precision: bool = False
+    # The ``count`` instances run as one grouped GEMM (one kernel over all their tiles):
+    # Megatron-Core ``GroupedMLP`` / TE ``GroupedLinear``, CUTLASS grouped GEMM.
+    grouped: bool = False
 
     @property
     def flops(self) -> float:
         """Forward FLOPs of all ``count`` instances."""
         return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class MemKernel:
+    """``count`` memory-bound kernels per forward pass, each moving ``bytes_each`` bytes.
+
+    Each runs for at least the device's minimum kernel duration; the backward pass runs
+    ``bwd_count`` kernels of the same size (the gradient of a gather is a scatter).
+    """
+
+    bytes_each: Any
+    count: int = 1
+    bwd_count: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +96,10 @@ class SubLayer:
     attn_flops_dense: Any = 0.0      # unmasked attention FLOPs (what unfused kernels compute)
     attn_exps: Any = 0.0             # softmax exponentials (one per computed score)
     ssm_flops: Any = 0.0
+    ssm_bytes: Any = 0.0             # HBM bytes of the SSD scan kernels, forward
+    ssm_tile: tuple[Any, Any, Any] = (1, 1, 1)  # (rows, cols, instances) of its chunk matmuls
     elementwise_bytes: Any = 0.0
+    kernels: tuple[MemKernel, ...] = ()  # small memory-bound kernels, each with a duration floor
     model_flops: Any = 0.0           # forward, MFU convention
     params: Any = 0.0                # parameters of this sub-layer on this GPU
     params_total: Any = 0.0          # parameters of this sub-layer in the whole model
@@ -172,31 +204,62 @@ def _moe(model: Model, tp: int, ep: int, etp: int, sp: bool, tokens: int) -> Sub
     mult = 2 if model.gated_mlp else 1
     t_sp = ops.where(sp, tokens / tp, tokens)
     local_experts = moe.experts / ep
-    routed = tokens * moe.top_k * moe.kept_fraction   # token-expert assignments per GPU (balanced)
+    # Tokens whose expert work one GPU shares, by conservation (Megatron-Core ``MoELayer``
+    # with sequence parallelism, which it requires for MoE with TP > 1): each TP rank
+    # routes its own tokens/tp; the dispatcher gathers them over the expert-TP group (etp
+    # ranks), and each GPU computes 1/etp of every local expert for etp*tokens/tp tokens.
+    # Per GPU: tokens*top_k*etp/tp assignments x ffn/etp = tokens*top_k*ffn/tp, whatever
+    # etp. The expert-parallel all-to-all moves assignments between ranks and conserves
+    # their number (balanced routing: a rank receives as many as it sends). Without
+    # sequence parallelism every TP rank holds all tokens.
+    t_exp = ops.where(sp, tokens * etp / tp, tokens)
+    mean_routed = t_exp * moe.top_k * moe.kept_fraction   # token-expert assignments, mean rank
+    # The busiest rank sets the layer time (every rank waits for it at the combine):
+    # load imbalance, capped by a capacity, or padded to it (MoE.busiest_load).
+    routed = t_exp * moe.top_k * moe.busiest_load
     inner = moe.latent_size or h
     per_expert_tokens = ops.where(local_experts >= 1, ops.maximum(1, ops.trunc(routed / local_experts)), routed)
     f_e = moe.expert_ffn / etp
-    gemms = [Gemm(tokens, moe.experts, h),                                          # router
-             Gemm(per_expert_tokens, ops.trunc(mult * f_e), inner, count=local_experts),  # grouped fc1
-             Gemm(per_expert_tokens, inner, ops.trunc(f_e), count=local_experts)]         # grouped fc2
+    router = Gemm(t_sp, moe.experts, h, high_precision=True)             # router logits of this rank's own tokens
+    gemms = [router,
+             Gemm(per_expert_tokens, ops.trunc(mult * f_e), inner, count=local_experts, grouped=True),  # fc1
+             Gemm(per_expert_tokens, inner, ops.trunc(f_e), count=local_experts, grouped=True)]         # fc2
+    # MFU convention: the balanced, kept assignments (imbalance and padding are waste).
+    model_flops = router.flops + 2.0 * mean_routed * inner * f_e * (mult + 1)
     params_total = moe.experts * inner * moe.expert_ffn * (mult + 1) + h * moe.experts
     expert_gpu = local_experts * inner * moe.expert_ffn * (mult + 1) / etp
     params_gpu = expert_gpu + h * moe.experts
     if moe.latent_size:
-        gemms += [Gemm(tokens, moe.latent_size, h), Gemm(tokens, h, moe.latent_size)]
+        lat = [Gemm(tokens, moe.latent_size, h), Gemm(tokens, h, moe.latent_size)]
+        gemms += lat
+        model_flops += sum(gm.flops for gm in lat)
         params_total += 2 * h * moe.latent_size
         params_gpu += 2 * h * moe.latent_size / tp
     act = (3.0 if model.gated_mlp else 2.0) * f_e * routed
-    permute = 4.0 * inner * routed                   # permute + unpermute: read and write each copy
     if moe.shared_experts:
         f_s = (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts
-        gemms += [Gemm(tokens, ops.trunc(mult * f_s / tp), h), Gemm(tokens, h, ops.trunc(f_s / tp))]
+        shared = [Gemm(tokens, ops.trunc(mult * f_s / tp), h), Gemm(tokens, h, ops.trunc(f_s / tp))]
+        gemms += shared
+        model_flops += sum(gm.flops for gm in shared)
         params_total += h * f_s * (mult + 1)
         params_gpu += h * f_s * (mult + 1) / tp
         act += (3.0 if model.gated_mlp else 2.0) * f_s / tp * tokens
-    elementwise = ACT_BYTES * (NORM_RESIDUAL_UNITS * h * t_sp + act + permute)
-    return SubLayer(kind="moe", gemms=tuple(gemms), elementwise_bytes=elementwise,
-                    model_flops=sum(gm.flops for gm in gemms), params=params_gpu + h,
+    elementwise = ACT_BYTES * (NORM_RESIDUAL_UNITS * h * t_sp + act)
+    # Router, permute and unpermute as the kernels they are (Megatron-Core ``TopKRouter``
+    # and ``moe_utils.permute``/``unpermute``/``sort_chunks_by_idxs`` with TE fusions):
+    # the four router kernels over the [tokens, experts] scores; ``fused_permute_with_probs``
+    # before the all-to-all and ``fused_unpermute`` after it, each reading and writing one
+    # row per sent copy (padded rows too with drop_and_pad); with more than one local expert
+    # behind an all-to-all, ``fused_sort_chunks_by_index`` regroups the received copies by
+    # expert on dispatch and back on combine (the busiest rank's copies).
+    sent = moe.capacity_factor if moe.pad_to_capacity else moe.kept_fraction
+    regroup = ops.where(ops.logical_and(ep > 1, local_experts > 1), 2, 0)
+    kernels = (MemKernel(ROUTER_SCORE_BYTES / ROUTER_KERNELS * t_sp * moe.experts, ROUTER_KERNELS,
+                         ROUTER_KERNELS - 1),
+               MemKernel(2.0 * ACT_BYTES * inner * t_sp * moe.top_k * sent, 2, 2),
+               MemKernel(2.0 * ACT_BYTES * inner * routed, regroup, regroup))
+    return SubLayer(kind="moe", gemms=tuple(gemms), elementwise_bytes=elementwise, kernels=kernels,
+                    model_flops=model_flops, params=params_gpu + h,
                     params_total=params_total + h, expert_params=expert_gpu)
 
 
@@ -212,10 +275,26 @@ def _mamba(model: Model, tp: int, sp: bool, tokens: int) -> SubLayer:
     # Mamba-2 SSD (Dao & Gu 2024, §6): intra-chunk scores and outputs plus chunk states.
     q, p = SSD_CHUNK, hy.mamba_head_dim
     ssm = tokens * (2.0 * q * n_state * groups + 2.0 * q * p * heads + 4.0 * n_state * p * heads) / tp
-    elementwise = ACT_BYTES * (NORM_RESIDUAL_UNITS * h * t_sp + 6.0 * d_in / tp * tokens)
+    # Its HBM traffic (forward): read x, B, C, dt and write y in bf16; per chunk the fp32
+    # states (heads x P x N) are written by the chunk-state kernel, read and rewritten by
+    # state passing and read by the chunk scan (4 passes; Dao & Gu 2024 §6, ssd_combined.py).
+    ssm_bytes = tokens / tp * (ACT_BYTES * (2 * d_in + 2 * groups * n_state + heads)
+                               + 4 * 4.0 * heads * p * n_state / q)
+    # The chunk matmuls are (Q x P) outputs per chunk and head (Q x Q scores per group are the
+    # other shape), run as batched tiles over chunks x heads.
+    chunks = ops.maximum(1.0, tokens / q)
+    ssm_tile = (q, p, chunks * heads / tp)
+    # Causal depthwise conv1d over x, B, C (width 4; Dao-AILab causal-conv1d): one
+    # memory-bound kernel reading and writing the conv channels, forward and backward.
+    conv_ch = (d_in + 2 * groups * n_state) / tp
+    kernels = (MemKernel(2.0 * ACT_BYTES * conv_ch * tokens, 1, 1),)
+    # Gated RMSNorm before out_proj (reads y and z, writes its output: 3 x d_in) and the
+    # layer's norm + residual.
+    elementwise = ACT_BYTES * (NORM_RESIDUAL_UNITS * h * t_sp + 3.0 * d_in / tp * tokens)
     params_total = h * in_out + d_in * h + 4 * (d_in + 2 * groups * n_state) + h
     model_ssm = 7.0 * tokens * d_in * n_state / tp    # Megatron-Core mamba_layer_flops scan term
-    return SubLayer(kind="mamba", gemms=gemms, ssm_flops=ssm, elementwise_bytes=elementwise,
+    return SubLayer(kind="mamba", gemms=gemms, ssm_flops=ssm, ssm_bytes=ssm_bytes, ssm_tile=ssm_tile,
+                    elementwise_bytes=elementwise, kernels=kernels,
                     model_flops=sum(gm.flops for gm in gemms) + model_ssm,
                     params=params_total / tp + h, params_total=params_total)
 
@@ -237,8 +316,8 @@ def _with_mtp(model: Model, head: SubLayer, sub: dict[str, SubLayer], tokens: in
     for sl in block:
         one_gemms.extend(sl.gemms)
     n = model.mtp_layers
-    gemms = head.gemms + tuple(Gemm(g.m, g.n, g.k, g.count * n, g.frozen_weights, g.high_precision)
-                               for g in one_gemms)
+    gemms = head.gemms + tuple(Gemm(g.m, g.n, g.k, g.count * n, g.frozen_weights, high_precision=g.high_precision,
+                                    grouped=g.grouped) for g in one_gemms)
     attn = [sl for sl in block if ops.any_(sl.attn_flops)]
     block_params = sum(sl.params for sl in block) + 2 * h * h / tp + 2 * h   # + projection, two norms
     block_total = sum(sl.params_total for sl in block) + 2 * h * h + 2 * h
@@ -249,6 +328,8 @@ def _with_mtp(model: Model, head: SubLayer, sub: dict[str, SubLayer], tokens: in
         attn_scores=n * sum(sl.attn_scores for sl in attn),
         attn_flops_dense=n * sum(sl.attn_flops_dense for sl in attn),
         elementwise_bytes=head.elementwise_bytes * (1 + n) + n * sum(sl.elementwise_bytes for sl in block),
+        kernels=head.kernels + tuple(MemKernel(k.bytes_each, k.count * n, k.bwd_count * n)
+                                     for sl in block for k in sl.kernels),
         model_flops=head.model_flops * (1 + n) + n * (sum(sl.model_flops for sl in block) + proj.flops),
         params=head.params + n * block_params, params_total=head.params_total + n * block_total,
         expert_params=n * sum(sl.expert_params for sl in block))
