@@ -55,7 +55,7 @@ from twin.core.memory import (
     model_states,
 )
 from twin.core.points import ColumnView, PlanColumns, PointSet
-from twin.core.schedule import pipeline_time, stage_params, stage_times
+from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
 from twin.core.schema import freeze
 from twin.core.specs import (
     DEFAULT_SOFTWARE,
@@ -591,6 +591,10 @@ class TwinModel:
         st = self._assemble(ctx, work, memo=memo)
         mem = work.mem
         notes = st.notes + list(hierarchy.notes)
+        host_f, _ = host_layer_s(scenario.software, w)
+        if 0 < host_f >= stage.layer_fwd_s:
+            notes.append(f"host-bound on {scenario.software.name}: issuing a layer's forward takes "
+                         f"{host_f * 1e3:.3f} ms, longer than the GPU runs it")
         if not mem.fits:
             notes.append(f"does not fit: {mem.total / 2**30:.1f} GiB needed of {mem.capacity / 2**30:.1f} GiB HBM")
         n = cluster.num_gpus
