@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from twin.core import ops
 from twin.core.collectives import CollectiveCost
-from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch, Tier
 from twin.core.specs import DEFAULT_SOFTWARE, Software
+from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch, Tier
 
 if TYPE_CHECKING:
     from twin.core.compute import Device

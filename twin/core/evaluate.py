@@ -518,8 +518,8 @@ class TwinModel:
         They depend on the work of a micro-batch only (degrees, micro-batch, recomputation,
         precision, device, software stack), not on the batch size or the sharding: cached by those.
         """
-        key = (self._key(dev), self._key(model), self._key(sw), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp,
-               plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision)
+        key = (self._key(dev), self._key(model), self._key(sw), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep,
+               plan.expert_tp, plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision)
         hit = self._stages.get(key)
         if hit is None:
             stage = stage_times(plan, model, dev, w, sw)
