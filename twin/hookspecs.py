@@ -59,7 +59,7 @@ def twin_strategies() -> list[Strategy]:
 
 @hookspec
 def twin_presets() -> dict[str, dict[str, dict[str, Any]]]:
-    """Return named presets: ``{"gpus"|"efficiency"|"systems"|"models": {name: mapping}}``.
+    """Return named presets: ``{"gpus"|"efficiency"|"systems"|"models"|"software": {name: mapping}}``.
 
     Mappings use the same fields as scenario files; every number should carry its source
     in a ``source`` field. A name defined twice (any plugins) is an error naming both.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 from twin.core import schema
 from twin.core.collectives import bus_factor, collective_cost
 from twin.core.errors import SpecError, TwinError
-from twin.core.scenario_io import read_mapping, resolve_gpu, resolve_model
+from twin.core.scenario_io import read_mapping, resolve_gpu, resolve_model, resolve_software
 from twin.core.specs import (
     MLA,
     Cluster,
@@ -51,6 +52,16 @@ PEAK_MESSAGE_BYTES = 2 * 2**30
 ASSUMED_NODES = 4
 _FABRIC_ALIASES = {"unknown": "infiniband", "ethernet": "ethernet"}
 _SEARCH_MBS = (1, 2, 4, 8, 16)
+# The software stack of a case (one rule for every case): its own ``software`` field when
+# it has one, else the first of these that its family names (case-insensitive), else the
+# default stack (megatron-core-te: NeMo, Megatron-Core and NVIDIA's performance recipes;
+# Meta's Llama 3 stack is not public and is taken as that default too).
+_SOFTWARE_BY_FAMILY = (("automodel", "nemo-automodel"), ("torchtitan", "pytorch-fsdp2"), ("fsdp2", "pytorch-fsdp2"),
+                       ("deepspeed", "megatron-deepspeed"))
+# Runs published from the Megatron-LM code base before Megatron-Core and Transformer Engine
+# (a family dated 2019-2022: Shoeybi et al. 2019, Narayanan et al. 2021, Korthikanti et al.
+# 2022, the README tables of 2020-2021) ran its eager Apex kernels: megatron-deepspeed.
+_PRE_TE_YEAR = re.compile(r"\b20(19|20|21|22)\b")
 _SEARCH_VP = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20)
 
 
@@ -212,6 +223,20 @@ class _Knobs:
     partial: bool = False
 
 
+def case_software(case: Mapping[str, Any]) -> str | Mapping[str, Any]:
+    """The software stack of a case, by the one rule above (a preset name or a mapping)."""
+    stated = case.get("software")
+    if stated:
+        return stated  # type: ignore[no-any-return]
+    family = str(case.get("family") or "").lower()
+    for word, preset in _SOFTWARE_BY_FAMILY:
+        if word in family:
+            return preset
+    if _PRE_TE_YEAR.search(family):
+        return "megatron-deepspeed"
+    return "megatron-core-te"
+
+
 def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario, _Knobs, list[str]]:
     """The scenario of one training case, and the knobs left for the twin to choose."""
     notes: list[str] = []
@@ -289,7 +314,8 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     reshard_opts = (False, True) if sharding == "fsdp" else (True,)
     plan_kwargs.update(mbs=mbs_opts[0], recompute=rc_opts[0], vp=vp_opts[0])
     plan = schema.load(Plan, plan_kwargs, "plan")
-    scn = Scenario(cluster=cluster, model=model, plan=plan, name=str(cid))
+    software = resolve_software(case_software(case), engine.catalog)
+    scn = Scenario(cluster=cluster, model=model, plan=plan, name=str(cid), software=software)
     return scn, _Knobs(mbs_opts, rc_opts, vp_opts, reshard_opts, partial), notes
 
 

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     comps = engine.components()
     if args.json:
         print_json({"plugins": [dataclasses.asdict(i) for i in infos], "components": comps,
-                    "presets": {k: engine.catalog.names(k) for k in ("gpus", "systems", "models")}})
+                    "presets": {k: engine.catalog.names(k) for k in ("gpus", "systems", "models", "software")}})
         return 0
     out = console()
     t = table("Plugins", "name", "module", "package", "version")

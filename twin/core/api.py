@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from twin.core import ops
 from twin.core.collectives import CollectiveCost
+from twin.core.specs import DEFAULT_SOFTWARE, Software
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch, Tier
 
 if TYPE_CHECKING:
@@ -125,7 +126,10 @@ class StageTimes:
 
     ``attn_*_s`` are the attention-core parts (all layers of the stage), ``layer_*_s`` the
     mean per layer, ``gemm_fwd_s`` the forward GEMM time of a mean layer, ``avg_stage_s``
-    the mean stage's forward + backward (+ recompute) per micro-batch.
+    the mean stage's forward + backward (+ recompute) per micro-batch. Every pass is
+    already the larger of its device and its host time (``twin.core.schedule``);
+    ``host_step_s`` is the host time of the step's tail (grad-norm and inf-check syncs,
+    optimizer launches), which the optimizer step cannot be shorter than.
     """
 
     fwd_s: Any
@@ -138,6 +142,7 @@ class StageTimes:
     layer_bwd_s: Any
     gemm_fwd_s: Any
     avg_stage_s: Any
+    host_step_s: Any = 0.0
 
     @property
     def total_s(self) -> Any:
@@ -155,8 +160,8 @@ class EvalContext:
     ``points`` is 0 for one scenario; for a batch it is the number of points, and every
     per-point value below is an array of that length (``plan`` is then a
     :class:`~twin.core.points.PlanColumns` with the fields of a :class:`Plan`, ``cluster``
-    a column view of the clusters; ``model`` is shared by the batch). ``scenario`` is set
-    for one scenario only.
+    a column view of the clusters; ``model`` and ``software`` (the framework stack) are
+    shared by the batch). ``scenario`` is set for one scenario only.
     """
 
     plan: Any
@@ -179,6 +184,7 @@ class EvalContext:
     points: int = 0
     scenario: Scenario | None = None
     notes: list[str] = field(default_factory=list)
+    software: Software = DEFAULT_SOFTWARE
 
     @property
     def activation_bytes_per_microbatch(self) -> Any:

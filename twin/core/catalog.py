@@ -1,4 +1,4 @@
-"""The preset catalog: named GPUs, efficiency profiles, systems and models.
+"""The preset catalog: named GPUs, efficiency profiles, systems, models and software stacks.
 
 The catalog holds plain mappings (as read from YAML) and turns names into specs on demand.
 Built-in presets ship as package data (``twin/presets``); plugins add more through the
@@ -19,12 +19,12 @@ from typing import Any
 from twin.core.errors import NotFoundError, PluginError, SpecError
 from twin.core.schema import Interner, thaw
 
-KINDS = ("gpus", "efficiency", "systems", "models")
+KINDS = ("gpus", "efficiency", "systems", "models", "software")
 # Resolved sections kept per kind of section. The 10,000 random scenarios of
 # validation/equivalence.py hold 3,869 distinct cluster mappings (9 systems x 11 sizes x
 # fabric, optics and CXL options), 121 distinct scale_out ones and 10 models; the
 # built-in presets are a few dozen. "part": a cluster's scale_up/scale_out/optics/memory_pool.
-CACHE_SIZES = {"gpu": 256, "efficiency": 256, "cluster": 4096, "part": 1024, "model": 1024}
+CACHE_SIZES = {"gpu": 256, "efficiency": 256, "cluster": 4096, "part": 1024, "model": 1024, "software": 256}
 
 
 @dataclass
@@ -35,6 +35,7 @@ class Catalog:
     efficiency: dict[str, dict[str, Any]] = field(default_factory=dict)
     systems: dict[str, dict[str, Any]] = field(default_factory=dict)
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    software: dict[str, dict[str, Any]] = field(default_factory=dict)
     origin: dict[tuple[str, str], str] = field(default_factory=dict)
     # Resolved sections by kind (scenario_io): what a preset name means depends on this catalog.
     caches: dict[str, Interner] = field(init=False, repr=False, compare=False, default_factory=lambda: {

@@ -55,9 +55,10 @@ from twin.core.memory import (
     model_states,
 )
 from twin.core.points import ColumnView, PlanColumns, PointSet
-from twin.core.schedule import pipeline_time, stage_params, stage_times
+from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
 from twin.core.schema import freeze
 from twin.core.specs import (
+    DEFAULT_SOFTWARE,
     GPU,
     Calibration,
     Cluster,
@@ -66,6 +67,7 @@ from twin.core.specs import (
     Plan,
     Rule,
     Scenario,
+    Software,
     _categories,
     plan_rules,
     validate_cluster,
@@ -509,19 +511,19 @@ class TwinModel:
         costs[_COST_FN] = cached  # type: ignore[assignment]
         return cached
 
-    def _stage(self, plan: Any, model: Model, dev: Device, w: Workload) -> tuple[StageTimes, Any, Any,
-                                                                               ActivationTerms]:
+    def _stage(self, plan: Any, model: Model, dev: Device, w: Workload,
+               sw: Software = DEFAULT_SOFTWARE) -> tuple[StageTimes, Any, Any, ActivationTerms]:
         """(stage times, parameters, expert parameters, activation terms) of the bottleneck stage.
 
         They depend on the work of a micro-batch only (degrees, micro-batch, recomputation,
-        precision, device), not on the batch size or the sharding: cached by those.
+        precision, device, software stack), not on the batch size or the sharding: cached by those.
         """
-        key = (self._key(dev), self._key(model), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp,
-               plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision,
+        key = (self._key(dev), self._key(model), self._key(sw), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep,
+               plan.expert_tp, plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision,
                plan.bf16_layers_start, plan.bf16_layers_end)
         hit = self._stages.get(key)
         if hit is None:
-            stage = stage_times(plan, model, dev, w)
+            stage = stage_times(plan, model, dev, w, sw)
             params, expert = stage_params(plan, w, stage.layers)
             hit = (stage, params, expert, activation_terms(plan, model, w, dev.flash))
             if len(self._stages) > 16 * _CACHE_LIMIT:
@@ -537,13 +539,13 @@ class TwinModel:
         share it.
         """
         plan, cluster, cal, model = scenario.plan, scenario.cluster, scenario.calibration, scenario.model
-        key = (self._key(cluster), self._key(model), self._key(cal), _WORK_FIELDS(plan))
+        key = (self._key(cluster), self._key(model), self._key(cal), self._key(scenario.software), _WORK_FIELDS(plan))
         hit = self._setups.get(key)
         if hit is None:
             facts = self.cluster_facts(cluster)
             dev = self.device(cluster.gpu, plan.precision, cal.compute_efficiency, plan.recipe)
             w = build_workload(model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp)
-            stage, params, expert, act = self._stage(plan, model, dev, w)
+            stage, params, expert, act = self._stage(plan, model, dev, w, scenario.software)
             hierarchy = self.hierarchy(scenario)
             spans = self._spans(hierarchy, plan, scenario.dp)
             hit = (facts, dev, w, stage, params, expert, act, hierarchy, spans, facts.peak_tflops[plan.precision],
@@ -566,7 +568,8 @@ class TwinModel:
         # terms); a cost hook sees the whole scenario, so nothing is shared then.
         group = None
         if self.cost_override is None:
-            gkey = (self._key(model), self._key(cluster), self._key(cal), _GROUP_SCALARS(plan),
+            gkey = (self._key(model), self._key(cluster), self._key(cal), self._key(scenario.software),
+                    _GROUP_SCALARS(plan),
                     self._key(plan.overlap), self._key(plan.offload))
             group = self._groups_seen.get(gkey)
             if group is None:
@@ -583,11 +586,16 @@ class TwinModel:
         work = _work(plan, model, scenario.dp, dev, w, stage, facts, prec_peak, cluster.num_gpus,
                      cluster.gpus_per_node, fwd_flops, params, expert, act,
                      group.shared if group is not None else None)
-        ctx = _context(work, model, cluster, cal, hierarchy, spans, self._cost_fn(scenario, hierarchy), 0, scenario)
+        ctx = _context(work, model, cluster, cal, hierarchy, spans, self._cost_fn(scenario, hierarchy), 0, scenario,
+                       software=scenario.software)
         memo = group.terms if group is not None else None
         st = self._assemble(ctx, work, memo=memo)
         mem = work.mem
         notes = st.notes + list(hierarchy.notes)
+        host_f, _ = host_layer_s(scenario.software, w)
+        if 0 < host_f >= stage.layer_fwd_s:
+            notes.append(f"host-bound on {scenario.software.name}: issuing a layer's forward takes "
+                         f"{host_f * 1e3:.3f} ms, longer than the GPU runs it")
         if not mem.fits:
             notes.append(f"does not fit: {mem.total / 2**30:.1f} GiB needed of {mem.capacity / 2**30:.1f} GiB HBM")
         n = cluster.num_gpus
@@ -640,7 +648,9 @@ class TwinModel:
             exposed_mb = exposed_mb + terms.exposed_per_microbatch_s
         t_mb = stage.total_s + exposed_mb
         pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb)
-        opt_s = work.optimizer_s
+        # The optimizer step is no shorter than the host's step tail (grad-norm and inf-check
+        # syncs, optimizer launches: Software.step_us), which it overlaps.
+        opt_s = ops.maximum(work.optimizer_s, stage.host_step_s)
         exposed: dict[str, Any] = {}
         issued: dict[str, Any] = {}
         nbytes: dict[str, Any] = {}
@@ -718,7 +728,7 @@ class TwinModel:
                       require_fit: bool = True, errors: Sequence[str | None] | None = None) -> PointResults:
         """Predict every scenario (any mix of models, clusters and plans) on the batch path.
 
-        Scenarios are grouped by model (the structure a batch shares); the result has one
+        Scenarios are grouped by model and software stack (the structure a batch shares); the result has one
         row per scenario, in order. ``None`` entries (with their reason in ``errors``) are
         points that could not be built and keep that reason.
         """
@@ -732,7 +742,7 @@ class TwinModel:
                 reason = (errors[i] if errors is not None else None) or "scenario: could not be built"
                 out.reason_ix[i] = reasons.code(reason)
                 continue
-            by_model.setdefault(self._key(scn.model), []).append(i)
+            by_model.setdefault((self._key(scn.model), self._key(scn.software)), []).append(i)
         for idx in by_model.values():
             rows = np.asarray(idx, np.int64)
             part = self.evaluate_points(PointSet.from_scenarios([scenarios[i] for i in idx]),  # type: ignore[misc]
@@ -851,14 +861,15 @@ class TwinModel:
             spans_g = {dim: place_group(*stride_of(grp.plan, work_g.dp, dim), hb_g) for dim in DIMENSIONS}
             ctx_g = _context(work_g, model, ColumnView(grp.clusters, grp.cluster_ix),
                              ColumnView(grp.calibrations, grp.calibration_ix), hb_g, spans_g,
-                             self._batch_cost(grp, hb_g), len(first), None, schedule=False)
+                             self._batch_cost(grp, hb_g), len(first), None, schedule=False,
+                             software=ps.software)
             groups = (ctx_g, inverse)
             spans = {dim: ops.TakeView(v, inverse) for dim, v in spans_g.items()}  # read per point where needed
         else:
             spans = {dim: place_group(*stride_of(sub.plan, work.dp, dim), hb) for dim in DIMENSIONS}
         ctx = _context(work, model, ColumnView(sub.clusters, sub.cluster_ix),
                        ColumnView(sub.calibrations, sub.calibration_ix), hb, spans, self._batch_cost(sub, hb),
-                       len(idx), None)
+                       len(idx), None, software=ps.software)
         st = self._assemble(ctx, work, groups)
         out.stats["groups"] += len(first)
         self._fill(out, idx, work, st, sub)
@@ -931,7 +942,8 @@ class TwinModel:
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
-        stage_u, params_u, expert_u, act_u = self._stage_rows(u_plan, model, u_dev, w_u, devs, drow[uniq])
+        stage_u, params_u, expert_u, act_u = self._stage_rows(u_plan, model, u_dev, w_u, devs, drow[uniq],
+                                                              ps.software)
         # Per point, expanded from the distinct rows where read (subsets compose the indices).
         w, stage, act = ops.TakeView(w_u, inv), ops.TakeView(stage_u, inv), ops.TakeView(act_u, inv)
         dev = ops.TakeView(_device_batch(devs, np.arange(len(devs))), drow)
@@ -951,14 +963,15 @@ class TwinModel:
                      model_fwd_flops(model), params=params_u[inv], expert=expert_u[inv], act=act)  # type: ignore[arg-type]
 
     def _stage_rows(self, plan: PlanColumns, model: Model, dev: Device, w: Workload, devs: Sequence[Device],
-                    rows: np.ndarray) -> tuple[StageTimes, np.ndarray, np.ndarray, ActivationTerms]:
+                    rows: np.ndarray, sw: Software = DEFAULT_SOFTWARE,
+                    ) -> tuple[StageTimes, np.ndarray, np.ndarray, ActivationTerms]:
         """:meth:`_stage`'s numbers for distinct work keys (one row each), remembered across batches.
 
         A sweep's batches share most of their work keys (the same degrees on other cluster
         sizes and fabrics): rows seen before come from the cache, the rest are computed over
         arrays together.
         """
-        m_key = self._key(model)
+        m_key = (self._key(model), self._key(sw))
         d_keys = [self._key(d) for d in devs]
         cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers,
                 plan.bf16_layers_start, plan.bf16_layers_end)
@@ -972,7 +985,7 @@ class TwinModel:
             mi = np.asarray(miss, np.int64)
             m_plan, m_dev = plan.take(mi), _take_tree(dev, mi)
             m_w = _take_tree(w, mi)
-            stage = stage_times(m_plan, model, m_dev, m_w)
+            stage = stage_times(m_plan, model, m_dev, m_w, sw)
             params, expert = stage_params(m_plan, m_w, stage.layers)
             act = activation_terms(m_plan, model, m_w, m_dev.flash)
             if len(cache) > 64 * _CACHE_LIMIT:
@@ -1123,7 +1136,8 @@ def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, divisors: StateD
 
 def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarchy: Hierarchy | HierarchyBatch,
              spans: dict[str, GroupSpan], cost_fn: Callable[..., Any], points: int,
-             scenario: Scenario | None, *, schedule: bool = True) -> EvalContext:
+             scenario: Scenario | None, *, schedule: bool = True,
+             software: Software = DEFAULT_SOFTWARE) -> EvalContext:
     """The strategies' context. ``schedule=False``: one row per group of points that differ
     only in the global batch and the interleaving depth, which it does not hold (reading
     ``microbatches``, ``plan.gbs``, ``plan.vp`` or the per-micro-batch activations fails).
@@ -1147,7 +1161,7 @@ def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarch
                        microbatches=m, device=work.dev, workload=work.w, hierarchy=hierarchy, spans=spans,
                        stage=work.stage, params_per_gpu=work.params, expert_params_per_gpu=work.expert,
                        tp_overlap=tp_overlap, cost_fn=cost_fn, offload_bw_Bps=work.offload_bw,
-                       activation_bytes=in_hbm, points=points, scenario=scenario)
+                       activation_bytes=in_hbm, points=points, scenario=scenario, software=software)
 
 
 def _code_rule(rule: Any, fresh: np.ndarray, code: np.ndarray, reasons: _Reasons) -> None:
@@ -1312,7 +1326,7 @@ def _point_context(ctx: EvalContext, i: int) -> EvalContext:
     cluster = ctx.cluster.distinct()
     calib = ctx.calibration.distinct()
     scenario = Scenario(cluster=cluster[0][int(cluster[1][i])], model=ctx.model, plan=one_plan,
-                        calibration=calib[0][int(calib[1][i])])
+                        calibration=calib[0][int(calib[1][i])], software=ctx.software)
     hb = ctx.hierarchy
     assert isinstance(hb, HierarchyBatch)
     h = hb.point(i)

@@ -23,7 +23,7 @@ import numpy as np
 
 from twin.core import ops
 from twin.core.ops import Labels
-from twin.core.specs import Calibration, Cluster, Model, Offload, Overlap, Plan, Scenario
+from twin.core.specs import DEFAULT_SOFTWARE, Calibration, Cluster, Model, Offload, Overlap, Plan, Scenario, Software
 
 # Plan fields that may be None, and what a column holds instead.
 _NONE_AS = {"dp": 0, "etp": 0, "recompute_layers": 0, "sequence_parallel": -1, "tp_comm": -1}
@@ -204,7 +204,9 @@ class ColumnView:
 
 @dataclass
 class PointSet:
-    """Points sharing one model: distinct clusters and calibrations, a plan per point.
+    """Points sharing one model and one software stack: distinct clusters and calibrations,
+    a plan per point. The software stack is structure, like the model: its numbers are
+    plain numbers for the whole batch (``evaluate_many`` groups scenarios by it).
 
     ``cluster_ix[i]`` / ``calibration_ix[i]``: the cluster / calibration of point ``i``.
     ``names``: optional scenario names (one per point) for the estimates built from it.
@@ -217,6 +219,7 @@ class PointSet:
     calibration_ix: np.ndarray
     plan: PlanColumns
     names: Sequence[str] | None = None
+    software: Software = DEFAULT_SOFTWARE
 
     def __len__(self) -> int:
         return len(self.cluster_ix)
@@ -225,20 +228,21 @@ class PointSet:
         """The points in ``index`` (same distinct clusters and calibrations)."""
         names = None if self.names is None else [self.names[int(i)] for i in index]
         return PointSet(self.model, self.clusters, self.cluster_ix[index], self.calibrations,
-                        self.calibration_ix[index], self.plan.take(index), names)
+                        self.calibration_ix[index], self.plan.take(index), names, self.software)
 
     def scenario(self, i: int) -> Scenario:
         """Point ``i`` as a :class:`Scenario`."""
         return Scenario(cluster=self.clusters[int(self.cluster_ix[i])], model=self.model,
                         plan=self.plan.plan(i), name="" if self.names is None else self.names[i],
-                        calibration=self.calibrations[int(self.calibration_ix[i])])
+                        calibration=self.calibrations[int(self.calibration_ix[i])], software=self.software)
 
     @classmethod
     def from_scenarios(cls, scenarios: Sequence[Scenario]) -> PointSet:
-        """The points of ``scenarios``, which must share one model (by value)."""
+        """The points of ``scenarios``, which must share one model and one software stack (by value)."""
         if not scenarios:
             raise ValueError("a point set needs at least one scenario")
         model = scenarios[0].model
+        software = scenarios[0].software
         clusters: list[Cluster] = []
         cals: list[Calibration] = []
         cix = np.empty(len(scenarios), np.int64)
@@ -249,6 +253,8 @@ class PointSet:
         for i, s in enumerate(scenarios):
             if s.model is not model and s.model != model:
                 raise ValueError("every scenario of a point set must have the same model")
+            if s.software is not software and s.software != software:
+                raise ValueError("every scenario of a point set must have the same software stack")
             c = s.cluster
             j = seen_c.get(id(c))
             if j is None:
@@ -265,4 +271,5 @@ class PointSet:
                 seen_k[id(cal)] = k
             kix[i] = k
         return cls(model=model, clusters=clusters, cluster_ix=cix, calibrations=cals, calibration_ix=kix,
-                   plan=PlanColumns.from_plans([s.plan for s in scenarios]), names=[s.name for s in scenarios])
+                   plan=PlanColumns.from_plans([s.plan for s in scenarios]), names=[s.name for s in scenarios],
+                   software=software)

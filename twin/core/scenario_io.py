@@ -5,6 +5,7 @@ A scenario may name presets instead of spelling everything out::
     cluster: {system: DGX-H100, num_gpus: 1024}      # any field may be overridden
     model: llama3.1-405b                              # or {preset: llama3.1-405b, seq_len: 4096}
     plan: {tp: 8, pp: 16, gbs: 2048, mbs: 1}
+    software: megatron-core-te                        # or {preset: ..., dispatch_us: 12}; default
 
 Nested mappings of a preset (``scale_out``, ``params`` ...) merge key by key with the
 overrides; everything else replaces.
@@ -23,6 +24,7 @@ from twin.core import schema
 from twin.core.catalog import Catalog
 from twin.core.errors import SpecError
 from twin.core.specs import (
+    DEFAULT_SOFTWARE,
     GPU,
     Calibration,
     Cluster,
@@ -34,6 +36,7 @@ from twin.core.specs import (
     ScaleOut,
     ScaleUp,
     Scenario,
+    Software,
     validate_scenario,
 )
 
@@ -198,8 +201,34 @@ def _build_model(value: Any, catalog: Catalog, path: str) -> Model:
     return schema.load(Model, data, path)
 
 
+def resolve_software(value: Any, catalog: Catalog, path: str = "software") -> Software:
+    """A software stack by preset name, ``{preset: NAME, ...overrides}`` or a mapping of
+    overrides of the default stack (``megatron-core-te``) (cached by value).
+    """
+    if isinstance(value, Software):
+        return value
+    return _cached(catalog, "software", value, path, _build_software)
+
+
+def _build_software(value: Any, catalog: Catalog, path: str) -> Software:
+    if isinstance(value, str):
+        data = catalog.get("software", value, path)
+        data["name"] = catalog.canonical("software", value)
+    elif isinstance(value, Mapping):
+        data = dict(value)
+        preset = data.pop("preset", None)
+        if preset is not None:
+            base = catalog.get("software", preset, f"{path}.preset")
+            base["name"] = catalog.canonical("software", preset)
+            data = _merge(base, data)
+    else:
+        raise SpecError(path, f"must be a software preset name or a mapping (got {value!r})")
+    data.pop("notes", None)
+    return schema.load(Software, data, path)
+
+
 # "failures" is read by twin.core.failures.spec (``twin failures``); other verbs ignore it.
-_KNOWN = frozenset({"name", "cluster", "model", "plan", "calibration", "description", "failures"})
+_KNOWN = frozenset({"name", "cluster", "model", "plan", "calibration", "software", "description", "failures"})
 _KNOWN_TEXT = ", ".join(sorted(_KNOWN))
 _DEFAULT_CALIBRATION = Calibration()
 _load_plan = schema.fast_loader(Plan)
@@ -232,10 +261,13 @@ def scenario_from_dict(data: Any, catalog: Catalog, *, validate: bool = True) ->
     calibration = data.get("calibration")
     calibration = _DEFAULT_CALIBRATION if calibration is None else \
         _load_calibration(calibration, "calibration")
+    software = data.get("software")
+    software = DEFAULT_SOFTWARE if software is None else \
+        _cached(catalog, "software", software, "software", _build_software)
     name = data.get("name", "")
     if not isinstance(name, str):
         raise SpecError("name", f"must be a string (got {name!r})")
-    scenario = _new_scenario(cluster, model, plan, name, calibration)
+    scenario = _new_scenario(cluster, model, plan, name, calibration, software)
     if validate:
         validate_scenario(scenario)
     return scenario

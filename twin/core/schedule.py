@@ -10,6 +10,14 @@ Pipeline schedules (the core owns them; strategies only say what they send):
   ``t_mb`` is a micro-batch on the bottleneck stage and ``t_avg`` on the mean stage
   (both with the communication exposed per micro-batch).
 
+The host (the framework stack, :class:`~twin.core.specs.Software`): the host issues
+kernels asynchronously, so a layer pass costs the larger of its device time and the host
+time to issue it (kernels x host cost per kernel, or one graph replay per captured
+sub-layer); the same holds for a stage's ends (embedding, LM head and loss kernels, the
+per-micro-batch host work and, with pipelining, the send/recv launches and their sync).
+Large layers hide the host entirely; small models, small micro-batches and high TP on
+eager stacks are host-bound (time flat in the micro-batch size).
+
 Written once for one scenario and for a batch (``twin.core.ops``).
 """
 
@@ -23,7 +31,7 @@ from twin.core import ops
 from twin.core.api import StageTimes
 from twin.core.compute import Device, gemm_fwd_time, high_precision, sublayer_times
 from twin.core.memory import recomputed_layers
-from twin.core.specs import Model
+from twin.core.specs import DEFAULT_SOFTWARE, Model, Software
 from twin.core.workload import Workload
 
 
@@ -43,11 +51,29 @@ def stage_layers(layers: int, pp: Any) -> tuple[Any, Any, Any]:
     return first, middle, base
 
 
-def stage_times(plan: Any, model: Model, dev: Device, w: Workload) -> StageTimes:
+def host_layer_s(sw: Software, w: Workload) -> tuple[float, float]:
+    """(forward, backward) host seconds to issue one mean layer of ``w`` on ``sw``.
+
+    Each sub-layer costs its kernels x the host cost per kernel, or one graph replay when
+    the stack captures that kind in a CUDA graph. ``sw`` is shared by a batch: plain numbers.
+    """
+    fwd = bwd = 0.0
+    for kind, count in w.counts.items():
+        if sw.cuda_graphs and kind in sw.graphed:
+            f = b = sw.graph_launch_us
+        else:
+            f, b = sw.fwd_ops(kind) * sw.dispatch_us, sw.bwd_ops(kind) * sw.dispatch_us
+        fwd += f * count
+        bwd += b * count
+    return fwd / w.layers * 1e-6, bwd / w.layers * 1e-6
+
+
+def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software = DEFAULT_SOFTWARE) -> StageTimes:
     """Forward/backward/recompute time of one micro-batch on the bottleneck stage.
 
     The bottleneck is the slowest of the first stage (its layers + the embedding), the
-    last (its layers + the LM head) and, for p > 2, a middle stage.
+    last (its layers + the LM head) and, for p > 2, a middle stage. Every layer pass and
+    every stage end costs the larger of its device and its host time (module docstring).
     """
     frozen = plan.trainable == "lora"
     fwd_l = bwd_l = attn_l = attn_bl = 0.0
@@ -60,7 +86,9 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload) -> StageTimes
     ef, eb, _, _ = sublayer_times(dev, w.embedding, frozen)
     hf, hb, _, _ = sublayer_times(dev, w.head, frozen)
     L, p = model.layers, plan.pp
-    t_layer_f, t_layer_b, t_attn = fwd_l / L, bwd_l / L, attn_l / L
+    host_f, host_b = host_layer_s(sw, w)
+    t_layer_f, t_layer_b = ops.maximum(fwd_l / L, host_f), ops.maximum(bwd_l / L, host_b)
+    t_attn = attn_l / L
     per_layer = t_layer_f + t_layer_b
     # Layers a low-precision recipe keeps in bf16 (Megatron-Core --first-last-layers-bf16:
     # the first and the last layers of the model, so on the first and the last stage):
@@ -74,31 +102,41 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload) -> StageTimes
             f, b, _, _ = sublayer_times(dev16, w.sublayers[kind], frozen)
             d_f += f * count
             d_b += b * count
-        d_f, d_b = d_f / L - t_layer_f, d_b / L - t_layer_b
+        d_f, d_b = ops.maximum(d_f / L, host_f) - t_layer_f, ops.maximum(d_b / L, host_b) - t_layer_b
     piped = p > 1
+    # Host work at a stage's ends per micro-batch and pass: the edge kernels (embedding,
+    # final norm, LM head, loss), the per-micro-batch framework work and, with pipelining,
+    # the send/recv launches (half each in the forward and the backward pass).
+    edge_f, edge_b = sw.edge_fwd_ops * sw.dispatch_us * 1e-6, sw.edge_bwd_ops * sw.dispatch_us * 1e-6
+    mb_half = 0.5e-6 * sw.microbatch_us
     if ops.is_batch(p) or piped:
-        head, emb = hf + hb, ef + eb
+        # Each end stage issues about half of the edge kernels (embedding | head and loss).
+        ends = mb_half + 0.5e-6 * sw.p2p_us
         first, middle, last = stage_layers(L, p)
         # Kept layers beyond the first (last) stage's own are not moved to the next stage.
         k_first, k_last = ops.minimum(kept_start, first), ops.minimum(kept_end, last)
-        ef_p, eb_p = ef + k_first * d_f, eb + k_first * d_b
-        hf_p, hb_p = hf + k_last * d_f, hb + k_last * d_b
+        ef_p = ops.maximum(ef, 0.5 * edge_f + ends) + k_first * d_f
+        eb_p = ops.maximum(eb, 0.5 * edge_b + ends) + k_first * d_b
+        hf_p = ops.maximum(hf, 0.5 * edge_f + ends) + k_last * d_f
+        hb_p = ops.maximum(hb, 0.5 * edge_b + ends) + k_last * d_b
+        head, emb, mid = hf_p + hb_p, ef_p + eb_p, 2.0 * ends
         # The slowest candidate stage; ties keep the earlier one (first, last, middle).
         t_first, t_last = first * per_layer + ef_p + eb_p, last * per_layer + hf_p + hb_p
         pick_last = t_last > t_first
         n_layers = ops.where(pick_last, last, first)
         extra_f, extra_b = ops.where(pick_last, hf_p, ef_p), ops.where(pick_last, hb_p, eb_p)
         if ops.any_(p > 2):
-            pick_mid = ops.logical_and(p > 2, middle * per_layer > ops.where(pick_last, t_last, t_first))
+            pick_mid = ops.logical_and(p > 2, middle * per_layer + mid > ops.where(pick_last, t_last, t_first))
             n_layers = ops.where(pick_mid, middle, n_layers)
-            extra_f, extra_b = ops.where(pick_mid, 0.0, extra_f), ops.where(pick_mid, 0.0, extra_b)
+            extra_f, extra_b = ops.where(pick_mid, ends, extra_f), ops.where(pick_mid, ends, extra_b)
         layers_p = np.asarray(n_layers, np.float64) if ops.is_batch(n_layers) else float(n_layers)
         fwd_p, bwd_p = n_layers * t_layer_f + extra_f, n_layers * t_layer_b + extra_b
-        avg_p = (L * per_layer + head + emb + (k_first + k_last) * (d_f + d_b)) / p
+        avg_p = (L * per_layer + head + emb + ops.maximum(p - 2, 0) * mid) / p
     if ops.is_batch(p) or not piped:
         layers_1 = float(L)
-        fwd_1 = L * t_layer_f + ef + hf + (kept_start + kept_end) * d_f
-        bwd_1 = L * t_layer_b + eb + hb + (kept_start + kept_end) * d_b
+        kept = kept_start + kept_end
+        fwd_1 = L * t_layer_f + ops.maximum(ef + hf, edge_f + mb_half) + kept * d_f
+        bwd_1 = L * t_layer_b + ops.maximum(eb + hb, edge_b + mb_half) + kept * d_b
         avg_1 = fwd_1 + bwd_1
     if ops.is_batch(p):
         layers, fwd, bwd = np.where(piped, layers_p, layers_1), np.where(piped, fwd_p, fwd_1), \
@@ -112,10 +150,12 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload) -> StageTimes
     recompute = ops.where(rc == "full", recomputed_layers("full", plan.recompute_layers, layers) * t_layer_f,
                           ops.where(rc == "selective", layers * t_attn, 0.0))
     gemm_f = sum(sum(gemm_fwd_time(dev, g) for g in w.sublayers[k].gemms) * c for k, c in w.counts.items()) / L
+    # The step's host tail (grad-norm and inf-check syncs, optimizer launches): see Software.
+    host_step = 1e-6 * (sw.step_us + sw.optimizer_us_per_layer * layers)
     return StageTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, attn_fwd_s=t_attn * layers,
                       attn_bwd_s=attn_bl / L * layers,
                       layers=layers, layer_fwd_s=t_layer_f, layer_bwd_s=t_layer_b, gemm_fwd_s=gemm_f,
-                      avg_stage_s=avg + ops.where(piped, recompute, 0.0))
+                      avg_stage_s=avg + ops.where(piped, recompute, 0.0), host_step_s=host_step)
 
 
 def stage_params(plan: Any, w: Workload, layers: Any) -> tuple[Any, Any]:

@@ -405,15 +405,74 @@ class Calibration:
     source: str = ""
 
 
+SubLayerKind = Literal["attention", "mlp", "moe", "mamba"]
+
+
+@dataclass(frozen=True, slots=True)
+class Software:
+    """The framework stack that drives the GPU: how much host time its passes cost.
+
+    A layer pass on the GPU costs the larger of its device time and the host time the
+    framework needs to issue it (kernels per pass x host cost per kernel): the host queues
+    kernels asynchronously, so whichever is slower sets the pace. Kernel counts are per
+    sub-layer kind and per pass (forward, backward) on one GPU, collectives included; the
+    defaults are the ``megatron-core-te`` preset (``twin/presets/software.yaml``, where
+    every number has its source). With ``cuda_graphs`` the sub-layers in ``graphed`` cost
+    one graph launch each instead of their kernels (TE ``make_graphed_callables`` per layer).
+    """
+
+    name: str = "megatron-core-te"
+    attention_fwd_ops: int = spec_field(12, ge=0, le=100_000, doc="kernels per attention sub-layer forward")
+    attention_bwd_ops: int = spec_field(18, ge=0, le=100_000, doc="kernels per attention sub-layer backward")
+    mlp_fwd_ops: int = spec_field(8, ge=0, le=100_000, doc="kernels per dense MLP sub-layer forward")
+    mlp_bwd_ops: int = spec_field(12, ge=0, le=100_000, doc="kernels per dense MLP sub-layer backward")
+    moe_fwd_ops: int = spec_field(26, ge=0, le=100_000, doc="kernels per MoE sub-layer forward")
+    moe_bwd_ops: int = spec_field(36, ge=0, le=100_000, doc="kernels per MoE sub-layer backward")
+    mamba_fwd_ops: int = spec_field(14, ge=0, le=100_000, doc="kernels per Mamba-2 sub-layer forward")
+    mamba_bwd_ops: int = spec_field(24, ge=0, le=100_000, doc="kernels per Mamba-2 sub-layer backward")
+    edge_fwd_ops: int = spec_field(
+        10, ge=0, le=100_000, doc="kernels of embedding + final norm + LM head + loss, forward")
+    edge_bwd_ops: int = spec_field(
+        10, ge=0, le=100_000, doc="kernels of embedding + final norm + LM head + loss, backward")
+    dispatch_us: float = spec_field(
+        10.0, ge=0, le=1e5, doc="host time per kernel issued eagerly (framework dispatch + launch), us")
+    cuda_graphs: bool = False
+    graph_launch_us: float = spec_field(
+        20.0, ge=0, le=1e5, doc="host time of one captured sub-layer's graph replay, us")
+    graphed: tuple[SubLayerKind, ...] = ("attention", "mlp", "mamba")
+    microbatch_us: float = spec_field(
+        150.0, ge=0, le=1e7, doc="host time per micro-batch outside the layers (batch fetch, schedule), us")
+    p2p_us: float = spec_field(
+        100.0, ge=0, le=1e7, doc="host time per micro-batch of the pipeline's send/recv launches and sync, us")
+    step_us: float = spec_field(
+        1500.0, ge=0, le=1e8, doc="host time per step of the step's tail (grad-norm, inf check, "
+                                  "optimizer launches, zero-grad), us")
+    optimizer_us_per_layer: float = spec_field(
+        5.0, ge=0, le=1e7, doc="host time of the optimizer step per transformer layer on a GPU, us")
+    source: str = ""
+
+    def fwd_ops(self, kind: str) -> int:
+        """Kernels of one forward pass of a sub-layer of ``kind``."""
+        return int(getattr(self, f"{kind}_fwd_ops", 0))
+
+    def bwd_ops(self, kind: str) -> int:
+        """Kernels of one backward pass of a sub-layer of ``kind``."""
+        return int(getattr(self, f"{kind}_bwd_ops", 0))
+
+
+DEFAULT_SOFTWARE = Software()
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """cluster + model + plan (+ calibration): one question to the twin."""
+    """cluster + model + plan (+ calibration, software stack): one question to the twin."""
 
     cluster: Cluster
     model: Model
     plan: Plan
     name: str = ""
     calibration: Calibration = dataclasses.field(default_factory=Calibration)
+    software: Software = DEFAULT_SOFTWARE
 
     @property
     def dp(self) -> int:

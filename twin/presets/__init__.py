@@ -1,4 +1,5 @@
-"""Built-in presets (package data): GPUs, efficiency profiles, systems and models.
+"""Built-in presets (package data): GPUs, efficiency profiles, systems, models and
+software stacks.
 
 Registered as the built-in plugin ``presets`` through the ``twin_presets`` hook, the same
 way a third-party package adds its own hardware or models.
@@ -14,7 +15,8 @@ import yaml
 from twin.hookimpl import hookimpl
 
 _FILES = {"gpus": ("gpus.yaml", "gpus"), "efficiency": ("efficiency.yaml", "profiles"),
-          "systems": ("systems.yaml", "systems"), "models": ("models.yaml", "models")}
+          "systems": ("systems.yaml", "systems"), "models": ("models.yaml", "models"),
+          "software": ("software.yaml", "software")}
 
 
 def builtin_presets() -> dict[str, dict[str, dict[str, Any]]]:

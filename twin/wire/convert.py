@@ -43,7 +43,7 @@ RENAMES: dict[str, dict[str, str]] = {
 }
 _REVERSE: dict[str, dict[str, str]] = {msg: {v: k for k, v in table.items()} for msg, table in RENAMES.items()}
 # Messages that also accept a bare preset name where the file format allows one.
-_PRESET_FIELD = {"twin.rpc.v1.Gpu": "preset", "twin.rpc.v1.Model": "preset"}
+_PRESET_FIELD = {"twin.rpc.v1.Gpu": "preset", "twin.rpc.v1.Model": "preset", "twin.rpc.v1.Software": "preset"}
 _STRUCT = "google.protobuf.Struct"
 DEFAULT_MAX_ITEMS = 4096
 
