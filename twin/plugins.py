@@ -29,6 +29,7 @@ BUILTIN: dict[str, str] = {
     "infiniband": "twin_plugins.infiniband",
     "roce": "twin_plugins.roce",
     "cxl": "twin_plugins.cxl",
+    "host_memory": "twin_plugins.host_memory",
     "optics": "twin_plugins.optics",
     "tensor": "twin_plugins.tensor_parallel",
     "pipeline": "twin_plugins.pipeline_parallel",

@@ -52,6 +52,7 @@ PEAK_MESSAGE_BYTES = 2 * 2**30
 ASSUMED_NODES = 4
 _FABRIC_ALIASES = {"unknown": "infiniband", "ethernet": "ethernet"}
 _SEARCH_MBS = (1, 2, 4, 8, 16)
+MEMORY_MISS = "memory-model miss: the published plan does not fit by the twin's count (predicted as published)"
 # The software stack of a case (one rule for every case): its own ``software`` field when
 # it has one, else the first of these that its family names (case-insensitive), else the
 # default stack (megatron-core-te: NeMo, Megatron-Core and NVIDIA's performance recipes;
@@ -62,7 +63,24 @@ _SOFTWARE_BY_FAMILY = (("automodel", "nemo-automodel"), ("torchtitan", "pytorch-
 # (a family dated 2019-2022: Shoeybi et al. 2019, Narayanan et al. 2021, Korthikanti et al.
 # 2022, the README tables of 2020-2021) ran its eager Apex kernels: megatron-deepspeed.
 _PRE_TE_YEAR = re.compile(r"\b20(19|20|21|22)\b")
-_SEARCH_VP = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20)
+# What a stack does with a knob a source leaves unstated (its documented default; one rule
+# for every case, by the case's software preset). mbs has no framework default (Megatron's
+# --micro-batch-size is required), so an unstated mbs is the one knob the twin chooses.
+# - Megatron-Core (--recompute-granularity None; no --num-layers-per-virtual-pipeline-stage):
+#   no recomputation, no interleaving;
+# - the Megatron-LM code base of 2019-2022 (megatron-deepspeed): its published GPT scripts
+#   (examples/pretrain_gpt*.sh) pass --checkpoint-activations, i.e. full recomputation
+#   (Narayanan et al. 2021 count its FLOPs), no interleaving;
+# - torchtitan (activation_checkpoint.mode default "selective"), no pipelining stated;
+# - NeMo AutoModel (activation_checkpointing: false in its benchmark configs);
+# FSDP's reshard_after_forward: PyTorch fully_shard's default (True).
+STACK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "megatron-core-te": {"recompute": "none", "vp": 1},
+    "megatron-core-te-cudagraphs": {"recompute": "none", "vp": 1},
+    "megatron-deepspeed": {"recompute": "full", "vp": 1},
+    "pytorch-fsdp2": {"recompute": "selective", "vp": 1},
+    "nemo-automodel": {"recompute": "none", "vp": 1},
+}
 
 
 @dataclass
@@ -104,6 +122,7 @@ class Report:
             families.setdefault(r.family, []).append(r)
         out = stats(self.cases)
         out["skipped"] = list(self.skipped)
+        out["memory_misses"] = [r.id for r in self.cases if MEMORY_MISS in r.notes]
         out["families"] = {f: stats(rows) for f, rows in sorted(families.items())}
         return out
 
@@ -219,7 +238,6 @@ class _Knobs:
     mbs: tuple[int, ...]
     recompute: tuple[str, ...]
     vp: tuple[int, ...]
-    reshard: tuple[bool, ...] = (True,)
     partial: bool = False
 
 
@@ -291,36 +309,32 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         mbs_opts = tuple(b for b in _SEARCH_MBS if per_rank % b == 0) or (1,)
     else:
         mbs_opts = (int(mbs),)
+    stack = case_software(case)
+    stack_name = stack if isinstance(stack, str) else str(stack.get("preset", "megatron-core-te"))
+    defaults = STACK_DEFAULTS.get(engine.catalog.canonical("software", stack_name), STACK_DEFAULTS["megatron-core-te"])
     rc = _norm_recompute(p.get("recompute"))
-    partial = False
-    if rc is None and cluster.gpu.generation in ("volta", "ampere"):
-        # Megatron-LM's published GPT scripts of the V100/A100 era ran with full activation
-        # checkpointing (--checkpoint-activations; Narayanan et al. 2021 count its FLOPs), so
-        # an unstated setting from that era is taken to be full.
-        rc_opts: tuple[str, ...] = ("full",)
-        notes.append("recompute not published: full assumed (V100/A100-era Megatron default)")
-    elif rc is None or "recompute" in assumed:
-        rc_opts = ("none", "selective", "full")
-        partial = True
-    else:
-        rc_opts = (str(rc),)
+    if rc is None:
+        rc = defaults["recompute"]
+        notes.append(f"recompute not published: {rc} ({stack_name} default)")
+    rc_opts: tuple[str, ...] = (str(rc),)
     vp = p.get("vp")
     if pp > 1 and (vp is None or "vp" in assumed):
-        vp_opts = tuple(v for v in _SEARCH_VP if pp * v <= model.layers) or (1,)
-    else:
-        vp_opts = (int(vp or 1),)
-    # FSDP's reshard-after-forward is a tuning switch sources rarely state (Llama 3 says
-    # "no reshard after forward"); let the twin pick it like the other knobs.
-    reshard_opts = (False, True) if sharding == "fsdp" else (True,)
+        vp = defaults["vp"]
+        notes.append(f"vp not published: {vp} ({stack_name} default)")
+    vp_opts = (int(vp or 1),)
+    if p.get("fsdp_reshard_after_forward") is not None:
+        plan_kwargs["fsdp_reshard_after_forward"] = bool(p["fsdp_reshard_after_forward"])
     plan_kwargs.update(mbs=mbs_opts[0], recompute=rc_opts[0], vp=vp_opts[0])
     plan = schema.load(Plan, plan_kwargs, "plan")
-    software = resolve_software(case_software(case), engine.catalog)
+    software = resolve_software(stack, engine.catalog)
     scn = Scenario(cluster=cluster, model=model, plan=plan, name=str(cid), software=software)
-    return scn, _Knobs(mbs_opts, rc_opts, vp_opts, reshard_opts, partial), notes
+    return scn, _Knobs(mbs_opts, rc_opts, vp_opts), notes
 
 
 def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, float, list[str]]:
-    """The fastest setting of the free knobs that fits in memory (else the fastest)."""
+    """The fastest setting of the free knobs that fits in memory (else the fastest, with a
+    note: a published, running plan that does not fit is a miss of the memory model).
+    """
     best: tuple[bool, float, Scenario] | None = None
     layers_stage = math.ceil(scn.model.layers / scn.plan.pp)
     options = []
@@ -330,10 +344,9 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
             options += [("full", k) for k in sorted({max(1, math.ceil(layers_stage * f)) for f in (0.25, 0.5, 0.75)})
                         if k < layers_stage]
         options.append((rc, None))
-    for mbs, (rc, rl), vp, rs in itertools.product(knobs.mbs, options, knobs.vp, knobs.reshard):
+    for mbs, (rc, rl), vp in itertools.product(knobs.mbs, options, knobs.vp):
         cand = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, mbs=mbs, recompute=rc, vp=vp,
-                                                                 recompute_layers=rl,
-                                                                 fsdp_reshard_after_forward=rs))
+                                                                 recompute_layers=rl))
         try:
             validate_scenario(cand)
             est = engine.model.evaluate(cand, validate=False, report=False)
@@ -346,7 +359,7 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
         raise SpecError("plan", "no setting of the unstated knobs gives a valid plan")
     notes = []
     if not best[0]:
-        notes.append("no setting fits in memory by the twin's count; fastest shown")
+        notes.append(MEMORY_MISS)
     return best[2], best[1], notes
 
 
@@ -373,8 +386,8 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
         except TwinError as err:
             skipped.append({"id": cid, "reason": f"cannot model: {err}"})
             continue
-        free = [k for k, opts in (("mbs", knobs.mbs), ("recompute", knobs.recompute), ("vp", knobs.vp),
-                                  ("fsdp_reshard_after_forward", knobs.reshard)) if len(opts) > 1]
+        free = [k for k, opts in (("mbs", knobs.mbs), ("recompute", knobs.recompute), ("vp", knobs.vp))
+                if len(opts) > 1]
         if free:
             notes.append("chosen by the twin (not published): " + ", ".join(free))
         pl = chosen.plan

@@ -1,8 +1,10 @@
 """Fit the compute-efficiency profiles (twin/presets/efficiency.yaml) to the reference runs.
 
-What is fitted: one GEMM efficiency per GPU generation and precision class (16-bit, fp8)
-and one shared attention-efficiency scale, i.e. the achievable fractions of datasheet
-peaks that end-to-end training reaches. Nothing per case or per family.
+What is fitted: per GPU generation, the ``sustained`` fraction of kernel-level GEMM/HBM
+throughput that end-to-end training reaches and a scale on the fused-attention
+efficiencies (7 constants: Volta has no fused attention). Kernel-level GEMM efficiencies
+by precision come from published kernel benchmarks (efficiency.yaml), not from this fit.
+Nothing per case or per family.
 
 How: plans are fixed first (the twin's own choice of unstated knobs at the current
 profile), then coordinate descent minimises median + p90 of |step-time error| over all
@@ -99,11 +101,21 @@ def with_params(scn: Scenario, params: dict[tuple[str, str], float]) -> Scenario
 BASE_ATTN: dict[str, tuple[float, float]] = {}
 
 
+_ERRORS: dict[tuple[str, tuple[tuple[str, float], ...]], float] = {}
+
+
 def errors(engine: Engine, cases: list[Case], params: dict[tuple[str, str], float]) -> list[float]:
+    """|step-time error| in % per case; a case depends only on its own generation's
+    parameters, so its error is remembered per (case, those parameters)."""
     out = []
     for c in cases:
-        est = engine.model.evaluate(with_params(c.scenario, params), validate=False)
-        out.append(abs(est.step_time_s - c.measured) / c.measured * 100)
+        gen = c.scenario.cluster.gpu.generation
+        key = (c.id, tuple(sorted((k[1], v) for k, v in params.items() if k[0] == gen)))
+        err = _ERRORS.get(key)
+        if err is None:
+            est = engine.model.evaluate(with_params(c.scenario, params), validate=False)
+            err = _ERRORS[key] = abs(est.step_time_s - c.measured) / c.measured * 100
+        out.append(err)
     return out
 
 
@@ -114,8 +126,8 @@ def objective(errs: list[float]) -> float:
 
 
 def fit(engine: Engine, cases: list[Case], start: dict[tuple[str, str], float], rounds: int = 3) -> dict:
-    """Per generation, a joint grid over (sustained, attention scale), then the FP8 GEMM
-    efficiency; repeated until nothing improves. Objective over all cases."""
+    """Per generation, a joint grid over (sustained, attention scale); repeated until
+    nothing improves. Objective over all cases."""
     params = dict(start)
     best = objective(errors(engine, cases, params))
     gens = sorted({k[0] for k in PARAMS})
@@ -131,12 +143,6 @@ def fit(engine: Engine, cases: list[Case], start: dict[tuple[str, str], float], 
                 score = objective(errors(engine, cases, trial))
                 if score < best - 1e-9:
                     best, params, improved = score, trial, True
-            if (gen, "fp8") in PARAMS:
-                for value in PARAMS[(gen, "fp8")]:
-                    trial = {**params, (gen, "fp8"): value}
-                    score = objective(errors(engine, cases, trial))
-                    if score < best - 1e-9:
-                        best, params, improved = score, trial, True
         if not improved:
             break
     return params
@@ -172,17 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in params.items():
         print(f"  {k[0]}.{k[1]} = {v:.2f}")
     if args.lofo:
-        # Leave one family out: refit each generation's `sustained` (the dominant factor)
-        # on the other families, keep the rest at the all-data fit, predict the family.
+        # Leave one family out: refit every fitted constant (each generation's sustained
+        # fraction and attention scale, the same joint grid) on the other families, then
+        # predict the family left out.
         fams = sorted({c.family for c in cases})
         all_errs: list[float] = []
         for fam in fams:
             train = [c for c in cases if c.family != fam]
             test = [c for c in cases if c.family == fam]
-            p = dict(params)
-            for gen in sorted({k[0] for k in PARAMS}):
-                key = (gen, "sustained")
-                p[key] = min(PARAMS[key], key=lambda v, key=key: objective(errors(engine, train, {**p, key: v})))
+            p = fit(engine, train, params)
             e = errors(engine, test, p)
             all_errs += e
             print(f"  LOFO {fam[:60]:60s} {summary(e)}")

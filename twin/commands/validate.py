@@ -43,4 +43,8 @@ def run(args: argparse.Namespace) -> int:
     out.print(f)
     for sk in s["skipped"]:
         out.print(f"skipped {sk['id']}: {sk['reason']}")
+    misses = s.get("memory_misses") or []
+    if misses:
+        out.print(f"memory-model misses ({len(misses)}: published plans that ran but do not fit by the twin's "
+                  f"count; predicted as published): {', '.join(misses)}")
     return 0

@@ -86,12 +86,6 @@ OPTIMIZER_BYTES_PER_PARAM = 34.0
 # channel and uses up to ~32 channels on NVLink systems (NCCL_MAX_NCHANNELS), i.e. ~20-25%
 # of an H100's 132 SMs, which the overlapped GEMMs lose for that time.
 OVERLAP_INTERFERENCE = 0.2
-# Host DRAM as an offload target, over PCIe Gen5 x16: ~55 GB/s achieved of the 64 GB/s
-# per direction (PCI-SIG PCIe 5.0 x16; DMA efficiency ~85%).
-HOST_OFFLOAD_BW_BPS = 55e9
-# Host DRAM per node available to offloading: 2 TiB per 8-GPU node (DGX H100 system memory,
-# NVIDIA DGX H100 user guide), shared by the node's GPUs.
-HOST_MEMORY_PER_NODE_BYTES = 1024 * 2**30 * 2
 # When no efficiency profile is attached to a GPU spec (inline GPUs in tests).
 DEFAULT_EFFICIENCY = ComputeEfficiency(gemm={"bf16": 0.75, "fp16": 0.75, "fp8": 0.65, "fp4": 0.55,
                                              "tf32": 0.7, "fp32": 0.9},
@@ -189,6 +183,8 @@ class ClusterFacts:
     capacity_bytes: float
     offload_bw_Bps: float
     pool_capacity_bytes: float
+    host_bw_Bps: float          # host memory as an offload target (the "host" memory fabric)
+    host_capacity_bytes: float
     tp_overlap_default: bool
     half_peak_tflops: float
     peak_tflops: dict[str, float]
@@ -442,10 +438,14 @@ class TwinModel:
             assert isinstance(mem_fab, MemoryFabric)
             offload_bw = mem_fab.bandwidth_per_gpu_Bps(cluster)
             pool_capacity = mem_fab.capacity_per_gpu_bytes(cluster)
+        host_bw = host_capacity = 0.0
+        host = self.fabrics.by_role.get("memory", {}).get("host")
+        if isinstance(host, MemoryFabric):
+            host_bw, host_capacity = host.bandwidth_per_gpu_Bps(cluster), host.capacity_per_gpu_bytes(cluster)
         gpu = cluster.gpu
         half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
         hit = ClusterFacts(capacity_bytes=gpu.hbm_gib * GIB, offload_bw_Bps=offload_bw,
-                           pool_capacity_bytes=pool_capacity,
+                           pool_capacity_bytes=pool_capacity, host_bw_Bps=host_bw, host_capacity_bytes=host_capacity,
                            tp_overlap_default=gpu.generation in ("hopper", "blackwell"),
                            half_peak_tflops=gpu.peak_tflops[half], peak_tflops=dict(gpu.peak_tflops))
         if len(self._facts) > _CACHE_LIMIT:
@@ -955,6 +955,7 @@ class TwinModel:
 
         cluster_facts = _FactColumns(capacity_bytes=fact("capacity_bytes"), offload_bw_Bps=fact("offload_bw_Bps"),
                                      pool_capacity_bytes=fact("pool_capacity_bytes"),
+                                     host_bw_Bps=fact("host_bw_Bps"), host_capacity_bytes=fact("host_capacity_bytes"),
                                      tp_overlap_default=fact("tp_overlap_default"),
                                      half_peak_tflops=fact("half_peak_tflops"))
         peaks = np.asarray([[(f or proto).peak_tflops.get(str(p), np.nan) for p in precs] for f in facts])
@@ -1069,6 +1070,8 @@ class _FactColumns:
     capacity_bytes: np.ndarray
     offload_bw_Bps: np.ndarray
     pool_capacity_bytes: np.ndarray
+    host_bw_Bps: np.ndarray
+    host_capacity_bytes: np.ndarray
     tp_overlap_default: np.ndarray
     half_peak_tflops: np.ndarray
 
@@ -1084,10 +1087,10 @@ def _shared(plan: Any, model: Model, w: Workload, dp: Any, dev: Device, facts: A
     o = plan.offload
     host = ops.logical_or(ops.logical_or(o.optimizer == "host", o.params == "host"), o.activations == "host")
     if ops.any_(host):
-        # Host DRAM when no pool is attached (a pool's own figures win).
-        offload_bw = ops.where(host, ops.where(offload_bw != 0, offload_bw, HOST_OFFLOAD_BW_BPS), offload_bw)
-        pool_capacity = ops.where(host, ops.where(pool_capacity != 0, pool_capacity,
-                                                  HOST_MEMORY_PER_NODE_BYTES / gpus_per_node), pool_capacity)
+        # Host DRAM (the "host" memory fabric) when no pool is attached (a pool's own figures win).
+        offload_bw = ops.where(host, ops.where(offload_bw != 0, offload_bw, facts.host_bw_Bps), offload_bw)
+        pool_capacity = ops.where(host, ops.where(pool_capacity != 0, pool_capacity, facts.host_capacity_bytes),
+                                  pool_capacity)
     states = model_states(plan, model, w, dp, params, expert)
     opt_s = optimizer_time(plan, params, expert, states.divisors, offload_bw, dev.hbm_Bps)
     return _Shared(states=states, offload_bw=offload_bw, pool_capacity=pool_capacity, optimizer_s=opt_s,

@@ -277,6 +277,14 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
         act = activation_terms(plan, model, w, flash)
     activations = act.per_microbatch * in_flight_microbatches(p, plan.vp, m) + act.recompute_live
     logits = (ACT_BYTES + 4.0) * w.tokens * model.vocab / plan.tp  # bf16 logits + fp32 softmax (last stage)
+    if ops.any_(p > 1):
+        # Pipelined, the logits live on the last stage only, which holds fewer micro-batches
+        # in flight than the first: one under 1F1B, 1 + (v-1)p/v with interleaving (its
+        # warm-up, Narayanan et al. 2021 §2.2.2). The most loaded of the two is counted.
+        last = act.per_microbatch * ops.minimum(m, 1.0 + (plan.vp - 1) * p / plan.vp) + act.recompute_live
+        last_heavier = ops.logical_and(p > 1, last + logits > activations)
+        activations = ops.where(last_heavier, last, activations)
+        logits = ops.where(ops.logical_or(p == 1, last_heavier), logits, 0.0)
     offloaded: Any = 0.0
     o = plan.offload
     off_opt, off_par, off_act = o.optimizer != "none", o.params != "none", o.activations != "none"
