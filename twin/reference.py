@@ -52,6 +52,7 @@ PEAK_MESSAGE_BYTES = 2 * 2**30
 ASSUMED_NODES = 4
 _FABRIC_ALIASES = {"unknown": "infiniband", "ethernet": "ethernet"}
 _SEARCH_MBS = (1, 2, 4, 8, 16)
+_SEARCH_VP = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20)
 MEMORY_MISS = "memory-model miss: the published plan does not fit by the twin's count (predicted as published)"
 # The software stack of a case (one rule for every case): its own ``software`` field when
 # it has one, else the first of these that its family names (case-insensitive), else the
@@ -64,22 +65,24 @@ _SOFTWARE_BY_FAMILY = (("automodel", "nemo-automodel"), ("torchtitan", "pytorch-
 # 2022, the README tables of 2020-2021) ran its eager Apex kernels: megatron-deepspeed.
 _PRE_TE_YEAR = re.compile(r"\b20(19|20|21|22)\b")
 # What a stack does with a knob a source leaves unstated (its documented default; one rule
-# for every case, by the case's software preset). mbs has no framework default (Megatron's
-# --micro-batch-size is required), so an unstated mbs is the one knob the twin chooses.
-# - Megatron-Core (--recompute-granularity None; no --num-layers-per-virtual-pipeline-stage):
-#   no recomputation, no interleaving;
+# for every case, by the case's software preset). Two knobs have no usable default, and an
+# unstated one is the twin's choice (the fastest that fits): mbs (Megatron's
+# --micro-batch-size is required) and, with pipelining, the interleaving depth (tuned
+# pipelined runs interleave, e.g. Llama 3 §3.3.2, Narayanan et al. 2021, but sources rarely
+# give the depth).
+# - Megatron-Core (--recompute-granularity None): no recomputation;
 # - the Megatron-LM code base of 2019-2022 (megatron-deepspeed): its published GPT scripts
 #   (examples/pretrain_gpt*.sh) pass --checkpoint-activations, i.e. full recomputation
-#   (Narayanan et al. 2021 count its FLOPs), no interleaving;
-# - torchtitan (activation_checkpoint.mode default "selective"), no pipelining stated;
+#   (Narayanan et al. 2021 count its FLOPs);
+# - torchtitan (activation_checkpoint.mode default "selective");
 # - NeMo AutoModel (activation_checkpointing: false in its benchmark configs);
 # FSDP's reshard_after_forward: PyTorch fully_shard's default (True).
 STACK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "megatron-core-te": {"recompute": "none", "vp": 1},
-    "megatron-core-te-cudagraphs": {"recompute": "none", "vp": 1},
-    "megatron-deepspeed": {"recompute": "full", "vp": 1},
-    "pytorch-fsdp2": {"recompute": "selective", "vp": 1},
-    "nemo-automodel": {"recompute": "none", "vp": 1},
+    "megatron-core-te": {"recompute": "none"},
+    "megatron-core-te-cudagraphs": {"recompute": "none"},
+    "megatron-deepspeed": {"recompute": "full"},
+    "pytorch-fsdp2": {"recompute": "selective"},
+    "nemo-automodel": {"recompute": "none"},
 }
 
 
@@ -319,9 +322,9 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     rc_opts: tuple[str, ...] = (str(rc),)
     vp = p.get("vp")
     if pp > 1 and (vp is None or "vp" in assumed):
-        vp = defaults["vp"]
-        notes.append(f"vp not published: {vp} ({stack_name} default)")
-    vp_opts = (int(vp or 1),)
+        vp_opts = tuple(v for v in _SEARCH_VP if pp * v <= model.layers) or (1,)
+    else:
+        vp_opts = (int(vp or 1),)
     if p.get("fsdp_reshard_after_forward") is not None:
         plan_kwargs["fsdp_reshard_after_forward"] = bool(p["fsdp_reshard_after_forward"])
     plan_kwargs.update(mbs=mbs_opts[0], recompute=rc_opts[0], vp=vp_opts[0])

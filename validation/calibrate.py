@@ -2,7 +2,9 @@
 
 What is fitted: per GPU generation, the ``sustained`` fraction of kernel-level GEMM/HBM
 throughput that end-to-end training reaches and a scale on the fused-attention
-efficiencies (7 constants: Volta has no fused attention). Kernel-level GEMM efficiencies
+efficiencies of Hopper and Blackwell (6 constants: Volta has no fused attention; on
+Ampere only one family runs fused attention, so its efficiency is the kernel benchmark's,
+not a fit). Kernel-level GEMM efficiencies
 by precision come from published kernel benchmarks (efficiency.yaml), not from this fit.
 Nothing per case or per family.
 
@@ -44,7 +46,6 @@ PARAMS: dict[tuple[str, str], list[float]] = {
     ("ampere", "sustained"): [x / 100 for x in range(50, 101, 2)],
     ("hopper", "sustained"): [x / 100 for x in range(50, 101, 2)],
     ("blackwell", "sustained"): [x / 100 for x in range(50, 101, 2)],
-    ("ampere", "attention"): [x / 100 for x in range(60, 141, 5)],
     ("hopper", "attention"): [x / 100 for x in range(60, 141, 5)],
     ("blackwell", "attention"): [x / 100 for x in range(60, 161, 5)],
 }

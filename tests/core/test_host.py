@@ -68,7 +68,8 @@ def test_a_large_model_is_unchanged_by_the_software_stack(engine):
     kw = {"model": "llama3.1-70b", "gpus": 64, "tp": 8, "mbs": 1, "m": 16}
     base = _step(engine, None, **kw)
     for name in engine.catalog.names("software"):
-        assert _step(engine, name, **kw) == pytest.approx(base, rel=0.005), name
+        # The host's share only (a stack without flash attention is another matter, below).
+        assert _step(engine, {"preset": name, "flash_attention": True}, **kw) == pytest.approx(base, rel=0.005), name
     est = engine.model.evaluate(_scenario(engine, None, **kw), report=False)
     assert not any("host-bound" in n for n in est.notes)
 
@@ -168,3 +169,15 @@ def test_software_is_a_frozen_slotted_spec():
     with pytest.raises(dataclasses.FrozenInstanceError):
         sw.dispatch_us = 1.0  # type: ignore[misc]
     assert not hasattr(sw, "__dict__")
+
+
+def test_a_stack_without_flash_attention_runs_and_stores_attention_unfused(engine):
+    """Megatron-LM before 2023 (megatron-deepspeed preset): batched GEMMs around a fused
+    softmax, the score matrix kept for backward, so attention is slower and memory larger."""
+    big = {"preset": "llama3.1-8b", "seq_len": 4096}
+    flash = engine.model.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "flash_attention": True},
+                                            model=big, gpus=8, tp=8))
+    unfused = engine.model.evaluate(_scenario(engine, "megatron-deepspeed", model=big, gpus=8, tp=8))
+    assert unfused.step_time_s > flash.step_time_s
+    # Scores + softmax + dropout mask: 2.5 x heads x seq bytes-units per token (Korthikanti et al. §4).
+    assert unfused.memory.activations > flash.memory.activations

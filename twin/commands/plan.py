@@ -40,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", type=_csv(str, "recompute"), default=RECOMPUTE,
                    help="comma-separated recompute settings (default none,selective,full)")
     p.add_argument("--max-tp", type=int, default=None, help="largest tensor-parallel degree to try")
+    p.add_argument("--software", default=None,
+                   help="framework stack preset (default megatron-core-te; see twin plugins)")
     p.add_argument("--memory-headroom", type=float, default=0.0,
                    help="fraction of HBM a plan must leave free to count as fitting (default 0)")
     p.add_argument("--executor", choices=EXECUTORS, default="inline", help="inline (default), ray or auto")
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     engine = settings.build()
     space = space_for(engine, args.model, args.system, args.gpus, gbs=args.gbs, seq_len=args.seq_len,
                       shardings=args.sharding, recompute=args.recompute, precisions=args.precision,
-                      max_tp=args.max_tp)
+                      max_tp=args.max_tp, software=args.software)
     res = search_plans(engine, space, top=max(1, args.top), executor=args.executor, ray_address=args.ray_address,
                        settings=settings, memory_headroom=args.memory_headroom)
     if args.json:

@@ -453,12 +453,16 @@ class TwinModel:
         self._facts[key] = hit
         return hit
 
-    def device(self, gpu: GPU, precision: str, scale: float, recipe: str = "auto") -> Device:
-        """Timing parameters of ``gpu`` for ``precision``, its recipe and a compute calibration (cached)."""
-        key = (self._key(gpu), precision, scale, recipe)
+    def device(self, gpu: GPU, precision: str, scale: float, recipe: str = "auto", flash: bool = True) -> Device:
+        """Timing parameters of ``gpu`` for ``precision``, its recipe and a compute calibration
+        (cached); ``flash``: whether the software stack runs fused (flash) attention.
+        """
+        key = (self._key(gpu), precision, scale, recipe, flash)
         hit = self._devices.get(key)
         if hit is None:
             hit = device_for(gpu, precision, gpu.efficiency or DEFAULT_EFFICIENCY, scale, recipe)
+            if not flash:
+                hit = dataclasses.replace(hit, flash=False)
             if len(self._devices) > _CACHE_LIMIT:
                 self._devices.clear()
             self._devices[key] = hit
@@ -543,7 +547,8 @@ class TwinModel:
         hit = self._setups.get(key)
         if hit is None:
             facts = self.cluster_facts(cluster)
-            dev = self.device(cluster.gpu, plan.precision, cal.compute_efficiency, plan.recipe)
+            dev = self.device(cluster.gpu, plan.precision, cal.compute_efficiency, plan.recipe,
+                              scenario.software.flash_attention)
             w = build_workload(model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp)
             stage, params, expert, act = self._stage(plan, model, dev, w, scenario.software)
             hierarchy = self.hierarchy(scenario)
@@ -931,7 +936,8 @@ class TwinModel:
             g, rest = divmod(k, n_pr * len(scales))
             pr, s = divmod(rest, len(scales))
             p, r = divmod(pr, len(recipes))
-            devs.append(self.device(gpus[g], str(precs[p]), float(scales[s]), str(recipes[r])))
+            devs.append(self.device(gpus[g], str(precs[p]), float(scales[s]), str(recipes[r]),
+                                    ps.software.flash_attention))
         # Work of each distinct (degrees, micro-batch, recompute, device).
         sp = plan.sp
         etp = plan.expert_tp

@@ -436,6 +436,9 @@ class Software:
         10, ge=0, le=100_000, doc="kernels of embedding + final norm + LM head + loss, backward")
     dispatch_us: float = spec_field(
         10.0, ge=0, le=1e5, doc="host time per kernel issued eagerly (framework dispatch + launch), us")
+    # Fused (flash) attention (Dao et al. 2022); off: the stack's attention is batched GEMMs
+    # around a fused softmax kernel, storing the score matrix (Megatron-LM before 2023).
+    flash_attention: bool = True
     cuda_graphs: bool = False
     graph_launch_us: float = spec_field(
         20.0, ge=0, le=1e5, doc="host time of one captured sub-layer's graph replay, us")

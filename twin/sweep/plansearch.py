@@ -33,8 +33,8 @@ from twin.core import schema
 from twin.core.errors import SpecError
 from twin.core.ops import Labels
 from twin.core.points import PlanColumns
-from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model
-from twin.core.specs import Calibration, Cluster, Model, Plan, Scenario
+from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model, resolve_software
+from twin.core.specs import DEFAULT_SOFTWARE, Calibration, Cluster, Model, Plan, Scenario, Software
 from twin.sweep.job import EngineSettings, Job
 from twin.sweep.points import PointBatch
 from twin.sweep.reduce import SweepResult, nrows, row_dict
@@ -82,6 +82,7 @@ class PlanSpace:
     shardings: tuple[str, ...]
     precisions: tuple[str, ...]
     start: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    software: Software = DEFAULT_SOFTWARE
 
     @property
     def total(self) -> int:
@@ -94,7 +95,8 @@ class PlanSpace:
 
 
 def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plans",
-                calibration: Calibration | None = None, shardings: Sequence[str] = tuple(SHARDINGS),
+                calibration: Calibration | None = None, software: Software = DEFAULT_SOFTWARE,
+                shardings: Sequence[str] = tuple(SHARDINGS),
                 recompute: Sequence[str] = RECOMPUTE, precisions: Sequence[str] | None = None,
                 max_tp: int | None = None, max_pp: int | None = None, max_cp: int | None = None,
                 cp_values: Sequence[int] | None = None, ep_values: Sequence[int] | None = None) -> PlanSpace:
@@ -146,7 +148,7 @@ def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plan
     start = np.concatenate([[0], np.cumsum(vp_counts)[:-1]]).astype(np.int64) if counts else np.zeros(0, np.int64)
     return PlanSpace(name=name, cluster=cluster, model=model, base=base, calibration=calibration or Calibration(),
                      groups=groups, vp_counts=vp_counts, shardings=tuple(SHARDINGS), precisions=precisions,
-                     start=start)
+                     start=start, software=software)
 
 
 class PlanSource:
@@ -177,7 +179,7 @@ class PlanSource:
         columns = {"etp": np.where(etp == 0, rows[:, 0], etp)} if sp.model.moe is not None else {}
         return PointBatch(ids=ids, models=[sp.model], model_ix=zeros, clusters=[sp.cluster], cluster_ix=zeros,
                           calibrations=[sp.calibration], calibration_ix=zeros, plan=plan,
-                          error_ix=np.full(n, -1, np.int64), errors=[], columns=columns)
+                          error_ix=np.full(n, -1, np.int64), errors=[], columns=columns, software=sp.software)
 
 
 # ----------------------------------------------------------------- inputs
@@ -217,8 +219,11 @@ def default_gbs(seq_len: int) -> int:
 
 
 def space_for(engine: Engine, model: Any, system: Any, gpus: int, *, gbs: int | None = None,
-              seq_len: int | None = None, plan: Mapping[str, Any] | None = None, **options: Any) -> PlanSpace:
-    """The plan space of ``model`` on ``gpus`` GPUs of ``system`` (names or files)."""
+              seq_len: int | None = None, plan: Mapping[str, Any] | None = None, software: Any = None,
+              **options: Any) -> PlanSpace:
+    """The plan space of ``model`` on ``gpus`` GPUs of ``system`` (names or files); ``software``:
+    the framework stack (a preset name or mapping, default ``megatron-core-te``).
+    """
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise SpecError("gpus", f"must be an integer >= 1 (got {gpus!r})")
     m = model if isinstance(model, Model) else load_model(model, engine)
@@ -242,7 +247,8 @@ def space_for(engine: Engine, model: Any, system: Any, gpus: int, *, gbs: int | 
     for fab in engine.model.cluster_fabrics(scn.cluster):
         fab.validate(c, "cluster")
     name = f"{m.name or 'model'} on {gpus} x {c.name or c.gpu.name}"
-    return build_space(c, m, base, name=name, **options)
+    stack = resolve_software(software, engine.catalog) if software is not None else DEFAULT_SOFTWARE
+    return build_space(c, m, base, name=name, software=stack, **options)
 
 
 def plan_job(space: PlanSpace, *, top: int = 5, metric: str = "step_time_s", order: str = "min",
@@ -293,7 +299,7 @@ def plan_scenario(space: PlanSpace, row: Mapping[str, Any]) -> Scenario:
                                optimizer_sharding=sharding, fsdp_reshard_after_forward=reshard, dp=None,
                                etp=None if etp is None or int(etp) == int(row["tp"]) else int(etp))
     return Scenario(cluster=space.cluster, model=space.model, plan=plan, calibration=space.calibration,
-                    name=space.name)
+                    name=space.name, software=space.software)
 
 
 def search_plans(engine: Engine, space: PlanSpace, *, top: int = 5, executor: Any = "inline",

@@ -25,7 +25,7 @@ import numpy as np
 from twin.core.errors import NotFoundError, SpecError
 from twin.core.evaluate import spec_key
 from twin.core.points import _NESTED, PlanColumns, PointSet, plan_column
-from twin.core.specs import Calibration, Cluster, Model, Plan, Scenario
+from twin.core.specs import DEFAULT_SOFTWARE, Calibration, Cluster, Model, Plan, Scenario, Software
 from twin.sweep.metrics import reason_of
 from twin.sweep.spec import Axis, SweepSpec, _from_unit, apply_values, build_section, get_path
 
@@ -54,6 +54,7 @@ class PointBatch:
     errors: list[str]
     columns: dict[str, Any] = field(default_factory=dict)
     axis_codes: list[tuple[Axis, np.ndarray]] = field(default_factory=list)
+    software: Software = DEFAULT_SOFTWARE   # one stack for the whole sweep (base.software)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -83,13 +84,14 @@ class PointBatch:
         if self.error_ix[i] >= 0:
             raise SpecError("point", f"point {int(self.ids[i])} has no scenario: {self.errors[self.error_ix[i]]}")
         return Scenario(cluster=self.clusters[int(self.cluster_ix[i])], model=self.models[int(self.model_ix[i])],
-                        plan=self.plan.plan(i), calibration=self.calibrations[int(self.calibration_ix[i])])
+                        plan=self.plan.plan(i), calibration=self.calibrations[int(self.calibration_ix[i])],
+                        software=self.software)
 
     def point_set(self, idx: np.ndarray) -> PointSet:
         """The points in ``idx`` (which must share one model and have no error)."""
         return PointSet(model=self.models[int(self.model_ix[idx[0]])], clusters=self.clusters,
                         cluster_ix=self.cluster_ix[idx], calibrations=self.calibrations,
-                        calibration_ix=self.calibration_ix[idx], plan=self.plan.take(idx))
+                        calibration_ix=self.calibration_ix[idx], plan=self.plan.take(idx), software=self.software)
 
 
 class _Interned:
@@ -164,6 +166,7 @@ class SweepSource:
         self._plan_template: Plan | None = None
         self._plan_firsts: dict[int, Any] = {}
         self._converted: dict[tuple[int, Any], Any] = {}
+        self.software: Software = build_section("software", spec.base.get("software") or {}, catalog)
 
     # ------------------------------------------------------------ values
     def codes(self, ids: np.ndarray) -> list[np.ndarray]:
@@ -301,7 +304,7 @@ class SweepSource:
         return PointBatch(ids=ids, models=lists["model"], model_ix=index["model"], clusters=lists["cluster"],
                           cluster_ix=index["cluster"], calibrations=lists["calibration"],
                           calibration_ix=index["calibration"], plan=plan, error_ix=error_ix, errors=errors,
-                          axis_codes=list(zip(self.spec.axes, codes, strict=True)))
+                          axis_codes=list(zip(self.spec.axes, codes, strict=True)), software=self.software)
 
 
 def _grid_codes(start: int, n: int, stride: int, radix: int) -> np.ndarray:

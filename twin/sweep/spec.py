@@ -38,12 +38,12 @@ from twin.core import schema
 from twin.core.catalog import Catalog
 from twin.core.errors import NotFoundError, SpecError, TooLargeError, TwinError
 from twin.core.failures.spec import FailureSpec, load_failure_spec
-from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model
+from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model, resolve_software
 from twin.core.specs import Calibration, Cluster, Model, Plan
 from twin.sweep.metrics import METRICS, default_order
 
 MODES = ("grid", "zip", "random")
-SECTIONS = ("cluster", "model", "plan", "calibration", "failures")
+SECTIONS = ("cluster", "model", "plan", "calibration", "failures", "software")
 # Above this many points a sweep must be split (or the limit raised by the caller).
 DEFAULT_MAX_POINTS = 100_000_000
 # Values of one axis (a range, a sample's n, a list). An axis longer than the sweep's point
@@ -228,6 +228,9 @@ def build_section(section: str, data: Any, catalog: Catalog) -> Any:
     if section == "failures":
         # Failure rates, checkpointing, spares: only failure metrics use it (twin.sweep.failmetrics).
         return load_failure_spec(data, "failures")
+    if section == "software":
+        # One stack for the whole sweep (a batch shares its software, like its model).
+        return resolve_software(data.get("preset") if set(data) == {"preset"} else data, catalog)
     raise SpecError(section, "unknown section")  # pragma: no cover - paths are checked first
 
 
@@ -388,6 +391,8 @@ def _axis(data: Any, i: int, mode: str, limit: int = _MAX_RANGE) -> Axis:
         raise SpecError(f"{where}.{unknown[0]}", f"unknown field; expected one of: {', '.join(sorted(_AXIS_KEYS))}")
     if "path" not in data:
         raise SpecError(f"{where}.path", "is required")
+    if str(data["path"]).split(".")[0] == "software":
+        raise SpecError(f"{where}.path", "a sweep runs one software stack: set base.software (it cannot be an axis)")
     check_path(data["path"], f"{where}.path")
     given = [k for k in ("values", "range", "sample") if k in data]
     if len(given) != 1:
@@ -440,6 +445,8 @@ def parse_spec(data: Any, *, base_dir: Path | None = None, max_points: int = DEF
     for key in base:
         if key not in (*SECTIONS, "name", "description"):
             raise SpecError(f"base.{key}", f"unknown field; expected one of: {', '.join((*SECTIONS, 'name'))}")
+    if isinstance(base.get("software"), str):
+        base = {**base, "software": {"preset": base["software"]}}
     axes_data = data.get("axes", [])
     if not isinstance(axes_data, list):
         raise SpecError("axes", f"must be a list (got {axes_data!r})")
