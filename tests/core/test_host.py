@@ -69,7 +69,8 @@ def test_a_large_model_is_unchanged_by_the_software_stack(engine):
     base = _step(engine, None, **kw)
     for name in engine.catalog.names("software"):
         # The host's share only (a stack without flash attention is another matter, below).
-        assert _step(engine, {"preset": name, "flash_attention": True}, **kw) == pytest.approx(base, rel=0.005), name
+        same_kernels = {"preset": name, "flash_attention": True, "tp_comm_overlap": True}
+        assert _step(engine, same_kernels, **kw) == pytest.approx(base, rel=0.005), name
     est = engine.model.evaluate(_scenario(engine, None, **kw), report=False)
     assert not any("host-bound" in n for n in est.notes)
 
@@ -181,3 +182,13 @@ def test_a_stack_without_flash_attention_runs_and_stores_attention_unfused(engin
     assert unfused.step_time_s > flash.step_time_s
     # Scores + softmax + dropout mask: 2.5 x heads x seq bytes-units per token (Korthikanti et al. §4).
     assert unfused.memory.activations > flash.memory.activations
+
+
+def test_tp_overlap_defaults_to_what_the_stack_does(engine):
+    """DTensor TP (pytorch-fsdp2) issues its collectives between the GEMMs: exposed, unless the plan says otherwise."""
+    kw = {"model": "llama3.1-70b", "gpus": 8, "tp": 8, "mbs": 1, "m": 4}
+    te = engine.model.evaluate(_scenario(engine, {"preset": "pytorch-fsdp2", "tp_comm_overlap": True}, **kw))
+    dtensor = engine.model.evaluate(_scenario(engine, "pytorch-fsdp2", **kw))
+    assert dtensor.breakdown.exposed_comm_s["tp"] > te.breakdown.exposed_comm_s["tp"]
+    forced = engine.model.evaluate(_scenario(engine, "pytorch-fsdp2", overlap={"tp_comm": True}, **kw))
+    assert forced.breakdown.exposed_comm_s["tp"] == pytest.approx(te.breakdown.exposed_comm_s["tp"])

@@ -1153,10 +1153,12 @@ def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarch
     """
     plan = work.plan
     tp_comm = plan.overlap.tp_comm
+    # Unset: on where both the GPU (Hopper+, TE userbuffers) and the stack support it.
+    default = ops.logical_and(work.tp_overlap_default, software.tp_comm_overlap)
     if points:
-        tp_overlap = np.where(tp_comm < 0, work.tp_overlap_default, tp_comm == 1)
+        tp_overlap = np.where(tp_comm < 0, default, tp_comm == 1)
     else:
-        tp_overlap = work.tp_overlap_default if tp_comm is None else tp_comm
+        tp_overlap = default if tp_comm is None else tp_comm
     # The activations one micro-batch keeps in HBM (offloaded activations: the two staged layers).
     act = work.act
     if schedule:

@@ -439,6 +439,11 @@ class Software:
     # Fused (flash) attention (Dao et al. 2022); off: the stack's attention is batched GEMMs
     # around a fused softmax kernel, storing the score matrix (Megatron-LM before 2023).
     flash_attention: bool = True
+    # Tensor-parallel communication overlapped with the GEMMs by default on Hopper and later
+    # (Transformer Engine userbuffers, --tp-comm-overlap in NVIDIA's recipes); off: the
+    # stack issues TP collectives between its GEMMs (PyTorch DTensor TP without async-TP,
+    # Megatron-LM before TE). plan.overlap.tp_comm overrides it either way.
+    tp_comm_overlap: bool = True
     cuda_graphs: bool = False
     graph_launch_us: float = spec_field(
         20.0, ge=0, le=1e5, doc="host time of one captured sub-layer's graph replay, us")
