@@ -18,8 +18,9 @@ def training(engine):
 
 def test_training_runs_step_time_error(training):
     s = training.summary()
-    assert s["median_abs_error_pct"] <= 10.5
-    assert s["p90_abs_error_pct"] <= 25.0
+    # 2026-12-01: median 5.3%, p90 20.5% over 145 runs (docs/fidelity.md).
+    assert s["median_abs_error_pct"] <= 6.0
+    assert s["p90_abs_error_pct"] <= 22.0
 
 
 def test_pretraining_cases_error(training, engine):
@@ -28,12 +29,12 @@ def test_pretraining_cases_error(training, engine):
     kinds = {c["id"]: c["kind"] for c in yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]}
     errs = sorted(abs(c.error_pct) for c in training.cases if kinds[c.id] == "pretrain")
     median = errs[len(errs) // 2]
-    assert median <= 10.5
+    assert median <= 6.0
 
 
 def test_no_case_with_a_step_time_and_complete_plan_is_skipped(training):
     assert training.skipped == []
-    assert len(training.cases) == 143
+    assert len(training.cases) == 145
 
 
 def test_json_shape(training):
@@ -109,3 +110,14 @@ cases:
     assert report.skipped == []
     assert report.cases[0].plan["precision"] == "bf16"
     assert report.cases[0].plan["recompute"] == "full"
+
+
+def test_memory_model_misses_are_listed_not_hidden(training):
+    """A published plan that ran but does not fit by the twin's count is predicted as
+    published and listed, never silently replaced by another plan."""
+    misses = training.summary()["memory_misses"]
+    assert misses and all(any("memory-model miss" in n for n in c.notes) for c in training.cases if c.id in misses)
+    # NeMo 24.07 Llama 3 8B: recompute unstated, so Megatron-Core's default (none), kept even
+    # though the twin's count says it does not fit (the run did).
+    case = next(c for c in training.cases if c.id == "nemo2407-pretrain-LLAMA3-8B-8gpu")
+    assert case.id in misses and case.plan["recompute"] == "none"
