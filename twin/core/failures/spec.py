@@ -41,8 +41,8 @@ CHECKPOINT_BYTES_PER_PARAM = 14.0
 # (failures.yaml: llama3-checkpoint-storage), i.e. ~122 MB/s per GPU, scaled to the job.
 STORAGE_BYTES_PER_S_PER_GPU = 2e12 / 16384
 # Asynchronous checkpointing blocks only for the device-to-host copy of each GPU's shard:
-# PCIe Gen5 x16 achieves ~55 GB/s of 64 per direction (same figure as the host-offload
-# path in twin/core/evaluate.py).
+# PCIe Gen5 x16 achieves ~55 GB/s of 63 per direction (85% DMA efficiency, as the host
+# memory fabric plugins/host_memory.py assumes for offloading).
 HOST_COPY_GBPS = 55.0
 
 
