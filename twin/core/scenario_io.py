@@ -96,18 +96,26 @@ def resolve_gpu(value: Any, catalog: Catalog, path: str = "cluster.gpu") -> GPU:
     return _cached(catalog, "gpu", value, path, _build_gpu)
 
 
-def _build_gpu(value: Any, catalog: Catalog, path: str) -> GPU:
+def _preset_mapping(value: Any, catalog: Catalog, kind: str, path: str, what: str) -> dict[str, Any]:
+    """The mapping of a preset name, or of ``{preset: NAME, ...overrides}`` (the preset's
+    fields under the overrides), or of a plain mapping; named after its preset.
+    """
     if isinstance(value, str):
-        data = catalog.get("gpus", value, path)
-        data["name"] = catalog.canonical("gpus", value)
-    elif isinstance(value, Mapping):
+        data = catalog.get(kind, value, path)
+        data["name"] = catalog.canonical(kind, value)
+        return data
+    if isinstance(value, Mapping):
         data = dict(value)
         preset = data.pop("preset", None)
         if preset is not None:
-            data = _merge(catalog.get("gpus", preset, f"{path}.preset"), data)
-            data.setdefault("name", catalog.canonical("gpus", preset))
-    else:
-        raise SpecError(path, f"must be a GPU preset name or a mapping (got {value!r})")
+            data = _merge(catalog.get(kind, preset, f"{path}.preset"), data)
+            data.setdefault("name", catalog.canonical(kind, preset))
+        return data
+    raise SpecError(path, f"must be a {what} preset name or a mapping (got {value!r})")
+
+
+def _build_gpu(value: Any, catalog: Catalog, path: str) -> GPU:
+    data = _preset_mapping(value, catalog, "gpus", path, "GPU")
     eff = data.get("efficiency")
     if eff is None:
         eff = data.get("generation")
@@ -211,18 +219,7 @@ def resolve_software(value: Any, catalog: Catalog, path: str = "software") -> So
 
 
 def _build_software(value: Any, catalog: Catalog, path: str) -> Software:
-    if isinstance(value, str):
-        data = catalog.get("software", value, path)
-        data["name"] = catalog.canonical("software", value)
-    elif isinstance(value, Mapping):
-        data = dict(value)
-        preset = data.pop("preset", None)
-        if preset is not None:
-            base = catalog.get("software", preset, f"{path}.preset")
-            base["name"] = catalog.canonical("software", preset)
-            data = _merge(base, data)
-    else:
-        raise SpecError(path, f"must be a software preset name or a mapping (got {value!r})")
+    data = _preset_mapping(value, catalog, "software", path, "software")
     data.pop("notes", None)
     return schema.load(Software, data, path)
 
