@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,8 +34,11 @@ class Breakdown:
 
     @property
     def total_s(self) -> float:
-        """Sum of every part (== the step time)."""
-        return (self.compute_s + self.recompute_s + sum(self.exposed_comm_s.values()) + self.bubble_s
+        """Sum of every part (== the step time). The exposed communication is summed exactly
+        (``math.fsum``), so the total does not depend on the order of the dimensions (a map
+        on the wire has none).
+        """
+        return (self.compute_s + self.recompute_s + math.fsum(self.exposed_comm_s.values()) + self.bubble_s
                 + self.optimizer_s + self.offload_s + self.overlap_interference_s)
 
 
