@@ -208,7 +208,7 @@ class ActivationTerms:
 
 def activation_terms(plan: Any, model: Model, w: Workload, flash: Any) -> ActivationTerms:
     """Activation bytes of the most loaded (first) stage that do not depend on m or v."""
-    layers_stage = first_stage_layers(model.layers, plan.pp)
+    layers_stage = first_stage_layers(model.layers, plan.pp, plan.pp_first_layers, plan.pp_last_layers)
     stored = activation_bytes_per_token_layer(plan, model, w, flash)
     checkpoint = ACT_BYTES * ops.where(plan.sp, model.hidden / plan.tp, model.hidden)  # a recomputed layer's input
     recomputed = recomputed_layers(plan.recompute, plan.recompute_layers, layers_stage)
@@ -281,7 +281,9 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
         # Pipelined, the logits live on the last stage only, which holds fewer micro-batches
         # in flight than the first: one under 1F1B, 1 + (v-1)p/v with interleaving (its
         # warm-up, Narayanan et al. 2021 §2.2.2). The most loaded of the two is counted.
-        last = act.per_microbatch * ops.minimum(m, 1.0 + (plan.vp - 1) * p / plan.vp) + act.recompute_live
+        first_l, _, last_l = stage_layers(model.layers, p, plan.pp_first_layers, plan.pp_last_layers)
+        in_flight_last = ops.minimum(m, 1.0 + (plan.vp - 1) * p / plan.vp)
+        last = act.per_microbatch * last_l / ops.maximum(first_l, 1) * in_flight_last + act.recompute_live
         last_heavier = ops.logical_and(p > 1, last + logits > activations)
         activations = ops.where(last_heavier, last, activations)
         logits = ops.where(ops.logical_or(p == 1, last_heavier), logits, 0.0)
@@ -293,7 +295,7 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
         optim = ops.where(off_opt, 0.0, optim)
     if ops.any_(off_par):
         offloaded = ops.where(off_par, offloaded + weights, offloaded)
-        layers_stage = first_stage_layers(model.layers, p)
+        layers_stage = first_stage_layers(model.layers, p, plan.pp_first_layers, plan.pp_last_layers)
         weights = ops.where(off_par, states.weight_bytes * 2 * params_gpu / ops.maximum(1.0, layers_stage), weights)
     if ops.any_(off_act):
         offloaded = ops.where(off_act, offloaded + activations, offloaded)
@@ -320,7 +322,34 @@ def recomputed_layers(recompute: Any, requested: Any, layers_stage: Any) -> Any:
     return np.where(full, np.where(req > 0, np.minimum(req, layers), layers), 0.0)
 
 
-def first_stage_layers(layers: int, pp: Any) -> Any:
-    """Layers on the first pipeline stage (see ``schedule.stage_layers``)."""
+def stage_layers(layers: int, pp: Any, first_given: Any = None, last_given: Any = None) -> tuple[Any, Any, Any]:
+    """Layers on the (first, middle, last) pipeline stages.
+
+    Even when ``pp`` divides ``layers`` (Megatron-Core's default split). Otherwise the
+    stages one layer short are the last and the first, which also hold the LM head and
+    the most in-flight activations (Llama 3 paper §3.3.2: "one fewer layer on the first
+    and the last stage"). ``first_given`` / ``last_given`` (None, or 0 in a batch: not
+    set) are Megatron-Core's uneven layout (--decoder-first-pipeline-num-layers,
+    --decoder-last-pipeline-num-layers): the other stages split the rest evenly.
+    """
     base, extra = divmod(layers, pp)
-    return ops.where(ops.logical_and(extra != 0, pp - extra < 2), base + 1, base)
+    even = extra == 0
+    short = pp - extra
+    first = ops.where(ops.logical_or(even, short >= 2), base, base + 1)
+    middle = ops.where(even, base, base + 1)
+    last: Any = base
+    f = 0 if first_given is None else first_given
+    last_n = 0 if last_given is None else last_given
+    if ops.any_(ops.logical_or(f > 0, last_n > 0)):
+        rest_stages = pp - (f > 0) - (last_n > 0)
+        per = (layers - f - last_n) // ops.maximum(rest_stages, 1)
+        uneven = ops.logical_or(f > 0, last_n > 0)
+        first = ops.where(uneven, ops.where(f > 0, f, per), first)
+        last = ops.where(uneven, ops.where(last_n > 0, last_n, per), last)
+        middle = ops.where(uneven, per, middle)
+    return first, middle, last
+
+
+def first_stage_layers(layers: int, pp: Any, first_given: Any = None, last_given: Any = None) -> Any:
+    """Layers on the first pipeline stage (see :func:`stage_layers`)."""
+    return stage_layers(layers, pp, first_given, last_given)[0]

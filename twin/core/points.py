@@ -26,7 +26,8 @@ from twin.core.ops import Labels
 from twin.core.specs import DEFAULT_SOFTWARE, Calibration, Cluster, Model, Offload, Overlap, Plan, Scenario, Software
 
 # Plan fields that may be None, and what a column holds instead.
-_NONE_AS = {"dp": 0, "etp": 0, "recompute_layers": 0, "sequence_parallel": -1, "tp_comm": -1}
+_NONE_AS = {"dp": 0, "etp": 0, "recompute_layers": 0, "pp_first_layers": 0, "pp_last_layers": 0,
+            "sequence_parallel": -1, "tp_comm": -1}
 
 
 def plan_column(values: Sequence[Any], name: str) -> np.ndarray:
@@ -85,6 +86,8 @@ class PlanColumns:
     tp: np.ndarray
     pp: np.ndarray
     vp: np.ndarray
+    pp_first_layers: np.ndarray
+    pp_last_layers: np.ndarray
     dp: np.ndarray
     cp: np.ndarray
     ep: np.ndarray

@@ -30,25 +30,9 @@ import numpy as np
 from twin.core import ops
 from twin.core.api import StageTimes
 from twin.core.compute import Device, gemm_fwd_time, high_precision, sublayer_times
-from twin.core.memory import recomputed_layers
+from twin.core.memory import recomputed_layers, stage_layers
 from twin.core.specs import DEFAULT_SOFTWARE, Model, Software
 from twin.core.workload import Workload
-
-
-def stage_layers(layers: int, pp: Any) -> tuple[Any, Any, Any]:
-    """Layers on the (first, middle, last) pipeline stages.
-
-    Even when ``pp`` divides ``layers`` (Megatron-Core's default split). Otherwise the
-    stages one layer short are the last and the first, which also hold the LM head and
-    the most in-flight activations (Llama 3 paper §3.3.2: "one fewer layer on the first
-    and the last stage").
-    """
-    base, extra = divmod(layers, pp)
-    even = extra == 0
-    short = pp - extra
-    first = ops.where(ops.logical_or(even, short >= 2), base, base + 1)
-    middle = ops.where(even, base, base + 1)
-    return first, middle, base
 
 
 def host_layer_s(sw: Software, w: Workload) -> tuple[float, float]:
@@ -112,7 +96,7 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     if ops.is_batch(p) or piped:
         # Each end stage issues about half of the edge kernels (embedding | head and loss).
         ends = mb_half + 0.5e-6 * sw.p2p_us
-        first, middle, last = stage_layers(L, p)
+        first, middle, last = stage_layers(L, p, plan.pp_first_layers, plan.pp_last_layers)
         # Kept layers beyond the first (last) stage's own are not moved to the next stage.
         k_first, k_last = ops.minimum(kept_start, first), ops.minimum(kept_end, last)
         ef_p = ops.maximum(ef, 0.5 * edge_f + ends) + k_first * d_f

@@ -362,6 +362,10 @@ class Plan:
     tp: int = spec_field(1, ge=1, le=MAX_GPUS)
     pp: int = spec_field(1, ge=1, le=MAX_GPUS)
     vp: int = spec_field(1, ge=1, le=100_000, doc="virtual pipeline chunks per pp rank (interleaving)")
+    pp_first_layers: int | None = spec_field(
+        None, ge=1, le=100_000, doc="layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers)")
+    pp_last_layers: int | None = spec_field(
+        None, ge=1, le=100_000, doc="layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers)")
     dp: int | None = spec_field(None, ge=1, le=MAX_GPUS)
     cp: int = spec_field(1, ge=1, le=MAX_GPUS)
     ep: int = spec_field(1, ge=1, le=MAX_GPUS)
@@ -644,6 +648,20 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     bad = pp > model.layers
     if batch or bad:
         yield f"{path}.pp", bad, "must be <= layers ({layers}) (got {pp})", lambda: {"layers": model.layers, "pp": pp}
+    first_n = plan.pp_first_layers if batch else (plan.pp_first_layers or 0)
+    last_n = plan.pp_last_layers if batch else (plan.pp_last_layers or 0)
+    uneven = ops.logical_or(first_n > 0, last_n > 0)
+    bad = ops.logical_and(uneven, pp == 1)
+    if batch or bad:
+        yield f"{path}.pp_first_layers", bad, "an uneven pipeline layout needs pipeline parallelism (pp > 1)", dict
+    rest_stages = pp - (first_n > 0) - (last_n > 0)
+    rest = model.layers - first_n - last_n
+    bad = ops.logical_and(ops.logical_and(uneven, pp > 1), ops.where(
+        rest_stages > 0, ops.logical_or(rest < rest_stages, rest % ops.maximum(rest_stages, 1) != 0), rest != 0))
+    if batch or bad:
+        yield (f"{path}.pp_first_layers", bad, "the other {stages} stage(s) must split the remaining {rest} of "
+               "{layers} layers evenly (Megatron-Core's uneven layout)",
+               lambda: {"stages": rest_stages, "rest": rest, "layers": model.layers})
     interleaved = vp > 1
     bad = ops.logical_and(interleaved, pp == 1)
     if batch or bad:
