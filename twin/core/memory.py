@@ -332,6 +332,8 @@ def stage_layers(layers: int, pp: Any, first_given: Any = None, last_given: Any 
     set) are Megatron-Core's uneven layout (--decoder-first-pipeline-num-layers,
     --decoder-last-pipeline-num-layers): the other stages split the rest evenly.
     """
+    if not ops.is_batch(pp, first_given, last_given):
+        return _stage_layers_one(layers, pp, first_given or 0, last_given or 0)
     base, extra = divmod(layers, pp)
     even = extra == 0
     short = pp - extra
@@ -348,6 +350,17 @@ def stage_layers(layers: int, pp: Any, first_given: Any = None, last_given: Any 
         last = ops.where(uneven, ops.where(last_n > 0, last_n, per), last)
         middle = ops.where(uneven, per, middle)
     return first, middle, last
+
+
+def _stage_layers_one(layers: int, pp: int, f: int, last_n: int) -> tuple[int, int, int]:
+    """:func:`stage_layers` of one scenario, in plain integers (it runs on every evaluation)."""
+    if f or last_n:
+        per = (layers - f - last_n) // max(pp - (f > 0) - (last_n > 0), 1)
+        return (f or per), per, (last_n or per)
+    base, extra = divmod(layers, pp)
+    if extra == 0:
+        return base, base, base
+    return (base if pp - extra >= 2 else base + 1), base + 1, base
 
 
 def first_stage_layers(layers: int, pp: Any, first_given: Any = None, last_given: Any = None) -> Any:

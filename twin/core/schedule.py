@@ -41,6 +41,10 @@ def host_layer_s(sw: Software, w: Workload) -> tuple[float, float]:
     Each sub-layer costs its kernels x the host cost per kernel, or one graph replay when
     the stack captures that kind in a CUDA graph. ``sw`` is shared by a batch: plain numbers.
     """
+    key = (sw, tuple(w.counts.items()), w.layers)
+    hit = _HOST_LAYER.get(key)
+    if hit is not None:
+        return hit
     fwd = bwd = 0.0
     for kind, count in w.counts.items():
         if sw.cuda_graphs and kind in sw.graphed:
@@ -49,7 +53,14 @@ def host_layer_s(sw: Software, w: Workload) -> tuple[float, float]:
             f, b = sw.fwd_ops(kind) * sw.dispatch_us, sw.bwd_ops(kind) * sw.dispatch_us
         fwd += f * count
         bwd += b * count
-    return fwd / w.layers * 1e-6, bwd / w.layers * 1e-6
+    hit = _HOST_LAYER[key] = (fwd / w.layers * 1e-6, bwd / w.layers * 1e-6)
+    if len(_HOST_LAYER) > 4096:
+        _HOST_LAYER.clear()
+    return hit
+
+
+# host_layer_s by (stack, sub-layer counts, layers): one scenario asks it on every evaluation.
+_HOST_LAYER: dict[Any, tuple[float, float]] = {}
 
 
 def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software = DEFAULT_SOFTWARE) -> StageTimes:

@@ -648,20 +648,8 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     bad = pp > model.layers
     if batch or bad:
         yield f"{path}.pp", bad, "must be <= layers ({layers}) (got {pp})", lambda: {"layers": model.layers, "pp": pp}
-    first_n = plan.pp_first_layers if batch else (plan.pp_first_layers or 0)
-    last_n = plan.pp_last_layers if batch else (plan.pp_last_layers or 0)
-    uneven = ops.logical_or(first_n > 0, last_n > 0)
-    bad = ops.logical_and(uneven, pp == 1)
-    if batch or bad:
-        yield f"{path}.pp_first_layers", bad, "an uneven pipeline layout needs pipeline parallelism (pp > 1)", dict
-    rest_stages = pp - (first_n > 0) - (last_n > 0)
-    rest = model.layers - first_n - last_n
-    bad = ops.logical_and(ops.logical_and(uneven, pp > 1), ops.where(
-        rest_stages > 0, ops.logical_or(rest < rest_stages, rest % ops.maximum(rest_stages, 1) != 0), rest != 0))
-    if batch or bad:
-        yield (f"{path}.pp_first_layers", bad, "the other {stages} stage(s) must split the remaining {rest} of "
-               "{layers} layers evenly (Megatron-Core's uneven layout)",
-               lambda: {"stages": rest_stages, "rest": rest, "layers": model.layers})
+    if batch or plan.pp_first_layers or plan.pp_last_layers:
+        yield from _layout_rules(plan, model, path, batch)
     interleaved = vp > 1
     bad = ops.logical_and(interleaved, pp == 1)
     if batch or bad:
@@ -699,6 +687,24 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     if batch or bad:
         yield (f"{path}.precision", bad, "{gpu} ({generation}) has no {precision} tensor cores",
                lambda: {"gpu": gpu.name, "generation": gpu.generation, "precision": plan.precision})
+    # One scenario with the default recipe and no kept layers breaks none of these: skip them.
+    if batch or plan.recipe != "auto" or plan.bf16_layers_start or plan.bf16_layers_end:
+        yield from _recipe_rules(plan, model, gpu, path, batch)
+    requested = plan.recompute_layers > 0 if batch else plan.recompute_layers is not None
+    bad = ops.logical_and(requested, plan.recompute != "full")
+    if batch or bad:
+        yield f"{path}.recompute_layers", bad, "applies only with recompute: full", dict
+    # A batch's view reads an optional section as a bool per point when only some clusters have it.
+    pool = cluster.memory_pool
+    no_pool = pool is None or (type(pool) is np.ndarray and ~pool)
+    for what in ("optimizer", "params", "activations"):
+        bad = ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool)
+        if batch or bad:
+            yield f"{path}.offload.{what}", bad, "offloading to 'cxl' needs cluster.memory_pool", dict
+
+
+def _recipe_rules(plan: Any, model: Model, gpu: Any, path: str, batch: bool) -> Iterator[RuleCheck]:
+    """The low-precision recipe's rules (see :func:`plan_rules`)."""
     low = ops.logical_or(plan.precision == "fp8", plan.precision == "fp4")
     recipe = plan.recipe
     fp8_recipe = ops.logical_or(ops.logical_or(recipe == "delayed", recipe == "current"),
@@ -724,17 +730,25 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     if batch or bad:
         yield (f"{path}.bf16_layers_start", bad, "bf16_layers_start + bf16_layers_end ({kept}) must be <= layers "
                "({layers})", lambda: {"kept": kept, "layers": model.layers})
-    requested = plan.recompute_layers > 0 if batch else plan.recompute_layers is not None
-    bad = ops.logical_and(requested, plan.recompute != "full")
+
+
+def _layout_rules(plan: Any, model: Model, path: str, batch: bool) -> Iterator[RuleCheck]:
+    """An uneven pipeline layout's rules (see :func:`plan_rules`)."""
+    pp = plan.pp
+    first_n = plan.pp_first_layers if batch else (plan.pp_first_layers or 0)
+    last_n = plan.pp_last_layers if batch else (plan.pp_last_layers or 0)
+    uneven = ops.logical_or(first_n > 0, last_n > 0)
+    bad = ops.logical_and(uneven, pp == 1)
     if batch or bad:
-        yield f"{path}.recompute_layers", bad, "applies only with recompute: full", dict
-    # A batch's view reads an optional section as a bool per point when only some clusters have it.
-    pool = cluster.memory_pool
-    no_pool = pool is None or (type(pool) is np.ndarray and ~pool)
-    for what in ("optimizer", "params", "activations"):
-        bad = ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool)
-        if batch or bad:
-            yield f"{path}.offload.{what}", bad, "offloading to 'cxl' needs cluster.memory_pool", dict
+        yield f"{path}.pp_first_layers", bad, "an uneven pipeline layout needs pipeline parallelism (pp > 1)", dict
+    rest_stages = pp - (first_n > 0) - (last_n > 0)
+    rest = model.layers - first_n - last_n
+    bad = ops.logical_and(ops.logical_and(uneven, pp > 1), ops.where(
+        rest_stages > 0, ops.logical_or(rest < rest_stages, rest % ops.maximum(rest_stages, 1) != 0), rest != 0))
+    if batch or bad:
+        yield (f"{path}.pp_first_layers", bad, "the other {stages} stage(s) must split the remaining {rest} of "
+               "{layers} layers evenly (Megatron-Core's uneven layout)",
+               lambda: {"stages": rest_stages, "rest": rest, "layers": model.layers})
 
 
 def gpu_supports(gpu: Any, precision: Any) -> Any:
