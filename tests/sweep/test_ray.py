@@ -1,4 +1,5 @@
-"""The Ray executor against a real Ray cluster that the test starts (``ray start --head``) and stops.
+"""The Ray executor against a real Ray cluster that the test starts (``ray start --head``) and stops
+(by its own process group: nothing the test did not start is signalled).
 
 - inline and Ray runs of the same sweep give identical rows;
 - a Ray worker killed (SIGKILL) mid-sweep has its batch retried: every point exactly once;
@@ -16,10 +17,12 @@ import os
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported anywhere in this process
 
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -50,8 +53,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# The process group of the Ray head this module started (None before): only its workers are
+# ever signalled, never a Ray process someone else runs on the machine.
+HEAD_GROUP: list[int] = []
+
+
 def batch_tasks() -> list[int]:
-    """PIDs of Ray workers currently running a sweep batch (their process title)."""
+    """PIDs of workers of *our* Ray head (its process group) currently running a sweep batch."""
+    if not HEAD_GROUP:
+        return []
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -61,20 +71,81 @@ def batch_tasks() -> list[int]:
                 title = f.read().split(b"\0")[0]
         except OSError:
             continue
-        if title.startswith(b"ray::_run_batch"):
+        if title.startswith(b"ray::_run_batch") and _descends_from(int(entry), HEAD_GROUP[0]):
             pids.append(int(entry))
     return pids
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _descends_from(pid: int, root: int) -> bool:
+    """Whether ``pid`` is ``root`` or one of its descendants (Ray workers are the raylet's children)."""
+    try:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = _parent(pid)
+    except OSError:
+        return False
+    return False
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ray start exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"the Ray head did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
 @pytest.fixture(scope="module")
-def head():
-    """A Ray head started the way an operator starts one; stopped with `ray stop` at the end."""
+def head(tmp_path_factory):
+    """A Ray head started the way an operator starts one (``ray start --head --block``), in its
+    own session, temp dir and ports; stopped at the end by signalling exactly that session's
+    process group (never ``ray stop``, which would stop every Ray of the user)."""
     port = free_port()
-    subprocess.run([RAY, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-                    "--include-dashboard=false", "--disable-usage-stats"], check=True, env=ray_env(), timeout=180,
-                   capture_output=True)
-    yield f"127.0.0.1:{port}"
-    subprocess.run([RAY, "stop"], env=ray_env(), timeout=180, capture_output=True, check=False)
+    temp = tempfile.mkdtemp(prefix="twin-ray-", dir="/tmp")  # short: Ray puts sockets under it
+    proc = subprocess.Popen([RAY, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+                             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+                             f"--temp-dir={temp}"], env=ray_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    HEAD_GROUP.append(proc.pid)
+    try:
+        _wait_for_port(port, proc, 180)
+        yield f"127.0.0.1:{port}"
+    finally:
+        for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                continue
+            if not _group_alive(proc.pid):
+                break
+        HEAD_GROUP.clear()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid:
+                    return True
+            except OSError:
+                continue
+    return False
 
 
 @pytest.fixture(autouse=True)
