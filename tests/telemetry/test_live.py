@@ -137,3 +137,20 @@ def test_large_request_above_grpc_default_limit(start_server) -> None:
     assert resp == b""  # full success: no partial_success
     assert srv.state(kinds=["none"]).ingest.series == 9_000
     ch.close()
+
+
+def test_hostile_job_documents_are_invalid_argument_and_the_server_stays_up(start_server) -> None:
+    """A 600-byte billion-laughs document, a 5,001-digit integer and a lone surrogate sent to
+    RegisterJob: INVALID_ARGUMENT naming scenario_yaml, and the service answers afterwards."""
+    from tests.core.test_docload import LAUGHS
+
+    srv = start_server("--calibrate-interval", "0")
+    api = srv.api()
+    for doc, words in ((LAUGHS, "aliases"), ("cluster: {num_gpus: " + "9" * 5001 + "}", "digits"),
+                       ('{"model": "\\ud800"}', "Unicode")):
+        with pytest.raises(grpc.RpcError) as err:
+            api.RegisterJob(pb.RegisterJobRequest(job="evil", scenario_yaml=doc), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+        assert "scenario_yaml" in err.value.details() and words in err.value.details()
+    ok = api.RegisterJob(pb.RegisterJobRequest(job="gpt", scenario_yaml=SCENARIO), timeout=30)
+    assert ok.predicted_step_time_s > 0

@@ -13,15 +13,13 @@ overrides; everything else replaces.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from twin.core import schema
 from twin.core.catalog import Catalog
+from twin.core.docload import MAX_DOCUMENT_CHARS, parse_document
 from twin.core.errors import SpecError
 from twin.core.specs import (
     DEFAULT_SOFTWARE,
@@ -274,16 +272,16 @@ def read_mapping(path: str | Path) -> Any:
     """Parse a YAML or JSON file (JSON is YAML, but a .json file gets JSON's errors)."""
     p = Path(path)
     try:
+        if p.is_file() and p.stat().st_size > MAX_DOCUMENT_CHARS * 4:
+            raise SpecError(str(path), f"is {p.stat().st_size:,} bytes; a scenario document is at most "
+                                       f"{MAX_DOCUMENT_CHARS:,} characters")
         text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(str(path), f"is not UTF-8 text (byte {err.start}): a YAML or JSON file is expected") from err
     except OSError as err:
         raise SpecError(str(path), f"cannot read file: {err.strerror or err}") from err
-    try:
-        if p.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise SpecError(str(path), f"is not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {err}") \
-            from err
+    # Files may use YAML anchors; their expansion is still bounded (twin.core.docload).
+    return parse_document(text, str(path), allow_aliases=True, json_only=p.suffix.lower() == ".json")
 
 
 def load_scenario_file(path: str | Path, catalog: Catalog) -> Scenario:

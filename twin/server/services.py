@@ -13,10 +13,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import grpc
-import yaml
 
 from twin import __version__
 from twin.core import schema
+from twin.core.docload import parse_document as load_document
 from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinError
 from twin.core.specs import Scenario
 from twin.engine import Engine
@@ -33,16 +33,8 @@ SWEEP_SERVICE = sweep_service_pb2.DESCRIPTOR.services_by_name["SweepService"]
 
 
 def parse_document(text: str, field: str) -> Any:
-    """A YAML/JSON document from a request; aliases are refused (they can expand exponentially)."""
-    try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent):
-                raise SpecError(field, "YAML aliases (*name) are not accepted in requests")
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise SpecError(field, f"is not valid YAML/JSON: {err}") from err
-    except RecursionError as err:
-        raise SpecError(field, "is nested too deeply") from err
+    """A YAML/JSON document from a request: the bounded reader, aliases refused (``twin.core.docload``)."""
+    return load_document(text, field, allow_aliases=False)
 
 
 def catalog_message(engine: Engine) -> catalog_pb2.Catalog:

@@ -12,10 +12,10 @@ import threading
 import time
 from typing import Any
 
-import yaml
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from twin.core import calibration as calib
+from twin.core.docload import parse_document
 from twin.core.errors import NotFoundError, SpecError, TwinError
 from twin.core.health import TierStatus, tier_status
 from twin.core.specs import Calibration, Scenario
@@ -152,10 +152,7 @@ class TelemetryService:
     # ---------------------------------------------------------------- jobs and predictions
     def parse_scenario(self, text: str, field: str = "scenario_yaml") -> tuple[Scenario, dict[str, Any]]:
         """A scenario from YAML/JSON text, errors naming ``field``."""
-        try:
-            data = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError as err:
-            raise SpecError(field, f"is not valid YAML/JSON ({str(err).splitlines()[0]})") from err
+        data = parse_document(text, field, allow_aliases=False) if text.strip() else None
         if not isinstance(data, dict):
             raise SpecError(field, "must be a scenario mapping (cluster, model, plan)")
         return self.engine.scenario(data), data
