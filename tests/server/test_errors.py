@@ -97,6 +97,16 @@ def test_unknown_preset_is_not_found(twin_stub):
     assert isinstance(back, NotFoundError) and back.name == "DGX-Z" and "DGX-H100" in back.known
 
 
+def test_a_huge_echoed_value_is_clipped_and_the_error_still_names_the_field(twin_stub):
+    """A 1 MiB model name: NOT_FOUND naming `model.preset` (not RESOURCE_EXHAUSTED from trailers
+    too big to send), the echoed name clipped and saying so."""
+    err = predict(twin_stub, {**BASE, "model": "m" * 2**20})
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert bad_field(err) == "model.preset"
+    assert len(err.details()) < 2000 and "more characters" in err.details()
+    assert "more characters" in details(err)["ResourceInfo"].resource_name
+
+
 def test_unknown_fabric_plugin_is_not_found(twin_stub):
     err = predict(twin_stub, {**BASE, "cluster": {"system": "DGX-H100", "num_gpus": 64,
                                                   "scale_out": {"fabric": "carrier-pigeon"}}})

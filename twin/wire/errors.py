@@ -62,6 +62,20 @@ def rule_of(err: BaseException) -> str:
     return text.removeprefix(f"{field}: ") if field else text
 
 
+# What an error may echo of the request: a status travels in the trailers, which gRPC caps
+# (8 KiB by default, grpc.max_metadata_size); a 1 MiB model name echoed whole would turn a
+# NOT_FOUND into RESOURCE_EXHAUSTED. Each part is clipped (about 4.5 KiB in all, base64 included).
+CLIP_TEXT = 1000
+CLIP_NAME = 200
+
+
+def clip(text: str, limit: int = CLIP_TEXT) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
 def _pack(msg: Any) -> any_pb2.Any:
     out = any_pb2.Any()
     out.Pack(msg)
@@ -71,20 +85,20 @@ def _pack(msg: Any) -> any_pb2.Any:
 def status_for(err: TwinError) -> grpc.Status:
     """The gRPC status (with google.rpc details) of a domain error."""
     code = code_for(err)
-    field, rule = field_of(err), rule_of(err)
+    field, rule = clip(field_of(err), CLIP_NAME), clip(rule_of(err))
     details = [_pack(error_details_pb2.BadRequest(field_violations=[
         error_details_pb2.BadRequest.FieldViolation(field=field, description=rule)]))]
     if isinstance(err, NotFoundError):
         details.append(_pack(error_details_pb2.ResourceInfo(
-            resource_type=field, resource_name=err.name,
-            description=("known: " + ", ".join(err.known)) if err.known else "")))
+            resource_type=field, resource_name=clip(str(err.name), CLIP_NAME),
+            description=clip("known: " + ", ".join(err.known)) if err.known else "")))
     elif isinstance(err, InfeasibleError):
         details.append(_pack(error_details_pb2.PreconditionFailure(violations=[
             error_details_pb2.PreconditionFailure.Violation(type="INFEASIBLE", subject=field, description=rule)])))
     elif isinstance(err, TooLargeError):
         details.append(_pack(error_details_pb2.QuotaFailure(violations=[
             error_details_pb2.QuotaFailure.Violation(subject=field, description=rule)])))
-    status = status_pb2.Status(code=code.value[0], message=str(err), details=details)
+    status = status_pb2.Status(code=code.value[0], message=clip(str(err)), details=details)
     return rpc_status.to_status(status)
 
 
