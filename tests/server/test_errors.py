@@ -212,3 +212,18 @@ def test_unexpected_error_is_internal_with_generic_message(start_server, tmp_pat
         # And the server still answers.
         ok = stub.GetCatalog(t.GetCatalogRequest(), timeout=10)
         assert "broken" in {p.name for p in ok.catalog.plugins}
+
+
+def test_listening_beyond_loopback_unprotected_is_warned_about():
+    """Checked without binding anything but loopback (tests use 127.0.0.1 only)."""
+    from twin.server.app import exposure_warning
+    from twin.server.config import ServerConfig, TlsConfig
+
+    assert exposure_warning(ServerConfig(host="127.0.0.1"), None) is None
+    assert exposure_warning(ServerConfig(host="::1"), None) is None
+    msg = exposure_warning(ServerConfig(host="0.0.0.0"), None)
+    assert msg and "all interfaces" in msg and "no auth token" in msg and "no TLS" in msg
+    only_tls = exposure_warning(ServerConfig(host="10.0.0.5"), "secret")
+    assert only_tls and "10.0.0.5" in only_tls and "no TLS" in only_tls and "token" not in only_tls.split(":")[0]
+    tls = TlsConfig(cert_file="c", key_file="k")
+    assert exposure_warning(ServerConfig(host="0.0.0.0", tls=tls), "secret") is None

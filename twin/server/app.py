@@ -87,12 +87,32 @@ def _bind(server: grpc.Server, address: str, creds: grpc.ServerCredentials | Non
     return port
 
 
+def exposure_warning(config: ServerConfig, token: str | None) -> str | None:
+    """What to tell the operator when the service listens beyond loopback without a token
+    or without TLS (None: nothing to say).
+    """
+    host = config.host.strip("[]")
+    loopback = host in ("localhost", "::1") or host.startswith("127.")
+    if loopback:
+        return None
+    missing = [what for what, ok in (("no auth token", token is not None), ("no TLS", config.tls.enabled)) if not ok]
+    if not missing:
+        return None
+    scope = "all interfaces" if host in ("0.0.0.0", "::", "") else host
+    return (f"listening on {scope} with {' and '.join(missing)}: anyone who can reach port {config.port} can "
+            "call every RPC; set auth.token_file (or TWIN_AUTH_TOKEN) and tls, or bind 127.0.0.1")
+
+
 def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningServer:
     """A server ready to start, bound to its port(s)."""
     config.state_path.mkdir(parents=True, exist_ok=True)
     engine = engine or Engine(autoload=None if config.plugins_autoload else False)
     ctx = ServerContext(engine=engine, config=config)
     token = load_token(config.auth)
+    warning = exposure_warning(config, token)
+    if warning:
+        log.warning("UNPROTECTED: " + warning, extra={"host": config.host, "auth": token is not None,
+                                                       "tls": config.tls.enabled})
     interceptors: list[grpc.ServerInterceptor] = []
     otel = setup_otel(__version__) if otel_requested(config.otel.enabled) else None
     if otel is not None:
