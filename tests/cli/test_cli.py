@@ -6,7 +6,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import EXAMPLES, REFERENCE
+
+EXAMPLES_SWEEP = next(iter(sorted((EXAMPLES / "sweeps").glob("*.yaml"))))
 
 
 def twin(*args: str) -> subprocess.CompletedProcess:
@@ -58,3 +62,19 @@ def test_validate_json_and_exit_codes(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("schema: nope\ncases: []\n")
     assert twin("validate", str(bad)).returncode == 2
+
+
+def test_sweep_out_into_a_missing_directory_fails_before_the_sweep_runs(tmp_path):
+    r = twin("sweep", str(EXAMPLES_SWEEP), "--out", str(tmp_path / "missing" / "rows.csv"))
+    assert r.returncode == 2 and "--out" in r.stderr and "does not exist" in r.stderr
+    assert "Traceback" not in r.stderr and "points" not in r.stdout   # no sweep summary: nothing ran
+
+
+@pytest.mark.parametrize("content", [b"\x00\x01\xff\xfe", "name: caf\xe9\n".encode("latin-1"),
+                                     ("a: " + "[" * 20_000 + "]" * 20_000).encode(),
+                                     ("cluster: {num_gpus: " + "9" * 5000 + "}").encode()])
+def test_hostile_scenario_files_are_named_errors_not_tracebacks(tmp_path, content):
+    f = tmp_path / "bad.yaml"
+    f.write_bytes(content)
+    r = twin("predict", str(f))
+    assert r.returncode == 2 and str(f) in r.stderr and "Traceback" not in r.stderr

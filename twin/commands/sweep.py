@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from twin.commands.render import console, print_json, table
+from twin.core.errors import SpecError
 from twin.engine import Engine
 from twin.sweep.job import EngineSettings
 from twin.sweep.reduce import SAME_AS_DESCRIPTOR, SweepResult, nrows, row_dict
@@ -51,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
     engine = settings.build()
     spec = load_spec(args.spec)
     if args.out:
-        _format(Path(args.out))  # a bad suffix fails before any work
+        out_path = Path(args.out)
+        _format(out_path)  # a bad suffix fails before any work, and so does a missing directory
+        parent = out_path.parent if str(out_path.parent) else Path(".")
+        if not parent.is_dir():
+            raise SpecError("--out", f"directory {parent} does not exist (create it first)")
         spec = dataclasses.replace(spec, keep_rows=True)
     if args.top is not None:
         spec = dataclasses.replace(spec, objective=dataclasses.replace(spec.objective, top=max(1, args.top)))
