@@ -10,6 +10,7 @@ case-insensitively; data-point attributes win over resource attributes.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -25,6 +26,10 @@ HOST_KEYS = ("host.name", "hostname", "k8s.node.name", "host", "node", "instance
 SWITCH_KEYS = ("switch", "switch.name", "switch_name")
 _DELTA = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
 _NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
+# The latest sample time a point may carry: SQLite integers are signed 64-bit, and a clock
+# more than an hour ahead of the twin's is wrong, not early (NTP keeps fleets within ms).
+MAX_TIME_NS = 2**63 - 1
+MAX_FUTURE_NS = 3600 * 10**9
 
 
 @dataclass
@@ -152,6 +157,7 @@ class Decoder:
             return
         scale = m.scale
         name = resolved.key
+        latest = min(MAX_TIME_NS, time.time_ns() + MAX_FUTURE_NS)
         isfinite = math.isfinite
         append = points.append
         for dp in dps:
@@ -172,6 +178,12 @@ class Decoder:
                 out.reject("data point without a timestamp", 1, metric.name)
                 continue
             start = dp.start_time_unix_nano
+            if t > latest or start > t:
+                # 2^64-1 ns (and anything past now + MAX_FUTURE_NS) cannot be a sample time,
+                # and a database integer holds at most 2^63-1: refused, never stored.
+                out.reject("timestamp in the future or after its start" if t <= MAX_TIME_NS
+                           else "timestamp beyond 2^63-1 ns", 1, metric.name)
+                continue
             # The point without its times and value is its attribute set in wire form:
             # serialising it in C is several times cheaper than walking the attributes in
             # Python, and it is the memo key (the request is ours to modify).

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 # Decode-time reasons that make a request "bad data" (INVALID_ARGUMENT when nothing in it
 # is usable); unknown metrics and unused data types are valid OTLP the twin just ignores.
 INVALID_REASONS = ("non-finite value", "negative counter", "without a value", "without a timestamp",
+                   "timestamp beyond", "timestamp in the future",
                    "missing identifying attribute", "delta sum for a gauge")
 
 
@@ -69,6 +70,11 @@ class TelemetryService:
         # events are written with every batch before it is acknowledged.
         self._unsaved_series: set[tuple[str, str, tuple[str, ...]]] = set()
         self._next_checkpoint = 0.0
+        # What a failed commit did not write: it goes into the next commit, so a retried
+        # request (its points now duplicates in memory) is answered OK only once they are durable.
+        self._pending_components: set[str] = set()
+        self._pending_observations: list[tuple[str, int, float]] = []
+        self._pending_events: list[tuple[int, str, str, str, str]] = []
         self.queue = IngestQueue(self._apply_batch, config.max_pending_points, config.retry_after_s)
         self._stop = threading.Event()
         self._calibrator: threading.Thread | None = None
@@ -117,14 +123,28 @@ class TelemetryService:
                 self.stats["points_accepted"] += res.accepted
                 self.stats["points_duplicate"] += res.duplicates
                 self.stats["counter_resets"] += res.resets
-            comps = [self.state.components[c] for c in dirty.components]
+            comp_ids = self._pending_components | dirty.components
+            comps = [self.state.components[c] for c in comp_ids if c in self.state.components]
+            observations = self._pending_observations + dirty.observations
+            events = self._pending_events + dirty.events
             self._unsaved_series |= dirty.series
             series = []
             if time.monotonic() >= self._next_checkpoint:
-                series = [(k, self.state.series[k]) for k in self._unsaved_series]
+                series = [(k, self.state.series[k]) for k in self._unsaved_series if k in self.state.series]
                 self._unsaved_series = set()
                 self._next_checkpoint = time.monotonic() + self.config.series_checkpoint_s
-        self.store.commit_batch(series, comps, dirty.observations, dirty.events)
+        try:
+            self.store.commit_batch(series, comps, observations, events)
+        except Exception:
+            with self.lock:  # keep all of it for the next commit (the handlers get the error)
+                self._pending_components = comp_ids
+                self._pending_observations, self._pending_events = observations, events
+                self._unsaved_series |= {k for k, _ in series}
+                self._next_checkpoint = 0.0
+            raise
+        with self.lock:
+            self._pending_components = set()
+            self._pending_observations, self._pending_events = [], []
         for it, res in zip(items, results, strict=True):
             it.future.set_result(res)
 
