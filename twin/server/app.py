@@ -105,7 +105,11 @@ def exposure_warning(config: ServerConfig, token: str | None) -> str | None:
 
 def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningServer:
     """A server ready to start, bound to its port(s)."""
-    config.state_path.mkdir(parents=True, exist_ok=True)
+    try:
+        config.state_path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SpecError("config.state_dir", f"cannot use {config.state_path}: {err.strerror or err} (pass "
+                                            "--state-dir with a writable directory)") from err
     engine = engine or Engine(autoload=None if config.plugins_autoload else False)
     ctx = ServerContext(engine=engine, config=config)
     token = load_token(config.auth)

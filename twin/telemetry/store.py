@@ -11,16 +11,22 @@ not yet acknowledged, which their exporters retry.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from twin.core.calibration import Adjustment
+from twin.core.errors import SpecError
 from twin.core.rates import SeriesPoint
 from twin.core.specs import Calibration
 from twin.telemetry.state import OBSERVATIONS_PER_JOB, Component, SeriesKey, series_key_parse, series_key_text
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -43,13 +49,53 @@ class Store:
 
     def __init__(self, path: Path, synchronous: str = "NORMAL") -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous.upper() == 'FULL' else 'NORMAL'}")
-        self._db.executescript(SCHEMA)
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        #: Where a corrupted database was moved aside at start-up (None: it opened cleanly).
+        self.moved_aside: Path | None = None
+        where = self.path.parent
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise SpecError("state_dir", f"cannot use {where}: {err.strerror or err} (pass --state-dir with a "
+                                         "writable directory)") from err
+        if not os.access(where, os.W_OK):
+            raise SpecError("state_dir", f"{where} is not writable (pass --state-dir with a writable directory)")
+        try:
+            self._db = self._open(synchronous)
+        except sqlite3.DatabaseError as err:
+            # Corrupted or truncated: keep it for inspection, report it, start a new one (never a
+            # silent reset: the log and `moved_aside` say where the old one went).
+            self.moved_aside = self._move_aside()
+            log.error("telemetry state database unreadable; moved aside", extra={
+                "path": str(self.path), "moved_to": str(self.moved_aside), "error": str(err)})
+            try:
+                self._db = self._open(synchronous)
+            except sqlite3.Error as again:
+                raise SpecError("state_dir", f"cannot create {self.path}: {again}") from again
+
+    def _open(self, synchronous: str) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={'FULL' if synchronous.upper() == 'FULL' else 'NORMAL'}")
+            check = db.execute("PRAGMA quick_check").fetchone()
+            if check is None or check[0] != "ok":
+                raise sqlite3.DatabaseError(f"integrity check failed: {check[0] if check else 'no answer'}")
+            db.executescript(SCHEMA)
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _move_aside(self) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(str(self.path) + suffix)
+            if src.exists():
+                src.replace(Path(str(target) + suffix))
+        return target
 
     def close(self) -> None:
         """Close the connection (the WAL is checkpointed by SQLite)."""
