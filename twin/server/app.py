@@ -135,6 +135,8 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
     ]
     server = grpc.server(executor, interceptors=interceptors, options=options,
                          maximum_concurrent_rpcs=config.limits.max_concurrent_rpcs)
+    ctx.interceptors = list(interceptors)
+    ctx.credentials = server_credentials(config.tls) if config.tls.enabled else None
     for register in extensions.EXTENSIONS:
         register(server, ctx)
 
@@ -144,8 +146,7 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection((*ctx.service_names, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
 
-    creds = server_credentials(config.tls) if config.tls.enabled else None
-    port = _bind(server, config.address, creds, "config.port")
+    port = _bind(server, config.address, ctx.credentials, "config.port")
 
     health_server = None
     health_port = 0

@@ -35,6 +35,10 @@ class ServerContext:
     sweep_runner: SweepRunner | None = None
     service_names: list[str] = field(default_factory=list)
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
+    # What every other listening port must enforce too (an extension's own port included):
+    # the main port's interceptors (token auth, tracing) and TLS credentials (None: plaintext).
+    interceptors: list[Any] = field(default_factory=list)
+    credentials: Any = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("twin.server"))
     extras: dict[str, Any] = field(default_factory=dict)
 

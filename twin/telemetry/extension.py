@@ -4,7 +4,8 @@
 mapping of :class:`~twin.telemetry.config.TelemetryConfig` fields) and ``shutdown`` (a
 ``threading.Event``). Registering adds the OTLP MetricsService and the
 twin.rpc.v1.TelemetryService to ``server``; with ``otlp_address`` set it also serves
-OTLP on that dedicated address (e.g. the standard port 4317). When ``ctx.shutdown`` is
+OTLP on that dedicated address (e.g. the standard port 4317), with the main port's token
+auth and TLS (``ctx.interceptors``, ``ctx.credentials``). When ``ctx.shutdown`` is
 set, the dedicated server stops and the service commits what is queued and closes.
 The host server must accept large requests: build it with
 ``twin.telemetry.otlp.server_options(config.max_receive_bytes)``.
@@ -29,18 +30,24 @@ log = logging.getLogger(__name__)
 OTLP_WORKERS = 16
 
 
-def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig,
-           meter_provider: Any = None) -> tuple[TelemetryService, grpc.Server | None]:
-    """Create the service and add its handlers to ``server`` (+ the dedicated OTLP server, started)."""
+def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_provider: Any = None,
+           interceptors: Any = (), credentials: grpc.ServerCredentials | None = None,
+           ) -> tuple[TelemetryService, grpc.Server | None]:
+    """Create the service and add its handlers to ``server`` (+ the dedicated OTLP server, started,
+    with the same ``interceptors`` (token auth) and TLS ``credentials`` as the main port).
+    """
     service = TelemetryService(engine, config, meter_provider=meter_provider)
     server.add_generic_rpc_handlers((otlp_handler(service),))
     add_to_server(service, server)
     dedicated = None
     if config.otlp_address:
         dedicated = grpc.server(ThreadPoolExecutor(max_workers=OTLP_WORKERS, thread_name_prefix="twin-otlp"),
-                                options=server_options(config.max_receive_bytes))
+                                interceptors=list(interceptors), options=server_options(config.max_receive_bytes))
         dedicated.add_generic_rpc_handlers((otlp_handler(service),))
-        dedicated.add_insecure_port(config.otlp_address)
+        if credentials is not None:
+            dedicated.add_secure_port(config.otlp_address, credentials)
+        else:
+            dedicated.add_insecure_port(config.otlp_address)
         dedicated.start()
         log.info("OTLP metrics receiver on %s", config.otlp_address)
     return service, dedicated
@@ -49,7 +56,8 @@ def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig,
 def register(server: grpc.Server, ctx: Any) -> None:
     """Server extension entry point (twin/server/extensions.py lists it)."""
     config = TelemetryConfig.from_server_config(ctx.config)
-    service, dedicated = attach(server, ctx.engine, config)
+    service, dedicated = attach(server, ctx.engine, config, interceptors=getattr(ctx, "interceptors", ()),
+                                credentials=getattr(ctx, "credentials", None))
 
     def close_on_shutdown() -> None:
         ctx.shutdown.wait()
