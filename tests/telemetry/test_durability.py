@@ -63,3 +63,22 @@ def test_an_impossible_timestamp_is_refused_and_state_stays_readable(svc, t):
     assert svc.ingest(_step(time.time_ns()), timeout=10)[0] == 0
     state = svc.live_state()
     assert state["ingest"]["points_rejected"] >= 1 and state["components"]
+
+
+def test_job_names_and_the_number_of_jobs_are_bounded(svc, monkeypatch):
+    import twin.telemetry.service as service_mod
+    from twin.core.errors import SpecError, TooLargeError
+
+    text = (EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml").read_text()
+    with pytest.raises(SpecError) as err:
+        svc.register_job("x" * 10_000_000, text)
+    assert err.value.field == "job" and "at most 256" in str(err.value)
+    with pytest.raises(SpecError):
+        svc.register_job("bad\x00name", text)
+    monkeypatch.setattr(service_mod, "MAX_JOBS", 3)
+    svc.register_job("k1", text)
+    svc.register_job("k2", text)
+    with pytest.raises(TooLargeError) as full:
+        svc.register_job("k3", text)               # "j" (the fixture's) + k1 + k2 = 3
+    assert full.value.field == "job"
+    assert svc.register_job("k1", text) > 0        # re-registering a known name still works

@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from twin.core import calibration as calib
 from twin.core.docload import parse_document
-from twin.core.errors import NotFoundError, SpecError, TwinError
+from twin.core.errors import NotFoundError, SpecError, TooLargeError, TwinError
 from twin.core.health import TierStatus, tier_status
 from twin.core.specs import Calibration, Scenario
 from twin.engine import Engine
@@ -31,6 +31,10 @@ from twin.telemetry.store import Store
 log = logging.getLogger(__name__)
 # Decode-time reasons that make a request "bad data" (INVALID_ARGUMENT when nothing in it
 # is usable); unknown metrics and unused data types are valid OTLP the twin just ignores.
+# Jobs a twin tracks, and how long a job name may be (each registered job is re-evaluated by
+# GetDivergence and Calibrate: the bound keeps those calls bounded too).
+MAX_JOBS = 1000
+MAX_JOB_NAME = 256
 INVALID_REASONS = ("non-finite value", "negative counter", "without a value", "without a timestamp",
                    "timestamp beyond", "timestamp in the future",
                    "missing identifying attribute", "delta sum for a gauge")
@@ -181,6 +185,12 @@ class TelemetryService:
         """Remember which scenario ``job`` runs; returns its designed step time."""
         if not job.strip():
             raise SpecError("job", "must not be empty")
+        if len(job) > MAX_JOB_NAME or not job.isprintable():
+            raise SpecError("job", f"must be at most {MAX_JOB_NAME} printable characters (got {len(job):,})")
+        with self.lock:
+            full = job not in self.jobs and len(self.jobs) >= MAX_JOBS
+        if full:
+            raise TooLargeError("job", f"{MAX_JOBS:,} jobs are registered already; re-register an existing name")
         scn, data = self.parse_scenario(text)
         step = self.engine.model.evaluate(scn, validate=False, report=False).step_time_s
         self.store.save_job(job, data, time.time_ns())
