@@ -11,6 +11,7 @@ from google.protobuf import struct_pb2
 
 from twin.engine import Engine
 from twin.rpc.v1 import sweep_service_pb2 as sw
+from twin.rpc.v1 import twin_service_pb2 as t
 from twin.sweep.spec import set_path
 from twin.wire.convert import scenario_from_mapping
 
@@ -151,3 +152,34 @@ def test_deadline_stops_the_work(server, sweep_stub):
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "deadline", timeout=10)
     assert rec["reason"] == "deadline" and rec["done_points"] < 60_000
+
+
+def test_open_sweep_streams_do_not_starve_unary_calls_or_health(start_server):
+    """Streams get a bounded share of the workers (issue 15, hole 4): with 3 workers at most 2
+    streams; the next one is RESOURCE_EXHAUSTED at once, and Predict and Health still answer
+    while the two streams sit unread."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from twin.rpc.v1 import sweep_service_pb2_grpc as swg
+    from twin.rpc.v1 import twin_service_pb2_grpc as tsg
+
+    srv = start_server(env={"TWIN_WORKERS": "3", "TWIN_LIMITS_MAX_SWEEP_STREAMS": "8"})
+    ch = grpc.insecure_channel(srv.address)
+    try:
+        stub = swg.SweepServiceStub(ch)
+        streams = [stub.Sweep(sw.SweepRequest(spec_document=json.dumps({**BIG, "name": f"hold-{i}"})), timeout=60)
+                   for i in range(2)]
+        for s in streams:
+            assert next(s).started.total_points == 12_000       # both running, now left unread
+        with pytest.raises(grpc.RpcError) as err:
+            next(stub.Sweep(sw.SweepRequest(spec_document=json.dumps({**BIG, "name": "third"})), timeout=10))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_sweep_streams" in err.value.details()
+        health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+        est = tsg.TwinServiceStub(ch).Predict(t.PredictRequest(scenario_document=json.dumps(BASE)), timeout=10)
+        assert est.estimate.step_time_s > 0
+        for s in streams:
+            s.cancel()
+    finally:
+        ch.close()

@@ -72,6 +72,9 @@ class LimitsConfig:
     # Meta 2x24k); 10^7 leaves two orders of magnitude of what-if room.
     max_num_gpus: int = spec_field(10_000_000, ge=1)
     max_concurrent_rpcs: int = spec_field(256, ge=1, doc="further calls get RESOURCE_EXHAUSTED at once")
+    max_sweep_streams: int = spec_field(
+        4, ge=1, le=100_000, doc="open Sweep streams; more get RESOURCE_EXHAUSTED (at most workers - 1, so "
+                                 "unary calls and Health always have a worker)")
 
 
 @dataclass(frozen=True, slots=True)

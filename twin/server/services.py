@@ -169,6 +169,10 @@ class SweepServicer:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
         self.limits = Limits(max_items=ctx.config.limits.max_list_items)
+        # A stream holds a worker thread for its whole life: leave at least one worker to the
+        # unary calls and Health, whatever the configured limit.
+        self.max_streams = max(1, min(ctx.config.limits.max_sweep_streams, ctx.config.workers - 1))
+        self._streams = threading.BoundedSemaphore(self.max_streams)
 
     def _spec(self, request: sweep_service_pb2.SweepRequest) -> Mapping[str, Any]:
         source = request.WhichOneof("spec_source")
@@ -180,6 +184,17 @@ class SweepServicer:
 
     def Sweep(self, request: sweep_service_pb2.SweepRequest, context: grpc.ServicerContext
               ) -> Iterator[sweep_service_pb2.SweepEvent]:
+        if not self._streams.acquire(blocking=False):
+            context.set_trailing_metadata((("retry-after-s", "5"),))
+            raise TooLargeError("limits.max_sweep_streams",
+                                f"{self.max_streams} sweep streams are open (the limit); retry in a few seconds")
+        try:
+            yield from self._sweep(request, context)
+        finally:
+            self._streams.release()
+
+    def _sweep(self, request: sweep_service_pb2.SweepRequest, context: grpc.ServicerContext
+               ) -> Iterator[sweep_service_pb2.SweepEvent]:
         spec = self._spec(request)
         runner = self.ctx.sweep_runner
         if runner is None:  # pragma: no cover - app always sets one
