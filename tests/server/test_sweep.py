@@ -183,3 +183,31 @@ def test_open_sweep_streams_do_not_starve_unary_calls_or_health(start_server):
             s.cancel()
     finally:
         ch.close()
+
+
+def test_sigterm_past_the_grace_ends_a_sweep_with_a_final_event_and_exits(start_server):
+    """Hole 8: with grace 2 s, a sweep still running at SIGTERM is stopped before the grace runs
+    out, its stream ends with a Finished event saying "shutdown", and the process exits soon after."""
+    import signal
+    import time as _time
+
+    from twin.rpc.v1 import sweep_service_pb2_grpc as swg
+
+    srv = start_server(env={"TWIN_GRACE_S": "2"})
+    gbs = {"path": "plan.gbs", "range": {"start": 256, "stop": 256 * 3001, "step": 256}}
+    spec = {**BIG, "name": "long", "axes": [gbs, *BIG["axes"][1:3], {"path": "plan.pp", "values": [1, 2, 4, 5, 8]}]}
+    ch = grpc.insecure_channel(srv.address)
+    try:
+        stream = swg.SweepServiceStub(ch).Sweep(sw.SweepRequest(spec_document=json.dumps(spec)), timeout=120)
+        assert next(stream).started.total_points == 90_000
+        t0 = _time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        last = None
+        for ev in stream:
+            last = ev
+        assert last is not None and last.WhichOneof("event") == "finished"
+        assert last.finished.stopped == "shutdown" and last.finished.done_points < 90_000
+        assert srv.proc.wait(timeout=30) == 0
+        assert _time.monotonic() - t0 < 10
+    finally:
+        ch.close()

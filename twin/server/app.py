@@ -175,6 +175,9 @@ def start(running: RunningServer) -> None:
         "workers": cfg.workers, "version": __version__})
 
 
+SHUTDOWN_MARGIN_S = 1.0
+
+
 def stop(running: RunningServer) -> None:
     """Shut down gracefully: NOT_SERVING, drain, stop with grace, hooks, flush telemetry."""
     ctx, cfg = running.ctx, running.ctx.config
@@ -183,7 +186,15 @@ def stop(running: RunningServer) -> None:
     log.info("shutting down", extra={"drain_s": cfg.drain_s, "grace_s": cfg.grace_s})
     if cfg.drain_s > 0:
         threading.Event().wait(cfg.drain_s)
+    # Work still running when the grace is nearly over is cancelled, leaving it time to send
+    # its last event (SHUTDOWN_MARGIN_S, or half a short grace) before the server cuts calls.
+    margin = min(SHUTDOWN_MARGIN_S, cfg.grace_s / 2)
+    timer = threading.Timer(max(0.0, cfg.grace_s - margin), ctx.cancel_work.set)
+    timer.daemon = True
+    timer.start()
     running.server.stop(cfg.grace_s).wait()
+    timer.cancel()
+    ctx.cancel_work.set()
     if running.health_server is not None:
         running.health_server.stop(0).wait()
     ctx.run_shutdown_hooks()

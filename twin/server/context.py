@@ -32,6 +32,9 @@ class ServerContext:
     engine: Engine
     config: ServerConfig
     shutdown: threading.Event = field(default_factory=threading.Event)
+    # Set just before the shutdown grace runs out: long-running work (sweeps) stops then and
+    # ends its stream with a final event saying why, instead of being cut by the server.
+    cancel_work: threading.Event = field(default_factory=threading.Event)
     sweep_runner: SweepRunner | None = None
     service_names: list[str] = field(default_factory=list)
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)

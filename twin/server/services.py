@@ -6,6 +6,7 @@ encode the answer. Rules live in the core; error codes live in ``twin.wire.error
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -160,7 +161,7 @@ def event_message(event: sweeps.SweepEvent) -> sweep_service_pb2.SweepEvent:
             name=event.name, total_points=event.total, axis_paths=event.axis_paths))
     return sweep_service_pb2.SweepEvent(finished=sweep_service_pb2.SweepFinished(
         done_points=event.done, failed_points=event.failed, elapsed_s=event.elapsed_s,
-        objective_metric=event.metric, best=[_row_message(r) for r in event.best]))
+        objective_metric=event.metric, best=[_row_message(r) for r in event.best], stopped=event.stopped))
 
 
 class SweepServicer:
@@ -202,9 +203,12 @@ class SweepServicer:
         ended = threading.Event()
         context.add_callback(ended.set)  # fires on cancel, deadline and completion alike
 
+        cancel_work = self.ctx.cancel_work
+
         def should_stop() -> bool:
             remaining = context.time_remaining()
-            return ended.is_set() or not context.is_active() or (remaining is not None and remaining <= 0)
+            return (ended.is_set() or cancel_work.is_set() or not context.is_active()
+                    or (remaining is not None and remaining <= 0))
 
         t0 = time.perf_counter()
         done = total = 0
@@ -221,6 +225,9 @@ class SweepServicer:
                 elif isinstance(event, sweeps.Finished):
                     done = event.done
                     finished = not event.stopped
+                    if event.stopped and cancel_work.is_set():
+                        yield event_message(dataclasses.replace(event, stopped="shutdown"))
+                        continue
                 yield event_message(event)
         except Exception as err:
             failed = type(err).__name__
@@ -228,7 +235,7 @@ class SweepServicer:
         finally:
             outcome = "finished" if finished else "stopped"
             remaining = context.time_remaining()
-            reason = failed or ("" if finished else
+            reason = failed or ("" if finished else "shutdown" if cancel_work.is_set() else
                                 "deadline" if remaining is not None and remaining <= 0 else "cancelled")
             self.ctx.log.info(f"sweep {outcome}", extra={
                 "sweep": name, "done_points": done, "total_points": total,
