@@ -227,3 +227,26 @@ def test_listening_beyond_loopback_unprotected_is_warned_about():
     assert only_tls and "10.0.0.5" in only_tls and "no TLS" in only_tls and "token" not in only_tls.split(":")[0]
     tls = TlsConfig(cert_file="c", key_file="k")
     assert exposure_warning(ServerConfig(host="0.0.0.0", tls=tls), "secret") is None
+
+
+@pytest.mark.parametrize("method", ["/grpc.health.v1.Health/Check", "/twin.rpc.v1.TelemetryService/GetLiveState",
+                                    "/twin.rpc.v1.TelemetryService/RegisterJob",
+                                    "/twin.rpc.v1.TelemetryService/GetDivergence"])
+def test_garbage_bytes_to_health_and_telemetry_are_invalid_argument(channel, method):
+    """Issue 15, hole 6: gRPC's own decoder failure is INTERNAL; every service decodes safely."""
+    raw = channel.unary_unary(method)
+    with pytest.raises(grpc.RpcError) as info:
+        raw(b"\xff\xff\xff\xff\x0f garbage", timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_field(info.value) == "request"
+
+
+def test_health_still_checks_and_watches(channel):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    stub = health_pb2_grpc.HealthStub(channel)
+    serving = health_pb2.HealthCheckResponse.SERVING
+    assert stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == serving
+    watch = stub.Watch(health_pb2.HealthCheckRequest(), timeout=5)
+    assert next(watch).status == serving
+    watch.cancel()

@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
 
 from twin import __version__
@@ -31,9 +31,11 @@ from twin.server.auth import TokenAuthInterceptor, load_token
 from twin.server.config import ServerConfig, TlsConfig
 from twin.server.context import ServerContext
 from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
+from twin.wire.handlers import method_handler
 
 log = logging.getLogger("twin.server")
-HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+HEALTH_DESCRIPTOR = health_pb2.DESCRIPTOR.services_by_name["Health"]
+HEALTH_SERVICE = HEALTH_DESCRIPTOR.full_name
 
 
 class BindError(TwinError):
@@ -66,6 +68,19 @@ def _read(path: str, key: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as err:
         raise SpecError(key, f"cannot read {path}: {err.strerror or err}") from err
+
+
+def _add_health(server: grpc.Server, servicer: health.HealthServicer) -> None:
+    """grpc.health.v1 with Check decoded safely (garbage bytes: INVALID_ARGUMENT, not gRPC's
+    own INTERNAL); Watch, a long-lived stream grpc_health drives itself, handed its requests as
+    grpc_health's own registration would.
+    """
+    check = HEALTH_DESCRIPTOR.methods_by_name["Check"]
+    watch = grpc.unary_stream_rpc_method_handler(
+        servicer.Watch, request_deserializer=health_pb2.HealthCheckRequest.FromString,
+        response_serializer=health_pb2.HealthCheckResponse.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        HEALTH_SERVICE, {"Check": method_handler(check, servicer.Check), "Watch": watch}),))
 
 
 def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
@@ -141,7 +156,7 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
         register(server, ctx)
 
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    _add_health(server, health_servicer)
     for name in ("", *ctx.service_names):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection((*ctx.service_names, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
@@ -155,7 +170,7 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
         # no TLS) work while the main port requires TLS or mTLS.
         health_server = grpc.server(ThreadPoolExecutor(max_workers=2, thread_name_prefix="twin-health"),
                                     options=[("grpc.so_reuseport", 0)])
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        _add_health(health_server, health_servicer)
         host = f"[{config.host}]" if ":" in config.host else config.host
         health_port = _bind(health_server, f"{host}:{config.health_port}", None, "config.health_port")
     return RunningServer(server=server, ctx=ctx, health=health_servicer, port=port, health_port=health_port,

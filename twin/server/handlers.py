@@ -1,144 +1,20 @@
-"""Registering a servicer: safe decoding, the error table, service names for health/reflection.
-
-:func:`add_service` builds the method handlers of a service straight from its descriptor,
-so every service (built-in or an extension's) gets the same treatment:
-
-- a request that does not decode is INVALID_ARGUMENT naming the request type, never the
-  INTERNAL that gRPC's own decoder failure gives;
-- domain errors map through ``twin.wire.errors`` (one table), anything else is INTERNAL
-  with a generic message and the traceback in the log;
-- the service's full name is recorded for the health and reflection services.
+"""Registering a servicer: :mod:`twin.wire.handlers` (safe decoding, the error table) plus the
+service names the health and reflection services cover.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
-from typing import Any
-
 import grpc
-from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
-from google.protobuf.message import DecodeError, Message
-from google.protobuf.message_factory import GetMessageClass
+from google.protobuf.descriptor import ServiceDescriptor
 
-from twin.core.errors import SpecError, TwinError
 from twin.server.context import ServerContext
-from twin.wire.errors import internal_status, status_for
+from twin.wire.handlers import Malformed, generic_handler, method_handler
 
-
-class Malformed:
-    """Stands for a request whose bytes did not decode."""
-
-    __slots__ = ("reason", "type_name")
-
-    def __init__(self, type_name: str, reason: str) -> None:
-        self.type_name = type_name
-        self.reason = reason
-
-
-def _parser(cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
-    name = cls.DESCRIPTOR.full_name
-
-    def parse(data: bytes) -> Message | Malformed:
-        try:
-            return cls.FromString(data)
-        except (DecodeError, ValueError, RecursionError) as err:
-            return Malformed(name, str(err) or type(err).__name__)
-
-    return parse
-
-
-def _check(request: Any) -> None:
-    if isinstance(request, Malformed):
-        raise SpecError("request", f"is not a valid {request.type_name} message ({request.reason})")
-
-
-def _fail(context: grpc.ServicerContext, method: str, err: BaseException) -> None:
-    # An abort by the servicer itself has already set the code: let it through untouched.
-    if not isinstance(err, TwinError) and context.code() is not None:
-        raise err
-    status = status_for(err) if isinstance(err, TwinError) else internal_status(method, err)
-    context.abort_with_status(status)
-
-
-def _unary(fn: Callable[..., Any], method: str) -> Callable[[Any, grpc.ServicerContext], Any]:
-    @functools.wraps(fn)
-    def handler(request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            _check(request)
-            return fn(request, context)
-        except Exception as err:
-            _fail(context, method, err)
-            raise  # pragma: no cover - abort_with_status always raises
-
-    return handler
-
-
-def _streaming(fn: Callable[..., Iterator[Any]], method: str) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
-    @functools.wraps(fn)
-    def handler(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        try:
-            _check(request)
-            yield from fn(request, context)
-        except Exception as err:
-            _fail(context, method, err)
-
-    return handler
-
-
-def method_handler(method: MethodDescriptor, impl: Callable[..., Any]) -> grpc.RpcMethodHandler:
-    """One method's handler with safe decoding and the error table."""
-    request_cls = GetMessageClass(method.input_type)
-    response_cls = GetMessageClass(method.output_type)
-    parse = _parser(request_cls)
-    serialize = response_cls.SerializeToString
-    name = f"/{method.containing_service.full_name}/{method.name}"
-    if method.client_streaming and method.server_streaming:
-        return grpc.stream_stream_rpc_method_handler(_streaming_both(impl, name), parse, serialize)
-    if method.client_streaming:
-        return grpc.stream_unary_rpc_method_handler(_stream_unary(impl, name), parse, serialize)
-    if method.server_streaming:
-        return grpc.unary_stream_rpc_method_handler(_streaming(impl, name), parse, serialize)
-    return grpc.unary_unary_rpc_method_handler(_unary(impl, name), parse, serialize)
-
-
-def _checked_iter(requests: Iterator[Any]) -> Iterator[Any]:
-    for r in requests:
-        _check(r)
-        yield r
-
-
-def _stream_unary(fn: Callable[..., Any], method: str) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def handler(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
-        try:
-            return fn(_checked_iter(requests), context)
-        except Exception as err:
-            _fail(context, method, err)
-            raise  # pragma: no cover
-
-    return handler
-
-
-def _streaming_both(fn: Callable[..., Iterator[Any]], method: str) -> Callable[..., Iterator[Any]]:
-    @functools.wraps(fn)
-    def handler(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-        try:
-            yield from fn(_checked_iter(requests), context)
-        except Exception as err:
-            _fail(context, method, err)
-
-    return handler
+__all__ = ["Malformed", "add_service", "method_handler"]
 
 
 def add_service(server: grpc.Server, ctx: ServerContext, service: ServiceDescriptor, impl: object) -> None:
     """Register ``impl`` (an object with one method per RPC, named as in the .proto) for ``service``."""
-    handlers: dict[str, grpc.RpcMethodHandler] = {}
-    for method in service.methods:
-        fn = getattr(impl, method.name, None)
-        if fn is None:
-            raise TypeError(f"{type(impl).__name__} does not implement {service.full_name}.{method.name}")
-        handlers[method.name] = method_handler(method, fn)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_generic_rpc_handlers((generic_handler(service, impl),))
     if service.full_name not in ctx.service_names:
         ctx.service_names.append(service.full_name)

@@ -15,6 +15,7 @@ from twin.rpc.v1 import telemetry_pb2 as pb  # generated at install time (setup.
 from twin.rpc.v1 import telemetry_pb2_grpc as pb_grpc
 from twin.telemetry.service import TelemetryService
 from twin.wire.errors import internal_status, status_for
+from twin.wire.handlers import generic_handler
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -121,5 +122,6 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
 
 
 def add_to_server(service: TelemetryService, server: grpc.Server) -> None:
-    """Add the telemetry API to ``server``."""
-    pb_grpc.add_TelemetryServiceServicer_to_server(TelemetryServicer(service), server)
+    """Add the telemetry API to ``server`` (safe decoding: garbage bytes are INVALID_ARGUMENT)."""
+    server.add_generic_rpc_handlers((generic_handler(pb.DESCRIPTOR.services_by_name["TelemetryService"],
+                                                     TelemetryServicer(service)),))
