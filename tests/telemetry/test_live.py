@@ -154,3 +154,25 @@ def test_hostile_job_documents_are_invalid_argument_and_the_server_stays_up(star
         assert "scenario_yaml" in err.value.details() and words in err.value.details()
     ok = api.RegisterJob(pb.RegisterJobRequest(job="gpt", scenario_yaml=SCENARIO), timeout=30)
     assert ok.predicted_step_time_s > 0
+
+
+def test_live_state_pages_through_components(start_server) -> None:
+    """Issue 15, hole 10: components come in id-ordered pages (default 1,000), every one once."""
+    srv = start_server("--calibrate-interval", "0")
+    sim = SimulatedCluster(srv.address, nodes=2, gpus_per_node=8, job="", step_time_s=1.0)
+    push(sim, 1)
+    whole = srv.state(page_size=10_000)
+    assert whole.total_components == len(whole.components) > 20 and not whole.next_page_token
+    seen, token, pages = [], "", 0
+    while True:
+        page = srv.state(page_size=7, page_token=token)
+        assert len(page.components) <= 7 and page.total_components == whole.total_components
+        seen += [c.id for c in page.components]
+        pages += 1
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == sorted(c.id for c in whole.components) and pages == -(-len(seen) // 7)
+    with pytest.raises(grpc.RpcError) as err:
+        srv.state(page_size=100_000)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "page_size" in err.value.details()

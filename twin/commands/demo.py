@@ -95,8 +95,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _show(out, pb, api, title: str) -> None:  # noqa: ANN001 - generated proto modules
     st = api.GetLiveState(pb.GetLiveStateRequest(max_events=10), timeout=60)
+    components = list(st.components)
+    token = st.next_page_token
+    while token:  # every page of components
+        more = api.GetLiveState(pb.GetLiveStateRequest(max_events=1, page_token=token), timeout=60)
+        components += more.components
+        token = more.next_page_token
     counts: dict[str, dict[str, int]] = {}
-    for c in st.components:
+    for c in components:
         per = counts.setdefault(c.kind, {})
         name = pb.ComponentState.Name(c.state).removeprefix("COMPONENT_STATE_").lower()
         per[name] = per.get(name, 0) + 1

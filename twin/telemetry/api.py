@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 from collections.abc import Callable
@@ -9,7 +10,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from twin.core.errors import TwinError
+from twin.core.errors import SpecError, TwinError
 from twin.rpc.v1 import scenario_pb2
 from twin.rpc.v1 import telemetry_pb2 as pb  # generated at install time (setup.py)
 from twin.rpc.v1 import telemetry_pb2_grpc as pb_grpc
@@ -77,10 +78,18 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
 
     def GetLiveState(self, request: pb.GetLiveStateRequest, context: grpc.ServicerContext) -> pb.GetLiveStateResponse:
         states = tuple(STATE_NAME[s] for s in request.states if s in STATE_NAME)
+        size = request.page_size or DEFAULT_PAGE
+        if not 0 < size <= MAX_PAGE:
+            _call(context, lambda: _bad("page_size", f"must be between 1 and {MAX_PAGE} (got {request.page_size})"))
         st = _call(context, lambda: self.service.live_state(tuple(request.kinds), states, request.max_events or 100))
+        comps = sorted(st["components"], key=lambda c: c["id"])
+        start = bisect.bisect_right([c["id"] for c in comps], request.page_token) if request.page_token else 0
+        page = comps[start:start + size]
+        more = start + size < len(comps)
         ing = st["ingest"]
         return pb.GetLiveStateResponse(
-            components=[_component(c) for c in st["components"]],
+            components=[_component(c) for c in page], total_components=len(comps),
+            next_page_token=page[-1]["id"] if more and page else "",
             switches=[pb.Switch(id=s["id"], state=STATE[s["state"]], ports=s["ports"], ports_down=s["ports_down"],
                                 ports_degraded=s["ports_degraded"]) for s in st["switches"]],
             tiers=[_tier(t) for t in st["tiers"]],
@@ -119,6 +128,16 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
         out = _call(context, self.service.calibration_state)
         return pb.GetCalibrationResponse(calibration=_cal(out["calibration"]),
                                          history=[_adjustment(a) for a in out["history"]])
+
+
+# Components per GetLiveState page: 1,000 live components are ~0.2 MB on the wire, far under a
+# default client's 4 MiB receive limit; 10,000 at most.
+DEFAULT_PAGE = 1000
+MAX_PAGE = 10_000
+
+
+def _bad(field: str, rule: str) -> Any:
+    raise SpecError(field, rule)
 
 
 def add_to_server(service: TelemetryService, server: grpc.Server) -> None:
