@@ -78,3 +78,10 @@ def test_hostile_scenario_files_are_named_errors_not_tracebacks(tmp_path, conten
     f.write_bytes(content)
     r = twin("predict", str(f))
     assert r.returncode == 2 and str(f) in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "DIR"])
+def test_endless_or_non_file_inputs_are_named_errors(tmp_path, path):
+    target = str(tmp_path) if path == "DIR" else path
+    r = twin("predict", target)
+    assert r.returncode == 2 and target in r.stderr and "Traceback" not in r.stderr

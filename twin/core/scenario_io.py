@@ -271,11 +271,14 @@ def scenario_from_dict(data: Any, catalog: Catalog, *, validate: bool = True) ->
 def read_mapping(path: str | Path) -> Any:
     """Parse a YAML or JSON file (JSON is YAML, but a .json file gets JSON's errors)."""
     p = Path(path)
+    limit = MAX_DOCUMENT_CHARS * 4  # bytes: UTF-8 takes at most 4 per character
     try:
-        if p.is_file() and p.stat().st_size > MAX_DOCUMENT_CHARS * 4:
-            raise SpecError(str(path), f"is {p.stat().st_size:,} bytes; a scenario document is at most "
+        with p.open("rb") as f:  # read at most the limit: /dev/zero or a FIFO must not hang the reader
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise SpecError(str(path), f"is more than {limit:,} bytes; a scenario document is at most "
                                        f"{MAX_DOCUMENT_CHARS:,} characters")
-        text = p.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise SpecError(str(path), f"is not UTF-8 text (byte {err.start}): a YAML or JSON file is expected") from err
     except OSError as err:
