@@ -50,6 +50,7 @@ def test_a_retry_after_a_failed_write_is_ok_only_once_the_points_are_stored(svc,
     rejected, _ = svc.ingest(_step(t), timeout=10)    # the exporter's retry: the same point
     assert rejected == 0
     assert _stored_observations(svc) == before + 1    # answered OK: now it is on disk
+    assert svc.stats["points_accepted"] == 1          # counted once, when it was stored
 
 
 @pytest.mark.parametrize("t", [2**64 - 1, 2**63, time.time_ns() + 10 * 24 * 3600 * 10**9])

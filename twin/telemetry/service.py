@@ -124,9 +124,11 @@ class TelemetryService:
                 res = ApplyResult()
                 self.state.apply(it.points, now, res, dirty)
                 results.append(res)
-                self.stats["points_accepted"] += res.accepted
                 self.stats["points_duplicate"] += res.duplicates
                 self.stats["counter_resets"] += res.resets
+            # Accepted counts once stored: a batch whose commit fails is not counted (its
+            # exporter's retry is, when it commits).
+            accepted = sum(r.accepted for r in results)
             comp_ids = self._pending_components | dirty.components
             comps = [self.state.components[c] for c in comp_ids if c in self.state.components]
             observations = self._pending_observations + dirty.observations
@@ -149,6 +151,7 @@ class TelemetryService:
         with self.lock:
             self._pending_components = set()
             self._pending_observations, self._pending_events = [], []
+            self.stats["points_accepted"] += accepted
         for it, res in zip(items, results, strict=True):
             it.future.set_result(res)
 
