@@ -76,13 +76,15 @@ _PRE_TE_YEAR = re.compile(r"\b20(19|20|21|22)\b")
 #   (Narayanan et al. 2021 count its FLOPs);
 # - torchtitan (activation_checkpoint.mode default "selective");
 # - NeMo AutoModel (activation_checkpointing: false in its benchmark configs);
-# FSDP's reshard_after_forward: PyTorch fully_shard's default (True).
+# FSDP's reshard_after_forward: PyTorch fully_shard's default (True) on the PyTorch stacks
+# (torchtitan, NeMo AutoModel); the Megatron stacks document none (and Meta's Llama 3 stack,
+# read as the default stack, does not reshard), so there it is the twin's choice like mbs and vp.
 STACK_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-core-te": {"recompute": "none"},
     "megatron-core-te-cudagraphs": {"recompute": "none"},
     "megatron-deepspeed": {"recompute": "full"},
-    "pytorch-fsdp2": {"recompute": "selective"},
-    "nemo-automodel": {"recompute": "none"},
+    "pytorch-fsdp2": {"recompute": "selective", "fsdp_reshard_after_forward": True},
+    "nemo-automodel": {"recompute": "none", "fsdp_reshard_after_forward": True},
 }
 
 
@@ -241,6 +243,7 @@ class _Knobs:
     mbs: tuple[int, ...]
     recompute: tuple[str, ...]
     vp: tuple[int, ...]
+    reshard: tuple[bool | None, ...] = (None,)   # None: as the plan says
     partial: bool = False
 
 
@@ -325,13 +328,15 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         vp_opts = tuple(v for v in _SEARCH_VP if pp * v <= model.layers) or (1,)
     else:
         vp_opts = (int(vp or 1),)
-    if p.get("fsdp_reshard_after_forward") is not None:
-        plan_kwargs["fsdp_reshard_after_forward"] = bool(p["fsdp_reshard_after_forward"])
+    reshard = p.get("fsdp_reshard_after_forward", defaults.get("fsdp_reshard_after_forward"))
+    if reshard is not None:
+        plan_kwargs["fsdp_reshard_after_forward"] = bool(reshard)
+    reshard_opts = (False, True) if sharding == "fsdp" and reshard is None else (None,)
     plan_kwargs.update(mbs=mbs_opts[0], recompute=rc_opts[0], vp=vp_opts[0])
     plan = schema.load(Plan, plan_kwargs, "plan")
     software = resolve_software(stack, engine.catalog)
     scn = Scenario(cluster=cluster, model=model, plan=plan, name=str(cid), software=software)
-    return scn, _Knobs(mbs_opts, rc_opts, vp_opts), notes
+    return scn, _Knobs(mbs_opts, rc_opts, vp_opts, reshard_opts), notes
 
 
 def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, float, list[str]]:
@@ -347,9 +352,11 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
             options += [("full", k) for k in sorted({max(1, math.ceil(layers_stage * f)) for f in (0.25, 0.5, 0.75)})
                         if k < layers_stage]
         options.append((rc, None))
-    for mbs, (rc, rl), vp in itertools.product(knobs.mbs, options, knobs.vp):
+    for mbs, (rc, rl), vp, rs in itertools.product(knobs.mbs, options, knobs.vp, knobs.reshard):
+        reshard = scn.plan.fsdp_reshard_after_forward if rs is None else rs
         cand = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, mbs=mbs, recompute=rc, vp=vp,
-                                                                 recompute_layers=rl))
+                                                                 recompute_layers=rl,
+                                                                 fsdp_reshard_after_forward=reshard))
         try:
             validate_scenario(cand)
             est = engine.model.evaluate(cand, validate=False, report=False)
@@ -389,8 +396,8 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
         except TwinError as err:
             skipped.append({"id": cid, "reason": f"cannot model: {err}"})
             continue
-        free = [k for k, opts in (("mbs", knobs.mbs), ("recompute", knobs.recompute), ("vp", knobs.vp))
-                if len(opts) > 1]
+        free = [k for k, opts in (("mbs", knobs.mbs), ("recompute", knobs.recompute), ("vp", knobs.vp),
+                                  ("fsdp_reshard_after_forward", knobs.reshard)) if len(opts) > 1]
         if free:
             notes.append("chosen by the twin (not published): " + ", ".join(free))
         pl = chosen.plan
