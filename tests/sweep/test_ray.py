@@ -59,7 +59,11 @@ HEAD_GROUP: list[int] = []
 
 
 def batch_tasks() -> list[int]:
-    """PIDs of workers of *our* Ray head (its process group) currently running a sweep batch."""
+    """PIDs of workers of *our* Ray head currently running a sweep batch.
+
+    Candidates are only processes descending from the head this module started (by its PID);
+    among those, the process title tells a worker running a batch from an idle one.
+    """
     if not HEAD_GROUP:
         return []
     pids = []
@@ -110,7 +114,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
 def head(tmp_path_factory):
     """A Ray head started the way an operator starts one (``ray start --head --block``), in its
     own session, temp dir and ports; stopped at the end by signalling exactly that session's
-    process group (never ``ray stop``, which would stop every Ray of the user)."""
+    process group (not Ray's own stop command, which would stop every Ray of the user)."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="twin-ray-", dir="/tmp")  # short: Ray puts sockets under it
     proc = subprocess.Popen([RAY, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
