@@ -8,9 +8,7 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 
 from twin.server.context import ServerContext
-from twin.wire.handlers import Malformed, generic_handler, method_handler
-
-__all__ = ["Malformed", "add_service", "method_handler"]
+from twin.wire.handlers import generic_handler
 
 
 def add_service(server: grpc.Server, ctx: ServerContext, service: ServiceDescriptor, impl: object) -> None:

@@ -80,7 +80,8 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
         states = tuple(STATE_NAME[s] for s in request.states if s in STATE_NAME)
         size = request.page_size or DEFAULT_PAGE
         if not 0 < size <= MAX_PAGE:
-            _call(context, lambda: _bad("page_size", f"must be between 1 and {MAX_PAGE} (got {request.page_size})"))
+            context.abort_with_status(status_for(SpecError(
+                "page_size", f"must be between 1 and {MAX_PAGE} (got {request.page_size})")))
         st = _call(context, lambda: self.service.live_state(tuple(request.kinds), states, request.max_events or 100))
         comps = sorted(st["components"], key=lambda c: c["id"])
         start = bisect.bisect_right([c["id"] for c in comps], request.page_token) if request.page_token else 0
@@ -134,10 +135,6 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
 # default client's 4 MiB receive limit; 10,000 at most.
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
-
-
-def _bad(field: str, rule: str) -> Any:
-    raise SpecError(field, rule)
 
 
 def add_to_server(service: TelemetryService, server: grpc.Server) -> None:
