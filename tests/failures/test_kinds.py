@@ -42,7 +42,7 @@ def test_losing_one_of_four_leaf_uplinks_cuts_up_bandwidth_by_a_quarter(fa, engi
     assert span.top == 2 and span.k == span.k_top  # crosses the spine, crossing fraction 1
     before = collective_cost("all_reduce", 4e9, span, h)
     after = collective_cost("all_reduce", 4e9, span, degrade_hierarchy(h, mode.degraded))
-    assert after.busbw_Bps == pytest.approx(0.75 * before.busbw_Bps, rel=1e-6)
+    assert after.bottleneck_bw_Bps == pytest.approx(0.75 * before.bottleneck_bw_Bps, rel=1e-6)
     assert after.time_s / before.time_s == pytest.approx(4 / 3, rel=0.01)
     # ...and the step's data-parallel communication slows by the same ratio.
     nominal = engine.model.evaluate(scn, validate=False)
@@ -113,8 +113,8 @@ def test_nic_link_at_half_its_lanes_halves_scale_out_bandwidth(fa, engine):
     h = engine.model.hierarchy(scn)
     span = place_group(*stride_of(scn.plan, scn.dp, "dp"), h)
     dh = degrade_hierarchy(h, Impact(tier_bw=((1, 0.5), (2, 0.5))))
-    assert collective_cost("all_reduce", 4e9, span, dh).busbw_Bps == pytest.approx(
-        0.5 * collective_cost("all_reduce", 4e9, span, h).busbw_Bps)
+    assert collective_cost("all_reduce", 4e9, span, dh).bottleneck_bw_Bps == pytest.approx(
+        0.5 * collective_cost("all_reduce", 4e9, span, h).bottleneck_bw_Bps)
 
 
 def test_high_ber_costs_go_back_n_retransmissions():

@@ -88,10 +88,116 @@ def bus_factor(op: str, n: Any) -> Any:
     return 1.0
 
 
-def _inter_bw(span: GroupSpan, h: AnyHierarchy, crossing: Any) -> Any:
-    """Per-group bandwidth across domains: k members' NIC shares, less oversubscription."""
-    penalty = ops.maximum(1.0, h.oversubscription_at(span.top) * crossing)
-    return h.bw_at(span.top) * span.k / penalty
+# How a group's traffic loads the links above its domains (``topology``: link classes).
+# Per GPU and per byte the group's algorithm moves, the bytes on the NIC link and on the
+# uplinks into tier j (j = 2..top), where ``below`` is the group's ranks under one switch
+# of tier j-1 (Leiserson 1985: a fat tree's capacity at each level is what crosses it):
+# - "ring": rings (and NVLS/ring hybrids) cross a subtree boundary once per ring edge
+#   leaving it, so of a domain's k NICs' traffic 1/below leaves each tier-(j-1) subtree;
+# - "tree": NCCL's double binary tree spreads its edges over the whole node range, so all
+#   of a node's tree traffic may cross (the conservative bound NCCL's tuning model uses);
+# - "sharp": in-network reduction aggregates at every switch level, so a subtree sends one
+#   reduced copy up: 1/(k*below) of the per-GPU traffic (Graham et al., COMHPC 2016, SHARP);
+# - "a2a": every rank sends 1/n of its buffer to each rank, so the share leaving a subtree
+#   is (n - below)/n (and (n - k)/n leaves the domain through the NIC);
+# - "p2p": one partner per rank (pipeline stages): the partner is across tier j-1 for
+#   1/below of the ranks.
+PATTERNS = ("ring", "tree", "sharp", "a2a", "p2p")
+
+
+def _nic_coeff(pattern: str, span: GroupSpan) -> Any:
+    return 1.0 / span.k if pattern in ("ring", "tree", "sharp") else 1.0
+
+
+def _uplink_coeff(pattern: str, span: GroupSpan, below: Any) -> Any:
+    if pattern in ("ring", "p2p"):
+        return 1.0 / below
+    if pattern == "tree":
+        return 1.0 / span.k
+    if pattern == "sharp":
+        return 1.0 / (span.k * below)
+    return (span.n - below) / ops.maximum(span.n - span.k, 1)  # a2a
+
+
+def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
+    """Seconds per byte of a group's per-GPU traffic at the busiest link class above its
+    domain: the NIC link, or the uplinks into any tier up to the group's top (taper and
+    contention shares included). Only meaningful where the group spans domains.
+    """
+    if not ops.is_batch(span.n, span.top):
+        top = span.top
+        inv = _nic_coeff(pattern, span) / (h.bw_at(top) * h.share_at(1))
+        for j in range(2, top + 1):
+            c = _uplink_coeff(pattern, span, span.per_tier[j - 1])
+            inv = max(inv, c * h.oversubscription_at(j) / (h.bw_at(j) * h.share_at(j)))
+        return inv
+    top = np.asarray(span.top)
+    nic = _nic_coeff(pattern, span) / (h.bw_at(top) * h.share_at(np.ones_like(top)))
+    width = h.width
+    if width <= 2 or not ops.any_(top >= 2):
+        return nic
+    j = np.arange(width)
+    below = np.empty_like(span.per_tier)
+    below[:, 1:] = span.per_tier[:, :-1]
+    below[:, 0] = 1
+    c = _uplink_coeff(pattern, _broadcast_span(span), below)
+    shares = 1.0 if h.shares is None else h.shares
+    terms = c * h.oversubscription_table() / (h.bw_table() * shares)
+    terms = np.where((j[None, :] >= 2) & (j[None, :] <= top[:, None]), terms, 0.0)
+    return np.maximum(nic, terms.max(axis=1))
+
+
+def _broadcast_span(span: GroupSpan) -> GroupSpan:
+    """``span`` with its per-point scalars as columns, to broadcast against per-tier tables."""
+    col = [np.asarray(getattr(span, f))[:, None] for f in ("n", "k", "m", "top", "k_top", "nodes")]
+    return GroupSpan(*col, per_tier=span.per_tier)
+
+
+def link_profile(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
+    """Fraction of its bandwidth-bound time a group's traffic keeps each link class busy
+    (tuple per tier; points x tiers for a batch): 1 on its bottleneck, less on the others,
+    0 on tiers it never reaches. The contention model (``twin.core.contention``) weighs
+    other traffic by it.
+    """
+    if not ops.is_batch(span.n, span.top):
+        width = len(h.tiers)
+        if span.n <= 1:
+            return (0.0,) * width
+        times = [0.0] * width
+        if span.k > 1:
+            times[0] = 1.0 / h.up_bw
+        if span.m > 1:
+            times[1] = _nic_coeff(pattern, span) / (h.bw_at(span.top) * h.share_at(1))
+            for j in range(2, span.top + 1):
+                c = _uplink_coeff(pattern, span, span.per_tier[j - 1])
+                times[j] = c * h.oversubscription_at(j) / (h.bw_at(j) * h.share_at(j))
+        worst = max(times)
+        return tuple(t / worst for t in times) if worst > 0 else tuple(times)
+    n = np.asarray(span.n)
+    top = np.asarray(span.top)
+    width = h.width
+    times = np.zeros((len(n), width))
+    times[:, 0] = np.where(np.asarray(span.k) > 1, 1.0 / h.up_bw, 0.0)
+    multi = np.asarray(span.m) > 1
+    if multi.any() and width > 1:
+        shares = np.ones((len(n), width)) if h.shares is None else h.shares
+        times[:, 1] = np.where(multi, _nic_coeff(pattern, span) / (h.bw_at(top) * shares[:, 1]), 0.0)
+        if width > 2:
+            j = np.arange(width)
+            below = np.empty_like(span.per_tier)
+            below[:, 1:] = span.per_tier[:, :-1]
+            below[:, 0] = 1
+            c = _uplink_coeff(pattern, _broadcast_span(span), below)
+            terms = c * h.oversubscription_table() / (h.bw_table() * shares)
+            keep = (j[None, :] >= 2) & (j[None, :] <= top[:, None]) & multi[:, None]
+            times[:, 2:] = np.where(keep, terms, 0.0)[:, 2:]
+    worst = times.max(axis=1, keepdims=True)
+    return np.where(worst > 0, times / np.where(worst > 0, worst, 1.0), 0.0)
+
+
+def _inter_bw(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
+    """Per-group bandwidth across domains: k members' NIC shares, less taper and sharing."""
+    return 1.0 / net_seconds_per_byte(span, h, pattern)
 
 
 def _option(t: Any, algorithm: str, protocol: str, busbw: Any, available: Any = True) -> Option | None:
@@ -106,7 +212,7 @@ def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Op
     up = h.up_bw
     multi = span.m > 1
     if ops.any_(multi):
-        bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, crossing=span.k / ops.maximum(span.k_top, 1))), up)
+        bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up)
     else:
         bw = up
     nsteps = 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
@@ -130,7 +236,7 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
         return []
     nodes = ops.maximum(span.nodes, 1)
     up = h.up_bw
-    bw = _TREE_BW * ops.minimum(up, _inter_bw(span, h, crossing=1.0))
+    bw = _TREE_BW * ops.minimum(up, _inter_bw(span, h, "tree"))
     ppn = ops.maximum(1, span.n // nodes)
     log_nodes = ops.log2(nodes)
     out: list[Option] = []
@@ -154,7 +260,7 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
     multi = span.m > 1
     # NVLS-tree: in-switch reduction inside the domain, ring/tree across.
     if ops.any_(multi):
-        inter = 2.0 * (span.m - 1) / span.m * size / _inter_bw(span, h, crossing=span.k / ops.maximum(span.k_top, 1))
+        inter = 2.0 * (span.m - 1) / span.m * size / _inter_bw(span, h, "ring")
         t_inter = ops.where(multi, inter, 0.0)
     else:
         t_inter = 0.0
@@ -162,25 +268,33 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
     return _option(t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / t, available)
 
 
-def _sharp_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
+def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
+    """SHARP (CollNet) in-network reduction across domains: all-reduce, and reduce-scatter /
+    all-gather as SHARP 3.5.2 runs them with NCCL >= 2.20 (NVIDIA SHARP Rev 3.5.2 LTS release
+    notes: "Added support for Reduce-Scatter and All-Gather collective operations when using
+    HPCX v2.18.1 concurrently with NCCL v2.20 or above"). The twin assumes such a NCCL.
+    """
     available = ops.logical_and(span.m > 1, h.sharp_through(span.top))
     if not ops.any_(available):
         return None
-    nvls_bw = h.up_nvls_bw
     k = span.k
-    ring_intra = 2.0 * (k - 1) / k * size / h.up_bw
-    t_intra = ops.where(ops.logical_and(nvls_bw > 0, k > 1), size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
-                        ops.where(k > 1, ring_intra, 0.0))
-    # In-network reduction: each GPU sends its 1/k share up once and receives it once.
-    t_inter = size / _inter_bw(span, h, crossing=1.0 / ops.maximum(span.k_top, 1))
+    if op == "all_reduce":
+        nvls_bw = h.up_nvls_bw
+        ring_intra = 2.0 * (k - 1) / k * size / h.up_bw
+        t_intra = ops.where(ops.logical_and(nvls_bw > 0, k > 1), size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
+                            ops.where(k > 1, ring_intra, 0.0))
+    else:  # the domain's part is a ring reduce-scatter / all-gather over NVLink
+        t_intra = ops.where(k > 1, (k - 1) / k * size / h.up_bw, 0.0)
+    # In-network reduction: each GPU sends its 1/k share up once and receives it once
+    # (reduce-scatter receives less, all-gather sends less: the up or down direction paces it).
+    t_inter = size / _inter_bw(span, h, "sharp")
     t = ops.maximum(t_intra, t_inter) + _SHARP_LAT_US * US
-    return _option(t, "sharp", "Simple", size * bus_factor("all_reduce", span.n) / t, available)
+    return _option(t, "sharp", "Simple", size * bus_factor(op, span.n) / t, available)
 
 
 def _cross_domain_bw(span: GroupSpan, h: AnyHierarchy) -> Any:
-    """Bandwidth per GPU of all-to-all traffic that leaves the domain (less oversubscription)."""
-    crossing = 1.0 - span.k_top / span.n
-    return h.bw_at(span.top) / ops.maximum(1.0, h.oversubscription_at(span.top) * crossing)
+    """Bandwidth per GPU of all-to-all traffic that leaves the domain (less taper and sharing)."""
+    return 1.0 / net_seconds_per_byte(span, h, "a2a")
 
 
 def _p2p_latency(n: Any) -> Any:
@@ -244,7 +358,10 @@ def _dedup(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan, h: AnyHie
 
 def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     multi = span.m > 1
-    bw = ops.where(multi, h.bw_at(span.top), h.up_bw)
+    if ops.any_(multi):
+        bw = ops.where(multi, 1.0 / net_seconds_per_byte(span, h, "p2p"), h.up_bw)
+    else:
+        bw = h.up_bw
     lat = ops.where(multi, (_P2P_BASE_US + _HW_LAT_NET["ring"]["Simple"]) * US,
                     (_P2P_BASE_US + _HW_LAT_NVLINK["ring"]["Simple"]) * US)
     t = size / bw + lat
@@ -278,9 +395,13 @@ def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHie
         options = _ring_times(op, size_bytes, span, hierarchy)
         if op == "all_reduce":
             options += _tree_times(size_bytes, span, hierarchy)
-            for extra in (_nvls_time(size_bytes, span, hierarchy), _sharp_time(size_bytes, span, hierarchy)):
-                if extra is not None:
-                    options.append(extra)
+            nvls = _nvls_time(size_bytes, span, hierarchy)
+            if nvls is not None:
+                options.append(nvls)
+        if op in ("all_reduce", "reduce_scatter", "all_gather"):
+            sharp = _sharp_time(op, size_bytes, span, hierarchy)
+            if sharp is not None:
+                options.append(sharp)
         best = ops.select_min(options)
         if algorithm is not None:
             forced = [o for o in options if o[1] == algorithm]
@@ -290,7 +411,9 @@ def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHie
                 best = tuple(ops.where(np.isfinite(chosen[0]) if batch else True, c, b)
                              for c, b in zip(chosen, best, strict=True))
         t, algo, proto, busbw = best
-        cost = CollectiveCost(t, algo, proto, busbw, busbw)
+        # Reported: the bus bandwidth achieved at this size, latency included (nccl-tests'
+        # busbw = size * bus_factor / time); the bottleneck: the chosen algorithm's asymptote.
+        cost = CollectiveCost(t, algo, proto, size_bytes * bus_factor(op, span.n) / t, busbw)
     if not batch:
         return cost
     return _zero_where(ops.logical_or(span.n <= 1, size_bytes <= 0), cost)

@@ -1029,9 +1029,7 @@ class TwinModel:
                                else np.float64) for i, f in enumerate(dataclasses.fields(CollectiveCost))]
             sizes = np.broadcast_to(np.asarray(size, np.float64), (len(ps),))
             for i in range(len(ps)):
-                one = GroupSpan(*(int(np.asarray(getattr(span, f.name)).reshape(-1)[i])
-                                  if np.ndim(getattr(span, f.name)) else int(getattr(span, f.name))
-                                  for f in dataclasses.fields(GroupSpan)))
+                one = span.point(i)
                 if one.n <= 1 or sizes[i] <= 0:
                     continue
                 got = self.cost_override(op, float(sizes[i]), one, hb.point(i), algorithm, ps.scenario(i))
@@ -1285,7 +1283,8 @@ def _take_tree(obj: Any, idx: Any) -> Any:
         if obj.ndim == 0:
             return obj
         if np.ndim(idx) == 0:
-            return obj[idx].item()
+            row = obj[idx]
+            return row.item() if np.ndim(row) == 0 else tuple(row.tolist())
         return ops.take_rows(obj, idx)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return type(obj)(**{f.name: _take_tree(getattr(obj, f.name), idx) for f in dataclasses.fields(obj)

@@ -12,6 +12,14 @@ One scenario has one :class:`Hierarchy`; a batch of points (``twin.core.ops``) h
 :class:`HierarchyBatch`: the distinct hierarchies of its clusters as tables, and per point
 the row of its own. Both answer the same questions (``up_bw``, ``bw_at(tier)``, ...), so
 collective costing is written once for either.
+
+Links. Tier ``j`` of a hierarchy also names a class of links: for ``j >= 1`` the links that
+enter a tier-``j`` switch from below (the NIC links for the leaf, the leaf uplinks for the
+spine, ...), whose capacity per GPU is ``bw_at(j) / oversubscription_at(j)``; for ``j = 0``
+a GPU's NVLink ports. By symmetry every GPU of a parallel group loads its links alike, so a
+group's traffic is costed per GPU and per link class, never per GPU pair (O(1) in the GPU
+count). ``shares`` (per link class, default all 1) is the fraction of each class's capacity
+a group gets while other traffic shares it (``twin.core.contention``).
 """
 
 from __future__ import annotations
@@ -61,6 +69,17 @@ class Hierarchy:
     gpus_per_node: int
     nic_share: float = 1.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    shares: tuple[float, ...] = ()
+
+    def share_at(self, tier: Any) -> Any:
+        """Fraction of link class ``tier``'s capacity this traffic gets (1: it has it alone)."""
+        shares = self.shares
+        return shares[tier] if tier < len(shares) else 1.0
+
+    def with_shares(self, shares: Any) -> Hierarchy:
+        """The same hierarchy as seen by traffic that gets ``shares`` of each link class."""
+        return Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
+                         notes=self.notes, shares=tuple(float(x) for x in shares))
 
     @property
     def scale_up(self) -> Tier:
@@ -75,20 +94,23 @@ class Hierarchy:
     # The questions collective costing asks (the same on a HierarchyBatch).
     @property
     def up_bw(self) -> float:
-        """Scale-up bandwidth per GPU per direction."""
-        return self.tiers[0].bw_Bps
+        """Scale-up bandwidth per GPU per direction (the share this traffic gets of it)."""
+        bw = self.tiers[0].bw_Bps
+        return bw * self.shares[0] if self.shares else bw
 
     @property
     def up_a2a_bw(self) -> float:
         """Scale-up bandwidth for all-to-all traffic (the plain bandwidth when not stated)."""
         up = self.tiers[0]
-        return up.a2a_bw_Bps or up.bw_Bps
+        bw = up.a2a_bw_Bps or up.bw_Bps
+        return bw * self.shares[0] if self.shares else bw
 
     @property
     def up_nvls_bw(self) -> float:
         """NVLS all-reduce bandwidth per GPU, 0 without in-switch reduction."""
         up = self.tiers[0]
-        return up.nvls_bw_Bps if up.reduction == "nvls" and up.nvls_bw_Bps > 0 else 0.0
+        bw = up.nvls_bw_Bps if up.reduction == "nvls" and up.nvls_bw_Bps > 0 else 0.0
+        return bw * self.shares[0] if self.shares else bw
 
     def bw_at(self, tier: Any) -> Any:
         """Bandwidth per GPU of ``tier`` (an index, or one per point)."""
@@ -101,6 +123,11 @@ class Hierarchy:
     def sharp_through(self, tier: Any) -> Any:
         """Whether a scale-out tier up to ``tier`` (inclusive) reduces in the network (SHARP)."""
         return any(t.reduction == "sharp" for t in self.tiers[1:tier + 1])
+
+    def link_capacity(self, tier: int) -> float:
+        """Capacity per GPU of link class ``tier`` alone (NVLink for 0; links into tier ``j``)."""
+        t = self.tiers[tier]
+        return t.bw_Bps / t.oversubscription if tier else t.bw_Bps
 
     def top_tier(self, footprint: Any) -> Any:
         """The first tier spanning ``footprint`` GPUs (else the last)."""
@@ -124,6 +151,8 @@ class HierarchyBatch:
     def __init__(self, hierarchies: Sequence[Hierarchy], rows: np.ndarray) -> None:
         self.hierarchies = tuple(hierarchies)
         self.rows = rows
+        # Per point and link class, the share of capacity the traffic gets (None: all of it).
+        self.shares: np.ndarray | None = None
         width = max(len(h.tiers) for h in self.hierarchies)
         n = len(self.hierarchies)
 
@@ -153,6 +182,39 @@ class HierarchyBatch:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @property
+    def width(self) -> int:
+        """Tiers of the longest hierarchy (the tables' width)."""
+        return int(self._bw.shape[1])
+
+    def bw_table(self) -> np.ndarray:
+        """Bandwidth per GPU of every tier, per point (points x width)."""
+        return self._bw[self.rows]
+
+    def oversubscription_table(self) -> np.ndarray:
+        """Cumulative oversubscription below every tier, per point (points x width)."""
+        return self._over[self.rows]
+
+    def share_at(self, tier: Any) -> Any:
+        """Share of link class ``tier`` per point (1 where the traffic has it alone)."""
+        if self.shares is None:
+            return 1.0
+        return self.shares[np.arange(len(self.rows)), np.asarray(tier)] if np.ndim(tier) else self.shares[:, tier]
+
+    def with_shares(self, shares: np.ndarray) -> HierarchyBatch:
+        """The same points as seen by traffic that gets ``shares`` (points x width) of each link class."""
+        out = self.take(np.arange(len(self.rows)))
+        out.shares = shares
+        s0 = shares[:, 0]
+        out.up_bw, out.up_a2a_bw, out.up_nvls_bw = self.up_bw * s0, self.up_a2a_bw * s0, self.up_nvls_bw * s0
+        return out
+
+    def link_capacity_table(self) -> np.ndarray:
+        """Capacity per GPU of every link class alone, per point (points x width; see the module)."""
+        cap = self._bw[self.rows] / self._over[self.rows]
+        cap[:, 0] = self._bw[self.rows, 0]
+        return cap
 
     def bw_at(self, tier: Any) -> np.ndarray:
         """Bandwidth per GPU of ``tier`` per point."""
@@ -188,6 +250,8 @@ class HierarchyBatch:
         out.rows = self.rows[index]
         for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw"):
             setattr(out, name, getattr(self, name)[index])
+        if self.shares is not None:
+            out.shares = self.shares[index]
         return out
 
 
@@ -198,7 +262,9 @@ class GroupSpan:
     ``n``: ranks; ``k``: ranks per scale-up domain; ``m``: domains spanned;
     ``top``: index of the highest tier its traffic must reach; ``k_top``: ranks of the
     group under one subtree of the tier just below ``top`` (for oversubscription);
-    ``nodes``: nodes spanned (NCCL's nNodes). For a batch each is an array.
+    ``nodes``: nodes spanned (NCCL's nNodes); ``per_tier``: ranks of the group under one
+    switch of each tier (index = tier; ``per_tier[0] == k``), which sets how much of its
+    traffic leaves each subtree. For a batch each is an array (``per_tier``: points x tiers).
     """
 
     n: Any
@@ -207,6 +273,16 @@ class GroupSpan:
     top: Any
     k_top: Any
     nodes: Any
+    per_tier: Any = ()
+
+    def point(self, i: int) -> GroupSpan:
+        """Point ``i`` of a batch's spans, as one scenario's span."""
+        def at(v: Any) -> int:
+            return int(np.asarray(v).reshape(-1)[i]) if np.ndim(v) else int(v)
+        per = self.per_tier
+        tiers = tuple(int(x) for x in (per[i] if np.ndim(per) == 2 else per))
+        return GroupSpan(n=at(self.n), k=at(self.k), m=at(self.m), top=at(self.top), k_top=at(self.k_top),
+                         nodes=at(self.nodes), per_tier=tiers)
 
 
 SINGLE = GroupSpan(n=1, k=1, m=1, top=0, k_top=1, nodes=1)
@@ -235,9 +311,11 @@ def place_group(n: Any, stride: Any, hierarchy: Hierarchy | HierarchyBatch) -> G
     top = np.where(multi, h.top_tier(n * stride), 0)
     k_top = np.where(multi, _per_unit(n, stride, h.span_below(top)), n)
     alone = n <= 1
+    spans = h._span[h.rows]
+    per_tier = np.maximum(1, np.minimum(n[:, None], spans // stride[:, None]))
     return GroupSpan(n=np.where(alone, 1, n), k=np.where(alone, 1, k), m=np.where(alone, 1, m),
                      top=np.where(alone, 0, top), k_top=np.where(alone, 1, k_top),
-                     nodes=np.where(alone, 1, nodes))
+                     nodes=np.where(alone, 1, nodes), per_tier=per_tier)
 
 
 def _place_one(n: int, stride: int, hierarchy: Hierarchy) -> GroupSpan:
@@ -247,8 +325,9 @@ def _place_one(n: int, stride: int, hierarchy: Hierarchy) -> GroupSpan:
     k = _per_unit(n, stride, dom)
     m = math.ceil(n / k)
     nodes = math.ceil(n / _per_unit(n, stride, hierarchy.gpus_per_node))
+    per_tier = tuple(_per_unit(n, stride, t.span_gpus) for t in hierarchy.tiers)
     if m == 1:
-        return GroupSpan(n=n, k=k, m=1, top=0, k_top=n, nodes=nodes)
+        return GroupSpan(n=n, k=k, m=1, top=0, k_top=n, nodes=nodes, per_tier=per_tier)
     top = hierarchy.top_tier(n * stride)
     k_top = _per_unit(n, stride, hierarchy.span_below(top))
-    return GroupSpan(n=n, k=k, m=m, top=top, k_top=k_top, nodes=nodes)
+    return GroupSpan(n=n, k=k, m=m, top=top, k_top=k_top, nodes=nodes, per_tier=per_tier)
