@@ -96,6 +96,8 @@ class OffloadStrategy(Strategy):
     name = "offload"
     dimension = "offload"
     phase = "step"
+    # Its traffic goes to the memory pool over PCIe/CXL, not over the network.
+    traffic = ()
     # DMA over the pool link (copy engines), not SM work.
     interferes = False
     summary = "Offload of optimizer state / parameters / activations to a CXL pool or host memory"

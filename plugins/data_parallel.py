@@ -25,6 +25,7 @@ class DataParallel(Strategy):
     name = "data"
     dimension = "dp"
     phase = "step"
+    traffic = (("dp", "ring"), ("edp", "ring"))
     # Its terms do not depend on the micro-batch count or the interleaving depth.
     reads_schedule = False
     summary = "Data parallel (+ distributed optimizer / ZeRO-1/2): bucketed grad reduce overlapped with backward"

@@ -26,6 +26,9 @@ class ExpertParallel(Strategy):
     name = "expert"
     dimension = "ep"
     phase = "microbatch"
+    traffic = (("ep", "a2a"),)
+    # Dispatch and combine block the layer's compute (one after another on a GPU).
+    overlapped = False
     # Its terms do not depend on the micro-batch count or the interleaving depth.
     reads_schedule = False
     summary = "Expert parallel (MoE): all-to-all dispatch/combine per MoE layer, NVLink or NICs by placement"

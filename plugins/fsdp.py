@@ -24,6 +24,7 @@ class FullySharded(Strategy):
     name = "fsdp"
     dimension = "dp"
     phase = "microbatch"
+    traffic = (("dp", "ring"), ("edp", "ring"))
     # Its terms do not depend on the micro-batch count or the interleaving depth.
     reads_schedule = False
     summary = "ZeRO-3 / FSDP: per-layer weight all-gather (fwd + bwd) and grad reduce-scatter, prefetched"

@@ -24,6 +24,8 @@ class TensorParallel(Strategy):
     name = "tensor"
     dimension = "tp"
     phase = "microbatch"
+    # Blocking collectives between the layer's kernels (one after another on a GPU).
+    overlapped = False
     # Its terms do not depend on the micro-batch count or the interleaving depth.
     reads_schedule = False
     summary = "Tensor parallel (+ sequence parallel, TP-comm overlap): per-layer AR or AG+RS of activations"

@@ -219,6 +219,13 @@ class Strategy:
     ``plan.gbs``, ``plan.vp`` or ``ctx.activation_bytes_per_microbatch``; a strategy that
     does not is evaluated once per group of points that differ only in those (a sweep's
     batch sizes and interleaving depths), which is several times faster.
+    ``traffic``: the groups its communication runs over and how it loads their links, as
+    ``(dimension, pattern)`` pairs (patterns: ``twin.core.collectives.PATTERNS``; None: its
+    own ``dimension`` with that dimension's usual pattern; empty: no network traffic).
+    ``overlapped``: whether its communication runs asynchronously to the compute stream
+    (bucketed gradient reduction, prefetch, p2p), so it shares links with the other
+    traffic in flight; blocking collectives between kernels (False) only meet overlapped
+    traffic (``twin.core.contention``).
     """
 
     name: ClassVar[str] = ""
@@ -228,6 +235,8 @@ class Strategy:
     interferes: ClassVar[bool] = True
     vectorized: ClassVar[bool] = True
     reads_schedule: ClassVar[bool] = True
+    traffic: ClassVar[tuple[tuple[str, str], ...] | None] = None
+    overlapped: ClassVar[bool] = True
 
     def active(self, ctx: EvalContext) -> Any:
         """Whether this strategy takes part (a bool, or one per point for a batch)."""

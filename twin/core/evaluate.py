@@ -40,8 +40,9 @@ from twin.core.api import (
     Terms,
     stride_of,
 )
-from twin.core.collectives import CollectiveCost, collective_cost
+from twin.core.collectives import CollectiveCost, collective_cost, link_profile
 from twin.core.compute import DEVICE_FIELDS, Device, device_for
+from twin.core.contention import DEFAULT_PATTERNS, Flow, contended, shares_of, stretches, traffic_profile
 from twin.core.errors import _PARENS, NotFoundError, PluginError, SpecError, TwinError, reason_of
 from twin.core.estimate import Breakdown, Estimate
 from twin.core.memory import (
@@ -95,6 +96,8 @@ DEFAULT_EFFICIENCY = ComputeEfficiency(gemm={"bf16": 0.75, "fp16": 0.75, "fp8": 
 ARITHMETIC_REASON = "scenario: some value is outside the numeric range the model can compute"
 MEMORY_REASON = "memory: does not fit in HBM"
 
+# The flows of a step and, per flow, the stretch of each link class (``twin.core.contention``).
+_Flows = tuple[list[Flow], list[Any]]
 CostOverride = Callable[[str, float, GroupSpan, Hierarchy, "str | None", Scenario], "CollectiveCost | None"]
 PHASES = ("microbatch", "pipeline", "step")
 DIMENSIONS = ("tp", "cp", "ep", "dp", "edp", "pp")
@@ -254,6 +257,7 @@ class _Step:
     interference_s: Any
     algorithms: dict[str, str]
     notes: list[str]
+    flows: _Flows = ([], [])
 
 
 @dataclass
@@ -340,7 +344,7 @@ class TwinModel:
         self.cost_override = cost_override
         self._key = _KeyCache()
         self._hierarchies: dict[Any, Hierarchy] = {}
-        self._per_h: dict[int, tuple[Hierarchy, dict[Any, GroupSpan], dict[Any, CollectiveCost]]] = {}
+        self._per_h: dict[int, tuple[tuple[Tier, ...], dict[Any, GroupSpan], dict[Any, CollectiveCost]]] = {}
         self._devices: dict[Any, Device] = {}
         self._facts: dict[Any, ClusterFacts] = {}
         self._stages: dict[Any, StageTimes] = {}
@@ -469,12 +473,15 @@ class TwinModel:
         return hit
 
     def _hcache(self, h: Hierarchy) -> tuple[dict[Any, GroupSpan], dict[Any, CollectiveCost]]:
-        hit = self._per_h.get(id(h))
-        if hit is None or hit[0] is not h:
+        """Caches of one hierarchy, shared by its contention views (same tiers, other shares:
+        the costs are keyed by the shares).
+        """
+        hit = self._per_h.get(id(h.tiers))
+        if hit is None or hit[0] is not h.tiers:
             if len(self._per_h) > _CACHE_LIMIT:
                 self._per_h.clear()
-            hit = (h, {}, {})
-            self._per_h[id(h)] = hit
+            hit = (h.tiers, {}, {})
+            self._per_h[id(h.tiers)] = hit
         return hit[1], hit[2]
 
     def _spans(self, h: Hierarchy, plan: Any, dp: int) -> dict[str, GroupSpan]:
@@ -496,24 +503,34 @@ class TwinModel:
                         return got
                 return collective_cost(op, size, span, hierarchy, algorithm)
             return with_override
+        shares = hierarchy.shares
         _, costs = self._hcache(hierarchy)
-        fn = costs.get(_COST_FN)
+        fn = costs.get((_COST_FN, shares))
         if fn is not None:
             return fn  # type: ignore[no-any-return]
 
         def cached(op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
-            key = (op, size, span, algorithm)
+            key = (op, size, span, algorithm, shares)
             got = costs.get(key)
             if got is None:
                 got = collective_cost(op, size, span, hierarchy, algorithm)
                 if len(costs) > 8 * _CACHE_LIMIT:
                     costs.clear()
-                    costs[_COST_FN] = cached
+                    costs[(_COST_FN, shares)] = cached
                 costs[key] = got
             return got
 
-        costs[_COST_FN] = cached  # type: ignore[assignment]
+        costs[(_COST_FN, shares)] = cached  # type: ignore[index]
         return cached
+
+    def _profile(self, span: GroupSpan, h: Hierarchy, pattern: str) -> Any:
+        """``collectives.link_profile`` of a group (cached with the hierarchy's costs)."""
+        _, costs = self._hcache(h)
+        key = ("profile", span, pattern)
+        got = costs.get(key)
+        if got is None:
+            got = costs[key] = link_profile(span, h, pattern)
+        return got
 
     def _stage(self, plan: Any, model: Model, dev: Device, w: Workload,
                sw: Software = DEFAULT_SOFTWARE) -> tuple[StageTimes, Any, Any, ActivationTerms]:
@@ -594,7 +611,11 @@ class TwinModel:
         ctx = _context(work, model, cluster, cal, hierarchy, spans, self._cost_fn(scenario, hierarchy), 0, scenario,
                        software=scenario.software)
         memo = group.terms if group is not None else None
-        st = self._assemble(ctx, work, memo=memo)
+
+        def rehome(h: Hierarchy) -> Callable[..., CollectiveCost]:
+            return self._cost_fn(scenario, h)
+
+        st = self._assemble(ctx, work, memo=memo, rehome=rehome)
         mem = work.mem
         notes = st.notes + list(hierarchy.notes)
         host_f, _ = host_layer_s(scenario.software, w)
@@ -622,7 +643,8 @@ class TwinModel:
 
     # ---------------------------------------------------------------- the assembly (both)
     def _assemble(self, ctx: EvalContext, work: _Work, groups: tuple[EvalContext, np.ndarray] | None = None,
-                  memo: dict[str, Terms | None] | None = None) -> _Step:
+                  memo: dict[Any, Any] | None = None,
+                  rehome: Callable[[Any], Callable[..., CollectiveCost]] | None = None) -> _Step:
         """The step from the strategies' terms: the schedule, per-step terms, interference.
 
         A strategy that does not read the schedule (``reads_schedule = False``) gives the
@@ -630,6 +652,8 @@ class TwinModel:
         and the interleaving depth. ``groups``: for a batch, a context with one row per
         group and each point's group: such strategies are evaluated once per group.
         ``memo``: for one scenario, its group's terms from earlier scenarios (filled here).
+        ``rehome``: the costing of a hierarchy seen with contention shares; given, traffic
+        that shares links in flight is costed again with its share (``twin.core.contention``).
         """
         batch = ctx.batch
         m = ctx.microbatches
@@ -650,6 +674,10 @@ class TwinModel:
             if terms is None:
                 continue
             parts.append((strat, terms))
+        flows: _Flows = ([], [])
+        if rehome is not None and len(parts) > 1:
+            parts, flows = self._contend(ctx, parts, rehome, memo)
+        for _, terms in parts:
             exposed_mb = exposed_mb + terms.exposed_per_microbatch_s
         t_mb = stage.total_s + exposed_mb
         pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb)
@@ -684,7 +712,79 @@ class TwinModel:
         step = pipe + per_step + opt_s + offload_s + interference
         return _Step(step_s=step, compute_s=m * (stage.fwd_s + stage.bwd_s), recompute_s=m * stage.recompute_s,
                      exposed=exposed, issued=issued, nbytes=nbytes, bubble_s=bubble, optimizer_s=opt_s,
-                     offload_s=offload_s, interference_s=interference, algorithms=algorithms, notes=list(ctx.notes))
+                     offload_s=offload_s, interference_s=interference, algorithms=algorithms, notes=list(ctx.notes),
+                     flows=flows)
+
+    def _contend(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
+                 rehome: Callable[[Any], Callable[..., CollectiveCost]],
+                 memo: dict[Any, Any] | None = None) -> tuple[list[tuple[Strategy, Terms]], _Flows]:
+        """The strategies' terms with traffic in flight together sharing its links
+        (``twin.core.contention``): contended strategies costed again with their share.
+        ``rehome``: the costing of a hierarchy seen with shares. ``memo``: one scenario's
+        group memo (its link profiles and, per batch size and interleaving, the stretches).
+        """
+        key = ("contention", ctx.plan.gbs, ctx.plan.vp)
+        got = memo.get(key) if memo is not None else None
+        if got is None:
+            got = self._flows(ctx, parts, memo)
+            if memo is not None:
+                memo[key] = got
+        flows, stretch, where = got
+        if len(flows) < 2:
+            return parts, (flows, stretch)
+        out = list(parts)
+        h, cost_fn = ctx.hierarchy, ctx.cost_fn
+        try:
+            for i, s in zip(where, stretch, strict=True):
+                hit = contended(s)
+                if not ops.any_(hit):
+                    continue
+                strat = parts[i][0]
+                shares = shares_of(s, hit)
+                tkey = ("terms", strat.name, shares)
+                terms = memo.get(tkey, _NOT_YET) if memo is not None and not strat.reads_schedule else _NOT_YET
+                if terms is _NOT_YET:
+                    # The context is re-pointed, not copied: strategies read it only while evaluated.
+                    ctx.hierarchy = h.with_shares(shares)
+                    ctx.cost_fn = rehome(ctx.hierarchy)
+                    terms = self._terms(strat, ctx)
+                    if memo is not None and not strat.reads_schedule:
+                        memo[tkey] = terms
+                if terms is not None:
+                    out[i] = (strat, terms)
+        finally:
+            ctx.hierarchy, ctx.cost_fn = h, cost_fn
+        return out, (flows, stretch)
+
+    def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
+               memo: dict[Any, Any] | None) -> tuple[list[Flow], list[Any], list[int]]:
+        """(the strategies' flows, their stretches, their index in ``parts``)."""
+        m, stage, h = ctx.microbatches, ctx.stage, ctx.hierarchy
+        profile_fn = link_profile if ctx.batch else self._profile
+        microbatch_window = m * stage.total_s
+        step_window = stage.fwd_s + stage.bwd_s
+        flows: list[Flow] = []
+        where: list[int] = []
+        for i, (strat, t) in enumerate(parts):
+            pkey = ("profile", strat.name)
+            profile = memo.get(pkey, _NOT_YET) if memo is not None else _NOT_YET
+            if profile is _NOT_YET:
+                traffic = strat.traffic
+                if traffic is None:
+                    pattern = DEFAULT_PATTERNS.get(strat.dimension)
+                    traffic = ((strat.dimension, pattern),) if pattern else ()
+                profile = traffic_profile(traffic, ctx.spans, h, profile_fn) if traffic else None
+                if memo is not None:
+                    memo[pkey] = profile
+            if profile is None:
+                continue
+            issued = t.issued_per_microbatch_s * m + t.issued_per_step_s
+            window = ops.maximum(issued, step_window if strat.phase == "step" else microbatch_window)
+            flows.append(Flow(strat.name, profile, issued, window, strat.phase, strat.overlapped))
+            where.append(i)
+        if len(flows) < 2:
+            return flows, [f.profile for f in flows], where
+        return flows, stretches(flows), where
 
     def _terms(self, strat: Strategy, ctx: EvalContext) -> Terms | None:
         """The strategy's terms (None if it takes no part); a batch's are zero where inactive."""
@@ -875,7 +975,10 @@ class TwinModel:
         ctx = _context(work, model, ColumnView(sub.clusters, sub.cluster_ix),
                        ColumnView(sub.calibrations, sub.calibration_ix), hb, spans, self._batch_cost(sub, hb),
                        len(idx), None, software=ps.software)
-        st = self._assemble(ctx, work, groups)
+        def rehome(h: HierarchyBatch) -> Callable[..., CollectiveCost]:
+            return self._batch_cost(sub, h)
+
+        st = self._assemble(ctx, work, groups, rehome=rehome)
         out.stats["groups"] += len(first)
         self._fill(out, idx, work, st, sub)
         odd = ~np.isfinite(out.columns["step_time_s"][idx])

@@ -240,8 +240,12 @@ class HierarchyBatch:
         return np.where(np.asarray(tier) >= 1, self._span[self.rows, below], self._span[self.rows, 0])
 
     def point(self, i: int) -> Hierarchy:
-        """The hierarchy of point ``i``."""
-        return self.hierarchies[int(self.rows[i])]
+        """The hierarchy of point ``i`` (with its contention shares, if any)."""
+        h = self.hierarchies[int(self.rows[i])]
+        if self.shares is None:
+            return h
+        shares = self.shares[i, :len(h.tiers)]
+        return h if bool((shares == 1.0).all()) else h.with_shares(shares)
 
     def take(self, index: np.ndarray) -> HierarchyBatch:
         """The same hierarchies for the points in ``index``."""

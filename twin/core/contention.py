@@ -1,0 +1,145 @@
+"""Traffic of different parallel dimensions sharing the same links in the same phase.
+
+Each strategy's traffic is costed alone first (``collectives.py``, per GPU and per link
+class, see ``topology``). Then, per link class, the traffic of the strategies that are in
+flight at the same time shares the capacity, and each contended strategy is costed again
+with the share it gets.
+
+The sharing rule is processor sharing, i.e. max-min fair sharing among backlogged flows
+(Bertsekas & Gallager, "Data Networks", §6.5.2; the fluid model of TCP/RDMA congestion
+control converging to fair shares): flows that start together on a link of capacity C
+finish at ``(B_d + sum_e min(B_e, B_d)) / C``. With the other traffic spread over its
+window (utilisation ``rho_e`` of the link alone), the traffic ``d`` meets while it is busy
+stretches it by ``1 + sum_e min(1, rho_e * overlap(e, d))`` on that link: nothing where
+the others leave it idle, at most x2 per backlogged competitor (its fair share).
+
+Which strategies are in flight together: traffic that runs asynchronously to the compute
+stream (``Strategy.overlapped``: data-parallel buckets, FSDP prefetch, pipeline p2p,
+context-parallel ring exchanges) shares links with everything else in flight; blocking
+collectives of one GPU (tensor- and expert-parallel collectives between its kernels) run
+one after another and only meet the overlapped traffic. Windows: micro-batch and pipeline
+traffic spreads over all micro-batches' compute; step traffic (the gradient reduction)
+over the last micro-batch's backward and the first one's forward.
+
+Written once for one scenario (Python numbers, tuples per link class) and for a batch
+(arrays: points x link classes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from twin.core import ops
+from twin.core.collectives import link_profile
+from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch
+
+# Below this stretch of every link it uses a strategy is not costed again: other traffic
+# taking under 1 % of a link changes that strategy's time by under 1 % (and the step by far
+# less), within the model's own error.
+MIN_STRETCH = 0.01
+SHARE_STEPS = 1024.0
+
+# The link pattern of each built-in dimension's traffic (``collectives.PATTERNS``).
+DEFAULT_PATTERNS = {"tp": "ring", "cp": "p2p", "ep": "a2a", "dp": "ring", "edp": "ring", "pp": "p2p"}
+
+
+@dataclass(slots=True)
+class Flow:
+    """One strategy's traffic as the contention model sees it.
+
+    ``profile``: fraction of its bandwidth-bound time it keeps each link class busy (see
+    ``collectives.link_profile``); ``issued_s``: its communication time alone per step;
+    ``window_s``: the time it is spread over; ``phase`` and ``overlapped`` as the strategy's.
+    """
+
+    name: str
+    profile: Any
+    issued_s: Any
+    window_s: Any
+    phase: str
+    overlapped: bool
+
+    def utilisation(self) -> Any:
+        """Busy fraction of each link class in its window (alone), at most 1."""
+        share = ops.minimum(1.0, self.issued_s / ops.maximum(self.window_s, 1e-30))
+        if isinstance(self.profile, tuple):
+            return tuple(ops.minimum(1.0, share * p) for p in self.profile)
+        return np.minimum(1.0, np.asarray(share)[:, None] * self.profile)
+
+
+ProfileFn = Callable[[GroupSpan, Any, str], Any]
+
+
+def traffic_profile(traffic: Sequence[tuple[str, str]], spans: dict[str, GroupSpan],
+                    hierarchy: Hierarchy | HierarchyBatch, profile_fn: ProfileFn = link_profile) -> Any:
+    """Link profile of a strategy whose traffic is ``(dimension, pattern)`` pairs: per link
+    class the largest of its groups' (None if it has no network traffic here).
+    ``profile_fn``: ``collectives.link_profile`` or a cached equivalent.
+    """
+    profile: Any = None
+    for dim, pattern in traffic:
+        span = spans.get(dim)
+        if span is None:
+            continue
+        p = profile_fn(span, hierarchy, pattern)
+        if profile is None:
+            profile = p
+        elif isinstance(p, tuple):
+            profile = tuple(max(a, b) for a, b in zip(profile, p, strict=True))
+        else:
+            profile = np.maximum(profile, p)
+    return profile
+
+
+def _overlap(other: Flow, this: Flow) -> Any:
+    """Fraction of ``this`` flow's window during which ``other`` is in flight."""
+    if other.phase == "step" and this.phase != "step":
+        return ops.minimum(1.0, other.window_s / ops.maximum(this.window_s, 1e-30))
+    return 1.0
+
+
+def stretches(flows: Sequence[Flow]) -> list[Any]:
+    """Per flow, how much each link class's capacity is stretched for it (1 = alone):
+    a tuple per link class for one scenario, an array (points x link classes) for a batch.
+    """
+    rho = [f.utilisation() for f in flows]
+    out: list[Any] = []
+    for i, f in enumerate(flows):
+        others = [(rho[k], _overlap(e, f)) for k, e in enumerate(flows)
+                  if k != i and (f.overlapped or e.overlapped)]
+        if isinstance(f.profile, tuple):
+            s = [1.0] * len(f.profile)
+            for r, ov in others:
+                for j, used in enumerate(f.profile):
+                    if used > 0 and r[j] > 0:
+                        s[j] += min(1.0, r[j] * ov)
+            out.append(tuple(s))
+        else:
+            s_arr = np.ones_like(f.profile)
+            for r, overlap in others:
+                ov = np.asarray(overlap)
+                s_arr = s_arr + np.minimum(1.0, r * (ov[:, None] if ov.ndim else ov))
+            out.append(np.where(f.profile > 0, s_arr, 1.0))
+    return out
+
+
+def shares_of(stretch: Any, hit: Any) -> Any:
+    """The capacity shares a stretched flow gets (1 / stretch), rounded down to 1/1024 so
+    that nearby scenarios share cached collective costs (an error under 0.1 %); points of
+    a batch below the threshold (``hit`` false) keep their whole links, as one scenario does.
+    """
+    if isinstance(stretch, tuple):
+        return tuple(math.floor(SHARE_STEPS / x) / SHARE_STEPS for x in stretch)
+    return np.where(hit[:, None], np.floor(SHARE_STEPS / stretch) / SHARE_STEPS, 1.0)
+
+
+def contended(stretch: Any) -> Any:
+    """Whether a flow is stretched enough to be costed again (per point for a batch)."""
+    if isinstance(stretch, tuple):
+        return max(stretch) > 1.0 + MIN_STRETCH
+    return (stretch > 1.0 + MIN_STRETCH).any(axis=1)
