@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.core import schema
-from twin.core.collectives import bus_factor, collective_cost
+from twin.core.collectives import OPS, bus_factor, collective_cost
 from twin.core.errors import SpecError, TwinError
 from twin.core.scenario_io import read_mapping, resolve_gpu, resolve_model, resolve_software
 from twin.core.specs import (
@@ -99,7 +99,8 @@ class CaseResult:
     metric: str
     notes: list[str] = field(default_factory=list)
     plan: dict[str, Any] = field(default_factory=dict)
-    points: list[dict[str, float]] = field(default_factory=list)
+    points: list[dict[str, Any]] = field(default_factory=list)
+    nodes: int | None = None  # nodes the measured group spans (collectives); None: not recorded
 
     @property
     def error_pct(self) -> float:
@@ -129,6 +130,8 @@ class Report:
         out["skipped"] = list(self.skipped)
         out["memory_misses"] = [r.id for r in self.cases if MEMORY_MISS in r.notes]
         out["families"] = {f: stats(rows) for f, rows in sorted(families.items())}
+        if any(r.nodes is not None for r in self.cases):
+            out["multi_node"] = stats(r for r in self.cases if (r.nodes or 0) > 1)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,6 +148,8 @@ class Report:
                 row["plan"] = r.plan
             if r.points:
                 row["points"] = r.points
+            if r.nodes is not None:
+                row["nodes"] = r.nodes
             cases.append(row)
         return {"kind": self.kind, "cases": cases, "summary": self.summary()}
 
@@ -162,33 +167,111 @@ def _quantile(sorted_values: list[float], q: float) -> float:
 
 
 # ------------------------------------------------------------------ conversions
+def _number(value: Any, path: str, *, integer: bool = False, minimum: float = 0.0) -> Any:
+    """``value`` as a finite number (an int if ``integer``) above ``minimum``, or None if null;
+    a SpecError naming ``path`` otherwise (a bad field is that case's error, not the file's).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecError(path, f"must be a number (got {value!r})")
+    if integer:
+        if value != int(value):
+            raise SpecError(path, f"must be a whole number (got {value!r})")
+        value = int(value)
+    if value <= minimum:
+        raise SpecError(path, f"must be > {minimum:g} (got {value!r})")
+    return value
+
+
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
+    """``value`` if it is a mapping, {} if null, else a SpecError naming ``path``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"must be a mapping (got {type(value).__name__})")
+    return value
+
+
+# Scale-out fields a reference case may state beyond fabric and rates (CASES.md,
+# "Fabric fields"), with the spellings publishers use; they map onto ScaleOut.
+_TOPOLOGY_SPELLINGS = {"railoptimized": "rail_optimized", "railoptimised": "rail_optimized", "rail": "rail_optimized",
+                       "railaligned": "rail_optimized", "fattree": "fat_tree", "clos": "fat_tree"}
+_ROUTING_SPELLINGS = {"ecmp": False, "static": False, "adaptive": True, "ar": True, "adaptiverouting": True}
+_SCALE_OUT_PASSTHROUGH = ("sharp", "adaptive_routing", "switch_radix", "tiers", "gpus_per_leaf", "tier_spans",
+                          "latency_us", "achievable_fraction", "params")
+_SCALE_OUT_READ = {"fabric", "gbps_per_gpu", "nics_per_node", "topology", "oversubscription", "routing",
+                   *_SCALE_OUT_PASSTHROUGH}
+
+
+def _ratio(value: Any, path: str) -> float:
+    """A taper as a number or a published ``"down:up"`` string (``"7:1"`` is 7)."""
+    if isinstance(value, str) and ":" in value:
+        down, _, up = value.partition(":")
+        try:
+            return float(down) / float(up)
+        except (ValueError, ZeroDivisionError):
+            raise SpecError(path, f"must be a number or 'down:up' (got {value!r})") from None
+    return float(_number(value, path))
+
+
+def _scale_out_extras(so: Mapping[str, Any], notes: list[str], path: str) -> dict[str, Any]:
+    """The ScaleOut fields a case states beyond fabric and rates, normalised."""
+    out: dict[str, Any] = {}
+    topo = so.get("topology")
+    if topo is not None:
+        key = str(topo).lower().replace("-", "").replace("_", "").replace(" ", "")
+        out["topology"] = _TOPOLOGY_SPELLINGS.get(key, str(topo))
+    taper = so.get("oversubscription")
+    if taper is not None:
+        items = taper if isinstance(taper, (list, tuple)) else [taper]
+        out["oversubscription"] = tuple(_ratio(v, f"{path}.oversubscription") for v in items)
+    routing = so.get("routing")
+    if routing is not None:
+        key = str(routing).lower().replace("-", "").replace("_", "").replace(" ", "")
+        if key not in _ROUTING_SPELLINGS:
+            raise SpecError(f"{path}.routing", f"must be one of ecmp, static, adaptive (got {routing!r})")
+        out["adaptive_routing"] = _ROUTING_SPELLINGS[key]
+    for key in _SCALE_OUT_PASSTHROUGH:
+        if so.get(key) is not None:
+            out[key] = so[key]
+    ignored = sorted(str(k) for k in so if k not in _SCALE_OUT_READ)
+    if ignored:
+        notes.append(f"{path} fields not read: {', '.join(ignored)}")
+    return out
+
+
 def _cluster(engine: Engine, c: Mapping[str, Any], notes: list[str], path: str,
              num_gpus: int | None = None) -> Cluster:
+    c = _mapping(c, path)
     gpu = resolve_gpu(c.get("gpu"), engine.catalog, f"{path}.gpu")
-    per_node = int(c.get("gpus_per_node") or 8)
-    n = num_gpus or c.get("num_gpus")
+    per_node = _number(c.get("gpus_per_node"), f"{path}.gpus_per_node", integer=True) or 8
+    n = num_gpus or _number(c.get("num_gpus"), f"{path}.num_gpus", integer=True)
     if n is None:
         raise SpecError(f"{path}.num_gpus", "is required")
-    su = c.get("scale_up") or {}
+    su = _mapping(c.get("scale_up"), f"{path}.scale_up")
     fabric = str(su.get("fabric") or "nvlink")
     gen = None
     if fabric.startswith("nvlink"):
         gen = int(fabric[6:]) if fabric[6:].isdigit() else None
         fabric = "nvlink"
-    scale_up = ScaleUp(fabric=fabric, generation=gen, domain_gpus=int(su.get("domain_gpus") or per_node))
-    so = c.get("scale_out") or {}
+    domain = _number(su.get("domain_gpus"), f"{path}.scale_up.domain_gpus", integer=True) or per_node
+    scale_up = ScaleUp(fabric=fabric, generation=gen, domain_gpus=domain)
+    so = _mapping(c.get("scale_out"), f"{path}.scale_out")
     kind = _FABRIC_ALIASES.get(str(so.get("fabric") or "unknown"), str(so.get("fabric") or "infiniband"))
     if (so.get("fabric") or "unknown") == "unknown":
         notes.append("scale-out fabric not published: InfiniBand assumed")
-    per_gpu = so.get("gbps_per_gpu")
-    nics = so.get("nics_per_node")
+    per_gpu = _number(so.get("gbps_per_gpu"), f"{path}.scale_out.gbps_per_gpu")
+    nics = _number(so.get("nics_per_node"), f"{path}.scale_out.nics_per_node", integer=True)
     if per_gpu is None:
         per_gpu = 400.0 if gpu.generation in ("hopper", "blackwell") else 200.0
         if nics:  # e.g. "4x 200 Gb/s dual-port HCAs": rate per port not stated
             per_gpu = 200.0 * nics / per_node
         notes.append(f"scale-out rate per GPU not published: {per_gpu:g} Gb/s assumed")
     nic_gbps = float(per_gpu) * per_node / nics if nics else float(per_gpu)
-    scale_out = ScaleOut(fabric=kind, nics_per_node=int(nics) if nics else None, nic_gbps=nic_gbps)
+    data = {"fabric": kind, "nics_per_node": nics, "nic_gbps": nic_gbps,
+            **_scale_out_extras(so, notes, f"{path}.scale_out")}
+    scale_out = schema.load(ScaleOut, data, f"{path}.scale_out")
     return Cluster(gpu=gpu, num_gpus=int(n), gpus_per_node=per_node, scale_up=scale_up, scale_out=scale_out,
                    name=str(c.get("system") or ""))
 
@@ -412,81 +495,243 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
     return Report(kind="training", cases=results, skipped=skipped)
 
 
-def _point_busbw(point: Mapping[str, Any], op: str, n: int | None) -> float | None:
-    bw = point.get("busbw_GBps")
-    if isinstance(bw, (int, float)) and bw > 0:
-        return float(bw)
+# ------------------------------------------------------------------ collectives
+# Ops of twin-reference-collectives/v1 (CASES.md): the twin's collectives plus DeepEP-style
+# expert dispatch/combine; files spell some the nccl-tests way (alltoall, sendrecv).
+COLLECTIVE_OPS = (*OPS, "ep_dispatch", "ep_combine")
+_OP_SPELLINGS = {"alltoall": "all_to_all", "sendrecv": "send_recv", "allreduce": "all_reduce",
+                 "allgather": "all_gather", "reducescatter": "reduce_scatter"}
+# NCCL algorithm names (NCCL_ALGO) -> the twin's: NVLSTree is NVLS inside the domain and a
+# tree across (the twin's "nvls" on a multi-domain group); CollNet Direct/Chain are SHARP.
+_ALGORITHM_SPELLINGS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls", "collnet": "sharp",
+                        "collnetdirect": "sharp", "collnetchain": "sharp", "sharp": "sharp"}
+_POINT_NUMBERS = ("bytes", "busbw_GBps", "algbw_GBps", "time_us")
+_PER = (None, "gpu", "rank", "nic")
+
+
+def collective_op(value: Any) -> str:
+    """The twin's name of a reference file's op (``alltoall`` -> ``all_to_all``); SpecError if unknown."""
+    v = str(value or "").strip().lower().replace("-", "_")
+    if v in COLLECTIVE_OPS:
+        return v
+    op = _OP_SPELLINGS.get(v.replace("_", ""))
+    if op is None:
+        raise SpecError("op", f"must be one of {', '.join(COLLECTIVE_OPS)}, alltoall, sendrecv (got {value!r})")
+    return op
+
+
+def _collective_algorithm(value: Any) -> str | None:
+    if value is None:
+        return None
+    algo = _ALGORITHM_SPELLINGS.get(str(value).strip().lower().replace("-", "").replace("_", ""))
+    if algo is None:
+        raise SpecError("algorithm", f"must be one of ring, tree, nvls, nvlstree, collnet or null (got {value!r})")
+    return algo
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How a measured group sits: ``n`` ranks, ``ranks_per_node`` of them on each of ``nodes``
+    nodes, placed ``stride`` GPUs apart on a cluster of ``cluster_gpus`` GPUs.
+    """
+
+    n: int
+    nodes: int
+    ranks_per_node: int
+    stride: int
+    cluster_gpus: int
+
+
+def _collective_layout(c: Mapping[str, Any], notes: list[str]) -> _Layout:
+    """Ranks and their placement (CASES.md, "Which GPUs took part").
+
+    ``num_gpus`` counts the ranks of the test; ``ranks_per_node`` (or ``num_gpus``/``nodes``)
+    how many of each node's ``gpus_per_node`` GPUs took part. A run with fewer ranks than GPUs
+    on each of several nodes (e.g. ``-N 1``: one GPU and its NIC per node) is placed one rank
+    every ``gpus_per_node // ranks_per_node`` GPUs, so each rank keeps its own NICs.
+    """
+    per_node = _number(c.get("gpus_per_node"), "cluster.gpus_per_node", integer=True) or 8
+    n = _number(c.get("num_gpus"), "cluster.num_gpus", integer=True)
+    nodes = _number(c.get("nodes"), "cluster.nodes", integer=True)
+    rpn = _number(c.get("ranks_per_node"), "cluster.ranks_per_node", integer=True)
+    if n is None:
+        nodes = nodes or ASSUMED_NODES
+        n = nodes * (rpn or per_node)
+        notes.append(f"rank count not published: {nodes} nodes ({n} GPUs) assumed")
+    if rpn is None and nodes is not None:
+        if n % nodes:
+            raise SpecError("cluster.nodes", f"{n} ranks do not split evenly over {nodes} nodes")
+        rpn = n // nodes
+    if rpn is None:
+        rpn = min(n, per_node)
+    if rpn > per_node:
+        raise SpecError("cluster.ranks_per_node", f"must be <= gpus_per_node ({per_node}) (got {rpn})")
+    nodes_used = -(-n // rpn)
+    if nodes is not None and nodes != nodes_used:
+        raise SpecError("cluster.nodes", f"{nodes} nodes do not hold {n} ranks at {rpn} per node")
+    if nodes_used > 1 and rpn < per_node:
+        if per_node % rpn:
+            raise SpecError("cluster.ranks_per_node", f"must divide gpus_per_node ({per_node}) (got {rpn})")
+        return _Layout(n, nodes_used, rpn, per_node // rpn, nodes_used * per_node)
+    return _Layout(n, nodes_used, rpn, 1, n)
+
+
+@dataclass(frozen=True)
+class _Point:
+    size: float | None
+    busbw: float            # GB/s, as published or derived from algbw or time
+    published_busbw: bool   # False: derived from time (no rounding to 0.01 GB/s)
+    per_nic: bool
+
+
+def _collective_point(point: Any, i: int, op: str, n: int) -> _Point | None:
+    """One measured point, its numbers checked (SpecError names the bad field); None if it
+    carries no bandwidth (or only nccl-tests' rounding noise below 1 GB/s).
+    """
+    where = f"points[{i}]"
+    point = _mapping(point, where)
+    vals = {k: _number(point.get(k), f"{where}.{k}", minimum=-1.0) for k in _POINT_NUMBERS}
     rng = point.get("busbw_GBps_range")
-    if isinstance(rng, list) and len(rng) == 2:
-        return (float(rng[0]) + float(rng[1])) / 2.0
-    alg = point.get("algbw_GBps")
-    if isinstance(alg, (int, float)) and alg > 0 and n:
-        return float(alg) * bus_factor(op, n)
-    return None
+    if rng is not None:
+        if not isinstance(rng, list) or len(rng) != 2:
+            raise SpecError(f"{where}.busbw_GBps_range", f"must be a [low, high] pair (got {rng!r})")
+        rng = [_number(v, f"{where}.busbw_GBps_range[{j}]") for j, v in enumerate(rng)]
+    per = point.get("per")
+    if per not in _PER:
+        raise SpecError(f"{where}.per", f"must be gpu, rank, nic or null (got {per!r})")
+    if per == "nic" and op.startswith("ep_"):
+        raise SpecError(f"{where}.per", "per: nic is defined for nccl-tests collectives, not expert dispatch/combine")
+    size = vals["bytes"] or None
+    factor = bus_factor("all_to_all" if op.startswith("ep_") else op, n)
+    bw, published = vals["busbw_GBps"], True
+    if not (bw and bw >= 1.0):
+        if rng:
+            bw = (rng[0] + rng[1]) / 2.0
+        elif vals["algbw_GBps"] and vals["algbw_GBps"] * factor >= 1.0:
+            bw = vals["algbw_GBps"] * factor
+        elif size and vals["time_us"] and vals["time_us"] > 0:
+            # nccl-tests: algbw = size / time; busbw = algbw * factor (PERFORMANCE.md)
+            bw, published = size / (vals["time_us"] * 1e-6) / 1e9 * factor, False
+        else:
+            return None  # no figure, or only sub-GB/s rounding noise
+    return _Point(size=size, busbw=float(bw), published_busbw=published, per_nic=per == "nic")
+
+
+def _node_egress(op: str, algorithm: str, size: float, n: int, nodes: int, k_node: int) -> float:
+    """Bytes one node of the group sends to other nodes in one collective of ``size`` bytes
+    (nccl-tests sizes), by op and the algorithm the twin chose (CASES.md, "Per-NIC points").
+    """
+    if op == "all_reduce":
+        if algorithm == "ring":
+            return 2.0 * (n - 1) / n * size         # every ring leaves the node once
+        if algorithm == "sharp":
+            return size                              # each node sends its reduced share up once
+        return 2.0 * (nodes - 1) / nodes * size      # tree / NVLS-tree: a reduction tree over nodes
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n * size
+    if op == "all_to_all":
+        return k_node * (n - k_node) / n * size      # every rank's share for the off-node ranks
+    return size                                      # broadcast ring, send_recv (one pair crosses)
+
+
+def _score_collective(engine: Engine, case: Any) -> CaseResult | str:
+    """One case scored, or the reason it is skipped; SpecError for a malformed case."""
+    case = _mapping(case, "case")
+    cid = str(case.get("id", "?"))
+    op = collective_op(case.get("op"))
+    algorithm = _collective_algorithm(case.get("algorithm"))
+    notes: list[str] = []
+    c = _mapping(case.get("cluster"), "cluster")
+    layout = _collective_layout(c, notes)
+    cluster = _cluster(engine, c, notes, "cluster", num_gpus=layout.cluster_gpus)
+    scn = Scenario(cluster=cluster, model=_dummy_model(), plan=Plan(gbs=cluster.num_gpus, dp=None, tp=1))
+    engine.model.validate(scn)  # the fabric's own rules (e.g. rails per node)
+    hierarchy = engine.model.hierarchy(scn)
+    n = layout.n
+    span = place_group(n, layout.stride, hierarchy)
+    if algorithm == "sharp" and not any(t.reduction == "sharp" for t in hierarchy.tiers[1:]):
+        sharp_tiers = tuple(dataclasses.replace(t, reduction="sharp") for t in hierarchy.tiers[1:])
+        hierarchy = dataclasses.replace(hierarchy, tiers=(hierarchy.tiers[0], *sharp_tiers))
+    parsed = [_collective_point(p, i, op, n) for i, p in enumerate(_points(case))]
+    so = cluster.scale_out
+    nics_node = (so.nics_per_node if so is not None and so.nics_per_node else cluster.gpus_per_node)
+    points: list[dict[str, Any]] = []
+    for pt in parsed:
+        if pt is None:
+            continue
+        if op in ("ep_dispatch", "ep_combine"):
+            wl = _mapping(case.get("workload"), "workload")
+            dtype = wl.get("dispatch_dtype" if op == "ep_dispatch" else "combine_dtype", "bf16")
+            size = float(_number(wl.get("tokens_per_rank"), "workload.tokens_per_rank") or 4096) \
+                * float(_number(wl.get("hidden"), "workload.hidden") or 7168) \
+                * float(_number(wl.get("top_k"), "workload.top_k") or 8) * (1.0 if dtype == "fp8" else 2.0)
+            cost = collective_cost("all_to_all", size, span, hierarchy)
+            predicted = cost.bottleneck_bw_Bps / 1e9
+        else:
+            size = pt.size or PEAK_MESSAGE_BYTES
+            cost = collective_cost(op, size, span, hierarchy, algorithm)
+            t = float(cost.time_s)
+            if pt.per_nic:
+                if span.nodes <= 1:
+                    raise SpecError("points.per", "per: nic needs a group that spans nodes")
+                k_node = -(-n // span.nodes)
+                nics = 1 if op == "send_recv" else max(1, round(k_node * nics_node / cluster.gpus_per_node))
+                egress = _node_egress(op, str(cost.algorithm), size, n, int(span.nodes), k_node)
+                predicted = egress / nics / t / 1e9
+            else:
+                predicted = size * bus_factor(op, n) / t / 1e9  # achieved busbw, latency included
+        points.append({"bytes": size, "predicted_busbw_GBps": predicted, "measured_busbw_GBps": pt.busbw,
+                       "algorithm": str(cost.algorithm)})
+    if not points:
+        return "no bus bandwidth published (only algbw with unknown rank count, or no figure)"
+    errs = sorted(abs(p["predicted_busbw_GBps"] - p["measured_busbw_GBps"]) / p["measured_busbw_GBps"]
+                  for p in points)
+    mid = _quantile(errs, 0.5)
+    # The case's headline figure: the point whose error is the median one.
+    rep = min(points, key=lambda p: abs(abs(p["predicted_busbw_GBps"] - p["measured_busbw_GBps"])
+                                        / p["measured_busbw_GBps"] - mid))
+    if len(points) > 1:
+        notes.append(f"{len(points)} message sizes; the point with the median error is shown")
+    return CaseResult(id=cid, family=str(case.get("family") or op), predicted=rep["predicted_busbw_GBps"],
+                      measured=rep["measured_busbw_GBps"], metric="busbw_GBps", notes=notes,
+                      points=points if len(points) > 1 else [], nodes=int(span.nodes))
+
+
+def _points(case: Mapping[str, Any]) -> list[Any]:
+    pts = case.get("points")
+    if pts is None:
+        return []
+    if not isinstance(pts, list):
+        raise SpecError("points", f"must be a list (got {type(pts).__name__})")
+    return pts
 
 
 def validate_collectives(engine: Engine, data: Mapping[str, Any]) -> Report:
-    """Score every case of a ``twin-reference-collectives/v1`` document."""
-    results, skipped = [], []
-    for case in data.get("cases") or []:
-        cid = str(case.get("id", "?"))
-        op = str(case.get("op", ""))
-        notes: list[str] = []
-        c = case.get("cluster") or {}
-        n = c.get("num_gpus")
+    """Score every case of a ``twin-reference-collectives/v1`` document.
+
+    A case that cannot be read (unknown op, malformed cluster, a non-numeric point) or
+    modelled is listed as skipped with the reason; the other cases are still scored.
+    """
+    results: list[CaseResult] = []
+    skipped: list[dict[str, str]] = []
+    for i, case in enumerate(data.get("cases") or []):
+        cid = str(case.get("id", f"cases[{i}]")) if isinstance(case, Mapping) else f"cases[{i}]"
         try:
-            if n is None:
-                n = ASSUMED_NODES * int(c.get("gpus_per_node") or 8)
-                notes.append(f"rank count not published: {ASSUMED_NODES} nodes ({n} GPUs) assumed")
-            cluster = _cluster(engine, c, notes, "cluster", num_gpus=int(n))
-            scn = Scenario(cluster=cluster, model=_dummy_model(), plan=Plan(gbs=1, dp=None, tp=1))
-            hierarchy = engine.model.hierarchy(scn)
+            result = _score_collective(engine, case)
         except TwinError as err:
             skipped.append({"id": cid, "reason": f"cannot model: {err}"})
             continue
-        span = place_group(int(n), 1, hierarchy)
-        algorithm = case.get("algorithm")
-        if algorithm == "collnet":
-            algorithm = "sharp"
-            sharp_tiers = tuple(dataclasses.replace(t, reduction="sharp") for t in hierarchy.tiers[1:])
-            hierarchy = dataclasses.replace(hierarchy, tiers=(hierarchy.tiers[0], *sharp_tiers))
-        points = []
-        for point in case.get("points") or []:
-            measured = _point_busbw(point, "all_to_all" if op.startswith("ep_") else op, int(n))
-            if measured is None:
-                continue
-            if op in ("ep_dispatch", "ep_combine"):
-                wl = case.get("workload") or {}
-                dtype = wl.get("dispatch_dtype" if op == "ep_dispatch" else "combine_dtype", "bf16")
-                size = float(wl.get("tokens_per_rank", 4096)) * float(wl.get("hidden", 7168)) \
-                    * float(wl.get("top_k", 8)) * (1.0 if dtype == "fp8" else 2.0)
-                cost = collective_cost("all_to_all", size, span, hierarchy)
-                predicted = cost.bottleneck_bw_Bps / 1e9
-            else:
-                size = float(point.get("bytes") or PEAK_MESSAGE_BYTES)
-                cost = collective_cost(op, size, span, hierarchy, algorithm)
-                predicted = cost.busbw_Bps / 1e9
-                if point.get("per") == "nic":
-                    predicted /= cluster.nics_per_node
-            if measured < 1.0:  # sub-GB/s points are rounding noise in nccl-tests output
-                continue
-            points.append({"bytes": size, "predicted_busbw_GBps": predicted, "measured_busbw_GBps": measured,
-                           "algorithm": cost.algorithm})
-        if not points:
-            skipped.append({"id": cid, "reason": "no bus bandwidth published (only algbw with unknown rank count, "
-                                                 "or no figure)"})
+        except (TypeError, ValueError, ArithmeticError) as err:  # a malformed value no check above names
+            skipped.append({"id": cid, "reason": f"malformed case: {type(err).__name__}: {err}"})
             continue
-        errs = sorted(abs(p["predicted_busbw_GBps"] - p["measured_busbw_GBps"]) / p["measured_busbw_GBps"]
-                      for p in points)
-        mid = _quantile(errs, 0.5)
-        # The case's headline figure: the point whose error is the median one.
-        rep = min(points, key=lambda p: abs(abs(p["predicted_busbw_GBps"] - p["measured_busbw_GBps"])
-                                            / p["measured_busbw_GBps"] - mid))
-        if len(points) > 1:
-            notes.append(f"{len(points)} message sizes; the point with the median error is shown")
-        results.append(CaseResult(id=cid, family=str(case.get("family") or op), predicted=rep["predicted_busbw_GBps"],
-                                  measured=rep["measured_busbw_GBps"], metric="busbw_GBps", notes=notes,
-                                  points=points if len(points) > 1 else []))
+        if isinstance(result, str):
+            skipped.append({"id": cid, "reason": result})
+        else:
+            results.append(result)
+    for s in data.get("skipped") or []:
+        if isinstance(s, Mapping):
+            skipped.append({"id": str(s.get("id", "?")),
+                            "reason": f"skipped by the reference file: {s.get('reason', '')}"})
     return Report(kind="collectives", cases=results, skipped=skipped)
 
 

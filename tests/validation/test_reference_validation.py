@@ -44,11 +44,43 @@ def test_json_shape(training):
     assert {"n", "median_abs_error_pct", "p90_abs_error_pct", "skipped"} <= set(d["summary"])
 
 
-def test_collectives_bus_bandwidth_error(engine):
-    report = validate_file(engine, REFERENCE / "collectives.yaml")
-    d = report.to_dict()
-    assert d["summary"]["median_abs_error_pct"] <= 15.0
-    assert {"predicted_busbw_GBps", "measured_busbw_GBps"} <= set(d["cases"][0])
+@pytest.fixture(scope="module")
+def collectives(engine):
+    return validate_file(engine, REFERENCE / "collectives.yaml")
+
+
+# The cases the collective constants were sourced from (docs/fidelity.md): NVIDIA's NCCL
+# threads, the DGX Cloud recipe and DeepEP's tables. The rest of the set (operators' and
+# papers' multi-node runs, added for issue 11) is prediction.
+_SOURCED_FROM = ("NVIDIA/nccl", "NVIDIA/dgxc-benchmarking", "deepseek-ai/DeepEP")
+
+
+def test_collectives_bus_bandwidth_error(collectives):
+    import yaml
+
+    sources = {c["id"]: c["source"] for c in yaml.safe_load((REFERENCE / "collectives.yaml").read_text())["cases"]}
+    sourced = sorted(abs(c.error_pct) for c in collectives.cases if any(k in sources[c.id] for k in _SOURCED_FROM))
+    assert len(sourced) == 36
+    assert sourced[len(sourced) // 2] <= 15.0
+    d = collectives.to_dict()
+    assert {"predicted_busbw_GBps", "measured_busbw_GBps", "nodes"} <= set(d["cases"][0])
+
+
+def test_collectives_whole_set_does_not_regress(collectives):
+    """Today's figures on the whole set (72 cases, achieved busbw with latency): median 15.7%,
+    p90 149.8%; multi-node (44 cases) median 21.2%, p90 201.6%. Issue 11 targets median
+    <= 10% and multi-node <= 15%; these bars only stop a regression on the way there."""
+    s = collectives.summary()
+    assert s["n"] == 72
+    assert s["median_abs_error_pct"] <= 18.0
+    assert s["multi_node"]["n"] == 44
+    assert s["multi_node"]["median_abs_error_pct"] <= 25.0
+
+
+def test_every_collectives_case_is_read(collectives):
+    """Only the cases the file itself lists as skipped are skipped: every other one is read."""
+    unread = [s for s in collectives.skipped if not s["reason"].startswith("skipped by the reference file")]
+    assert unread == []
 
 
 def test_malformed_reference_file_is_an_error(engine, tmp_path):

@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
     for fam, st in s["families"].items():
         f.add_row(fam, str(st["n"]), f"{st['median_abs_error_pct']:.1f}", f"{st['p90_abs_error_pct']:.1f}")
     f.add_row("ALL", str(s["n"]), f"{s['median_abs_error_pct']:.1f}", f"{s['p90_abs_error_pct']:.1f}")
+    mn = s.get("multi_node")
+    if mn:
+        f.add_row("multi-node", str(mn["n"]), f"{mn['median_abs_error_pct']:.1f}", f"{mn['p90_abs_error_pct']:.1f}")
     out.print(f)
     for sk in s["skipped"]:
         out.print(f"skipped {sk['id']}: {sk['reason']}")
