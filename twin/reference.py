@@ -344,6 +344,17 @@ def case_software(case: Mapping[str, Any]) -> str | Mapping[str, Any]:
     return "megatron-core-te"
 
 
+def _norm_rank_order(value: Any) -> str:
+    """A published rank order (``[TP, CP, PP, DP]``, ``tp-cp-pp-dp``) in the twin's spelling."""
+    if isinstance(value, list | tuple):
+        parts = list(value)
+    else:
+        parts = str(value).replace(",", "-").replace(" ", "").strip("[]").split("-")
+    spelled = "-".join(str(p).strip().lower() for p in parts if str(p).strip())
+    return {"tp-cp-pp-dp": "tp-cp-pp-dp", "tp-pp-dp": "tp-cp-pp-dp", "tp-cp-ep-dp-pp": "tp-cp-ep-dp-pp",
+            "tp-cp-dp-pp": "tp-cp-ep-dp-pp", "tp-dp-pp": "tp-cp-ep-dp-pp"}.get(spelled, spelled)
+
+
 def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario, _Knobs, list[str]]:
     """The scenario of one training case, and the knobs left for the twin to choose."""
     notes: list[str] = []
@@ -390,6 +401,8 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         "trainable": "lora" if case.get("kind") == "lora" else "full"}
     if p.get("etp"):
         plan_kwargs["etp"] = int(p["etp"])
+    if p.get("rank_order"):
+        plan_kwargs["rank_order"] = _norm_rank_order(p["rank_order"])
     per_rank = gbs // dp if gbs % dp == 0 else 0
     if per_rank == 0:
         raise SpecError("plan.gbs", f"gbs ({gbs}) is not a multiple of dp ({dp})")

@@ -50,8 +50,22 @@ def render(est: Estimate) -> None:
     st.add_row("MFU (16-bit peak)", f"{100 * est.mfu:.1f}%")
     st.add_row("micro-batches per step", str(est.microbatches))
     out.print(st)
+    render_links(est)
     for note in est.notes:
         out.print(f"note: {note}")
+
+
+def render_links(est: Estimate) -> None:
+    """The links the step's traffic uses: capacity, who keeps them busy, who is slowed."""
+    if not est.links:
+        return
+    lt = table(f"Links per GPU (contention costs {est.contention_s:.4f} s of the step)",
+               "links", "GB/s", "busy (alone, per strategy)", "slowed by sharing")
+    for link in est.links:
+        busy = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(link.utilisation.items()))
+        slowed = ", ".join(f"{k} x{v:.3f}" for k, v in sorted(link.stretch.items()) if v > 1.0005) or "-"
+        lt.add_row(link.name, f"{link.capacity_GBps:.1f}", busy, slowed)
+    console().print(lt)
 
 
 def run(args: argparse.Namespace) -> int:

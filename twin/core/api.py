@@ -248,13 +248,18 @@ class Strategy:
 
 
 def stride_of(plan: Any, dp: Any, dimension: str) -> tuple[Any, Any]:
-    """(group size, rank stride) of ``dimension`` under Megatron-Core's tp-cp-ep-dp-pp order.
+    """(group size, rank stride) of ``dimension`` under the plan's rank order
+    (``plan.rank_order``; Megatron-Core's tp-cp-ep-dp-pp by default).
 
     Dense data-parallel gradients reduce over dp*cp ranks (Megatron's data-parallel group
-    with context parallelism); experts over the expert-data-parallel group.
+    with context parallelism); experts over the expert-data-parallel group. With the
+    tp-cp-pp-dp order (data parallel outermost) the dp*cp group is cp ranks tp apart, in
+    dp blocks tp*cp*pp apart: placed as dp*cp ranks tp*pp apart, which spans the same GPUs
+    and puts as many of them under every switch at least tp*cp*pp GPUs wide.
     """
     tp, cp, pp, ep = plan.tp, plan.cp, plan.pp, plan.ep
     etp = plan.expert_tp
+    outer_dp = plan.rank_order == "tp-cp-pp-dp"
     if dimension == "tp":
         return tp, 1
     if dimension == "cp":
@@ -262,9 +267,9 @@ def stride_of(plan: Any, dp: Any, dimension: str) -> tuple[Any, Any]:
     if dimension == "ep":
         return ep, etp
     if dimension == "dp":
-        return dp * cp, tp
+        return dp * cp, ops.where(outer_dp, tp * pp, tp)
     if dimension == "edp":
-        return ops.maximum(1, tp * cp * dp // (ep * etp)), ep * etp
+        return ops.maximum(1, tp * cp * dp // (ep * etp)), ops.where(outer_dp, tp * pp, ep * etp)
     if dimension == "pp":
-        return pp, tp * cp * dp
+        return pp, ops.where(outer_dp, tp * cp, tp * cp * dp)
     raise KeyError(dimension)

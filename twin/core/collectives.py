@@ -121,18 +121,21 @@ def _uplink_coeff(pattern: str, span: GroupSpan, below: Any) -> Any:
 
 def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     """Seconds per byte of a group's per-GPU traffic at the busiest link class above its
-    domain: the NIC link, or the uplinks into any tier up to the group's top (taper and
-    contention shares included). Only meaningful where the group spans domains.
+    domain: the NIC link (at the leaf tier's efficiency: NIC links are not hashed), or the
+    uplinks into any tier up to the group's top (at that tier's efficiency, which carries the
+    fabric's routing losses such as ECMP collisions, less taper and contention shares).
+    Only meaningful where the group spans domains.
     """
     if not ops.is_batch(span.n, span.top):
         top = span.top
-        inv = _nic_coeff(pattern, span) / (h.bw_at(top) * h.share_at(1))
+        inv = _nic_coeff(pattern, span) / (h.bw_at(1) * h.share_at(1))
         for j in range(2, top + 1):
             c = _uplink_coeff(pattern, span, span.per_tier[j - 1])
             inv = max(inv, c * h.oversubscription_at(j) / (h.bw_at(j) * h.share_at(j)))
         return inv
     top = np.asarray(span.top)
-    nic = _nic_coeff(pattern, span) / (h.bw_at(top) * h.share_at(np.ones_like(top)))
+    one = np.ones_like(top)
+    nic = _nic_coeff(pattern, span) / (h.bw_at(one) * h.share_at(one))
     width = h.width
     if width <= 2 or not ops.any_(top >= 2):
         return nic
@@ -167,7 +170,7 @@ def link_profile(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
         if span.k > 1:
             times[0] = 1.0 / h.up_bw
         if span.m > 1:
-            times[1] = _nic_coeff(pattern, span) / (h.bw_at(span.top) * h.share_at(1))
+            times[1] = _nic_coeff(pattern, span) / (h.bw_at(1) * h.share_at(1))
             for j in range(2, span.top + 1):
                 c = _uplink_coeff(pattern, span, span.per_tier[j - 1])
                 times[j] = c * h.oversubscription_at(j) / (h.bw_at(j) * h.share_at(j))
@@ -181,7 +184,7 @@ def link_profile(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     multi = np.asarray(span.m) > 1
     if multi.any() and width > 1:
         shares = np.ones((len(n), width)) if h.shares is None else h.shares
-        times[:, 1] = np.where(multi, _nic_coeff(pattern, span) / (h.bw_at(top) * shares[:, 1]), 0.0)
+        times[:, 1] = np.where(multi, _nic_coeff(pattern, span) / (h.bw_at(np.ones_like(top)) * shares[:, 1]), 0.0)
         if width > 2:
             j = np.arange(width)
             below = np.empty_like(span.per_tier)

@@ -143,3 +143,28 @@ def contended(stretch: Any) -> Any:
     if isinstance(stretch, tuple):
         return max(stretch) > 1.0 + MIN_STRETCH
     return (stretch > 1.0 + MIN_STRETCH).any(axis=1)
+
+
+def link_name(hierarchy: Hierarchy, tier: int) -> str:
+    """What link class ``tier`` is, in words (the links entering tier ``tier`` from below)."""
+    tiers = hierarchy.tiers
+    if tier == 0:
+        return f"{tiers[0].name} ports"
+    if tier == 1:
+        return f"NIC links ({tiers[0].name} domain to {tiers[1].name})"
+    return f"{tiers[tier - 1].name}-{tiers[tier].name} uplinks"
+
+
+def link_loads(flows: Sequence[Flow], stretch: Sequence[Any], hierarchy: Hierarchy) -> list[dict[str, Any]]:
+    """One scenario's flows per link class they use: utilisation and stretch per flow."""
+    out: list[dict[str, Any]] = []
+    rho = [f.utilisation() for f in flows]
+    for j in range(len(hierarchy.tiers)):
+        used = {f.name: float(r[j]) for f, r in zip(flows, rho, strict=True) if r[j] > 0}
+        if not used:
+            continue
+        stretched = {f.name: float(s[j]) for f, s in zip(flows, stretch, strict=True)
+                     if isinstance(s, tuple) and j < len(s) and f.profile[j] > 0}
+        out.append({"tier": j, "name": link_name(hierarchy, j),
+                    "capacity_GBps": hierarchy.link_capacity(j) / 1e9, "utilisation": used, "stretch": stretched})
+    return out

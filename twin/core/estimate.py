@@ -43,6 +43,25 @@ class Breakdown:
 
 
 @dataclass(slots=True)
+class LinkLoad:
+    """How one class of links is loaded during a step (per GPU; ``twin.core.contention``).
+
+    ``tier``: the hierarchy tier whose incoming links these are (0: the GPU's NVLink ports;
+    1: the NIC links; 2: the leaf uplinks, ...); ``capacity_GBps``: their capacity per GPU
+    per direction with no other traffic; ``utilisation``: per strategy (and ``others``: other
+    jobs on the fabric), the fraction of that capacity its traffic would keep busy alone over
+    its window; ``stretch``: per strategy, how much slower its traffic on these links runs
+    with the others in flight (1: unaffected).
+    """
+
+    tier: int
+    name: str
+    capacity_GBps: float
+    utilisation: dict[str, float]
+    stretch: dict[str, float]
+
+
+@dataclass(slots=True)
 class Estimate:
     """Predicted behaviour of one training step."""
 
@@ -63,6 +82,9 @@ class Estimate:
     algorithms: dict[str, str] = field(default_factory=dict)
     fabric: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    links: tuple[LinkLoad, ...] = ()
+    # Step time lost to traffic sharing links (with it, minus each strategy costed alone).
+    contention_s: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -91,4 +113,6 @@ class Estimate:
             "algorithms": dict(self.algorithms),
             "fabric": dict(self.fabric),
             "notes": list(self.notes),
+            "links": [asdict(link) for link in self.links],
+            "contention_s": self.contention_s,
         }

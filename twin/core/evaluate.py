@@ -42,9 +42,17 @@ from twin.core.api import (
 )
 from twin.core.collectives import CollectiveCost, collective_cost, link_profile
 from twin.core.compute import DEVICE_FIELDS, Device, device_for
-from twin.core.contention import DEFAULT_PATTERNS, Flow, contended, shares_of, stretches, traffic_profile
+from twin.core.contention import (
+    DEFAULT_PATTERNS,
+    Flow,
+    contended,
+    link_loads,
+    shares_of,
+    stretches,
+    traffic_profile,
+)
 from twin.core.errors import _PARENS, NotFoundError, PluginError, SpecError, TwinError, reason_of
-from twin.core.estimate import Breakdown, Estimate
+from twin.core.estimate import Breakdown, Estimate, LinkLoad
 from twin.core.memory import (
     ActivationTerms,
     MemoryBreakdown,
@@ -96,6 +104,8 @@ DEFAULT_EFFICIENCY = ComputeEfficiency(gemm={"bf16": 0.75, "fp16": 0.75, "fp8": 
 ARITHMETIC_REASON = "scenario: some value is outside the numeric range the model can compute"
 MEMORY_REASON = "memory: does not fit in HBM"
 
+# The flow of other jobs' traffic on the same fabric (``evaluate(background=...)``).
+OTHERS = "others"
 # The flows of a step and, per flow, the stretch of each link class (``twin.core.contention``).
 _Flows = tuple[list[Flow], list[Any]]
 CostOverride = Callable[[str, float, GroupSpan, Hierarchy, "str | None", Scenario], "CollectiveCost | None"]
@@ -258,6 +268,7 @@ class _Step:
     algorithms: dict[str, str]
     notes: list[str]
     flows: _Flows = ([], [])
+    alone_step_s: Any = None
 
 
 @dataclass
@@ -487,7 +498,7 @@ class TwinModel:
     def _spans(self, h: Hierarchy, plan: Any, dp: int) -> dict[str, GroupSpan]:
         """Where each parallel dimension's group sits (cached per hierarchy and degrees)."""
         spans, _ = self._hcache(h)
-        key = (plan.tp, plan.cp, plan.ep, plan.expert_tp, dp, plan.pp)
+        key = (plan.tp, plan.cp, plan.ep, plan.expert_tp, dp, plan.pp, plan.rank_order)
         got = spans.get(key)
         if got is None:
             got = spans[key] = {dim: place_group(*stride_of(plan, dp, dim), h) for dim in DIMENSIONS}
@@ -578,10 +589,13 @@ class TwinModel:
         return hit
 
     # ---------------------------------------------------------------- one scenario
-    def evaluate(self, scenario: Scenario, *, validate: bool = True, report: bool = True) -> Estimate:
+    def evaluate(self, scenario: Scenario, *, validate: bool = True, report: bool = True,
+                 background: tuple[float, ...] = ()) -> Estimate:
         """Predict one training step of ``scenario`` (the batch of one).
 
-        ``report=False`` skips the fabric report (switch counts, power), which sweeps do not need.
+        ``report=False`` skips the fabric report (switch counts, power) and the link loads,
+        which sweeps do not need. ``background``: per link class (tier index), the share of
+        its capacity other jobs on the same fabric keep busy (``twin.core.fleet``).
         """
         if validate:
             self.validate(scenario)
@@ -615,7 +629,7 @@ class TwinModel:
         def rehome(h: Hierarchy) -> Callable[..., CollectiveCost]:
             return self._cost_fn(scenario, h)
 
-        st = self._assemble(ctx, work, memo=memo, rehome=rehome)
+        st = self._assemble(ctx, work, memo=memo, rehome=rehome, background=background, alone=report)
         mem = work.mem
         notes = st.notes + list(hierarchy.notes)
         host_f, _ = host_layer_s(scenario.software, w)
@@ -639,12 +653,15 @@ class TwinModel:
             mfu_at_precision_peak=flops / step / n / (work.prec_peak * 1e12),
             model_flops_per_step=flops, microbatches=work.m, dp=work.dp, comm_issued_s=st.issued,
             bytes_per_step=st.nbytes, algorithms=st.algorithms,
-            fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes))
+            fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes),
+            links=tuple(LinkLoad(**d) for d in link_loads(*st.flows, hierarchy)) if report else (),
+            contention_s=max(0.0, step - st.alone_step_s) if report and st.alone_step_s is not None else 0.0)
 
     # ---------------------------------------------------------------- the assembly (both)
     def _assemble(self, ctx: EvalContext, work: _Work, groups: tuple[EvalContext, np.ndarray] | None = None,
                   memo: dict[Any, Any] | None = None,
-                  rehome: Callable[[Any], Callable[..., CollectiveCost]] | None = None) -> _Step:
+                  rehome: Callable[[Any], Callable[..., CollectiveCost]] | None = None,
+                  background: tuple[float, ...] = (), alone: bool = False) -> _Step:
         """The step from the strategies' terms: the schedule, per-step terms, interference.
 
         A strategy that does not read the schedule (``reads_schedule = False``) gives the
@@ -654,12 +671,10 @@ class TwinModel:
         ``memo``: for one scenario, its group's terms from earlier scenarios (filled here).
         ``rehome``: the costing of a hierarchy seen with contention shares; given, traffic
         that shares links in flight is costed again with its share (``twin.core.contention``).
+        ``background``: per link class, the utilisation other jobs on the fabric keep
+        (one scenario). ``alone``: also give the step with every strategy costed alone.
         """
-        batch = ctx.batch
-        m = ctx.microbatches
-        stage = ctx.stage
         parts: list[tuple[Strategy, Terms]] = []
-        exposed_mb: Any = 0.0
         for strat in self.strategies:
             if groups is not None and not strat.reads_schedule and strat.vectorized:
                 terms = self._terms(strat, groups[0])
@@ -675,8 +690,20 @@ class TwinModel:
                 continue
             parts.append((strat, terms))
         flows: _Flows = ([], [])
-        if rehome is not None and len(parts) > 1:
-            parts, flows = self._contend(ctx, parts, rehome, memo)
+        first = parts
+        if rehome is not None and (len(parts) > 1 or background):
+            parts, flows = self._contend(ctx, parts, rehome, None if background else memo, background)
+        st = self._finish(ctx, work, parts, flows)
+        if alone:
+            st.alone_step_s = st.step_s if parts is first else self._finish(ctx, work, first, flows).step_s
+        return st
+
+    def _finish(self, ctx: EvalContext, work: _Work, parts: list[tuple[Strategy, Terms]], flows: _Flows) -> _Step:
+        """The step from the strategies' terms (see :meth:`_assemble`)."""
+        batch = ctx.batch
+        m = ctx.microbatches
+        stage = ctx.stage
+        exposed_mb: Any = 0.0
         for _, terms in parts:
             exposed_mb = exposed_mb + terms.exposed_per_microbatch_s
         t_mb = stage.total_s + exposed_mb
@@ -717,7 +744,8 @@ class TwinModel:
 
     def _contend(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
                  rehome: Callable[[Any], Callable[..., CollectiveCost]],
-                 memo: dict[Any, Any] | None = None) -> tuple[list[tuple[Strategy, Terms]], _Flows]:
+                 memo: dict[Any, Any] | None = None,
+                 background: tuple[float, ...] = ()) -> tuple[list[tuple[Strategy, Terms]], _Flows]:
         """The strategies' terms with traffic in flight together sharing its links
         (``twin.core.contention``): contended strategies costed again with their share.
         ``rehome``: the costing of a hierarchy seen with shares. ``memo``: one scenario's
@@ -726,7 +754,7 @@ class TwinModel:
         key = ("contention", ctx.plan.gbs, ctx.plan.vp)
         got = memo.get(key) if memo is not None else None
         if got is None:
-            got = self._flows(ctx, parts, memo)
+            got = self._flows(ctx, parts, memo, background)
             if memo is not None:
                 memo[key] = got
         flows, stretch, where = got
@@ -736,6 +764,8 @@ class TwinModel:
         h, cost_fn = ctx.hierarchy, ctx.cost_fn
         try:
             for i, s in zip(where, stretch, strict=True):
+                if i < 0:  # other jobs' traffic: not costed here
+                    continue
                 hit = contended(s)
                 if not ops.any_(hit):
                     continue
@@ -756,9 +786,9 @@ class TwinModel:
             ctx.hierarchy, ctx.cost_fn = h, cost_fn
         return out, (flows, stretch)
 
-    def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
-               memo: dict[Any, Any] | None) -> tuple[list[Flow], list[Any], list[int]]:
-        """(the strategies' flows, their stretches, their index in ``parts``)."""
+    def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]], memo: dict[Any, Any] | None,
+               background: tuple[float, ...] = ()) -> tuple[list[Flow], list[Any], list[int]]:
+        """(the strategies' flows, their stretches, their index in ``parts``; -1: other jobs)."""
         m, stage, h = ctx.microbatches, ctx.stage, ctx.hierarchy
         profile_fn = link_profile if ctx.batch else self._profile
         microbatch_window = m * stage.total_s
@@ -782,6 +812,12 @@ class TwinModel:
             window = ops.maximum(issued, step_window if strat.phase == "step" else microbatch_window)
             flows.append(Flow(strat.name, profile, issued, window, strat.phase, strat.overlapped))
             where.append(i)
+        if background:
+            width = len(h.tiers)
+            bg = tuple(float(background[j]) if j < len(background) else 0.0 for j in range(width))
+            # Other jobs' traffic is always in flight: its utilisation is its profile.
+            flows.append(Flow(OTHERS, bg, 1.0, 1.0, "microbatch", True))
+            where.append(-1)
         if len(flows) < 2:
             return flows, [f.profile for f in flows], where
         return flows, stretches(flows), where
@@ -1343,7 +1379,8 @@ _SCHEDULE_FIELDS = ("gbs", "vp")
 # The plan fields a scenario's set-up (work of a micro-batch, group spans) depends on.
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
                                    "recompute_layers", "precision", "recipe", "bf16_layers_start",
-                                   "bf16_layers_end", "pp_first_layers", "pp_last_layers", "trainable")
+                                   "bf16_layers_end", "pp_first_layers", "pp_last_layers", "trainable",
+                                   "rank_order")
 # The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))

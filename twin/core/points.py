@@ -106,6 +106,7 @@ class PlanColumns:
     overlap: OverlapColumns
     offload: OffloadColumns
     moe_dispatcher: np.ndarray
+    rank_order: np.ndarray
     trainable: np.ndarray
     lora_rank: np.ndarray
 

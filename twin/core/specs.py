@@ -356,6 +356,9 @@ class Plan:
     ``moe_dispatcher``: "alltoall" sends one copy of a token per selected expert (Megatron-
     Core's all-to-all dispatcher); "deepep" sends one copy per destination NVLink domain and
     forwards inside it over NVLink (DeepEP; Megatron-Core's flex dispatcher).
+    ``rank_order``: how ranks map to GPUs, innermost dimension first: Megatron-Core's
+    default "tp-cp-ep-dp-pp" (pipeline stages farthest apart), or "tp-cp-pp-dp" (data
+    parallel outermost, as Llama 3 was trained: Llama 3 paper §3.3.2, "[TP, CP, PP, DP]").
     """
 
     gbs: int = spec_field(ge=1, le=1_000_000_000, doc="global batch in sequences")
@@ -385,6 +388,7 @@ class Plan:
     overlap: Overlap = dataclasses.field(default_factory=Overlap)
     offload: Offload = dataclasses.field(default_factory=Offload)
     moe_dispatcher: Literal["alltoall", "deepep"] = "deepep"
+    rank_order: Literal["tp-cp-ep-dp-pp", "tp-cp-pp-dp"] = "tp-cp-ep-dp-pp"
     trainable: Literal["full", "lora"] = "full"
     lora_rank: int = spec_field(16, ge=1, le=1_000_000, doc="with trainable 'lora': adapter rank on every projection")
 
@@ -678,6 +682,9 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
             yield (f"{path}.ep", bad, "must divide the experts ({experts}) (got {ep})",
                    lambda: {"experts": experts, "ep": ep})
     expert_group = ep * plan.expert_tp
+    bad = ops.logical_and(plan.rank_order == "tp-cp-pp-dp", ep > 1)
+    if batch or bad:
+        yield (f"{path}.rank_order", bad, "tp-cp-pp-dp places no expert-parallel groups: it needs ep = 1", dict)
     bad = (tp * cp * dp) % expert_group != 0
     if batch or bad:
         yield (f"{path}.ep", bad, "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})",

@@ -28,7 +28,7 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 from google.protobuf.message import Message
 
 from twin.core.errors import SpecError, TooLargeError
-from twin.core.estimate import Breakdown, Estimate
+from twin.core.estimate import Breakdown, Estimate, LinkLoad
 from twin.core.memory import MemoryBreakdown
 from twin.core.units import GIB
 from twin.rpc.v1 import estimate_pb2, scenario_pb2
@@ -356,6 +356,9 @@ def estimate_to_message(est: Estimate, *, fabric: bool = True) -> estimate_pb2.E
         bytes_per_step=est.bytes_per_step,
         algorithms=est.algorithms,
         notes=est.notes,
+        links=[estimate_pb2.LinkLoad(tier=link.tier, name=link.name, capacity_GBps=link.capacity_GBps,
+                                     utilisation=link.utilisation, stretch=link.stretch) for link in est.links],
+        contention_s=est.contention_s,
     )
     if fabric and est.fabric:
         msg.fabric.MergeFromString(_cached_struct_bytes(est.fabric))
@@ -379,7 +382,11 @@ def estimate_from_message(msg: estimate_pb2.Estimate) -> Estimate:
                     mfu_at_precision_peak=msg.mfu_at_precision_peak, model_flops_per_step=msg.model_flops_per_step,
                     microbatches=msg.microbatches, dp=msg.dp, comm_issued_s=dict(msg.comm_issued_s),
                     bytes_per_step=dict(msg.bytes_per_step), algorithms=dict(msg.algorithms),
-                    fabric=struct_to_dict(msg.fabric, "fabric", Limits(max_items=1 << 30)), notes=tuple(msg.notes))
+                    fabric=struct_to_dict(msg.fabric, "fabric", Limits(max_items=1 << 30)), notes=tuple(msg.notes),
+                    links=tuple(LinkLoad(tier=link.tier, name=link.name, capacity_GBps=link.capacity_GBps,
+                                         utilisation=dict(link.utilisation), stretch=dict(link.stretch))
+                                for link in msg.links),
+                    contention_s=msg.contention_s)
 
 
 # ------------------------------------------------------------------------- sweeps
