@@ -27,10 +27,11 @@ Index (each group in the order of ``__all__``):
 - Units: ``GIB``, ``US``, ``HOUR_S``, ``DAY_S``, ``gbps_to_bytes_per_s``,
   ``BYTES_PER_ELEMENT``.
 - Scale-out fabric helpers: ``check_scale_out_params`` (reject unknown
-  ``scale_out.params``), ``nic_efficiency`` / ``NIC_EFFICIENCY`` (achievable share of the
-  NIC line rate), fat-tree sizing ``build_fat_tree``, ``tiers_needed``, ``FatTree``,
-  ``FatTreeLevel``, ``LEVEL_NAMES``, tiers from a fat tree ``scale_out_tiers`` and its
-  switch/link counts ``fat_tree_report``.
+  ``scale_out.params``), ``reject_scale_out_fields`` (reject ``scale_out`` fields a fabric
+  does not model), ``read_param`` (one checked parameter), ``nic_efficiency`` /
+  ``NIC_EFFICIENCY`` (achievable share of the NIC line rate), fat-tree sizing
+  ``build_fat_tree``, ``tiers_needed``, ``FatTree``, ``FatTreeLevel``, ``LEVEL_NAMES``,
+  tiers from a fat tree ``scale_out_tiers`` and its switch/link counts ``fat_tree_report``.
 - Failure scenarios: ``ComponentGroup``, ``FailureMode``, ``Impact``, ``UplinkLoss`` (what
   the ``twin_components`` / ``twin_failure_modes`` hooks return), ``ecmp_max_load``, the
   fat-tree inventory and its failures ``fat_tree_of``, ``fat_tree_components``,
@@ -72,7 +73,7 @@ from twin.core.api import (
 )
 from twin.core.collectives import ALGORITHMS, OPS, CollectiveCost, bus_factor, collective_cost, dedup_dispatch_cost
 from twin.core.errors import InfeasibleError, NotFoundError, PluginError, SpecError, TwinError
-from twin.core.fabric_params import check_scale_out_params
+from twin.core.fabric_params import check_scale_out_params, read_param, reject_scale_out_fields
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact, UplinkLoss, ecmp_max_load
 from twin.core.failures.fabric import (
     REROUTE_STALL_S,
@@ -116,8 +117,8 @@ __all__ = [  # noqa: RUF022
     # units
     "GIB", "US", "HOUR_S", "DAY_S", "gbps_to_bytes_per_s", "BYTES_PER_ELEMENT",
     # scale-out fabric helpers
-    "check_scale_out_params", "nic_efficiency", "NIC_EFFICIENCY", "build_fat_tree", "tiers_needed", "FatTree",
-    "FatTreeLevel", "LEVEL_NAMES", "scale_out_tiers", "fat_tree_report",
+    "check_scale_out_params", "reject_scale_out_fields", "read_param", "nic_efficiency", "NIC_EFFICIENCY",
+    "build_fat_tree", "tiers_needed", "FatTree", "FatTreeLevel", "LEVEL_NAMES", "scale_out_tiers", "fat_tree_report",
     # failure scenarios
     "ComponentGroup", "FailureMode", "Impact", "UplinkLoss", "ecmp_max_load", "fat_tree_of", "fat_tree_components",
     "fat_tree_failure_modes", "nic_share_factor", "REROUTE_STALL_S", "network_rates", "DETECTION_CRASH_S",

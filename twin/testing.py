@@ -95,8 +95,11 @@ def assert_scale_up_fabric_conforms(fabric: ScaleUpFabric) -> None:
     """Check a scale-up fabric model (replaces the built-in ``nvlink`` plugin for the test)."""
     assert isinstance(fabric, ScaleUpFabric), "must subclass twin.api.ScaleUpFabric"
     engine = engine_with(fabric)
+    # The preset's NVLink-specific settings (NVLink generation 4, NVLS) are cleared: they
+    # mean nothing to another scale-up fabric, which may rightly reject them.
     scn = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64,
-                                       "scale_up": {"fabric": fabric.kind, "domain_gpus": 8}},
+                                       "scale_up": {"fabric": fabric.kind, "domain_gpus": 8, "generation": None,
+                                                    "nvls": None}},
                            "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 64}})
     tier = engine.model.hierarchy(scn).tiers[0]
     assert tier.span_gpus >= 1 and tier.bw_Bps > 0, "tier 0 needs a span and a bandwidth"

@@ -1,4 +1,4 @@
-"""The dragonfly package's own test: the conformance kit checks the fabric end to end."""
+"""The example dragonfly package's own test: the conformance kit checks the fabric end to end."""
 
 from twin_example_dragonfly.plugin import DragonflyFabric
 

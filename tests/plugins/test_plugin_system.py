@@ -80,16 +80,17 @@ def test_example_third_party_plugin_is_found_through_its_entry_point():
     _ensure_example_plugin()
     engine = Engine(autoload=True)
     infos = {i.name: i for i in engine.plugins()}
-    assert infos["dragonfly"].distribution == EXAMPLE_DIST
-    assert not infos["dragonfly"].builtin
+    assert infos["example-dragonfly"].distribution == EXAMPLE_DIST
+    assert not infos["example-dragonfly"].builtin
     data = base_scenario()
     data["cluster"]["num_gpus"] = 1024
-    data["cluster"]["scale_out"] = {"fabric": "dragonfly", "params": {"gpus_per_group": 256, "global_taper": 2}}
+    data["cluster"]["scale_out"] = {"fabric": "example-dragonfly",
+                                    "params": {"gpus_per_group": 256, "global_taper": 2}}
     data["plan"] = {"tp": 8, "pp": 1, "gbs": 1024}
     est = engine.evaluate(data)
     assert est.fabric["scale_out"]["groups"] == 4
     # The autoload switch turns third-party plugins off.
-    assert "dragonfly" not in Engine(autoload=False).fabrics.kinds()["scale_out"]
+    assert "example-dragonfly" not in Engine(autoload=False).fabrics.kinds()["scale_out"]
 
 
 @pytest.mark.parametrize("fabric", [InfiniBandFabric(), RoCEFabric()])

@@ -1,4 +1,8 @@
-"""A dragonfly scale-out fabric (Kim et al., ISCA 2008; HPE Slingshot).
+"""An example dragonfly scale-out fabric (Kim et al., ISCA 2008; HPE Slingshot).
+
+An example of a third-party plugin, kept deliberately small; twin's own ``dragonfly``
+fabric (plugins/dragonfly.py) models routers, groups and routing in full. Its kind,
+``example-dragonfly``, must not clash with a built-in one: duplicate kinds are an error.
 
 Groups of switches are all-to-all connected inside (one hop) and joined to every other
 group by global links. Traffic inside a group runs at NIC speed; traffic between groups
@@ -37,8 +41,8 @@ HOP_LATENCY_S = 0.35e-6
 class DragonflyFabric(ScaleOutFabric):
     """Dragonfly: a group tier at full bandwidth, a global tier tapered."""
 
-    kind = "dragonfly"
-    summary = "Dragonfly (Slingshot-style): full bandwidth inside a group, tapered global links"
+    kind = "example-dragonfly"
+    summary = "Example dragonfly (third-party plugin): full bandwidth inside a group, tapered global links"
 
     def validate(self, cluster: Cluster, path: str) -> None:
         """Reject unknown parameters (naming the field) and non-positive values."""
@@ -71,5 +75,5 @@ class DragonflyFabric(ScaleOutFabric):
 
 @hookimpl
 def twin_fabrics() -> list[ScaleOutFabric]:
-    """Register the dragonfly fabric."""
+    """Register the example dragonfly fabric."""
     return [DragonflyFabric()]
