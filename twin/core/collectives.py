@@ -210,10 +210,19 @@ def _option(t: Any, algorithm: str, protocol: str, busbw: Any, available: Any = 
     return (t, algorithm, protocol, busbw) if available else None
 
 
+def _net_latency_us(span: GroupSpan, h: AnyHierarchy) -> Any:
+    """The fabric's own latency of a step across the group's top tier, us: NCCL's per-step
+    network latency (``_HW_LAT_NET``) is the floor; a fabric whose hops are slower (deep
+    trees, kernel TCP stacks) states more in its tiers (``Tier.latency_s``).
+    """
+    return ops.where(span.m > 1, h.latency_at(span.top) / US, 0.0)
+
+
 def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     n, m = span.n, span.nodes
     up = h.up_bw
     multi = span.m > 1
+    net_lat = _net_latency_us(span, h)
     if ops.any_(multi):
         bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up)
     else:
@@ -225,7 +234,7 @@ def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Op
     out: list[Option] = []
     for proto, pbw in _PROTO_BW.items():
         lat = _BASE_LAT["ring"][proto] + (nsteps - ninter) * _HW_LAT_NVLINK["ring"][proto] \
-            + ninter * _HW_LAT_NET["ring"][proto]
+            + ninter * ops.maximum(_HW_LAT_NET["ring"][proto], net_lat)
         if proto == "Simple" and op == "all_reduce":
             lat = ops.where(m > 1, lat * _RING_PLATEAU, lat)
         busbw = bw * pbw
@@ -242,10 +251,11 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     bw = _TREE_BW * ops.minimum(up, _inter_bw(span, h, "tree"))
     ppn = ops.maximum(1, span.n // nodes)
     log_nodes = ops.log2(nodes)
+    net_lat = _net_latency_us(span, h)
     out: list[Option] = []
     for proto, pbw in _PROTO_BW.items():
         lat = _BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * _HW_LAT_NVLINK["tree"][proto]
-                                              + log_nodes * _HW_LAT_NET["tree"][proto])
+                                              + log_nodes * ops.maximum(_HW_LAT_NET["tree"][proto], net_lat))
         algbw = 0.5 * bw * pbw  # tuning.cc: trees move 2x the data per byte reduced
         t = size / algbw + lat * US
         opt = _option(t, "tree", proto, size * bus_factor("all_reduce", span.n) / t, multi)
@@ -296,12 +306,18 @@ def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option 
 
 
 def _cross_domain_bw(span: GroupSpan, h: AnyHierarchy) -> Any:
-    """Bandwidth per GPU of all-to-all traffic that leaves the domain (less taper and sharing)."""
-    return 1.0 / net_seconds_per_byte(span, h, "a2a")
+    """Bandwidth per GPU of all-to-all traffic that leaves the domain (less taper and sharing;
+    at most what the top tier states for all-to-all, e.g. a torus's bisection bound).
+    """
+    return ops.minimum(1.0 / net_seconds_per_byte(span, h, "a2a"), h.a2a_cap_at(span.top))
 
 
-def _p2p_latency(n: Any) -> Any:
-    return (_P2P_BASE_US + (n - 1) * _P2P_PER_PEER_US) * US
+def _p2p_latency(n: Any, span: GroupSpan | None = None, h: AnyHierarchy | None = None) -> Any:
+    """Per-peer p2p latency, plus one network step where the group leaves its domain."""
+    lat = _P2P_BASE_US + (n - 1) * _P2P_PER_PEER_US
+    if span is not None and h is not None:
+        lat = lat + ops.where(span.m > 1, ops.maximum(_HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, h)), 0.0)
+    return lat * US
 
 
 def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
@@ -314,7 +330,7 @@ def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
         t_inter = ops.where(multi, size * (n - k) / n / ops.where(multi, inter_bw, 1.0), 0.0)
     else:
         inter_bw = t_inter = 0.0
-    t = ops.maximum(t_intra, t_inter) + _p2p_latency(n)
+    t = ops.maximum(t_intra, t_inter) + _p2p_latency(n, span, h)
     bottleneck = ops.where(ops.logical_and(t_inter >= t_intra, multi), inter_bw, a2a_up)
     return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", n) / t, bottleneck)
 
@@ -353,7 +369,7 @@ def _dedup(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan, h: AnyHie
     t_inter = tokens * per_token * remote_copies / inter_bw
     # Inside each domain every received token is fanned out to its local experts.
     t_intra = ops.where(span.k > 1, tokens * per_token * top_k * (span.k - 1) / span.k / a2a_up, 0.0)
-    t = ops.maximum(t_inter, t_intra) + _p2p_latency(span.n)
+    t = ops.maximum(t_inter, t_intra) + _p2p_latency(span.n, span, h)
     nbytes = tokens * per_token * top_k
     bottleneck = ops.where(t_inter >= t_intra, inter_bw, a2a_up)
     return CollectiveCost(t, "deepep", "Simple", nbytes * bus_factor("all_to_all", span.n) / t, bottleneck)
@@ -365,7 +381,7 @@ def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
         bw = ops.where(multi, 1.0 / net_seconds_per_byte(span, h, "p2p"), h.up_bw)
     else:
         bw = h.up_bw
-    lat = ops.where(multi, (_P2P_BASE_US + _HW_LAT_NET["ring"]["Simple"]) * US,
+    lat = ops.where(multi, (_P2P_BASE_US + ops.maximum(_HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, h))) * US,
                     (_P2P_BASE_US + _HW_LAT_NVLINK["ring"]["Simple"]) * US)
     t = size / bw + lat
     return CollectiveCost(t, "direct", "Simple", size / t, bw)

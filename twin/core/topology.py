@@ -120,6 +120,15 @@ class Hierarchy:
         """Cumulative oversubscription below ``tier``."""
         return self.tiers[tier].oversubscription
 
+    def latency_at(self, tier: Any) -> Any:
+        """Per-step latency of a collective step that crosses ``tier``, seconds."""
+        return self.tiers[tier].latency_s
+
+    def a2a_cap_at(self, tier: Any) -> Any:
+        """All-to-all bandwidth per GPU a scale-out tier states (inf where it states none)."""
+        cap = self.tiers[tier].a2a_bw_Bps if tier else 0.0
+        return cap * self.share_at(tier) if cap > 0 else math.inf
+
     def sharp_through(self, tier: Any) -> Any:
         """Whether a scale-out tier up to ``tier`` (inclusive) reduces in the network (SHARP)."""
         return any(t.reduction == "sharp" for t in self.tiers[1:tier + 1])
@@ -164,6 +173,10 @@ class HierarchyBatch:
 
         self._bw = table("bw_Bps", 0.0)
         self._over = table("oversubscription", 1.0)
+        self._lat = table("latency_s", 0.0)
+        a2a = table("a2a_bw_Bps", 0.0)
+        a2a[:, 0] = 0.0  # tier 0's is the scale-up all-to-all bandwidth (up_a2a_bw)
+        self._a2a_cap = np.where(a2a > 0, a2a, np.inf)
         self._span = table("span_gpus", _NO_SPAN, np.int64)
         # Cumulative "some tier in 1..i reduces in the network".
         sharp = np.zeros((n, width), dtype=bool)
@@ -223,6 +236,15 @@ class HierarchyBatch:
     def oversubscription_at(self, tier: Any) -> np.ndarray:
         """Cumulative oversubscription below ``tier`` per point."""
         return self._over[self.rows, tier]
+
+    def latency_at(self, tier: Any) -> np.ndarray:
+        """Per-step latency of a collective step that crosses ``tier``, per point."""
+        return self._lat[self.rows, tier]
+
+    def a2a_cap_at(self, tier: Any) -> np.ndarray:
+        """All-to-all bandwidth per GPU a scale-out tier states, per point (inf where none)."""
+        cap = self._a2a_cap[self.rows, tier]
+        return cap if self.shares is None else cap * self.share_at(tier)
 
     def sharp_through(self, tier: Any) -> np.ndarray:
         """In-network reduction in a scale-out tier up to ``tier``, per point."""
