@@ -20,6 +20,7 @@ COMMANDS = (
     "twin.commands.predict",
     "twin.commands.plugins",
     "twin.commands.validate",
+    "twin.commands.fleet",
     "twin.commands.failures",
     "twin.commands.serve",
     "twin.commands.catalog",

@@ -85,3 +85,23 @@ def test_endless_or_non_file_inputs_are_named_errors(tmp_path, path):
     target = str(tmp_path) if path == "DIR" else path
     r = twin("predict", target)
     assert r.returncode == 2 and target in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fleet_prints_each_job_and_the_links_they_share():
+    res = twin("fleet", str(EXAMPLES / "fleets" / "two-jobs-roce.yaml"), "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert [j["name"] for j in data["jobs"]] == ["llama-70b", "llama-8b"]
+    for job in data["jobs"]:
+        assert job["step_time_shared_s"] >= job["step_time_alone_s"] > 0
+    assert data["jobs"][0]["contended"][0]["shared_with"] == {"llama-8b": pytest.approx(
+        data["jobs"][1]["contended"][0]["busy"])}
+    table = twin("fleet", str(EXAMPLES / "fleets" / "two-jobs-roce.yaml"))
+    assert table.returncode == 0 and "Links the jobs share" in table.stdout
+
+
+def test_fleet_bad_input_is_an_error_naming_the_field(tmp_path):
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text("cluster: {system: DGX-H100, num_gpus: 16}\njobs:\n  - {gpus: 8, model: llama3.1-8b}\n")
+    res = twin("fleet", str(bad))
+    assert res.returncode == 2 and "jobs[0].plan: is required" in res.stderr and "Traceback" not in res.stderr

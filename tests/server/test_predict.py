@@ -171,3 +171,39 @@ def test_python_client_and_cli_against_server(server, tmp_path):
                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, check=False)
     assert cat.returncode == 0, cat.stderr
     assert "DGX-H100" in {x["name"] for x in json.loads(cat.stdout)["systems"]}
+
+
+def test_predict_fleet_over_grpc_matches_the_library(twin_stub, local):
+    import yaml
+
+    from twin.fleet import evaluate_fleet
+
+    doc = (ROOT / "examples" / "fleets" / "two-jobs-roce.yaml").read_text()
+    got = twin_stub.PredictFleet(t.PredictFleetRequest(fleet_document=doc), timeout=60)
+    want = evaluate_fleet(local, yaml.safe_load(doc))
+    assert [j.name for j in got.jobs] == [j.name for j in want.jobs]
+    for g, w in zip(got.jobs, want.jobs, strict=True):
+        assert g.step_time_shared_s == w.shared.step_time_s and g.step_time_alone_s == w.alone.step_time_s
+        assert g.shared.step_time_s == w.shared.step_time_s
+        assert [c.links for c in g.contended] == [c["links"] for c in w.contended]
+    assert got.jobs[0].contended and dict(got.jobs[0].contended[0].shared_with)
+
+
+def test_predict_fleet_bad_input_names_the_field(twin_stub):
+    import grpc
+
+    from tests.server.test_errors import bad_field, call_error
+
+    err = call_error(twin_stub.PredictFleet, t.PredictFleetRequest(fleet_document="cluster: {system: DGX-H100, "
+                                                                                   "num_gpus: 16}\njobs: [7]"))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and bad_field(err) == "jobs[0]"
+    err = call_error(twin_stub.PredictFleet, t.PredictFleetRequest())
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and bad_field(err) == "fleet_document"
+
+
+def test_estimate_links_survive_the_wire(twin_stub, local):
+    request = t.PredictRequest(scenario=scenario_from_mapping(ONE_LINE))
+    est = estimate_from_message(twin_stub.Predict(request, timeout=10).estimate)
+    want = local.evaluate(ONE_LINE)
+    assert est.links == want.links and est.contention_s == want.contention_s
+    assert any(link.tier == 1 for link in est.links)

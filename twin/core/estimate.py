@@ -48,10 +48,10 @@ class LinkLoad:
 
     ``tier``: the hierarchy tier whose incoming links these are (0: the GPU's NVLink ports;
     1: the NIC links; 2: the leaf uplinks, ...); ``capacity_GBps``: their capacity per GPU
-    per direction with no other traffic; ``utilisation``: per strategy (and ``others``: other
-    jobs on the fabric), the fraction of that capacity its traffic would keep busy alone over
-    its window; ``stretch``: per strategy, how much slower its traffic on these links runs
-    with the others in flight (1: unaffected).
+    per direction with no other traffic; ``utilisation``: per strategy, the fraction of
+    that capacity its traffic would keep busy alone over its window; ``stretch``: per
+    strategy, how much slower its traffic on these links runs with the others in flight
+    (1: unaffected).
     """
 
     tier: int

@@ -104,8 +104,6 @@ DEFAULT_EFFICIENCY = ComputeEfficiency(gemm={"bf16": 0.75, "fp16": 0.75, "fp8": 
 ARITHMETIC_REASON = "scenario: some value is outside the numeric range the model can compute"
 MEMORY_REASON = "memory: does not fit in HBM"
 
-# The flow of other jobs' traffic on the same fabric (``evaluate(background=...)``).
-OTHERS = "others"
 # The flows of a step and, per flow, the stretch of each link class (``twin.core.contention``).
 _Flows = tuple[list[Flow], list[Any]]
 CostOverride = Callable[[str, float, GroupSpan, Hierarchy, "str | None", Scenario], "CollectiveCost | None"]
@@ -590,12 +588,13 @@ class TwinModel:
 
     # ---------------------------------------------------------------- one scenario
     def evaluate(self, scenario: Scenario, *, validate: bool = True, report: bool = True,
-                 background: tuple[float, ...] = ()) -> Estimate:
+                 capacity: tuple[float, ...] = ()) -> Estimate:
         """Predict one training step of ``scenario`` (the batch of one).
 
         ``report=False`` skips the fabric report (switch counts, power) and the link loads,
-        which sweeps do not need. ``background``: per link class (tier index), the share of
-        its capacity other jobs on the same fabric keep busy (``twin.core.fleet``).
+        which sweeps do not need. ``capacity``: per link class (tier index), the capacity
+        this job gets relative to its GPUs' own share (above 1: idle neighbours' links it
+        may use; ``twin.core.fleet``); empty: its own share everywhere.
         """
         if validate:
             self.validate(scenario)
@@ -619,6 +618,9 @@ class TwinModel:
         else:
             setup = self._setup(scenario)
         facts, dev, w, stage, params, expert, act, hierarchy, spans, prec_peak, fwd_flops = setup
+        if capacity and any(c != 1.0 for c in capacity):
+            hierarchy = hierarchy.with_shares(capacity)
+            group = None  # its terms differ from the scenario's on its own share
         work = _work(plan, model, scenario.dp, dev, w, stage, facts, prec_peak, cluster.num_gpus,
                      cluster.gpus_per_node, fwd_flops, params, expert, act,
                      group.shared if group is not None else None)
@@ -629,7 +631,7 @@ class TwinModel:
         def rehome(h: Hierarchy) -> Callable[..., CollectiveCost]:
             return self._cost_fn(scenario, h)
 
-        st = self._assemble(ctx, work, memo=memo, rehome=rehome, background=background, alone=report)
+        st = self._assemble(ctx, work, memo=memo, rehome=rehome, alone=report)
         mem = work.mem
         notes = st.notes + list(hierarchy.notes)
         host_f, _ = host_layer_s(scenario.software, w)
@@ -661,7 +663,7 @@ class TwinModel:
     def _assemble(self, ctx: EvalContext, work: _Work, groups: tuple[EvalContext, np.ndarray] | None = None,
                   memo: dict[Any, Any] | None = None,
                   rehome: Callable[[Any], Callable[..., CollectiveCost]] | None = None,
-                  background: tuple[float, ...] = (), alone: bool = False) -> _Step:
+                  alone: bool = False) -> _Step:
         """The step from the strategies' terms: the schedule, per-step terms, interference.
 
         A strategy that does not read the schedule (``reads_schedule = False``) gives the
@@ -671,8 +673,7 @@ class TwinModel:
         ``memo``: for one scenario, its group's terms from earlier scenarios (filled here).
         ``rehome``: the costing of a hierarchy seen with contention shares; given, traffic
         that shares links in flight is costed again with its share (``twin.core.contention``).
-        ``background``: per link class, the utilisation other jobs on the fabric keep
-        (one scenario). ``alone``: also give the step with every strategy costed alone.
+        ``alone``: also give the step with every strategy costed alone.
         """
         parts: list[tuple[Strategy, Terms]] = []
         for strat in self.strategies:
@@ -691,8 +692,8 @@ class TwinModel:
             parts.append((strat, terms))
         flows: _Flows = ([], [])
         first = parts
-        if rehome is not None and (len(parts) > 1 or background):
-            parts, flows = self._contend(ctx, parts, rehome, None if background else memo, background)
+        if rehome is not None and parts:
+            parts, flows = self._contend(ctx, parts, rehome, memo)
         st = self._finish(ctx, work, parts, flows)
         if alone:
             st.alone_step_s = st.step_s if parts is first else self._finish(ctx, work, first, flows).step_s
@@ -744,8 +745,7 @@ class TwinModel:
 
     def _contend(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
                  rehome: Callable[[Any], Callable[..., CollectiveCost]],
-                 memo: dict[Any, Any] | None = None,
-                 background: tuple[float, ...] = ()) -> tuple[list[tuple[Strategy, Terms]], _Flows]:
+                 memo: dict[Any, Any] | None = None) -> tuple[list[tuple[Strategy, Terms]], _Flows]:
         """The strategies' terms with traffic in flight together sharing its links
         (``twin.core.contention``): contended strategies costed again with their share.
         ``rehome``: the costing of a hierarchy seen with shares. ``memo``: one scenario's
@@ -754,7 +754,7 @@ class TwinModel:
         key = ("contention", ctx.plan.gbs, ctx.plan.vp)
         got = memo.get(key) if memo is not None else None
         if got is None:
-            got = self._flows(ctx, parts, memo, background)
+            got = self._flows(ctx, parts, memo)
             if memo is not None:
                 memo[key] = got
         flows, stretch, where = got
@@ -764,8 +764,6 @@ class TwinModel:
         h, cost_fn = ctx.hierarchy, ctx.cost_fn
         try:
             for i, s in zip(where, stretch, strict=True):
-                if i < 0:  # other jobs' traffic: not costed here
-                    continue
                 hit = contended(s)
                 if not ops.any_(hit):
                     continue
@@ -786,9 +784,9 @@ class TwinModel:
             ctx.hierarchy, ctx.cost_fn = h, cost_fn
         return out, (flows, stretch)
 
-    def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]], memo: dict[Any, Any] | None,
-               background: tuple[float, ...] = ()) -> tuple[list[Flow], list[Any], list[int]]:
-        """(the strategies' flows, their stretches, their index in ``parts``; -1: other jobs)."""
+    def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
+               memo: dict[Any, Any] | None) -> tuple[list[Flow], list[Any], list[int]]:
+        """(the strategies' flows, their stretches, their index in ``parts``)."""
         m, stage, h = ctx.microbatches, ctx.stage, ctx.hierarchy
         profile_fn = link_profile if ctx.batch else self._profile
         microbatch_window = m * stage.total_s
@@ -812,14 +810,8 @@ class TwinModel:
             window = ops.maximum(issued, step_window if strat.phase == "step" else microbatch_window)
             flows.append(Flow(strat.name, profile, issued, window, strat.phase, strat.overlapped))
             where.append(i)
-        if background:
-            width = len(h.tiers)
-            bg = tuple(float(background[j]) if j < len(background) else 0.0 for j in range(width))
-            # Other jobs' traffic is always in flight: its utilisation is its profile.
-            flows.append(Flow(OTHERS, bg, 1.0, 1.0, "microbatch", True))
-            where.append(-1)
-        if len(flows) < 2:
-            return flows, [f.profile for f in flows], where
+        if len(flows) < 2:  # nothing to share with: every link class as alone
+            return flows, [_unstretched(f.profile) for f in flows], where
         return flows, stretches(flows), where
 
     def _terms(self, strat: Strategy, ctx: EvalContext) -> Terms | None:
@@ -1401,6 +1393,11 @@ def _group_columns(ps: PointSet) -> list[np.ndarray]:
         else:
             cols.append(v)
     return cols
+
+
+def _unstretched(profile: Any) -> Any:
+    """A stretch of 1 on every link class of ``profile`` (tuple or points x classes)."""
+    return tuple(1.0 for _ in profile) if isinstance(profile, tuple) else np.ones_like(profile)
 
 
 def _expand_terms(t: Terms, inverse: np.ndarray) -> Terms:

@@ -77,9 +77,13 @@ class Hierarchy:
         return shares[tier] if tier < len(shares) else 1.0
 
     def with_shares(self, shares: Any) -> Hierarchy:
-        """The same hierarchy as seen by traffic that gets ``shares`` of each link class."""
+        """The same hierarchy as seen by traffic that gets ``shares`` of each link class
+        (of what this view already gives it).
+        """
+        mine = self.shares
+        got = tuple(float(x) * (mine[j] if j < len(mine) else 1.0) for j, x in enumerate(shares))
         return Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
-                         notes=self.notes, shares=tuple(float(x) for x in shares))
+                         notes=self.notes, shares=got)
 
     @property
     def scale_up(self) -> Tier:

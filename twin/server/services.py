@@ -21,6 +21,7 @@ from twin.core.docload import parse_document as load_document
 from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinError
 from twin.core.specs import Scenario
 from twin.engine import Engine
+from twin.fleet import evaluate_fleet
 from twin.rpc.v1 import catalog_pb2, scenario_pb2, sweep_service_pb2, twin_service_pb2
 from twin.server import guard, sweeps
 from twin.server.context import ServerContext
@@ -137,6 +138,24 @@ class TwinServicer:
     def GetCatalog(self, request: twin_service_pb2.GetCatalogRequest, context: grpc.ServicerContext
                    ) -> twin_service_pb2.GetCatalogResponse:
         return self._catalog
+
+    def PredictFleet(self, request: twin_service_pb2.PredictFleetRequest, context: grpc.ServicerContext
+                     ) -> twin_service_pb2.PredictFleetResponse:
+        if not request.fleet_document:
+            raise SpecError("fleet_document", "is required (the YAML or JSON text of a fleet file)")
+        mapping = parse_document(request.fleet_document, "fleet_document")
+        self._check_size(mapping)
+        report = evaluate_fleet(self.engine, mapping)
+        return twin_service_pb2.PredictFleetResponse(name=report.name, notes=report.notes, jobs=[
+            twin_service_pb2.FleetJobEstimate(
+                name=j.name, first_gpu=j.placement.first, gpus=j.placement.gpus,
+                step_time_own_share_s=j.own_share.step_time_s, step_time_alone_s=j.alone.step_time_s,
+                step_time_shared_s=j.shared.step_time_s, slowdown=j.slowdown,
+                shared=convert.estimate_to_message(j.shared, fabric=False),
+                contended=[twin_service_pb2.ContendedLink(
+                    tier=c["tier"], links=c["links"], busy=c["busy"], shared_with=c["shared_with"],
+                    capacity_alone=c["capacity_alone"], capacity_shared=c["capacity_shared"]) for c in j.contended])
+            for j in report.jobs])
 
 
 def _row_message(row: sweeps.Row) -> sweep_service_pb2.SweepRow:
