@@ -37,8 +37,14 @@ from twin.api import (
     scale_out_tiers,
 )
 
-PARAMS = {"ecmp_flows_per_pair", "congestion_control", "congestion_efficiency", "pfc", "ecn",
-          "deep_buffer_spine", "packet_spraying"}
+PARAMS = {"ecmp_flows_per_pair", "congestion_control", "congestion_efficiency", "packet_spraying"}
+# Knobs earlier versions accepted without any effect; no published measurement gives them
+# one, so they are refused with what to use instead (no accepted-but-ignored input).
+UNMODELLED = {
+    "pfc": "PFC is assumed on (lossless RoCE); its cost under load is part of congestion_efficiency",
+    "ecn": "ECN marking is part of congestion_control (dcqcn needs it; 'none' runs without)",
+    "deep_buffer_spine": "no published effect to model; state its measured gain as congestion_efficiency",
+}
 # Throughput kept under load by each congestion-control regime. Modelling assumptions
 # (no published per-regime figure in validation/reference): DCQCN keeps queues short at a
 # few % loss (Zhu et al., SIGCOMM 2015, "Congestion Control for Large-Scale RDMA
@@ -70,9 +76,15 @@ class RoCEFabric(ScaleOutFabric):
     spraying_default = False
 
     def validate(self, cluster: Cluster, path: str) -> None:
-        check_scale_out_params(cluster, path, PARAMS, self.kind)
         so = cluster.scale_out
         assert so is not None
+        for key, why in UNMODELLED.items():
+            if key in so.params:
+                raise SpecError(f"{path}.scale_out.params.{key}", f"is not modelled ({why})")
+        if so.sharp:
+            raise SpecError(f"{path}.scale_out.sharp", "SHARP in-network reduction needs InfiniBand (Quantum) "
+                                                       f"switches; a {self.kind} fabric has none")
+        check_scale_out_params(cluster, path, PARAMS, self.kind)
         cc = so.params.get("congestion_control", "dcqcn")
         if cc not in CONGESTION_EFFICIENCY:
             raise SpecError(f"{path}.scale_out.params.congestion_control",

@@ -89,9 +89,9 @@ def test_traffic_in_flight_together_shares_the_nic(engine):
 
 
 def test_blocking_collectives_of_one_gpu_do_not_slow_each_other():
-    a = Flow("tensor", (1.0, 0.0), 1.0, 2.0, "microbatch", overlapped=False)
-    b = Flow("expert", (1.0, 0.0), 1.0, 2.0, "microbatch", overlapped=False)
-    c = Flow("data", (1.0, 0.0), 1.0, 2.0, "step", overlapped=True)
+    a = Flow("tensor", (1.0, 0.0), 1.0, 1.0, 2.0, "microbatch", overlapped=False)
+    b = Flow("expert", (1.0, 0.0), 1.0, 1.0, 2.0, "microbatch", overlapped=False)
+    c = Flow("data", (1.0, 0.0), 1.0, 1.0, 2.0, "step", overlapped=True)
     sa, sb = stretches([a, b])
     assert sa == (1.0, 1.0) and sb == (1.0, 1.0)
     sa, _, sc = stretches([a, b, c])
@@ -99,8 +99,8 @@ def test_blocking_collectives_of_one_gpu_do_not_slow_each_other():
 
 
 def test_a_backlogged_competitor_costs_at_most_its_fair_share():
-    d = Flow("d", (1.0,), 10.0, 10.0, "microbatch", overlapped=True)
-    e = Flow("e", (1.0,), 50.0, 10.0, "microbatch", overlapped=True)
+    d = Flow("d", (1.0,), 10.0, 10.0, 10.0, "microbatch", overlapped=True)
+    e = Flow("e", (1.0,), 50.0, 50.0, 10.0, "microbatch", overlapped=True)
     sd, _ = stretches([d, e])
     assert sd == (2.0,)
 

@@ -356,3 +356,20 @@ def test_read_param_checks_and_names_the_field():
         with pytest.raises(SpecError) as info:
             read_param(bad, f, 1, **rule)
         assert info.value.field == f
+
+
+def test_roce_refuses_knobs_it_does_not_model_naming_them():
+    from twin.core.errors import SpecError
+    from twin.engine import Engine
+
+    engine = Engine(autoload=False)
+    base = {"cluster": {"system": "Meta-RoCE-H100", "num_gpus": 1024}, "model": "llama3.1-8b",
+            "plan": {"tp": 8, "gbs": 128}}
+    for key in ("pfc", "ecn", "deep_buffer_spine"):
+        bad = {**base, "cluster": {**base["cluster"], "scale_out": {"params": {key: True}}}}
+        with pytest.raises(SpecError) as err:
+            engine.evaluate(bad)
+        assert err.value.field == f"cluster.scale_out.params.{key}" and "not modelled" in err.value.rule
+    with pytest.raises(SpecError) as err:
+        engine.evaluate({**base, "cluster": {**base["cluster"], "scale_out": {"sharp": True}}})
+    assert err.value.field == "cluster.scale_out.sharp" and "InfiniBand" in err.value.rule

@@ -159,8 +159,20 @@ def _broadcast_span(span: GroupSpan) -> GroupSpan:
 def link_profile(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     """Fraction of its bandwidth-bound time a group's traffic keeps each link class busy
     (tuple per tier; points x tiers for a batch): 1 on its bottleneck, less on the others,
-    0 on tiers it never reaches. The contention model (``twin.core.contention``) weighs
-    other traffic by it.
+    0 on tiers it never reaches.
+    """
+    times = link_seconds_per_byte(span, h, pattern)
+    if isinstance(times, tuple):
+        worst = max(times)
+        return tuple(t / worst for t in times) if worst > 0 else times
+    worst = times.max(axis=1, keepdims=True)
+    return np.where(worst > 0, times / np.where(worst > 0, worst, 1.0), 0.0)
+
+
+def link_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
+    """Seconds each link class is busy per byte of the group's per-GPU traffic (what its
+    strategy reports it sends), per tier (points x tiers for a batch); 0 on tiers it never
+    reaches. The contention model (``twin.core.contention``) weighs traffic by it.
     """
     if not ops.is_batch(span.n, span.top):
         width = len(h.tiers)
@@ -174,8 +186,7 @@ def link_profile(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
             for j in range(2, span.top + 1):
                 c = _uplink_coeff(pattern, span, span.per_tier[j - 1])
                 times[j] = c * h.oversubscription_at(j) / (h.bw_at(j) * h.share_at(j))
-        worst = max(times)
-        return tuple(t / worst for t in times) if worst > 0 else tuple(times)
+        return tuple(times)
     n = np.asarray(span.n)
     top = np.asarray(span.top)
     width = h.width
@@ -194,8 +205,7 @@ def link_profile(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
             terms = c * h.oversubscription_table() / (h.bw_table() * shares)
             keep = (j[None, :] >= 2) & (j[None, :] <= top[:, None]) & multi[:, None]
             times[:, 2:] = np.where(keep, terms, 0.0)[:, 2:]
-    worst = times.max(axis=1, keepdims=True)
-    return np.where(worst > 0, times / np.where(worst > 0, worst, 1.0), 0.0)
+    return times
 
 
 def _inter_bw(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from twin.core import ops
-from twin.core.collectives import link_profile
+from twin.core.collectives import link_seconds_per_byte
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch
 
 # Below this stretch of every link it uses a strategy is not costed again: other traffic
@@ -52,34 +52,46 @@ DEFAULT_PATTERNS = {"tp": "ring", "cp": "p2p", "ep": "a2a", "dp": "ring", "edp":
 class Flow:
     """One strategy's traffic as the contention model sees it.
 
-    ``profile``: fraction of its bandwidth-bound time it keeps each link class busy (see
-    ``collectives.link_profile``); ``issued_s``: its communication time alone per step;
-    ``window_s``: the time it is spread over; ``phase`` and ``overlapped`` as the strategy's.
+    ``profile``: seconds each link class is busy per byte it sends (see
+    ``collectives.link_seconds_per_byte``); ``nbytes``: what one GPU sends per step;
+    ``issued_s``: its communication time alone per step; ``window_s``: the time it is
+    spread over; ``phase`` and ``overlapped`` as the strategy's.
     """
 
     name: str
     profile: Any
+    nbytes: Any
     issued_s: Any
     window_s: Any
     phase: str
     overlapped: bool
 
     def utilisation(self) -> Any:
-        """Busy fraction of each link class in its window (alone), at most 1."""
-        share = ops.minimum(1.0, self.issued_s / ops.maximum(self.window_s, 1e-30))
+        """Busy fraction of each link class in its window (alone), at most 1: the time its
+        bytes hold each link (a strategy that reports no bytes: its issued time, on its
+        busiest link).
+        """
+        window = ops.maximum(self.window_s, 1e-30)
         if isinstance(self.profile, tuple):
-            return tuple(ops.minimum(1.0, share * p) for p in self.profile)
-        return np.minimum(1.0, np.asarray(share)[:, None] * self.profile)
+            if self.nbytes > 0:
+                return tuple(min(1.0, self.nbytes * p / window) for p in self.profile)
+            worst = max(self.profile) or 1.0
+            return tuple(min(1.0, self.issued_s * p / worst / window) for p in self.profile)
+        worst = self.profile.max(axis=1, keepdims=True)
+        by_time = np.asarray(self.issued_s)[:, None] * self.profile / np.where(worst > 0, worst, 1.0)
+        by_bytes = np.asarray(self.nbytes)[:, None] * self.profile
+        busy = np.where(np.asarray(self.nbytes)[:, None] > 0, by_bytes, by_time)
+        return np.minimum(1.0, busy / np.asarray(window)[:, None])
 
 
 ProfileFn = Callable[[GroupSpan, Any, str], Any]
 
 
 def traffic_profile(traffic: Sequence[tuple[str, str]], spans: dict[str, GroupSpan],
-                    hierarchy: Hierarchy | HierarchyBatch, profile_fn: ProfileFn = link_profile) -> Any:
+                    hierarchy: Hierarchy | HierarchyBatch, profile_fn: ProfileFn = link_seconds_per_byte) -> Any:
     """Link profile of a strategy whose traffic is ``(dimension, pattern)`` pairs: per link
-    class the largest of its groups' (None if it has no network traffic here).
-    ``profile_fn``: ``collectives.link_profile`` or a cached equivalent.
+    class the largest of its groups' seconds per byte (None if it has no traffic here).
+    ``profile_fn``: ``collectives.link_seconds_per_byte`` or a cached equivalent.
     """
     profile: Any = None
     for dim, pattern in traffic:

@@ -40,7 +40,7 @@ from twin.core.api import (
     Terms,
     stride_of,
 )
-from twin.core.collectives import CollectiveCost, collective_cost, link_profile
+from twin.core.collectives import CollectiveCost, collective_cost, link_seconds_per_byte
 from twin.core.compute import DEVICE_FIELDS, Device, device_for
 from twin.core.contention import (
     DEFAULT_PATTERNS,
@@ -533,12 +533,12 @@ class TwinModel:
         return cached
 
     def _profile(self, span: GroupSpan, h: Hierarchy, pattern: str) -> Any:
-        """``collectives.link_profile`` of a group (cached with the hierarchy's costs)."""
+        """``collectives.link_seconds_per_byte`` of a group (cached with the hierarchy's costs)."""
         _, costs = self._hcache(h)
         key = ("profile", span, pattern)
         got = costs.get(key)
         if got is None:
-            got = costs[key] = link_profile(span, h, pattern)
+            got = costs[key] = link_seconds_per_byte(span, h, pattern)
         return got
 
     def _stage(self, plan: Any, model: Model, dev: Device, w: Workload,
@@ -788,7 +788,7 @@ class TwinModel:
                memo: dict[Any, Any] | None) -> tuple[list[Flow], list[Any], list[int]]:
         """(the strategies' flows, their stretches, their index in ``parts``)."""
         m, stage, h = ctx.microbatches, ctx.stage, ctx.hierarchy
-        profile_fn = link_profile if ctx.batch else self._profile
+        profile_fn = link_seconds_per_byte if ctx.batch else self._profile
         microbatch_window = m * stage.total_s
         step_window = stage.fwd_s + stage.bwd_s
         flows: list[Flow] = []
@@ -807,8 +807,9 @@ class TwinModel:
             if profile is None:
                 continue
             issued = t.issued_per_microbatch_s * m + t.issued_per_step_s
+            nbytes = t.bytes_per_microbatch * m + t.bytes_per_step
             window = ops.maximum(issued, step_window if strat.phase == "step" else microbatch_window)
-            flows.append(Flow(strat.name, profile, issued, window, strat.phase, strat.overlapped))
+            flows.append(Flow(strat.name, profile, nbytes, issued, window, strat.phase, strat.overlapped))
             where.append(i)
         if len(flows) < 2:  # nothing to share with: every link class as alone
             return flows, [_unstretched(f.profile) for f in flows], where

@@ -31,7 +31,7 @@ from twin.core.evaluate import TwinModel
 from twin.core.failures import montecarlo
 from twin.core.failures.components import ComponentGroup, FailureMode, merge_modes
 from twin.core.failures.goodput import cycle_breakdown, daly_interval, young_interval
-from twin.core.failures.impact import CostContext, DegradedRun, ImpactEvaluator, Outcome, decide
+from twin.core.failures.impact import CostContext, DegradedRun, ImpactEvaluator, Outcome, decide, link_headroom
 from twin.core.failures.injections import injection_mode, uplink_capacity
 from twin.core.failures.rates import NODE_COMPONENTS, REPAIR_H, planned_per_day, rate_set_scale
 from twin.core.failures.spec import STORAGE_BYTES_PER_S_PER_GPU, FailureSpec, MonteCarloSpec
@@ -361,6 +361,8 @@ def _injection_result(label: str, group: ComponentGroup, mode: FailureMode, ev: 
         cap = uplink_capacity(mode.degraded, spec.spare_uplinks)
         if cap is not None:
             out["uplink_capacity_fraction"] = cap
+        if mode.degraded.tier_bw or mode.degraded.uplinks:
+            out["links"] = link_headroom(ev.model, ev.scenario, mode.degraded, spec.spare_uplinks)
     out["step_time_s"] = outcome.chosen.run.step_time_s if outcome.chosen.run else nominal.step_time_s
     return out
 

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from twin.core.contention import link_name
 from twin.core.errors import TwinError
 from twin.core.estimate import Estimate
 from twin.core.evaluate import TwinModel
@@ -376,3 +377,36 @@ def decide(mode: FailureMode, ev: ImpactEvaluator, ctx: CostContext, repair_s: f
     # A non-crashing failure the job cannot run with (it no longer fits) ends in a restart too.
     return Outcome(mode=mode, interrupts=mode.interrupts or chosen.lost_work_s > 0, chosen=chosen,
                    options=tuple(options), infeasible=tuple(infeasible))
+
+
+def link_headroom(model: TwinModel, scenario: Scenario, impact: Impact, spare_uplinks: float = 0.0) -> dict[str, Any]:
+    """What ``impact`` does to the links this job loads, through the contention model: per
+    link class whose capacity it cuts, the capacity kept, how busy the job keeps those links,
+    and what the step pays; ``note`` says in words why it costs nothing when it does not
+    (no traffic crosses them, or the job's load there fits in what is left).
+    """
+    nominal = model.evaluate(scenario, validate=False)
+    degraded = DegradedModel(model, impact, spare_uplinks).evaluate(scenario, validate=False)
+    h0 = model.hierarchy(scenario)
+    h1 = degrade_hierarchy(h0, impact, spare_uplinks)
+    busy = {link.tier: min(1.0, sum(link.utilisation.values())) for link in nominal.links}
+    links = []
+    for j in range(len(h0.tiers)):
+        kept = h1.link_capacity(j) / h0.link_capacity(j) if h0.link_capacity(j) > 0 else 1.0
+        if kept >= 1.0 - 1e-12:
+            continue
+        links.append({"tier": j, "links": link_name(h0, j), "capacity_kept": kept, "busy": busy.get(j, 0.0)})
+    cost = degraded.step_time_s - nominal.step_time_s
+    if not links:
+        note = "no link capacity lost"
+    elif cost > 1e-9 * nominal.step_time_s:
+        worst = max(links, key=lambda x: x["busy"] / max(x["capacity_kept"], 1e-12))
+        note = (f"costs {cost:.4g} s per step: {worst['links']} keep {100 * worst['capacity_kept']:.0f}% of their "
+                f"capacity and this job keeps them {100 * worst['busy']:.0f}% busy")
+    elif all(x["busy"] == 0.0 for x in links):
+        note = "no cost: none of this job's traffic crosses " + ", ".join(x["links"] for x in links)
+    else:
+        note = "no cost: headroom: " + "; ".join(
+            f"{x['links']} keep {100 * x['capacity_kept']:.0f}% of their capacity, this job keeps them "
+            f"{100 * x['busy']:.0f}% busy" for x in links if x["busy"] > 0)
+    return {"links": links, "step_cost_s": cost, "note": note}
