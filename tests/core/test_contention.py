@@ -95,7 +95,9 @@ def test_blocking_collectives_of_one_gpu_do_not_slow_each_other():
     sa, sb = stretches([a, b])
     assert sa == (1.0, 1.0) and sb == (1.0, 1.0)
     sa, _, sc = stretches([a, b, c])
-    assert sa[0] > 1.0 and sc[0] == pytest.approx(2.0)  # each blocking flow busy half the time
+    # The asynchronous reduction slows the blocking collectives it meets; it makes up what
+    # it loses while they hold the step up, so they do not slow it.
+    assert sa[0] == pytest.approx(1.5) and sc == (1.0, 1.0)
 
 
 def test_a_backlogged_competitor_costs_at_most_its_fair_share():

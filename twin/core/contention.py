@@ -15,11 +15,14 @@ the others leave it idle, at most x2 per backlogged competitor (its fair share).
 
 Which strategies are in flight together: traffic that runs asynchronously to the compute
 stream (``Strategy.overlapped``: data-parallel buckets, FSDP prefetch, pipeline p2p,
-context-parallel ring exchanges) shares links with everything else in flight; blocking
-collectives of one GPU (tensor- and expert-parallel collectives between its kernels) run
-one after another and only meet the overlapped traffic. Windows: micro-batch and pipeline
-traffic spreads over all micro-batches' compute; step traffic (the gradient reduction)
-over the last micro-batch's backward and the first one's forward.
+context-parallel ring exchanges) is in flight all through its window, so it slows every
+other flow on its links; blocking collectives of one GPU (tensor- and expert-parallel
+collectives between its kernels) run one after another and slow no one: they never meet
+each other, and the asynchronous traffic they share a link with keeps flowing while they
+hold the step up, so what it loses then it makes up in the time their stretch adds.
+Windows: micro-batch and pipeline traffic spreads over all micro-batches' compute plus the
+blocking collectives' time (the step's span); step traffic (the gradient reduction) over
+the last micro-batch's backward and the first one's forward.
 
 Written once for one scenario (Python numbers, tuples per link class) and for a batch
 (arrays: points x link classes).
@@ -122,8 +125,7 @@ def stretches(flows: Sequence[Flow]) -> list[Any]:
     rho = [f.utilisation() for f in flows]
     out: list[Any] = []
     for i, f in enumerate(flows):
-        others = [(rho[k], _overlap(e, f)) for k, e in enumerate(flows)
-                  if k != i and (f.overlapped or e.overlapped)]
+        others = [(rho[k], _overlap(e, f)) for k, e in enumerate(flows) if k != i and e.overlapped]
         if isinstance(f.profile, tuple):
             s = [1.0] * len(f.profile)
             for r, ov in others:

@@ -789,8 +789,13 @@ class TwinModel:
         """(the strategies' flows, their stretches, their index in ``parts``)."""
         m, stage, h = ctx.microbatches, ctx.stage, ctx.hierarchy
         profile_fn = link_seconds_per_byte if ctx.batch else self._profile
-        microbatch_window = m * stage.total_s
         step_window = stage.fwd_s + stage.bwd_s
+        # Blocking collectives hold the step up: the micro-batches span their time too.
+        blocking: Any = 0.0
+        for strat, t in parts:
+            if not strat.overlapped:
+                blocking = blocking + t.exposed_per_microbatch_s * m + t.exposed_per_step_s
+        microbatch_window = m * stage.total_s + blocking
         flows: list[Flow] = []
         where: list[int] = []
         for i, (strat, t) in enumerate(parts):
