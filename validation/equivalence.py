@@ -82,6 +82,8 @@ def random_point(rng: random.Random) -> dict[str, Any]:
         plan["moe_dispatcher"] = rng.choice(["alltoall", "deepep"])
     if plan["recompute"] == "full" and rng.random() < 0.3:
         plan["recompute_layers"] = rng.choice([1, 2, 4])
+    if rng.random() < 0.15:
+        plan["rank_order"] = "tp-cp-pp-dp"
     if plan["optimizer_sharding"] == "fsdp":
         plan["fsdp_reshard_after_forward"] = rng.random() < 0.5
     if rng.random() < 0.2:

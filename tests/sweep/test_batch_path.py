@@ -47,6 +47,7 @@ PLAN_AXES = {
     "fsdp_reshard_after_forward": [True, False], "grad_reduce_dtype": ["fp32", "bf16"],
     "trainable": ["full", "full", "full", "lora"], "sequence_parallel": [None, None, False],
     "recompute_layers": [None, None, 1, 4], "moe_dispatcher": ["deepep", "alltoall"],
+    "rank_order": ["tp-cp-ep-dp-pp", "tp-cp-ep-dp-pp", "tp-cp-pp-dp"],
 }
 OVERLAP_AXES = {"overlap.tp_comm": [None, True, False], "overlap.p2p": [True, True, False],
                 "overlap.grad_reduce": [True, False], "overlap.ep_comm": [False, True]}

@@ -632,6 +632,14 @@ class TwinModel:
             return self._cost_fn(scenario, h)
 
         st = self._assemble(ctx, work, memo=memo, rehome=rehome, alone=report)
+        links: tuple[LinkLoad, ...] = ()
+        if report:
+            lkey = ("links", plan.gbs, plan.vp)
+            links = memo.get(lkey) if memo is not None else None
+            if links is None:
+                links = tuple(LinkLoad(**d) for d in link_loads(*st.flows, hierarchy))
+                if memo is not None:
+                    memo[lkey] = links
         mem = work.mem
         notes = st.notes + list(hierarchy.notes)
         host_f, _ = host_layer_s(scenario.software, w)
@@ -656,7 +664,7 @@ class TwinModel:
             model_flops_per_step=flops, microbatches=work.m, dp=work.dp, comm_issued_s=st.issued,
             bytes_per_step=st.nbytes, algorithms=st.algorithms,
             fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes),
-            links=tuple(LinkLoad(**d) for d in link_loads(*st.flows, hierarchy)) if report else (),
+            links=links,
             contention_s=max(0.0, step - st.alone_step_s) if report and st.alone_step_s is not None else 0.0)
 
     # ---------------------------------------------------------------- the assembly (both)
@@ -696,7 +704,17 @@ class TwinModel:
             parts, flows = self._contend(ctx, parts, rehome, memo)
         st = self._finish(ctx, work, parts, flows)
         if alone:
-            st.alone_step_s = st.step_s if parts is first else self._finish(ctx, work, first, flows).step_s
+            if parts is first:
+                st.alone_step_s = st.step_s
+            else:
+                # Determined by the group and its batch size / interleaving, like the stretches.
+                key = ("alone", ctx.plan.gbs, ctx.plan.vp)
+                got = memo.get(key) if memo is not None else None
+                if got is None:
+                    got = self._finish(ctx, work, first, flows).step_s
+                    if memo is not None:
+                        memo[key] = got
+                st.alone_step_s = got
         return st
 
     def _finish(self, ctx: EvalContext, work: _Work, parts: list[tuple[Strategy, Terms]], flows: _Flows) -> _Step:
