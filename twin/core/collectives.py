@@ -133,6 +133,16 @@ def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
             c = _uplink_coeff(pattern, span, span.per_tier[j - 1])
             inv = max(inv, c * h.oversubscription_at(j) / (h.bw_at(j) * h.share_at(j)))
         return inv
+    memo = h._net_memo
+    hit = memo.get((id(span), pattern))
+    if hit is not None and hit[0] is span:
+        return hit[1]
+    got = _net_seconds_batch(span, h, pattern)
+    memo[(id(span), pattern)] = (span, got)
+    return got
+
+
+def _net_seconds_batch(span: GroupSpan, h: HierarchyBatch, pattern: str) -> Any:
     top = np.asarray(span.top)
     one = np.ones_like(top)
     nic = _nic_coeff(pattern, span) / (h.bw_at(one) * h.share_at(one))

@@ -779,11 +779,17 @@ class TwinModel:
         if len(flows) < 2:
             return parts, (flows, stretch)
         out = list(parts)
+        if ctx.batch:
+            for i, s in zip(where, stretch, strict=True):
+                hit = contended(s)
+                if hit.any():
+                    out[i] = (parts[i][0], self._recost_points(parts[i], ctx, shares_of(s, hit), hit, rehome))
+            return out, (flows, stretch)
         h, cost_fn = ctx.hierarchy, ctx.cost_fn
         try:
             for i, s in zip(where, stretch, strict=True):
                 hit = contended(s)
-                if not ops.any_(hit):
+                if not hit:
                     continue
                 strat = parts[i][0]
                 shares = shares_of(s, hit)
@@ -801,6 +807,33 @@ class TwinModel:
         finally:
             ctx.hierarchy, ctx.cost_fn = h, cost_fn
         return out, (flows, stretch)
+
+    def _recost_points(self, part: tuple[Strategy, Terms], ctx: EvalContext, shares: np.ndarray, hit: np.ndarray,
+                       rehome: Callable[..., Any]) -> Terms:
+        """A strategy's terms with the contended points (``hit``) costed again with their
+        ``shares``; the others keep their terms alone (they are not re-evaluated).
+        """
+        strat, terms = part
+        if hit.mean() > 0.5:  # most points: costing them all beats taking the few out
+            got = self._terms(strat, rehome(ctx.hierarchy.with_shares(shares), None))
+            return terms if got is None else got
+        idx = np.flatnonzero(hit)
+        sub = rehome(ctx.hierarchy.take(idx).with_shares(shares[idx]), idx)
+        got = self._terms(strat, sub)
+        if got is None:
+            return terms
+        n = ctx.points
+        merged = []
+        for f in _TERM_FIELDS:
+            full = np.array(np.broadcast_to(getattr(terms, f), (n,)), dtype=np.float64)
+            full[idx] = getattr(got, f)
+            merged.append(full)
+        algo = terms.algorithm
+        if algo is not None:
+            algo = np.array(np.broadcast_to(algo, (n,)), dtype=object)
+            if got.algorithm is not None:
+                algo[idx] = got.algorithm
+        return Terms(*merged, algorithm=algo)
 
     def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
                memo: dict[Any, Any] | None) -> tuple[list[Flow], list[Any], list[int]]:
@@ -1027,8 +1060,15 @@ class TwinModel:
         ctx = _context(work, model, ColumnView(sub.clusters, sub.cluster_ix),
                        ColumnView(sub.calibrations, sub.calibration_ix), hb, spans, self._batch_cost(sub, hb),
                        len(idx), None, software=ps.software)
-        def rehome(h: HierarchyBatch) -> Callable[..., CollectiveCost]:
-            return self._batch_cost(sub, h)
+        def rehome(h: HierarchyBatch, some: np.ndarray | None) -> EvalContext:
+            # The points ``some`` (None: all) alone, on their view of the hierarchy.
+            if some is None:
+                return dataclasses.replace(ctx, hierarchy=h, cost_fn=self._batch_cost(sub, h))
+            part, work_p = sub.take(some), _take_work(work, some)
+            spans_p = {dim: _take_tree(v, some) for dim, v in spans.items()}
+            return _context(work_p, model, ColumnView(part.clusters, part.cluster_ix),
+                            ColumnView(part.calibrations, part.calibration_ix), h, spans_p,
+                            self._batch_cost(part, h), len(some), None, software=ps.software)
 
         st = self._assemble(ctx, work, groups, rehome=rehome)
         out.stats["groups"] += len(first)

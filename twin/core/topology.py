@@ -166,6 +166,9 @@ class HierarchyBatch:
         self.rows = rows
         # Per point and link class, the share of capacity the traffic gets (None: all of it).
         self.shares: np.ndarray | None = None
+        self._per_point: dict[str, np.ndarray] = {}  # tables expanded to the points, when read
+        # Per group span and pattern, its link-class costing (collectives.net_seconds_per_byte).
+        self._net_memo: dict[Any, Any] = {}
         width = max(len(h.tiers) for h in self.hierarchies)
         n = len(self.hierarchies)
 
@@ -207,11 +210,17 @@ class HierarchyBatch:
 
     def bw_table(self) -> np.ndarray:
         """Bandwidth per GPU of every tier, per point (points x width)."""
-        return self._bw[self.rows]
+        got = self._per_point.get("bw")
+        if got is None:
+            got = self._per_point["bw"] = self._bw[self.rows]
+        return got
 
     def oversubscription_table(self) -> np.ndarray:
         """Cumulative oversubscription below every tier, per point (points x width)."""
-        return self._over[self.rows]
+        got = self._per_point.get("over")
+        if got is None:
+            got = self._per_point["over"] = self._over[self.rows]
+        return got
 
     def share_at(self, tier: Any) -> Any:
         """Share of link class ``tier`` per point (1 where the traffic has it alone)."""
@@ -221,7 +230,9 @@ class HierarchyBatch:
 
     def with_shares(self, shares: np.ndarray) -> HierarchyBatch:
         """The same points as seen by traffic that gets ``shares`` (points x width) of each link class."""
-        out = self.take(np.arange(len(self.rows)))
+        out = object.__new__(HierarchyBatch)
+        out.__dict__.update(self.__dict__)
+        out._net_memo = {}
         out.shares = shares
         s0 = shares[:, 0]
         out.up_bw, out.up_a2a_bw, out.up_nvls_bw = self.up_bw * s0, self.up_a2a_bw * s0, self.up_nvls_bw * s0
@@ -277,6 +288,8 @@ class HierarchyBatch:
         """The same hierarchies for the points in ``index``."""
         out = object.__new__(HierarchyBatch)
         out.__dict__.update(self.__dict__)
+        out._per_point = {}
+        out._net_memo = {}
         out.rows = self.rows[index]
         for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw"):
             setattr(out, name, getattr(self, name)[index])
