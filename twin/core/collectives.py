@@ -29,14 +29,15 @@ from twin.core.units import US
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 ALGORITHMS = ("ring", "tree", "nvls", "sharp", "direct")
 
-# NCCL tuning.cc (v2.7, the last version with the full table inline): base latency per
-# algorithm/protocol and per-step hardware latency for NVLink and network hops, in us.
-_BASE_LAT = {"ring": {"LL": 3.6, "LL128": 10.0, "Simple": 8.4},
-             "tree": {"LL": 4.4, "LL128": 4.4, "Simple": 0.0}}
-_HW_LAT_NVLINK = {"ring": {"LL": 0.47, "LL128": 1.9, "Simple": 3.4},
-                  "tree": {"LL": 0.52, "LL128": 1.2, "Simple": 28.0}}
-_HW_LAT_NET = {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 9.6},
-               "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 50.0}}
+# NCCL src/graph/tuning.cc as of the 2.19-2.2x releases (baseLat, hwLat; the tables the
+# NCCL a current framework container ships): base latency per algorithm/protocol and
+# per-step hardware latency for NVLink and network hops, in us.
+_BASE_LAT = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+             "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4}}
+_HW_LAT_NVLINK = {"ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
+                  "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}}
+_HW_LAT_NET = {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
+               "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}}
 # Fraction of the link bandwidth each protocol delivers (tuning.cc: LL carries 8 bytes of
 # payload per 16-byte line and NCCL models it at 1/4 for all-reduce; LL128 120/128).
 _PROTO_BW = {"LL": 0.25, "LL128": 0.92, "Simple": 1.0}
