@@ -23,8 +23,8 @@ Tiers (bandwidth per GPU per direction, NIC rate x ``nic_efficiency``):
 
 Switch latency ~350 ns per Rosetta hop (De Sensi et al., SC20, "An In-Depth Analysis of
 the Slingshot Interconnect"): 1 hop in a router, 2 in a group, 3 minimal and 5 Valiant
-(local-global-local-global-local) across groups; reported, not used by the collective
-model (its step latencies are NCCL's tuning constants).
+(local-global-local-global-local) across groups; a collective's network step pays it
+where it exceeds NCCL's own per-step network latency (rarely: NCCL's floor is 2.7-14 us).
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ Beyond the leaf each TCP connection is one ECMP flow (5-tuple hashing): a collec
 at the pace of its most loaded uplink (balls into bins, ``ecmp_max_load``), so more
 sockets also spread better. Per-message latency: an 8-byte NCCL broadcast over TCP takes
 38-46 us between two nodes (NVIDIA/nccl-tests#82), several times RDMA's; it is added to
-the tiers' latency, which the estimate reports (the collective model's step latencies
-are NCCL's tuning constants; docs/fidelity.md, "PCIe, TCP, torus and dragonfly
+the tiers' latency, which each network step of a collective pays where it exceeds NCCL's
+own per-step network latency (docs/fidelity.md, "PCIe, TCP, torus and dragonfly
 fabrics").
 """
 

@@ -74,8 +74,8 @@ NOT_MODELLED = {
     "sharp": "a torus has no switches to reduce in",
     "adaptive_routing": "routing within the torus is not modelled (rings use neighbour links only)",
 }
-# Per-hop latency of a torus link, reported only (the collective model uses NCCL's own
-# per-step latencies): an assumption of the order of a NIC-to-NIC hop (no switch),
+# Per-hop latency of a torus link (a collective's network step pays it where it exceeds
+# NCCL's own per-step network latency, 2.7-14 us, i.e. rarely): an assumption of the order of a NIC-to-NIC hop (no switch),
 # ~0.5 us as the cable + NIC part of plugins/infiniband.py's hop.
 HOP_LATENCY_S = 0.5e-6
 
