@@ -75,8 +75,8 @@ NOT_MODELLED = {
     "adaptive_routing": "routing within the torus is not modelled (rings use neighbour links only)",
 }
 # Per-hop latency of a torus link (a collective's network step pays it where it exceeds
-# NCCL's own per-step network latency, 2.7-14 us, i.e. rarely): an assumption of the order of a NIC-to-NIC hop (no switch),
-# ~0.5 us as the cable + NIC part of plugins/infiniband.py's hop.
+# NCCL's own per-step network latency, 2.7-14 us, i.e. rarely): an assumption of the order
+# of a NIC-to-NIC hop (no switch), ~0.5 us as the cable + NIC part of plugins/infiniband.py's hop.
 HOP_LATENCY_S = 0.5e-6
 
 

@@ -171,7 +171,15 @@ def evaluate_fleet(engine: Engine, source: Mapping[str, Any] | str | Path) -> Fl
             if job.get(key) is not None:
                 mapping[key] = job[key]
         try:
-            scenarios.append(engine.scenario(mapping))
+            try:
+                scenarios.append(engine.scenario(mapping))
+            except SpecError as err:
+                if not err.field.startswith("cluster.scale_out.tier"):
+                    raise
+                # A fabric that sizes itself otherwise (torus, dragonfly): the job's own sizes.
+                scenarios.append(engine.scenario({**mapping, "cluster": {**cluster, "num_gpus": int(job["gpus"])}}))
+                notes.append(f"{mapping['name']}: the fabric does not take switch sizes; "
+                             "the job's fabric is sized for its own GPUs")
         except SpecError as err:
             raise SpecError(f"jobs[{i}].{err.field}" if err.field else f"jobs[{i}]", err.rule) from err
     width = len(hierarchy.tiers)

@@ -42,7 +42,7 @@ class Breakdown:
                 + self.optimizer_s + self.offload_s + self.overlap_interference_s)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class LinkLoad:
     """How one class of links is loaded during a step (per GPU; ``twin.core.contention``).
 
