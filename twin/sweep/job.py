@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from twin.sweep.evaluator import SweepEvaluator
 from twin.sweep.failmetrics import FailureColumns, wants_failures
+from twin.sweep.fleetmetrics import FleetColumns
 from twin.sweep.points import PointBatch, SweepSource
 from twin.sweep.reduce import BatchResult, reduce_batch
 from twin.sweep.spec import SweepSpec
@@ -65,6 +66,9 @@ class Worker:
         self.failures = None
         if isinstance(job.recipe, SweepSpec) and wants_failures(job.recipe):
             self.failures = FailureColumns(engine, job.recipe, self.source)
+        self.fleet = None
+        if isinstance(job.recipe, SweepSpec) and job.recipe.fleet is not None:
+            self.fleet = FleetColumns(engine, job.recipe, self.source)
 
     def run(self, index: int, start: int, stop: int) -> BatchResult:
         """Evaluate and reduce points ``start`` .. ``stop - 1``."""
@@ -73,6 +77,8 @@ class Worker:
         ev = self.evaluator.evaluate(batch)
         if self.failures is not None:
             self.failures.fill(batch, ev)
+        if self.fleet is not None:
+            self.fleet.fill(batch, ev)
         job = self.job
         return reduce_batch(index, batch, ev, job.metric, job.order, job.top, job.keep_rows,
                             time.perf_counter() - t0)

@@ -15,8 +15,8 @@ from twin.core.errors import reason_of
 from twin.core.evaluate import MEMORY_REASON
 
 # reason_of and MEMORY_REASON are the core's; the sweep names infeasible points with them.
-__all__ = ["EXPOSED_DIMS", "FAILURE_METRICS", "FLOAT_COLUMNS", "INT_COLUMNS", "MEMORY_REASON", "METRICS",
-           "MODEL_COLUMNS", "as_python", "default_order", "reason_of"]
+__all__ = ["EXPOSED_DIMS", "FAILURE_METRICS", "FLEET_METRICS", "FLOAT_COLUMNS", "INT_COLUMNS", "MEMORY_REASON",
+           "METRICS", "MODEL_COLUMNS", "as_python", "default_order", "reason_of"]
 
 # Float columns the performance model gives a feasible point, in output order.
 MODEL_COLUMNS = (
@@ -35,10 +35,13 @@ METRICS: dict[str, str] = {
     "model_tflops_per_gpu": "max", "memory_gib": "min", "power_kw": "min", "tokens_per_joule": "max",
     "bubble_s": "min", "compute_s": "min",
     "interruptions_per_day": "min", "effective_training_time_pct": "max", "goodput_tokens_per_s": "max",
+    "step_time_shared_s": "min", "fleet_slowdown": "min",
 }
 # Failure figures (twin.sweep.failmetrics): NaN unless the sweep asks for them.
 FAILURE_METRICS = ("interruptions_per_day", "effective_training_time_pct", "goodput_tokens_per_s")
-FLOAT_COLUMNS = MODEL_COLUMNS + FAILURE_METRICS
+# Fleet figures (twin.sweep.fleetmetrics): NaN unless the sweep has base.fleet.
+FLEET_METRICS = ("step_time_shared_s", "fleet_slowdown")
+FLOAT_COLUMNS = MODEL_COLUMNS + FAILURE_METRICS + FLEET_METRICS
 
 
 def default_order(metric: str) -> str:

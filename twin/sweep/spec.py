@@ -40,7 +40,7 @@ from twin.core.errors import NotFoundError, SpecError, TooLargeError, TwinError
 from twin.core.failures.spec import FailureSpec, load_failure_spec
 from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model, resolve_software
 from twin.core.specs import Calibration, Cluster, Model, Plan
-from twin.sweep.metrics import METRICS, default_order
+from twin.sweep.metrics import FLEET_METRICS, METRICS, default_order
 
 MODES = ("grid", "zip", "random")
 SECTIONS = ("cluster", "model", "plan", "calibration", "failures", "software")
@@ -117,6 +117,8 @@ class SweepSpec:
     seed: int = 0
     objective: Objective = field(default_factory=Objective)
     keep_rows: bool = False
+    # ``base.fleet``: the other jobs on the same fabric (twin.sweep.fleetmetrics); None: alone.
+    fleet: dict[str, Any] | None = None
 
     @property
     def total_points(self) -> int:
@@ -443,8 +445,13 @@ def parse_spec(data: Any, *, base_dir: Path | None = None, max_points: int = DEF
     if not isinstance(base, Mapping):
         raise SpecError("base", f"must be a scenario mapping (got {type(base).__name__})")
     for key in base:
-        if key not in (*SECTIONS, "name", "description"):
-            raise SpecError(f"base.{key}", f"unknown field; expected one of: {', '.join((*SECTIONS, 'name'))}")
+        if key not in (*SECTIONS, "name", "description", "fleet"):
+            raise SpecError(f"base.{key}", f"unknown field; expected one of: "
+                                           f"{', '.join((*SECTIONS, 'name', 'fleet'))}")
+    fleet = base.get("fleet")
+    if fleet is not None:
+        fleet = check_fleet_section(fleet)
+        base = {k: v for k, v in base.items() if k != "fleet"}
     if isinstance(base.get("software"), str):
         base = {**base, "software": {"preset": base["software"]}}
     axes_data = data.get("axes", [])
@@ -491,6 +498,8 @@ def parse_spec(data: Any, *, base_dir: Path | None = None, max_points: int = DEF
     metric = obj.get("metric", "step_time_s")
     if metric not in METRICS:
         raise SpecError("objective.metric", f"must be one of {', '.join(METRICS)} (got {metric!r})")
+    if metric in FLEET_METRICS and fleet is None:
+        raise SpecError("objective.metric", f"{metric} needs base.fleet (the neighbours on the fabric)")
     top = _int(obj.get("top", 10), "objective.top", low=1)
     order = obj.get("order", default_order(metric))
     if order not in ("min", "max"):
@@ -499,7 +508,29 @@ def parse_spec(data: Any, *, base_dir: Path | None = None, max_points: int = DEF
     if not isinstance(keep_rows, bool):
         raise SpecError("keep_rows", f"must be a boolean (got {keep_rows!r})")
     return SweepSpec(name=name, base=copy.deepcopy(dict(base)), axes=axes, mode=mode, samples=samples, seed=seed,
-                     objective=Objective(metric=metric, top=top, order=order), keep_rows=keep_rows)
+                     objective=Objective(metric=metric, top=top, order=order), keep_rows=keep_rows, fleet=fleet)
+
+
+_FLEET_KEYS = {"cluster_gpus", "first_gpu", "neighbours"}
+
+
+def check_fleet_section(data: Any) -> dict[str, Any]:
+    """``base.fleet``: the shared cluster's size, where the swept job starts, its neighbours."""
+    if not isinstance(data, Mapping):
+        raise SpecError("base.fleet", f"must be a mapping (got {type(data).__name__})")
+    for key in data:
+        if key not in _FLEET_KEYS:
+            raise SpecError(f"base.fleet.{key}", f"unknown field; expected one of: {', '.join(sorted(_FLEET_KEYS))}")
+    gpus = data.get("cluster_gpus")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise SpecError("base.fleet.cluster_gpus", f"is required: the shared cluster's GPUs (got {gpus!r})")
+    start = data.get("first_gpu", 0)
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise SpecError("base.fleet.first_gpu", f"must be a non-negative integer (got {start!r})")
+    neighbours = data.get("neighbours")
+    if not isinstance(neighbours, list) or not neighbours:
+        raise SpecError("base.fleet.neighbours", "must be a non-empty list of jobs (as in a fleet file)")
+    return {"cluster_gpus": gpus, "first_gpu": start, "neighbours": copy.deepcopy(neighbours)}
 
 
 def load_spec(source: Any) -> SweepSpec:
