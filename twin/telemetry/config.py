@@ -29,6 +29,12 @@ class TelemetryConfig:
     ``calibrate_interval_s``: automatic calibration period (0: only when asked).
     ``self_metrics_endpoint``: OTLP endpoint for the twin's own metrics (divergence,
     calibration factors, ingest counters); None: not exported.
+    ``degrade_after`` / ``recover_after``: consecutive assessments of a component that must
+    agree before its state turns worse / better (hysteresis). Defaults 1 and 3: a fault is
+    acted on at its first evidence (each assessment already reads counters over an export
+    interval), and a flapping port must stay clean for three intervals before it counts as
+    up again, as route-flap damping holds back a flapping route until it is stable (RFC 2439)
+    and Kubernetes probes demand consecutive results (``failureThreshold`` default 3).
     """
 
     state_dir: Path = Path("state")
@@ -45,6 +51,8 @@ class TelemetryConfig:
     self_metrics_endpoint: str | None = None
     self_metrics_interval_s: float = 15.0
     fit: FitSettings = field(default_factory=FitSettings)
+    degrade_after: int = 1
+    recover_after: int = 3
 
     @property
     def db_path(self) -> Path:
@@ -53,7 +61,8 @@ class TelemetryConfig:
 
     def validate(self) -> None:
         """Reject impossible settings, naming the field."""
-        for name in ("max_receive_bytes", "max_pending_points", "max_series", "max_components", "min_observations"):
+        for name in ("max_receive_bytes", "max_pending_points", "max_series", "max_components", "min_observations",
+                     "degrade_after", "recover_after"):
             if int(getattr(self, name)) < 1:
                 raise SpecError(f"telemetry.{name}", f"must be >= 1 (got {getattr(self, name)})")
         if self.retry_after_s <= 0:

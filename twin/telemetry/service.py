@@ -54,7 +54,8 @@ class TelemetryService:
         self.catalog = MetricCatalog.from_plugins(engine.pm)
         self.decoder = Decoder(self.catalog, memo_limit=2 * config.max_series)
         self.store = Store(config.db_path, config.synchronous)
-        self.state = LiveState(self.catalog, max_series=config.max_series, max_components=config.max_components)
+        self.state = LiveState(self.catalog, max_series=config.max_series, max_components=config.max_components,
+                               degrade_after=config.degrade_after, recover_after=config.recover_after)
         self.lock = threading.RLock()
         self.state.restore(self.store.load_series(), self.store.load_components(), self.store.load_observations(),
                            self.store.load_events())

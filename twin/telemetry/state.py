@@ -94,6 +94,10 @@ class Component:
     last_seen_ns: int = 0
     since_ns: int = 0
     ruled: tuple[tuple[str, float], ...] | None = None
+    # A state the assessments point to but have not confirmed yet (hysteresis), and how
+    # many consecutive assessments have pointed to it.
+    pending: str = ""
+    pending_n: int = 0
 
     def view(self) -> ComponentView:
         """What the tier roll-up needs."""
@@ -144,13 +148,21 @@ class Dirty:
     events: list[tuple[int, str, str, str, str]] = field(default_factory=list)
 
 
+# Which states are worse than which (hysteresis turns worse and better at different paces).
+_SEVERITY = {"up": 0, "degraded": 1, "down": 2}
+
+
 class LiveState:
     """Series, components, step-time observations and state-change events."""
 
-    def __init__(self, catalog: MetricCatalog, *, max_series: int = 200_000, max_components: int = 50_000) -> None:
+    def __init__(self, catalog: MetricCatalog, *, max_series: int = 200_000, max_components: int = 50_000,
+                 degrade_after: int = 1, recover_after: int = 3) -> None:
         self.catalog = catalog
         self.max_series = max_series
         self.max_components = max_components
+        # Consecutive assessments before a state turns worse / better (TelemetryConfig).
+        self.degrade_after = degrade_after
+        self.recover_after = recover_after
         self.series: dict[SeriesKey, SeriesPoint] = {}
         self.components: dict[str, Component] = {}
         self.observations: dict[str, deque[tuple[int, float]]] = {}
@@ -216,13 +228,20 @@ class LiveState:
         # change every interval, error counters rarely do), the assessment cannot change.
         ruled = tuple((sig, v) for sig, v in signals.items()
                       if sig in mappings and (mappings[sig].conditions or mappings[sig].capacity))
-        if ruled == comp.ruled and comp.ruled is not None:
+        if ruled == comp.ruled and comp.ruled is not None and not comp.pending:
             return
         comp.ruled = ruled
         for sig, value in ruled:
             if mappings[sig].capacity == "ratio_to_peak" and value > comp.peaks.get(sig, 0.0):
                 comp.peaks[sig] = value
         health = assess(signals, mappings, comp.peaks)
+        if health.state != comp.state:
+            worse = _SEVERITY.get(health.state, 0) > _SEVERITY.get(comp.state, 0)
+            comp.pending_n = comp.pending_n + 1 if comp.pending == health.state else 1
+            comp.pending = health.state
+            if comp.pending_n < (self.degrade_after if worse else self.recover_after):
+                return  # not confirmed yet: the component keeps its state and evidence
+        comp.pending, comp.pending_n = "", 0
         if health.state != comp.state:
             why = "; ".join(e.text() for e in health.evidence if e.severity != "info") or "no rule fires any more"
             event = (now_ns, comp.id, comp.state, health.state, why)
