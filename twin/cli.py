@@ -21,6 +21,7 @@ COMMANDS = (
     "twin.commands.plugins",
     "twin.commands.validate",
     "twin.commands.fleet",
+    "twin.commands.telemetry",
     "twin.commands.failures",
     "twin.commands.serve",
     "twin.commands.catalog",

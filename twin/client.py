@@ -126,6 +126,32 @@ class TwinClient:
         finally:
             call.cancel()
 
+    def ignored_metrics(self) -> list[dict[str, Any]]:
+        """Metrics the server received and does not read, per name and exporter."""
+        from twin.rpc.v1 import telemetry_pb2, telemetry_pb2_grpc
+
+        stub = telemetry_pb2_grpc.TelemetryServiceStub(self.channel)
+        resp = self._call(stub.GetIgnoredMetrics, telemetry_pb2.GetIgnoredMetricsRequest())
+        return [{"name": m.name, "exporter": m.exporter, "points": m.points, "reason": m.reason,
+                 "first_seen_unix_nano": m.first_seen_unix_nano, "last_seen_unix_nano": m.last_seen_unix_nano}
+                for m in resp.metrics]
+
+    def component_states(self) -> dict[str, int]:
+        """How many live components the server tracks in each state (every page read)."""
+        from twin.rpc.v1 import telemetry_pb2, telemetry_pb2_grpc
+
+        stub = telemetry_pb2_grpc.TelemetryServiceStub(self.channel)
+        counts: dict[str, int] = {}
+        token = ""
+        while True:
+            page = self._call(stub.GetLiveState, telemetry_pb2.GetLiveStateRequest(max_events=0, page_token=token))
+            for c in page.components:
+                name = telemetry_pb2.ComponentState.Name(c.state).removeprefix("COMPONENT_STATE_").lower()
+                counts[name] = counts.get(name, 0) + 1
+            token = page.next_page_token
+            if not token:
+                return counts
+
     def health(self, service: str = "", timeout_s: float = 5.0) -> str:
         """The server's health status name for ``service`` ("" = the whole server)."""
         from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -130,6 +130,13 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
         return pb.GetCalibrationResponse(calibration=_cal(out["calibration"]),
                                          history=[_adjustment(a) for a in out["history"]])
 
+    def GetIgnoredMetrics(self, request: pb.GetIgnoredMetricsRequest,
+                          context: grpc.ServicerContext) -> pb.GetIgnoredMetricsResponse:
+        rows = _call(context, self.service.ignored_metrics)
+        return pb.GetIgnoredMetricsResponse(metrics=[pb.IgnoredMetric(
+            name=r["name"], exporter=r["exporter"], points=r["points"], reason=r["reason"],
+            first_seen_unix_nano=r["first_seen_ns"], last_seen_unix_nano=r["last_seen_ns"]) for r in rows])
+
 
 # Components per GetLiveState page: 1,000 live components are ~0.2 MB on the wire, far under a
 # default client's 4 MiB receive limit; 10,000 at most.

@@ -40,6 +40,13 @@ class Decoded:
     total: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
+    # Metrics the twin does not read, per (name, exporter): points and why.
+    ignored: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+
+    def ignore(self, name: str, exporter: str, reason: str, n: int) -> None:
+        """Count ``n`` points of a metric the twin does not read (``reason``)."""
+        got = self.ignored.get((name, exporter))
+        self.ignored[(name, exporter)] = ((got[0] if got else 0) + n, reason)
 
     def reject(self, reason: str, n: int, example: str) -> None:
         """Count ``n`` refused points."""
@@ -124,13 +131,15 @@ class Decoder:
             res = {k.lower(): v for k, v in _attr_items(rm.resource.attributes)}
             res_host = _first(res, {}, HOST_KEYS) or ""
             for sm in rm.scope_metrics:
+                # Who sent it: the SDK's service, else the instrumentation scope (a Collector's receiver).
+                exporter = res.get("service.name") or sm.scope.name
                 for metric in sm.metrics:
-                    self._metric(metric, res_key, res, res_host, memo, points, out)
+                    self._metric(metric, res_key, res, res_host, memo, points, out, exporter)
         return out
 
     def _metric(self, metric: metrics_pb2.Metric, res_key: bytes, res: dict[str, str],
                 res_host: str, memo: dict[tuple[object, ...], SeriesId | str], points: list[Point],
-                out: Decoded) -> None:
+                out: Decoded, exporter: str = "") -> None:
         kind = metric.WhichOneof("data")
         if kind == "gauge":
             dps, delta, monotonic = metric.gauge.data_points, False, False
@@ -143,12 +152,14 @@ class Decoder:
             out.total += n
             if n:
                 out.reject("data type not gauge or sum", n, f"{metric.name} ({kind})")
+                out.ignore(metric.name, exporter, f"data type {kind} (only gauge and sum are read)", n)
             return
         n = len(dps)
         out.total += n
         resolved = self.catalog.lookup(metric.name)
         if resolved is None:
             out.reject("unknown metric", n, metric.name)
+            out.ignore(metric.name, exporter, "unknown metric (no mapping reads it)", n)
             return
         m = resolved.mapping
         counter = m.kind == "counter"

@@ -29,6 +29,8 @@ from twin.telemetry.state import ApplyResult, Dirty, LiveState
 from twin.telemetry.store import Store
 
 log = logging.getLogger(__name__)
+# Distinct ignored metric names remembered (memory bound; the rest pool into one row).
+MAX_IGNORED = 10_000
 # Decode-time reasons that make a request "bad data" (INVALID_ARGUMENT when nothing in it
 # is usable); unknown metrics and unused data types are valid OTLP the twin just ignores.
 # Jobs a twin tracks, and how long a job name may be (each registered job is re-evaluated by
@@ -69,6 +71,8 @@ class TelemetryService:
                 log.warning("registered job %r no longer evaluates: %s", job, err)
         self.stats = {"points_accepted": 0, "points_rejected": 0, "points_duplicate": 0, "counter_resets": 0,
                       "requests": 0}
+        # Metrics the twin does not read, per (name, exporter): [points, reason, first, last ns].
+        self.ignored: dict[tuple[str, str], list[Any]] = {}
         # Series baselines (last counter values) are written every series_checkpoint_s, not
         # with every batch: after a crash a counter's next rate is then taken over a longer
         # interval, which is still its true average rate. Component state, observations and
@@ -99,6 +103,8 @@ class TelemetryService:
         Raises :class:`Overloaded` (retry later) or :class:`InvalidData` (do not retry).
         """
         decoded = self.decoder.decode(request)
+        if decoded.ignored:
+            self._note_ignored(decoded.ignored)
         reasons, examples = dict(decoded.rejected), dict(decoded.examples)
         if not decoded.points and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
             with self.lock:
@@ -115,6 +121,36 @@ class TelemetryService:
             self.stats["requests"] += 1
             self.stats["points_rejected"] += rejected
         return rejected, summarize(reasons, examples) if reasons else ""
+
+    def _note_ignored(self, ignored: dict[tuple[str, str], tuple[int, str]]) -> None:
+        """Count metrics nobody reads (bounded: past MAX_IGNORED names they pool under
+        ``(other names)``); log each name once.
+        """
+        now = time.time_ns()
+        fresh = []
+        with self.lock:
+            for (name, exporter), (n, reason) in ignored.items():
+                key = (name, exporter)
+                row = self.ignored.get(key)
+                if row is None:
+                    if len(self.ignored) >= MAX_IGNORED:
+                        key = ("(other names)", "")
+                        row = self.ignored.get(key)
+                    if row is None:
+                        row = self.ignored[key] = [0, reason, now, now]
+                        fresh.append(key)
+                row[0] += n
+                row[3] = now
+        for name, exporter in fresh:
+            log.warning("ignoring metric %r from %r: %s (counted; TelemetryService/GetIgnoredMetrics lists them)",
+                        name, exporter or "?", self.ignored[(name, exporter)][1])
+
+    def ignored_metrics(self) -> list[dict[str, Any]]:
+        """Metrics received but not read, most points first."""
+        with self.lock:
+            rows = [{"name": k[0], "exporter": k[1], "points": v[0], "reason": v[1], "first_seen_ns": v[2],
+                     "last_seen_ns": v[3]} for k, v in self.ignored.items()]
+        return sorted(rows, key=lambda r: (-r["points"], r["name"]))
 
     def _apply_batch(self, items: list[Item]) -> None:
         now = time.time_ns()
