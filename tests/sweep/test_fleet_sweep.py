@@ -52,3 +52,4 @@ def test_a_neighbour_that_breaks_a_rule_makes_the_points_infeasible_with_its_rea
     result = run_job(sweep_job(spec, engine), engine=engine, executor="inline")
     assert result.feasible == 0
     assert any(reason.startswith("fleet: jobs[1].plan.") for reason in result.counts), result.counts
+

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from twin.core.errors import TwinError
+from twin.core.errors import InfeasibleError, TwinError
 from twin.sweep.job import EngineSettings, Job, engine_for, worker_for
 from twin.sweep.reduce import BatchResult
 
@@ -62,8 +62,9 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as err:
-        raise TwinError("the Ray executor needs Ray: pip install 'fabric-twin[ray]' (or pip install 'ray>=2.40')") \
-            from err
+        # A precondition of the request, not a fault of the twin (FAILED_PRECONDITION over gRPC).
+        raise InfeasibleError("executor", "the Ray executor needs Ray, the 'ray' extra: "
+                                          "pip install 'fabric-twin[ray]' (or pip install 'ray>=2.40')") from err
     return ray
 
 
