@@ -29,6 +29,8 @@ class TelemetryConfig:
     ``calibrate_interval_s``: automatic calibration period (0: only when asked).
     ``self_metrics_endpoint``: OTLP endpoint for the twin's own metrics (divergence,
     calibration factors, ingest counters); None: not exported.
+    ``metrics_address``: serve the twin's predictions and live state as Prometheus metrics on
+    ``http://host:port/metrics`` (``twin.telemetry.promexport``; port 0: a free one); None: off.
     ``degrade_after`` / ``recover_after``: consecutive assessments of a component that must
     agree before its state turns worse / better (hysteresis). Defaults 1 and 3: a fault is
     acted on at its first evidence (each assessment already reads counters over an export
@@ -53,6 +55,7 @@ class TelemetryConfig:
     fit: FitSettings = field(default_factory=FitSettings)
     degrade_after: int = 1
     recover_after: int = 3
+    metrics_address: str | None = None
 
     @property
     def db_path(self) -> Path:

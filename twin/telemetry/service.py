@@ -95,6 +95,11 @@ class TelemetryService:
         if meter_provider is not None or config.self_metrics_endpoint:
             from twin.telemetry.selfmetrics import SelfMetrics
             self.self_metrics = SelfMetrics(self, meter_provider, config)
+        self.metrics_endpoint = None
+        if config.metrics_address:
+            from twin.telemetry.promexport import MetricsEndpoint
+            self.metrics_endpoint = MetricsEndpoint(self, config.metrics_address)
+            log.info("Prometheus metrics on http://%s/metrics", self.metrics_endpoint.address)
 
     # ---------------------------------------------------------------- ingest
     def ingest(self, request: ExportMetricsServiceRequest, timeout: float | None = None) -> tuple[int, str]:
@@ -328,6 +333,8 @@ class TelemetryService:
         self.store.commit_batch(series, [], [], [])
         if self.self_metrics is not None:
             self.self_metrics.shutdown()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         self.store.close()
 
 
