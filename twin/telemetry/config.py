@@ -29,6 +29,8 @@ class TelemetryConfig:
     ``calibrate_interval_s``: automatic calibration period (0: only when asked).
     ``self_metrics_endpoint``: OTLP endpoint for the twin's own metrics (divergence,
     calibration factors, ingest counters); None: not exported.
+    ``scrape``: Prometheus exposition endpoints to read directly (``twin.telemetry.scrape``):
+    a list of ``{url, interval_s, timeout_s, host, job}``; empty: none.
     ``metrics_address``: serve the twin's predictions and live state as Prometheus metrics on
     ``http://host:port/metrics`` (``twin.telemetry.promexport``; port 0: a free one); None: off.
     ``degrade_after`` / ``recover_after``: consecutive assessments of a component that must
@@ -56,6 +58,7 @@ class TelemetryConfig:
     degrade_after: int = 1
     recover_after: int = 3
     metrics_address: str | None = None
+    scrape: tuple[Any, ...] = ()
 
     @property
     def db_path(self) -> Path:
@@ -72,6 +75,9 @@ class TelemetryConfig:
             raise SpecError("telemetry.retry_after_s", f"must be > 0 (got {self.retry_after_s})")
         if self.calibrate_interval_s < 0:
             raise SpecError("telemetry.calibrate_interval_s", f"must be >= 0 (got {self.calibrate_interval_s})")
+        from twin.telemetry.scrape import scrape_targets
+
+        scrape_targets(list(self.scrape))
         if self.synchronous.upper() not in ("NORMAL", "FULL"):
             raise SpecError("telemetry.synchronous", f"must be NORMAL or FULL (got {self.synchronous!r})")
 

@@ -1,8 +1,10 @@
-"""Build OTLP ExportMetricsServiceRequests directly (benchmarks, tests of raw protocol cases).
+"""Build OTLP ExportMetricsServiceRequests directly (the Prometheus scraper, benchmarks,
+tests of raw protocol cases).
 
 The OpenTelemetry SDK is the real client and tests use it; this builder exists for what
 the SDK cannot send on purpose (NaN, negative counters, duplicates with identical
-timestamps, malformed points) and for pre-encoded benchmark load.
+timestamps, malformed points), for pre-encoded benchmark load, and for the requests
+``twin.telemetry.scrape`` builds from scraped exposition pages.
 """
 
 from __future__ import annotations

@@ -95,6 +95,10 @@ class TelemetryService:
         if meter_provider is not None or config.self_metrics_endpoint:
             from twin.telemetry.selfmetrics import SelfMetrics
             self.self_metrics = SelfMetrics(self, meter_provider, config)
+        from twin.telemetry.scrape import Scraper, scrape_targets
+
+        self.scraper = Scraper(self.ingest, scrape_targets(list(config.scrape)), config.max_receive_bytes,
+                               known=lambda name: self.catalog.lookup(name) is not None)
         self.metrics_endpoint = None
         if config.metrics_address:
             from twin.telemetry.promexport import MetricsEndpoint
@@ -326,6 +330,7 @@ class TelemetryService:
     def close(self) -> None:
         """Apply what is queued, stop the threads, close the store."""
         self._stop.set()
+        self.scraper.close()
         self.queue.close()
         with self.lock:
             series = [(k, self.state.series[k]) for k in self._unsaved_series]
