@@ -165,3 +165,50 @@ def test_mutual_tls_and_plaintext_health_port(start_server, tmp_path, pki):
     with TwinClient(srv.address, ca_file=pki["ca"], cert_file=pki["rogue_cert"], key_file=pki["rogue_key"],
                     timeout_s=3) as rogue, pytest.raises(RemoteError):
         rogue.catalog()
+
+
+# ------------------------------------------------------------- OTLP/HTTP TLS
+class _AcceptAll:
+    """A telemetry service stand-in that accepts every request."""
+
+    def ingest(self, request, timeout=None):
+        return 0, ""
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["TLS", "mTLS"])
+def test_otlp_http_port_speaks_the_main_ports_tls(pki, mutual):
+    import http.client
+    import ssl
+
+    from twin.telemetry.otlp_http import PATH, HttpSettings, OtlpHttpReceiver, server_ssl_context
+
+    context = server_ssl_context(pki["server_cert"], pki["server_key"], pki["ca"] if mutual else "")
+    receiver = OtlpHttpReceiver(_AcceptAll(), "127.0.0.1", 0, HttpSettings(max_receive_bytes=1 << 20), context)
+    assert receiver.url.startswith("https://")
+
+    def post(client_cert: bool) -> int:
+        ctx = ssl.create_default_context(cafile=pki["ca"])
+        if client_cert:
+            ctx.load_cert_chain(pki["client_cert"], pki["client_key"])
+        conn = http.client.HTTPSConnection("127.0.0.1", receiver.port, context=ctx, timeout=10)
+        try:
+            conn.request("POST", PATH, body=b"", headers={"Content-Type": "application/x-protobuf"})
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    try:
+        assert post(client_cert=True) == 200
+        if mutual:
+            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+                post(client_cert=False)
+        else:
+            assert post(client_cert=False) == 200
+        plain = http.client.HTTPConnection("127.0.0.1", receiver.port, timeout=10)
+        with pytest.raises((http.client.HTTPException, ConnectionError, OSError)):
+            plain.request("POST", PATH, body=b"", headers={"Content-Type": "application/x-protobuf"})
+            plain.getresponse()
+        plain.close()
+        assert post(client_cert=True) == 200  # still serving after the refused handshakes
+    finally:
+        receiver.stop()

@@ -35,6 +35,9 @@ class Server:
     proc: subprocess.Popen | None = None
     address: str = ""
     channels: list[grpc.Channel] = field(default_factory=list)
+    settings: dict[str, object] = field(default_factory=dict)  # top-level `twin serve` settings
+    env: dict[str, str] = field(default_factory=dict)
+    http_address: str = ""  # the OTLP/HTTP receiver, when settings enable it (otlp_http_port)
 
     def start(self) -> Server:
         """``twin serve`` as a user starts it, with the telemetry settings in its config file."""
@@ -42,11 +45,12 @@ class Server:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         config = self.state_dir.parent / f"serve-{self.state_dir.name}.yaml"
         config.write_text(yaml.safe_dump({"host": "127.0.0.1", "port": 0, "state_dir": str(self.state_dir),
-                                          "log_format": "json", "telemetry": settings}))
+                                          "log_format": "json", "telemetry": settings, **self.settings}))
         self.proc, serving = start_serve(["--config", str(config)], cwd=ROOT,
                                          env={**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1",
-                                              "PYTHONUNBUFFERED": "1"})
+                                              "PYTHONUNBUFFERED": "1", **self.env})
         self.address = serving["address"]
+        self.http_address = serving.get("listeners", {}).get("otlp_http", "")
         return self
 
     def channel(self) -> grpc.Channel:
@@ -89,6 +93,7 @@ class Server:
 
 
 _FLAGS = {"--calibrate-interval": ("calibrate_interval_s", float), "--max-series": ("max_series", int),
+          "--max-receive-bytes": ("max_receive_bytes", int),
           "--max-components": ("max_components", int), "--max-pending-points": ("max_pending_points", int)}
 
 
@@ -104,11 +109,15 @@ def _telemetry_settings(args: list[str]) -> dict[str, object]:
 
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator:
-    """Factory: ``start_server(*extra_args)`` -> a started :class:`Server` (stopped at teardown)."""
+    """Factory: ``start_server(*extra_args, **top_level_settings)`` -> a started :class:`Server`
+    (stopped at teardown); ``env`` adds environment variables.
+    """
     started: list[Server] = []
 
-    def start(*args: str, state_dir: Path | None = None) -> Server:
-        srv = Server(state_dir or tmp_path / "state", list(args)).start()
+    def start(*args: str, state_dir: Path | None = None, env: dict[str, str] | None = None,
+              **settings: object) -> Server:
+        srv = Server(state_dir or tmp_path / "state", list(args), settings=settings,
+                     env=env or {}).start()
         started.append(srv)
         return srv
 

@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, help="port to bind (default 50051; 0 picks a free port)")
     p.add_argument("--config", help="config file (YAML or JSON)")
     p.add_argument("--health-port", type=int, help="extra plaintext port serving only grpc.health.v1 (default off)")
+    p.add_argument("--otlp-http-port", type=int,
+                   help="also receive OTLP/HTTP metrics (POST /v1/metrics) on this port of --host; 4318 is the "
+                        "OTLP default, 0 picks a free port (default off)")
     p.add_argument("--state-dir", help="local state directory (default ./state or $TWIN_STATE_DIR)")
     p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins")
     p.set_defaults(func=run)
@@ -28,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load the config and serve until SIGTERM."""
     overrides = {"host": args.host, "port": args.port, "health_port": args.health_port,
+                 "otlp_http_port": args.otlp_http_port,
                  "state_dir": args.state_dir, "plugins_autoload": False if args.no_plugins else None}
     config = load_config(args.config, overrides=overrides)
     configure_logging(config.log_level, config.log_format)

@@ -126,8 +126,8 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
         raise SpecError("config.state_dir", f"cannot use {config.state_path}: {err.strerror or err} (pass "
                                             "--state-dir with a writable directory)") from err
     engine = engine or Engine(autoload=None if config.plugins_autoload else False)
-    ctx = ServerContext(engine=engine, config=config)
     token = load_token(config.auth)
+    ctx = ServerContext(engine=engine, config=config, auth_token=token)
     warning = exposure_warning(config, token)
     if warning:
         log.warning("UNPROTECTED: " + warning, extra={"host": config.host, "auth": token is not None,
@@ -185,6 +185,7 @@ def start(running: RunningServer) -> None:
     cfg = running.ctx.config
     log.info("serving", extra={
         "address": running.address, "port": running.port, "health_port": running.health_port,
+        "listeners": dict(running.ctx.listeners),
         "tls": cfg.tls.enabled, "mtls": cfg.tls.mutual, "auth": running.auth, "otel": running.otel is not None,
         "state_dir": str(cfg.state_path.resolve()), "services": list(running.ctx.service_names),
         "workers": cfg.workers, "version": __version__})

@@ -30,6 +30,7 @@ from twin.core.schema import spec_field
 
 ENV_PREFIX = "TWIN_"
 DEFAULT_PORT = 50051  # the customary gRPC port (grpc.io examples, grpcurl docs)
+OTLP_HTTP_PORT = 4318  # the OTLP/HTTP default port (OTLP specification, "OTLP/HTTP Default Port")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,9 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = spec_field(DEFAULT_PORT, ge=0, le=65535, doc="0: pick a free port")
     health_port: int = spec_field(0, ge=0, le=65535, doc="extra plaintext port serving only Health; 0: off")
+    otlp_http_port: int | None = spec_field(
+        None, ge=0, le=65535, doc=f"OTLP/HTTP receiver (POST /v1/metrics) on host:this port, e.g. {OTLP_HTTP_PORT} "
+                                  "(the OTLP default); 0: a free port; unset: off")
     state_dir: str = spec_field("state", doc="local state (calibration, telemetry); created if missing")
     workers: int = spec_field(8, ge=1, le=1024, doc="RPC worker threads")
     grace_s: float = spec_field(10.0, ge=0, doc="time in-flight calls get to finish on shutdown")
@@ -119,8 +123,15 @@ class ServerConfig:
 
 
 def _coerce(text: str, tp: Any, key: str) -> Any:
-    """An env var's text as the field's type (the schema loader then checks bounds)."""
+    """An env var's text as the field's type (the schema loader then checks bounds); for an
+    optional field, empty text is None.
+    """
     base = tp
+    args = typing.get_args(tp)
+    if type(None) in args:
+        if not text.strip():
+            return None
+        base = next(a for a in args if a is not type(None))
     if base is bool:
         low = text.strip().lower()
         if low in ("1", "true", "yes", "on"):
@@ -187,4 +198,6 @@ def load_config(file: str | Path | None = None, *, env: Mapping[str, str] | None
         raise SpecError("config.tls.client_ca_file", "mutual TLS needs cert_file and key_file too")
     if config.health_port and config.health_port == config.port:
         raise SpecError("config.health_port", "must differ from port")
+    if config.otlp_http_port and config.otlp_http_port in (config.port, config.health_port):
+        raise SpecError("config.otlp_http_port", "must differ from port and health_port")
     return config

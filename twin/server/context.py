@@ -42,6 +42,11 @@ class ServerContext:
     # the main port's interceptors (token auth, tracing) and TLS credentials (None: plaintext).
     interceptors: list[Any] = field(default_factory=list)
     credentials: Any = None
+    # The bearer token the main port requires (None: auth off), for listeners that are not
+    # gRPC (the OTLP/HTTP receiver) and so cannot reuse ``interceptors``.
+    auth_token: str | None = None
+    # Extra listeners an extension opened, name -> "host:port" (logged with "serving").
+    listeners: dict[str, str] = field(default_factory=dict)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("twin.server"))
     extras: dict[str, Any] = field(default_factory=dict)
 

@@ -24,6 +24,9 @@ class TelemetryConfig:
     ``max_series``/``max_components``: cardinality caps (memory bound).
     ``otlp_address``: also serve OTLP on a dedicated port (e.g. ``0.0.0.0:4317``, the
     OTLP/gRPC default port); None: only on the server it is registered with.
+    ``otlp_http_host``/``otlp_http_port``: the OTLP/HTTP receiver (``POST /v1/metrics``;
+    4318 is the OTLP/HTTP default port, 0 picks a free one); None: off. Under ``twin serve``
+    they come from its ``host`` and ``otlp_http_port`` settings.
     ``series_checkpoint_s``: how often counter baselines are written (component state is
     written with every batch).
     ``calibrate_interval_s``: automatic calibration period (0: only when asked).
@@ -48,6 +51,8 @@ class TelemetryConfig:
     max_series: int = 200_000
     max_components: int = 50_000
     otlp_address: str | None = None
+    otlp_http_host: str = "127.0.0.1"
+    otlp_http_port: int | None = None
     calibrate_interval_s: float = 60.0
     min_observations: int = 3
     synchronous: str = "NORMAL"
@@ -78,19 +83,25 @@ class TelemetryConfig:
         from twin.telemetry.scrape import scrape_targets
 
         scrape_targets(list(self.scrape))
+        if self.otlp_http_port is not None and not 0 <= int(self.otlp_http_port) <= 65535:
+            raise SpecError("otlp_http_port", f"must be in [0, 65535] (got {self.otlp_http_port})")
         if self.synchronous.upper() not in ("NORMAL", "FULL"):
             raise SpecError("telemetry.synchronous", f"must be NORMAL or FULL (got {self.synchronous!r})")
 
     @classmethod
     def from_server_config(cls, config: Any) -> TelemetryConfig:
         """From ``twin serve``'s config: its ``state_dir``, plus a ``telemetry`` mapping or object if present."""
-        base = cls(state_dir=Path(getattr(config, "state_dir", "state")))
+        base = cls(state_dir=Path(getattr(config, "state_dir", "state")),
+                   otlp_http_host=getattr(config, "host", cls.otlp_http_host),
+                   otlp_http_port=getattr(config, "otlp_http_port", None))
         extra = getattr(config, "telemetry", None)
         if extra is None:
             return base
         if isinstance(extra, TelemetryConfig):
-            return dataclasses.replace(extra, state_dir=base.state_dir)
-        known = {f.name for f in dataclasses.fields(cls)} - {"state_dir", "fit"}
+            return dataclasses.replace(extra, state_dir=base.state_dir, otlp_http_host=base.otlp_http_host,
+                                       otlp_http_port=base.otlp_http_port)
+        # state_dir and the OTLP/HTTP listener are the server's own settings (host, otlp_http_port).
+        known = {f.name for f in dataclasses.fields(cls)} - {"state_dir", "fit", "otlp_http_host", "otlp_http_port"}
         values = dict(extra) if isinstance(extra, dict) else {k: getattr(extra, k) for k in known if hasattr(extra, k)}
         unknown = sorted(set(values) - known)
         if unknown:

@@ -5,8 +5,11 @@ mapping of :class:`~twin.telemetry.config.TelemetryConfig` fields) and ``shutdow
 ``threading.Event``). Registering adds the OTLP MetricsService and the
 twin.rpc.v1.TelemetryService to ``server``; with ``otlp_address`` set it also serves
 OTLP on that dedicated address (e.g. the standard port 4317), with the main port's token
-auth and TLS (``ctx.interceptors``, ``ctx.credentials``). When ``ctx.shutdown`` is
-set, the dedicated server stops and the service commits what is queued and closes.
+auth and TLS (``ctx.interceptors``, ``ctx.credentials``). With ``otlp_http_port`` set
+(``twin serve --otlp-http-port``) it also serves OTLP/HTTP (``POST /v1/metrics``) on the
+server's host, with the same token (``ctx.auth_token``), TLS (``ctx.config.tls``) and
+receive limit, and records it in ``ctx.listeners``. When ``ctx.shutdown`` is
+set, the dedicated servers stop and the service commits what is queued and closes.
 The host server must accept large requests: build it with
 ``twin.telemetry.otlp.server_options(config.max_receive_bytes)``.
 """
@@ -20,14 +23,19 @@ from typing import Any
 
 import grpc
 
+from twin.core.errors import SpecError
 from twin.engine import Engine
 from twin.telemetry.api import add_to_server
 from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.otlp import otlp_handler, server_options
+from twin.telemetry.otlp_http import HttpSettings, OtlpHttpReceiver, server_ssl_context
 from twin.telemetry.service import TelemetryService
 
 log = logging.getLogger(__name__)
 OTLP_WORKERS = 16
+# Concurrent OTLP/HTTP requests when the server sets no bound: the gRPC port's default
+# (twin.server.config LimitsConfig.max_concurrent_rpcs).
+OTLP_HTTP_CONNECTIONS = 256
 
 
 def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_provider: Any = None,
@@ -53,14 +61,48 @@ def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_p
     return service, dedicated
 
 
+def start_http(service: TelemetryService, config: TelemetryConfig, token: str | None = None, tls: Any = None,
+               max_connections: int = OTLP_HTTP_CONNECTIONS) -> OtlpHttpReceiver | None:
+    """The OTLP/HTTP receiver on ``config.otlp_http_host:otlp_http_port``, started (None when off),
+    with the main port's bearer ``token`` and TLS settings (``tls``: cert_file, key_file,
+    client_ca_file, enabled) and the gRPC receive limit.
+    """
+    if config.otlp_http_port is None:
+        return None
+    context = None
+    if tls is not None and getattr(tls, "enabled", False):
+        context = server_ssl_context(tls.cert_file, tls.key_file, tls.client_ca_file)
+    settings = HttpSettings(max_receive_bytes=config.max_receive_bytes, token=token, max_connections=max_connections)
+    try:
+        receiver = OtlpHttpReceiver(service, config.otlp_http_host, config.otlp_http_port, settings, context)
+    except OSError as err:
+        raise SpecError("config.otlp_http_port", f"cannot listen on {config.otlp_http_host}:"
+                                                 f"{config.otlp_http_port}: {err.strerror or err}") from err
+    log.info("OTLP/HTTP metrics receiver on %s", receiver.url)
+    return receiver
+
+
 def register(server: grpc.Server, ctx: Any) -> None:
     """Server extension entry point (twin/server/extensions.py lists it)."""
     config = TelemetryConfig.from_server_config(ctx.config)
     service, dedicated = attach(server, ctx.engine, config, interceptors=getattr(ctx, "interceptors", ()),
                                 credentials=getattr(ctx, "credentials", None))
+    limits = getattr(ctx.config, "limits", None)
+    try:
+        http = start_http(service, config, token=getattr(ctx, "auth_token", None), tls=getattr(ctx.config, "tls", None),
+                          max_connections=getattr(limits, "max_concurrent_rpcs", OTLP_HTTP_CONNECTIONS))
+    except Exception:
+        if dedicated is not None:
+            dedicated.stop(0)
+        service.close()
+        raise
+    if http is not None:
+        getattr(ctx, "listeners", {})["otlp_http"] = http.address
 
     def close_on_shutdown() -> None:
         ctx.shutdown.wait()
+        if http is not None:
+            http.stop()
         if dedicated is not None:
             dedicated.stop(grace=2.0).wait()
         service.close()

@@ -22,6 +22,7 @@ import collections
 import logging
 import math
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -59,10 +60,50 @@ def unavailable(message: str, retry_after_s: float) -> grpc.Status:
                     ("google.rpc.retryinfo-bin", info.SerializeToString())))
 
 
+@dataclass(frozen=True)
+class ExportOutcome:
+    """What one Export came to, in transport-neutral terms (gRPC and HTTP map it alike).
+
+    ``code``: a ``google.rpc.Code`` (OK, INVALID_ARGUMENT, UNAVAILABLE, DEADLINE_EXCEEDED);
+    ``response``: the reply on OK (with ``partial_success`` when points were refused);
+    ``retry_after_s``: set when the exporter should retry later (UNAVAILABLE).
+    """
+
+    code: int
+    message: str = ""
+    response: Response | None = None
+    retry_after_s: float | None = None
+
+
+def export(service: TelemetryService, request: Request, timeout: float | None) -> ExportOutcome:
+    """Ingest one decoded request and classify the result (never raises for bad data)."""
+    try:
+        rejected, message = service.ingest(request, timeout=timeout)
+    except Overloaded as err:
+        return ExportOutcome(code_pb2.UNAVAILABLE, str(err), retry_after_s=err.retry_after_s)
+    except InvalidData as err:
+        return ExportOutcome(code_pb2.INVALID_ARGUMENT, f"metrics: {err}")
+    except FutureTimeout:
+        return ExportOutcome(code_pb2.DEADLINE_EXCEEDED, "ingest did not commit before the deadline")
+    except Exception:  # a store failure: retryable, and never a traceback to the client
+        log.exception("OTLP export failed")
+        return ExportOutcome(code_pb2.UNAVAILABLE, "telemetry store unavailable",
+                             retry_after_s=service.config.retry_after_s)
+    resp = Response()
+    if rejected or message:
+        resp.partial_success.rejected_data_points = rejected
+        resp.partial_success.error_message = message
+    return ExportOutcome(code_pb2.OK, response=resp)
+
+
+_GRPC_CODES = {code_pb2.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+               code_pb2.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
 def otlp_handler(service: TelemetryService) -> grpc.GenericRpcHandler:
     """The MetricsService/Export handler over ``service``."""
 
-    def export(raw: bytes, context: grpc.ServicerContext) -> Response:
+    def handle(raw: bytes, context: grpc.ServicerContext) -> Response:
         try:
             request = Request.FromString(raw)
         except DecodeError:
@@ -70,23 +111,13 @@ def otlp_handler(service: TelemetryService) -> grpc.GenericRpcHandler:
         remaining = context.time_remaining()
         if remaining is None or remaining > 3600:  # no deadline: gRPC reports "forever"
             remaining = None
-        try:
-            rejected, message = service.ingest(request, timeout=remaining)
-        except Overloaded as err:
-            context.abort_with_status(unavailable(str(err), err.retry_after_s))
-        except InvalidData as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"metrics: {err}")
-        except FutureTimeout:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "ingest did not commit before the deadline")
-        except Exception:  # a store failure: retryable, and never a traceback to the client
-            log.exception("OTLP export failed")
-            context.abort_with_status(unavailable("telemetry store unavailable", service.config.retry_after_s))
-        resp = Response()
-        if rejected or message:
-            resp.partial_success.rejected_data_points = rejected
-            resp.partial_success.error_message = message
-        return resp
+        outcome = export(service, request, remaining)
+        if outcome.retry_after_s is not None:
+            context.abort_with_status(unavailable(outcome.message, outcome.retry_after_s))
+        if outcome.response is None:
+            context.abort(_GRPC_CODES.get(outcome.code, grpc.StatusCode.INTERNAL), outcome.message)
+        return outcome.response
 
-    handler = grpc.unary_unary_rpc_method_handler(export, request_deserializer=None,
+    handler = grpc.unary_unary_rpc_method_handler(handle, request_deserializer=None,
                                                   response_serializer=Response.SerializeToString)
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": handler})

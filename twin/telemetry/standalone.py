@@ -1,6 +1,6 @@
 """Run the telemetry service on its own gRPC server (tests, ``twin demo``, trying it out).
 
-    python -m twin.telemetry.standalone --state-dir state --port 4317 [--job NAME=SCENARIO.yaml]
+    python -m twin.telemetry.standalone --state-dir state --port 4317 [--http-port 4318] [--job NAME=SCENARIO.yaml]
 
 Prints ``twin-telemetry listening on HOST:PORT`` once serving (``--port 0`` picks a free
 port), stops cleanly on SIGTERM/SIGINT. ``twin serve`` hosts the same service through
@@ -23,7 +23,7 @@ import grpc
 from twin.core.errors import TwinError
 from twin.engine import Engine
 from twin.telemetry.config import MIB, TelemetryConfig
-from twin.telemetry.extension import OTLP_WORKERS, attach
+from twin.telemetry.extension import OTLP_WORKERS, attach, start_http
 from twin.telemetry.otlp import server_options
 
 
@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, required=True, help="directory of the SQLite state")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=4317, help="port (default 4317, the OTLP/gRPC port; 0: any free)")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="also receive OTLP/HTTP (POST /v1/metrics) on this port (4318 is the OTLP/HTTP default; "
+                        "0: any free; default off)")
     p.add_argument("--job", action="append", default=[], metavar="NAME=SCENARIO",
                    help="register a job's scenario file (repeatable)")
     p.add_argument("--calibrate-interval", type=float, default=60.0, help="seconds between automatic fits (0: off)")
@@ -54,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = TelemetryConfig(state_dir=args.state_dir, max_series=args.max_series,
                              max_components=args.max_components, max_pending_points=args.max_pending_points,
                              max_receive_bytes=args.max_receive_mib * MIB, calibrate_interval_s=args.calibrate_interval,
-                             self_metrics_endpoint=args.self_metrics_endpoint)
+                             self_metrics_endpoint=args.self_metrics_endpoint, otlp_http_host=args.host,
+                             otlp_http_port=args.http_port)
     stop = threading.Event()
     try:
         config.validate()
@@ -62,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = grpc.server(ThreadPoolExecutor(max_workers=OTLP_WORKERS, thread_name_prefix="twin-otlp"),
                              options=server_options(config.max_receive_bytes))
         service, _ = attach(server, engine, config)
+        http = start_http(service, config)
         for spec in args.job:
             name, sep, path = spec.partition("=")
             if not sep:
@@ -74,12 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     if port == 0:
         print(f"twin-telemetry: error: cannot bind {args.host}:{args.port}", file=sys.stderr)
+        if http is not None:
+            http.stop()
         return 2
     server.start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     print(f"twin-telemetry listening on {args.host}:{port}", flush=True)
+    if http is not None:
+        print(f"twin-telemetry OTLP/HTTP on {http.url}", flush=True)
     stop.wait()
+    if http is not None:
+        http.stop()
     server.stop(grace=2.0).wait()
     service.close()
     return 0

@@ -1,0 +1,392 @@
+"""The OTLP/HTTP metrics receiver: ``POST /v1/metrics`` on its own port.
+
+Rules from the OTLP specification, "OTLP/HTTP" (opentelemetry.io/docs/specs/otlp/#otlphttp,
+opentelemetry-proto docs/specification.md):
+
+- the default path for metrics is ``/v1/metrics``; the default port is 4318;
+- the body is an ``ExportMetricsServiceRequest``, binary protobuf
+  (``Content-Type: application/x-protobuf``) or its proto3 JSON mapping
+  (``application/json``), optionally ``Content-Encoding: gzip``; the response uses the
+  request's encoding; unknown JSON fields are ignored ("OTLP/JSON receivers MUST ignore
+  message fields with unknown names");
+- success is ``200`` with an ``ExportMetricsServiceResponse`` (``partial_success`` when some
+  points were refused); a bad request is ``400`` and every 4xx/5xx body is a
+  ``google.rpc.Status``; throttling is ``503`` (or 429) with ``Retry-After``; 429, 502, 503
+  and 504 are the retryable codes.
+
+Decoding, the mapping and ingest are the gRPC receiver's (:func:`twin.telemetry.otlp.export`),
+so both transports update the live state identically and classify errors alike. The body
+limit is the gRPC receive limit (``max_receive_bytes``), applied to the body as sent and,
+for gzip, to what it inflates to (a small bomb is refused without inflating it all).
+Auth and TLS are the main port's: with a token configured, ``Authorization: Bearer <token>``
+is required (401 otherwise, as gRPC UNAUTHENTICATED maps to HTTP 401 in
+google/rpc/code.proto); with TLS configured the port speaks HTTPS (client certificates
+required under mutual TLS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import http.server
+import logging
+import math
+import socket
+import ssl
+import threading
+import zlib
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import code_pb2, status_pb2
+
+from twin.telemetry.otlp import ExportOutcome, Request, export
+from twin.telemetry.service import TelemetryService
+
+log = logging.getLogger(__name__)
+
+PATH = "/v1/metrics"  # OTLP spec, "OTLP/HTTP Request": the default metrics URL path
+DEFAULT_PORT = 4318  # OTLP spec, "OTLP/HTTP Default Port"
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+# How long one export may wait for its commit: the OTLP exporters' default timeout
+# (OTEL_EXPORTER_OTLP_TIMEOUT, 10 s: opentelemetry-specification, protocol/exporter.md).
+# Past it the client has given up anyway; it gets 504 (retryable) if it is still there.
+INGEST_TIMEOUT_S = 10.0
+# Idle/slow-client bound per connection: the OpenTelemetry Collector's HTTP server defaults
+# (confighttp ServerConfig: ReadHeaderTimeout and IdleTimeout, 1 minute).
+SOCKET_TIMEOUT_S = 60.0
+MAX_HEADER_LINE = 8192  # an HTTP chunk-size line longer than this is garbage
+
+# google.rpc.Code -> HTTP status, as google/rpc/code.proto's "HTTP Mapping" lines give them
+# (DEADLINE_EXCEEDED: 504; UNAVAILABLE: 503; INVALID_ARGUMENT: 400).
+_HTTP_STATUS = {code_pb2.OK: HTTPStatus.OK, code_pb2.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
+                code_pb2.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+                code_pb2.DEADLINE_EXCEEDED: HTTPStatus.GATEWAY_TIMEOUT}
+# HTTP status -> google.rpc.Code for the Status body of errors raised here.
+_RPC_CODE = {HTTPStatus.BAD_REQUEST: code_pb2.INVALID_ARGUMENT, HTTPStatus.UNAUTHORIZED: code_pb2.UNAUTHENTICATED,
+             HTTPStatus.FORBIDDEN: code_pb2.PERMISSION_DENIED, HTTPStatus.NOT_FOUND: code_pb2.NOT_FOUND,
+             HTTPStatus.METHOD_NOT_ALLOWED: code_pb2.UNIMPLEMENTED,
+             HTTPStatus.REQUEST_ENTITY_TOO_LARGE: code_pb2.RESOURCE_EXHAUSTED,
+             HTTPStatus.UNSUPPORTED_MEDIA_TYPE: code_pb2.INVALID_ARGUMENT,
+             HTTPStatus.LENGTH_REQUIRED: code_pb2.INVALID_ARGUMENT,
+             HTTPStatus.SERVICE_UNAVAILABLE: code_pb2.UNAVAILABLE,
+             HTTPStatus.GATEWAY_TIMEOUT: code_pb2.DEADLINE_EXCEEDED,
+             HTTPStatus.INTERNAL_SERVER_ERROR: code_pb2.INTERNAL, HTTPStatus.NOT_IMPLEMENTED: code_pb2.UNIMPLEMENTED}
+
+
+class HttpError(Exception):
+    """A request refused with ``status`` (the message goes to the client in a google.rpc.Status)."""
+
+    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers or {}
+
+
+def inflate(body: bytes, limit: int) -> bytes:
+    """``body`` gunzipped (every member), refusing output beyond ``limit`` bytes without making it."""
+    out = bytearray()
+    data = body
+    while data:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header and trailer (RFC 1952)
+        try:
+            out += d.decompress(data, limit + 1 - len(out))
+        except zlib.error as err:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"body: not valid gzip ({err})") from err
+        if len(out) > limit or d.unconsumed_tail:
+            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                            f"body: inflates beyond the receive limit of {limit} bytes")
+        if not d.eof:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "body: truncated gzip stream")
+        data = d.unused_data
+    return bytes(out)
+
+
+def decode(body: bytes, media_type: str) -> Request:
+    """The request from its protobuf or JSON body (400 when it does not decode)."""
+    request = Request()
+    try:
+        if media_type == JSON:
+            json_format.Parse(body.decode("utf-8"), request, ignore_unknown_fields=True)
+        else:
+            request.ParseFromString(body)
+    except Exception as err:  # DecodeError, ParseError, UnicodeDecodeError, RecursionError...: all client data
+        what = "OTLP/JSON" if media_type == JSON else "OTLP protobuf"
+        detail = f" ({str(err)[:200]})" if media_type == JSON else ""
+        raise HttpError(HTTPStatus.BAD_REQUEST,
+                        f"request: not a valid {what} ExportMetricsServiceRequest{detail}") from err
+    return request
+
+
+def encode(message: Message, media_type: str) -> bytes:
+    """``message`` in the request's encoding."""
+    if media_type == JSON:
+        return json_format.MessageToJson(message, indent=None).encode("utf-8")
+    return message.SerializeToString()
+
+
+def retry_after(seconds: float) -> str:
+    """A ``Retry-After`` value: whole seconds (delay-seconds, RFC 9110 section 10.2.3), at least 1."""
+    return str(max(1, math.ceil(seconds)))
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """What the receiver enforces: body limit, bearer token (None: open), concurrent requests."""
+
+    max_receive_bytes: int
+    token: str | None = None
+    max_connections: int = 256
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """One connection. Every answer, error or not, is a protobuf/JSON message with a length."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive: SDK exporters reuse their connection
+    server_version = "fabric-twin-otlp"
+    sys_version = ""
+    timeout = SOCKET_TIMEOUT_S
+    server: _Server
+    media_type = PROTOBUF
+    consumed = False  # whether this request's body has been read
+
+    # -- the one route ------------------------------------------------------------------
+    def do_POST(self) -> None:
+        self.media_type = PROTOBUF
+        self.consumed = False
+        try:
+            self._route("POST")
+            self.media_type = self._content_type()
+            body = self._read_body()
+            self.consumed = True
+            request = decode(body, self.media_type)
+            outcome = export(self.server.service, request, INGEST_TIMEOUT_S)
+        except HttpError as err:
+            self._fail(err.status, str(err), err.headers)
+            return
+        except Exception:  # never a traceback to the client; the server keeps serving
+            log.exception("OTLP/HTTP export failed")
+            self._fail(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", close=True)
+            return
+        self._answer(outcome)
+
+    def _route(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        if path != PATH:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no such path {path[:200]!r}; OTLP metrics are POSTed to {PATH}")
+        if method != "POST":
+            raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed on {PATH}; use POST",
+                            {"Allow": "POST"})
+        self._authorize()
+
+    def _authorize(self) -> None:
+        token = self.server.settings.token
+        if token is None:
+            return
+        given = (self.headers.get("Authorization") or "").encode("utf-8", "surrogateescape")
+        if hmac.compare_digest(given, f"Bearer {token}".encode()):
+            return
+        raise HttpError(HTTPStatus.UNAUTHORIZED,
+                        "missing or wrong bearer token (header 'Authorization: Bearer <token>')",
+                        {"WWW-Authenticate": 'Bearer realm="fabric-twin"'})
+
+    def _content_type(self) -> str:
+        media = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if media not in (PROTOBUF, JSON):
+            raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                            f"Content-Type {media or '(none)'!r} not supported; send {PROTOBUF} or {JSON}")
+        return media
+
+    def _read_body(self) -> bytes:
+        limit = self.server.settings.max_receive_bytes
+        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+        if encoding not in ("identity", "gzip"):
+            raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                            f"Content-Encoding {encoding!r} not supported; send gzip or identity")
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            raw = self._read_chunked(limit)
+        else:
+            length_text = self.headers.get("Content-Length")
+            if length_text is None:
+                raise HttpError(HTTPStatus.LENGTH_REQUIRED, "Content-Length (or chunked transfer encoding) required")
+            try:
+                length = int(length_text)
+            except ValueError:
+                length = -1
+            if length < 0:
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"Content-Length {length_text[:40]!r} is not a length")
+            if length > limit:
+                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                f"body of {length} bytes exceeds the receive limit of {limit} bytes")
+            raw = self.rfile.read(length)
+            if len(raw) < length:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "body shorter than its Content-Length")
+        return inflate(raw, limit) if encoding == "gzip" else raw
+
+    def _read_chunked(self, limit: int) -> bytes:
+        out = bytearray()
+        while True:
+            line = self.rfile.readline(MAX_HEADER_LINE + 1)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                size = -1
+            if size < 0 or len(line) > MAX_HEADER_LINE:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "malformed chunked body")
+            if size == 0:
+                while self.rfile.readline(MAX_HEADER_LINE + 1) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers: ignored
+                return bytes(out)
+            if len(out) + size > limit:
+                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                f"body exceeds the receive limit of {limit} bytes")
+            chunk = self.rfile.read(size)
+            if len(chunk) < size:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "chunked body ended early")
+            out += chunk
+            self.rfile.readline(MAX_HEADER_LINE + 1)
+
+    # -- answers --------------------------------------------------------------------------
+    def _answer(self, outcome: ExportOutcome) -> None:
+        if outcome.response is not None:
+            self._send(HTTPStatus.OK, encode(outcome.response, self.media_type))
+            return
+        status = _HTTP_STATUS.get(outcome.code, HTTPStatus.INTERNAL_SERVER_ERROR)
+        headers = {} if outcome.retry_after_s is None else {"Retry-After": retry_after(outcome.retry_after_s)}
+        self._fail(status, outcome.message, headers, code=outcome.code)
+
+    def _fail(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None, *,
+              code: int | None = None, close: bool = False) -> None:
+        rpc = _RPC_CODE.get(status, code_pb2.UNKNOWN) if code is None else code
+        body = encode(status_pb2.Status(code=rpc, message=message), self.media_type)
+        # A refused request's body may be unread: close rather than parse it as the next request.
+        self._send(status, body, headers, close=close or not self.consumed)
+
+    def _send(self, status: HTTPStatus, body: bytes, headers: dict[str, str] | None = None, *,
+              close: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", self.media_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Protocol errors http.server detects itself (bad request line, headers...): a Status too."""
+        try:
+            status = HTTPStatus(code)
+        except ValueError:
+            status = HTTPStatus.BAD_REQUEST
+        self.media_type = PROTOBUF
+        if self.request_version == "HTTP/0.9":  # an unparsable request line: still answer with a status line
+            self.request_version = "HTTP/1.1"
+        self._fail(status, message or status.phrase, close=True)
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("otlp/http %s: " + format, self.address_string(), *args)
+
+    def _not_allowed(self) -> None:
+        # A body we do not read (or a HEAD, whose reply must carry none): close after answering.
+        self.consumed = (self.command != "HEAD" and not self.headers.get("Content-Length")
+                         and not self.headers.get("Transfer-Encoding"))
+        method = self.command or "?"
+        try:
+            self._route(method)
+        except HttpError as err:
+            self._fail(err.status, str(err), err.headers)
+
+    do_GET = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], service: TelemetryService, settings: HttpSettings,
+                 ssl_context: ssl.SSLContext | None) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.service = service
+        self.settings = settings
+        self.ssl_context = ssl_context
+        self._slots = threading.BoundedSemaphore(settings.max_connections)
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = self.socket.accept()
+        if self.ssl_context is not None:
+            # The handshake runs in the connection's own thread (first read), not in accept.
+            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):  # beyond the bound: refuse at once, retryable
+            with contextlib.suppress(OSError):
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
+                                b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("otlp/http connection from %s ended with an error", client_address, exc_info=True)
+
+
+class OtlpHttpReceiver:
+    """A started OTLP/HTTP receiver; :meth:`stop` stops exactly what it started."""
+
+    def __init__(self, service: TelemetryService, host: str, port: int, settings: HttpSettings,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self._server = _Server((host.strip("[]"), port), service, settings, ssl_context)
+        self.host = host.strip("[]")
+        self.port: int = self._server.server_address[1]
+        self.scheme = "https" if ssl_context is not None else "http"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="twin-otlp-http", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        """``host:port`` bound (IPv6 literals bracketed)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The endpoint an exporter is pointed at."""
+        return f"{self.scheme}://{self.address}{PATH}"
+
+    def stop(self) -> None:
+        """Stop accepting, wait for the serving thread, close the socket (idempotent)."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join()
+        self._server.server_close()
+
+
+def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str = "") -> ssl.SSLContext:
+    """The HTTPS context for the main port's TLS settings (a client CA: client certificates required)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2  # gRPC's own floor (grpc core: TLS 1.2)
+    context.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        context.load_verify_locations(cafile=client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
