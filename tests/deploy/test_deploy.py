@@ -163,3 +163,17 @@ def test_otel_collector_pipeline_forwards_to_the_twin():
     assert "otlp/twin" in cfg["service"]["pipelines"]["metrics"]["exporters"]
     jobs = {j["job_name"] for j in cfg["receivers"]["prometheus"]["config"]["scrape_configs"]}
     assert {"dcgm-exporter", "node-exporter"} <= jobs
+
+
+def test_otlp_http_port_is_off_by_default_and_exposed_when_set():
+    off = render(values())
+    assert [p["name"] for p in off["Service"]["spec"]["ports"]] == ["grpc"]
+    on = render(values(otlpHttpPort=4318))
+    container = on["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "otlp-http", "containerPort": 4318} in container["ports"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TWIN_OTLP_HTTP_PORT"] == "4318"  # what twin serve reads (twin/server/config.py)
+    ports = {p["name"]: p for p in on["Service"]["spec"]["ports"]}
+    assert ports["otlp-http"]["port"] == 4318 and ports["otlp-http"]["targetPort"] == "otlp-http"
+    with pytest.raises(jsonschema.ValidationError):
+        render(values(otlpHttpPort=70000))
