@@ -177,3 +177,24 @@ def test_otlp_http_port_is_off_by_default_and_exposed_when_set():
     assert ports["otlp-http"]["port"] == 4318 and ports["otlp-http"]["targetPort"] == "otlp-http"
     with pytest.raises(jsonschema.ValidationError):
         render(values(otlpHttpPort=70000))
+
+
+def test_image_is_pinned_and_carries_the_ray_of_the_kuberay_cluster():
+    text = (DEPLOY / "Dockerfile").read_text()
+    bases = re.findall(r"^FROM (\S+)", text, re.M)
+    assert bases and all(re.fullmatch(r"python:3\.11\.\d+-slim-\w+", b) for b in bases), bases
+    assert '"fabric-twin[ray]"' in text and "-c /constraints.txt" in text
+    pins = {}
+    for line in (DEPLOY / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not pinned: {line}"
+            pins[name.lower()] = version
+    rc = yaml.safe_load((DEPLOY / "kuberay" / "raycluster.yaml").read_text())
+    assert pins["ray"] == rc["spec"]["rayVersion"]  # a Ray client must run the cluster's version
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for dep in deps:
+        name = re.split(r"[<>=!~ \[;]", dep, maxsplit=1)[0].lower()
+        assert name in pins, f"{name} is not in deploy/constraints.txt"
