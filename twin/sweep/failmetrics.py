@@ -11,20 +11,11 @@ of points, not millions. Identical points (same assignment) are analysed once pe
 
 from __future__ import annotations
 
-import copy
-import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
-from twin.core.errors import TwinError
-from twin.sweep.metrics import FAILURE_METRICS, reason_of
-from twin.sweep.spec import SweepSpec, set_path
-
-if TYPE_CHECKING:
-    from twin.engine import Engine
-    from twin.sweep.evaluator import Evaluated
-    from twin.sweep.points import PointBatch, SweepSource
+from twin.sweep.metrics import FAILURE_METRICS
+from twin.sweep.pointcols import PointColumns
+from twin.sweep.spec import SweepSpec
 
 # failure_metrics keys -> sweep columns
 _COLUMNS = {"expected_interruptions_per_day": "interruptions_per_day",
@@ -38,41 +29,12 @@ def wants_failures(spec: SweepSpec) -> bool:
             or spec.objective.metric in FAILURE_METRICS)
 
 
-class FailureColumns:
+class FailureColumns(PointColumns):
     """Fills the failure columns of an evaluated batch (feasible points only)."""
 
-    def __init__(self, engine: Engine, spec: SweepSpec, source: SweepSource) -> None:
-        self.engine = engine
-        self.spec = spec
-        self.source = source
-        self._cache: dict[str, dict[str, float] | str] = {}
-
-    def _mapping(self, codes: list[np.ndarray], i: int) -> dict[str, Any]:
-        data = copy.deepcopy(dict(self.spec.base))
-        for a, axis in enumerate(self.spec.axes):
-            set_path(data, axis.path.split("."), self.source.value(a, codes[a][i]), self.engine.catalog)
-        return data
-
-    def fill(self, batch: PointBatch, ev: Evaluated) -> None:
-        """Analyse each feasible point; a point whose failure analysis fails becomes infeasible."""
+    def compute(self, mapping: dict[str, Any]) -> dict[str, float]:
+        """The failure analysis of one point."""
         from twin.failures import failure_metrics
 
-        codes = self.source.codes(batch.ids)
-        for i in np.flatnonzero(ev.reason_ix < 0):
-            mapping = self._mapping(codes, int(i))
-            key = json.dumps(mapping, sort_keys=True, default=str)
-            got = self._cache.get(key)
-            if got is None:
-                try:
-                    row = failure_metrics(self.engine, mapping)
-                    got = {col: float(row[k]) for k, col in _COLUMNS.items()}
-                except TwinError as err:
-                    got = reason_of(err)
-                self._cache[key] = got
-            if isinstance(got, str):
-                if got not in ev.reasons:
-                    ev.reasons.append(got)
-                ev.reason_ix[i] = ev.reasons.index(got)
-                continue
-            for col, value in got.items():
-                ev.floats[col][i] = value
+        row = failure_metrics(self.engine, mapping)
+        return {col: float(row[k]) for k, col in _COLUMNS.items()}

@@ -12,67 +12,30 @@ Identical points are evaluated once per worker.
 from __future__ import annotations
 
 import copy
-import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
-from twin.core.errors import TwinError
-from twin.sweep.metrics import reason_of
-from twin.sweep.spec import SweepSpec, set_path
-
-if TYPE_CHECKING:
-    from twin.engine import Engine
-    from twin.sweep.evaluator import Evaluated
-    from twin.sweep.points import PointBatch, SweepSource
+from twin.sweep.pointcols import PointColumns
 
 
-class FleetColumns:
+class FleetColumns(PointColumns):
     """Fills the fleet columns of an evaluated batch (feasible points only)."""
 
-    def __init__(self, engine: Engine, spec: SweepSpec, source: SweepSource) -> None:
-        assert spec.fleet is not None
-        self.engine = engine
-        self.spec = spec
-        self.source = source
-        self._cache: dict[str, tuple[float, float] | str] = {}
+    reason_prefix = "fleet: "
 
-    def _fleet(self, codes: list[np.ndarray], i: int) -> dict[str, Any]:
-        point = copy.deepcopy(dict(self.spec.base))
-        for a, axis in enumerate(self.spec.axes):
-            set_path(point, axis.path.split("."), self.source.value(a, codes[a][i]), self.engine.catalog)
-        fleet = self.spec.fleet
-        assert fleet is not None
-        cluster = point["cluster"]
-        cluster = dict(cluster) if isinstance(cluster, dict) else {"system": cluster}
-        gpus = int(cluster.get("num_gpus", 0))
-        job = {"name": point.get("name") or "swept", "gpus": gpus, "first_gpu": fleet["first_gpu"],
-               "model": point["model"], "plan": point["plan"]}
-        for key in ("software", "calibration"):
-            if point.get(key) is not None:
-                job[key] = point[key]
-        return {"name": self.spec.name, "cluster": {**cluster, "num_gpus": fleet["cluster_gpus"]},
-                "jobs": [job, *copy.deepcopy(fleet["neighbours"])]}
-
-    def fill(self, batch: PointBatch, ev: Evaluated) -> None:
-        """Evaluate each feasible point in its fleet; one whose fleet fails becomes infeasible."""
+    def compute(self, mapping: dict[str, Any]) -> dict[str, float]:
+        """The point as the first job of its fleet: its step under the neighbours, and the slowdown."""
         from twin.fleet import evaluate_fleet
 
-        codes = self.source.codes(batch.ids)
-        for i in np.flatnonzero(ev.reason_ix < 0):
-            fleet = self._fleet(codes, int(i))
-            key = json.dumps(fleet, sort_keys=True, default=str)
-            got = self._cache.get(key)
-            if got is None:
-                try:
-                    job = evaluate_fleet(self.engine, fleet).jobs[0]
-                    got = (job.shared.step_time_s, job.slowdown)
-                except TwinError as err:
-                    got = "fleet: " + reason_of(err)
-                self._cache[key] = got
-            if isinstance(got, str):
-                if got not in ev.reasons:
-                    ev.reasons.append(got)
-                ev.reason_ix[i] = ev.reasons.index(got)
-                continue
-            ev.floats["step_time_shared_s"][i], ev.floats["fleet_slowdown"][i] = got
+        fleet = self.spec.fleet
+        assert fleet is not None
+        cluster = mapping["cluster"]
+        cluster = dict(cluster) if isinstance(cluster, dict) else {"system": cluster}
+        job = {"name": mapping.get("name") or "swept", "gpus": int(cluster.get("num_gpus", 0)),
+               "first_gpu": fleet["first_gpu"], "model": mapping["model"], "plan": mapping["plan"]}
+        for key in ("software", "calibration"):
+            if mapping.get(key) is not None:
+                job[key] = mapping[key]
+        first = evaluate_fleet(self.engine, {"name": self.spec.name,
+                                             "cluster": {**cluster, "num_gpus": fleet["cluster_gpus"]},
+                                             "jobs": [job, *copy.deepcopy(fleet["neighbours"])]}).jobs[0]
+        return {"step_time_shared_s": first.shared.step_time_s, "fleet_slowdown": first.slowdown}
