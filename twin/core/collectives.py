@@ -128,37 +128,39 @@ def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     Only meaningful where the group spans domains.
     """
     if not ops.is_batch(span.n, span.top):
-        top = span.top
-        inv = _nic_coeff(pattern, span) / (h.bw_at(1) * h.share_at(1))
-        for j in range(2, top + 1):
-            c = _uplink_coeff(pattern, span, span.per_tier[j - 1])
-            inv = max(inv, c * h.oversubscription_at(j) / (h.bw_at(j) * h.share_at(j)))
-        return inv
+        return max(_nic_seconds(span, h, pattern), *_uplink_seconds(span, h, pattern).values(), 0.0)
     memo = h._net_memo
     hit = memo.get((id(span), pattern))
     if hit is not None and hit[0] is span:
         return hit[1]
-    got = _net_seconds_batch(span, h, pattern)
+    got = _nic_seconds(span, h, pattern)
+    if h.width > 2 and ops.any_(np.asarray(span.top) >= 2):
+        got = np.maximum(got, _uplink_seconds(span, h, pattern).max(axis=1))
     memo[(id(span), pattern)] = (span, got)
     return got
 
 
-def _net_seconds_batch(span: GroupSpan, h: HierarchyBatch, pattern: str) -> Any:
-    top = np.asarray(span.top)
-    one = np.ones_like(top)
-    nic = _nic_coeff(pattern, span) / (h.bw_at(one) * h.share_at(one))
-    width = h.width
-    if width <= 2 or not ops.any_(top >= 2):
-        return nic
-    j = np.arange(width)
+def _nic_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
+    """Seconds per byte on the group's NIC links (link class 1)."""
+    one = 1 if not ops.is_batch(span.top) else np.ones_like(np.asarray(span.top))
+    return _nic_coeff(pattern, span) / (h.bw_at(one) * h.share_at(one))
+
+
+def _uplink_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
+    """Seconds per byte on the uplinks into each tier 2..top: {tier: s} for one scenario,
+    points x tiers (0 outside 2..top) for a batch.
+    """
+    if not ops.is_batch(span.n, span.top):
+        return {j: _uplink_coeff(pattern, span, span.per_tier[j - 1]) * h.oversubscription_at(j)
+                / (h.bw_at(j) * h.share_at(j)) for j in range(2, span.top + 1)}
+    j = np.arange(h.width)
     below = np.empty_like(span.per_tier)
     below[:, 1:] = span.per_tier[:, :-1]
     below[:, 0] = 1
     c = _uplink_coeff(pattern, _broadcast_span(span), below)
     shares = 1.0 if h.shares is None else h.shares
     terms = c * h.oversubscription_table() / (h.bw_table() * shares)
-    terms = np.where((j[None, :] >= 2) & (j[None, :] <= top[:, None]), terms, 0.0)
-    return np.maximum(nic, terms.max(axis=1))
+    return np.where((j[None, :] >= 2) & (j[None, :] <= np.asarray(span.top)[:, None]), terms, 0.0)
 
 
 def _broadcast_span(span: GroupSpan) -> GroupSpan:
@@ -186,36 +188,24 @@ def link_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any
     reaches. The contention model (``twin.core.contention``) weighs traffic by it.
     """
     if not ops.is_batch(span.n, span.top):
-        width = len(h.tiers)
+        times = [0.0] * len(h.tiers)
         if span.n <= 1:
-            return (0.0,) * width
-        times = [0.0] * width
+            return tuple(times)
         if span.k > 1:
             times[0] = 1.0 / h.up_bw
         if span.m > 1:
-            times[1] = _nic_coeff(pattern, span) / (h.bw_at(1) * h.share_at(1))
-            for j in range(2, span.top + 1):
-                c = _uplink_coeff(pattern, span, span.per_tier[j - 1])
-                times[j] = c * h.oversubscription_at(j) / (h.bw_at(j) * h.share_at(j))
+            times[1] = _nic_seconds(span, h, pattern)
+            for j, t in _uplink_seconds(span, h, pattern).items():
+                times[j] = t
         return tuple(times)
-    n = np.asarray(span.n)
-    top = np.asarray(span.top)
     width = h.width
-    times = np.zeros((len(n), width))
+    times = np.zeros((len(np.asarray(span.n)), width))
     times[:, 0] = np.where(np.asarray(span.k) > 1, 1.0 / h.up_bw, 0.0)
     multi = np.asarray(span.m) > 1
     if multi.any() and width > 1:
-        shares = np.ones((len(n), width)) if h.shares is None else h.shares
-        times[:, 1] = np.where(multi, _nic_coeff(pattern, span) / (h.bw_at(np.ones_like(top)) * shares[:, 1]), 0.0)
+        times[:, 1] = np.where(multi, _nic_seconds(span, h, pattern), 0.0)
         if width > 2:
-            j = np.arange(width)
-            below = np.empty_like(span.per_tier)
-            below[:, 1:] = span.per_tier[:, :-1]
-            below[:, 0] = 1
-            c = _uplink_coeff(pattern, _broadcast_span(span), below)
-            terms = c * h.oversubscription_table() / (h.bw_table() * shares)
-            keep = (j[None, :] >= 2) & (j[None, :] <= top[:, None]) & multi[:, None]
-            times[:, 2:] = np.where(keep, terms, 0.0)[:, 2:]
+            times[:, 2:] = np.where(multi[:, None], _uplink_seconds(span, h, pattern), 0.0)[:, 2:]
     return times
 
 

@@ -238,12 +238,6 @@ class HierarchyBatch:
         out.up_bw, out.up_a2a_bw, out.up_nvls_bw = self.up_bw * s0, self.up_a2a_bw * s0, self.up_nvls_bw * s0
         return out
 
-    def link_capacity_table(self) -> np.ndarray:
-        """Capacity per GPU of every link class alone, per point (points x width; see the module)."""
-        cap = self._bw[self.rows] / self._over[self.rows]
-        cap[:, 0] = self._bw[self.rows, 0]
-        return cap
-
     def bw_at(self, tier: Any) -> np.ndarray:
         """Bandwidth per GPU of ``tier`` per point."""
         return self._bw[self.rows, tier]
