@@ -34,6 +34,7 @@ from twin.api import (
     fat_tree_report,
     hookimpl,
     nic_efficiency,
+    reject_scale_out_fields,
     scale_out_tiers,
 )
 
@@ -81,9 +82,8 @@ class RoCEFabric(ScaleOutFabric):
         for key, why in UNMODELLED.items():
             if key in so.params:
                 raise SpecError(f"{path}.scale_out.params.{key}", f"is not modelled ({why})")
-        if so.sharp:
-            raise SpecError(f"{path}.scale_out.sharp", "SHARP in-network reduction needs InfiniBand (Quantum) "
-                                                       f"switches; a {self.kind} fabric has none")
+        reject_scale_out_fields(cluster, path, self.kind, {
+            "sharp": "SHARP in-network reduction needs InfiniBand (Quantum) switches"})
         check_scale_out_params(cluster, path, PARAMS, self.kind)
         cc = so.params.get("congestion_control", "dcqcn")
         if cc not in CONGESTION_EFFICIENCY:
