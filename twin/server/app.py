@@ -27,6 +27,7 @@ from twin import __version__
 from twin.core.errors import SpecError, TwinError
 from twin.engine import Engine
 from twin.server import extensions
+from twin.server.admission import AdmissionInterceptor, CountingExecutor
 from twin.server.auth import TokenAuthInterceptor, load_token
 from twin.server.config import ServerConfig, TlsConfig
 from twin.server.context import ServerContext
@@ -132,14 +133,15 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
     if warning:
         log.warning("UNPROTECTED: " + warning, extra={"host": config.host, "auth": token is not None,
                                                        "tls": config.tls.enabled})
-    interceptors: list[grpc.ServerInterceptor] = []
+    executor = CountingExecutor(max_workers=config.workers, thread_name_prefix="twin-rpc")
+    ctx.on_shutdown.append(lambda: executor.shutdown(wait=False, cancel_futures=True))
+    # Shedding comes first: a refused call costs no auth check, no span, no decode.
+    interceptors: list[grpc.ServerInterceptor] = [AdmissionInterceptor(executor, config.limits.max_queued_rpcs)]
     otel = setup_otel(__version__) if otel_requested(config.otel.enabled) else None
     if otel is not None:
         interceptors.append(TelemetryInterceptor(otel))
     if token is not None:
         interceptors.append(TokenAuthInterceptor(token))
-    executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="twin-rpc")
-    ctx.on_shutdown.append(lambda: executor.shutdown(wait=False, cancel_futures=True))
     limit = config.limits.max_message_bytes
     options = [
         ("grpc.max_receive_message_length", limit),
@@ -150,7 +152,8 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
     ]
     server = grpc.server(executor, interceptors=interceptors, options=options,
                          maximum_concurrent_rpcs=config.limits.max_concurrent_rpcs)
-    ctx.interceptors = list(interceptors)
+    # Extensions' own servers (the dedicated OTLP port) have their own pools: auth and tracing only.
+    ctx.interceptors = interceptors[1:]
     ctx.credentials = server_credentials(config.tls) if config.tls.enabled else None
     for register in extensions.EXTENSIONS:
         register(server, ctx)
