@@ -85,12 +85,15 @@ async def run(address: str, clients: int, requests: int, rate: float, warmup: in
     latencies: list[float] = []
     refused: list[float] = []
     codes: collections.Counter[str] = collections.Counter()
+    messages: dict[str, str] = {}
+    lags: list[float] = [0.0]  # how late the client itself sent (its own CPU share on a shared machine)
 
     async def one(call: Any, body: bytes, scheduled: float) -> None:
         try:
             await call(body, timeout=30)
         except grpc.aio.AioRpcError as err:
             codes[err.code().name] += 1
+            messages.setdefault(err.code().name, err.details() or "")
             if err.code() in SHED_CODES:
                 refused.append((time.perf_counter() - scheduled) * 1e3)
             return
@@ -107,6 +110,8 @@ async def run(address: str, clients: int, requests: int, rate: float, warmup: in
             delay = scheduled - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
+            else:
+                lags.append(-delay * 1e3)
             tasks.append(asyncio.ensure_future(one(calls[k % clients], bodies[k], scheduled)))
         await asyncio.gather(*tasks)
     else:
@@ -123,16 +128,22 @@ async def run(address: str, clients: int, requests: int, rate: float, warmup: in
     lat = sorted(latencies) or [float("nan")]
     shed = sorted(refused) or [float("nan")]
     return {"requests": len(latencies), "errors": sum(n for c, n in codes.items() if c != "OK"),
-            "codes": dict(codes), "wall_s": wall, "rps": len(latencies) / wall,
+            "codes": dict(codes), "messages": messages, "wall_s": wall, "rps": len(latencies) / wall,
             "p50_ms": percentile(lat, 0.50), "p90_ms": percentile(lat, 0.90), "p99_ms": percentile(lat, 0.99),
             "max_ms": lat[-1], "mean_ms": statistics.fmean(lat), "shed": len(refused),
-            "shed_p50_ms": percentile(shed, 0.50), "shed_p99_ms": percentile(shed, 0.99)}
+            "shed_p50_ms": percentile(shed, 0.50), "shed_p99_ms": percentile(shed, 0.99),
+            "client_lag_p99_ms": percentile(sorted(lags), 0.99) if rate > 0 else 0.0}
 
 
 def report(label: str, r: dict[str, float]) -> None:
     print(f"{label}: {r['requests']:.0f} Predict in {r['wall_s']:.2f} s -> {r['rps']:.0f} req/s; "
           f"latency p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
           f"max {r['max_ms']:.2f} ms; errors {r['errors']:.0f} {r['codes']}")
+    for code, message in r["messages"].items():
+        print(f"  {code}: e.g. {message[:160]!r}")
+    if r["client_lag_p99_ms"] > 1.0:
+        print(f"  the client itself sent late (p99 {r['client_lag_p99_ms']:.1f} ms behind schedule): "
+              "part of that latency is the client's")
     if r["shed"]:
         print(f"  refused (load shed) {r['shed']:.0f}: answered in p50 {r['shed_p50_ms']:.2f} ms, "
               f"p99 {r['shed_p99_ms']:.2f} ms")
