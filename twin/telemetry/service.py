@@ -69,8 +69,12 @@ class TelemetryService:
                 self.jobs[job] = engine.scenario(mapping)
             except TwinError as err:  # a plugin went missing since it was registered
                 log.warning("registered job %r no longer evaluates: %s", job, err)
+        skipped = self.store.skipped + self.state.skipped
+        if skipped:
+            log.warning("telemetry state: %d stored rows could not be used and were skipped (kept in %s)",
+                        len(skipped), config.db_path, extra={"skipped": [list(r) for r in skipped[:20]]})
         self.stats = {"points_accepted": 0, "points_rejected": 0, "points_duplicate": 0, "counter_resets": 0,
-                      "requests": 0}
+                      "requests": 0, "stored_rows_skipped": len(skipped)}
         # Metrics the twin does not read, per (name, exporter): [points, reason, first, last ns].
         self.ignored: dict[tuple[str, str], list[Any]] = {}
         # Series baselines (last counter values) are written every series_checkpoint_s, not
