@@ -61,3 +61,16 @@ def test_rows_this_version_cannot_use_are_skipped_and_counted_not_fatal(start_se
     db = sqlite3.connect(state / "telemetry.sqlite3")
     assert db.execute("SELECT COUNT(*) FROM components WHERE id = 'node-9/ib_port:mlx5_0/1'").fetchone()[0] == 1
     db.close()
+
+
+def test_a_corrupted_database_is_reported_through_get_live_state(start_server, tmp_path):
+    """Hole 9: the move-aside is visible to an operator over the API, not only in the log."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "telemetry.sqlite3").write_bytes(b"this is not a database" * 100)
+    srv = start_server(state_dir=state)
+    moved = srv.state().database_moved_aside
+    assert moved.startswith(str(state / "telemetry.sqlite3.corrupt-"))
+    assert (state / moved.rsplit("/", 1)[1]).read_bytes().startswith(b"this is not a database")
+    clean = start_server(state_dir=tmp_path / "other")
+    assert clean.state().database_moved_aside == ""
