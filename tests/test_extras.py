@@ -160,8 +160,12 @@ def test_only_imports_of_the_extra_become_the_named_error():
     assert (err.value.extra, err.value.field, err.value.missing) == ("plot", "out", "matplotlib")
     assert isinstance(err.value, InfeasibleError) and code_for(err.value) == grpc.StatusCode.FAILED_PRECONDITION
     # The twin's own module, or a module another extra provides: a bug, not a missing install.
-    for name in ("twin.nowhere", "pyarrow"):
-        with pytest.raises(ModuleNotFoundError), needs_extra("plot", "drawing plots"):
+    for extra, name in (("plot", "twin.nowhere"), ("plot", "pyarrow"), ("server", "opentelemetry.sdk")):
+        with pytest.raises(ModuleNotFoundError), needs_extra(extra, "x"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    # A package of the extra, or the missing parent of one: the extra is missing.
+    for name in ("opentelemetry.proto.collector", "opentelemetry", "google.protobuf"):
+        with pytest.raises(MissingExtraError), needs_extra("server", "twin serve"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
     with pytest.raises(ValueError, match="unknown extra"), needs_extra("plots", "x"):
         pass
@@ -186,14 +190,14 @@ def test_each_extras_modules_come_from_that_extras_distributions():
     for extra, modules in EXTRA_MODULES.items():
         declared = _names(extras[extra])
         for module in modules:
-            dists = {d.lower().replace("_", "-") for d in providers.get(module, [])}
+            dists = {d.lower().replace("_", "-") for d in providers.get(module.partition(".")[0], [])}
             assert dists & declared, f"{module} ({sorted(dists)}) comes from no distribution of [{extra}]"
 
 
 def test_the_base_install_pulls_no_optional_stack():
     providers = importlib.metadata.packages_distributions()
     optional = {d.lower().replace("_", "-") for modules in EXTRA_MODULES.values() for m in modules
-                for d in providers.get(m, [])}
+                for d in providers.get(m.partition(".")[0], [])}
     assert _names(project()["dependencies"]) & optional == set()
 
 

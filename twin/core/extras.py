@@ -23,10 +23,11 @@ from contextlib import contextmanager
 
 from twin.core.errors import MissingExtraError
 
-# The top-level import names each extra provides (what a failed import's ``name`` starts
-# with); tests/test_extras.py checks each against the distributions pyproject.toml lists.
+# The packages each extra provides (a failed import's ``name`` is one of them, inside one, or a
+# parent that is missing altogether); tests/test_extras.py checks each against the distributions
+# pyproject.toml lists. The server has only opentelemetry.proto of the opentelemetry namespace.
 EXTRA_MODULES: dict[str, frozenset[str]] = {
-    "server": frozenset({"grpc", "grpc_health", "grpc_reflection", "grpc_status", "google", "opentelemetry"}),
+    "server": frozenset({"grpc", "grpc_health", "grpc_reflection", "grpc_status", "google", "opentelemetry.proto"}),
     "telemetry": frozenset({"opentelemetry", "prometheus_client"}),
     "ray": frozenset({"ray"}),
     "plot": frozenset({"matplotlib"}),
@@ -49,6 +50,7 @@ def needs_extra(extra: str, feature: str, field: str = "", alternative: str = ""
         yield
     except ImportError as err:
         missing = err.name or ""
-        if missing.partition(".")[0] not in EXTRA_MODULES[extra]:
+        if not missing or not any(missing == m or missing.startswith(m + ".") or m.startswith(missing + ".")
+                                  for m in EXTRA_MODULES[extra]):
             raise
         raise MissingExtraError(field, extra, feature, missing, alternative) from err
