@@ -48,6 +48,7 @@ PLAN_AXES = {
     "trainable": ["full", "full", "full", "lora"], "sequence_parallel": [None, None, False],
     "recompute_layers": [None, None, 1, 4], "moe_dispatcher": ["deepep", "alltoall"],
     "rank_order": ["tp-cp-ep-dp-pp", "tp-cp-ep-dp-pp", "tp-cp-pp-dp"],
+    "dp_shard": [0, 0, 0, 0, 2, 8, 16],
 }
 OVERLAP_AXES = {"overlap.tp_comm": [None, True, False], "overlap.p2p": [True, True, False],
                 "overlap.grad_reduce": [True, False], "overlap.ep_comm": [False, True]}

@@ -359,6 +359,14 @@ class Plan:
     ``rank_order``: how ranks map to GPUs, innermost dimension first: Megatron-Core's
     default "tp-cp-ep-dp-pp" (pipeline stages farthest apart), or "tp-cp-pp-dp" (data
     parallel outermost, as Llama 3 was trained: Llama 3 paper §3.3.2, "[TP, CP, PP, DP]").
+    ``dp_shard``: with a sharded optimizer or FSDP, over how many data-parallel ranks (of
+    the dp*cp group) each model state is sharded; 0 (the default): all of them. A divisor k
+    of dp*cp shards within groups of k neighbouring data-parallel ranks and replicates
+    across the dp*cp/k groups: hybrid sharding (PyTorch FSDP ``HYBRID_SHARD`` and FSDP2's
+    2-D device mesh, Zhao et al. VLDB 2023 §3.2.2; MiCS, Zhang et al. VLDB 2022; Megatron-
+    Core's ``num_distributed_optimizer_instances`` = dp*cp/k). Gradients are then
+    reduce-scattered and weights gathered within the k ranks, and each shard's gradients
+    all-reduced across the replicas.
     """
 
     gbs: int = spec_field(ge=1, le=1_000_000_000, doc="global batch in sequences")
@@ -384,6 +392,8 @@ class Plan:
     bf16_layers_end: int = spec_field(0, ge=0, le=100_000, doc="with fp8/fp4: last layers kept in bf16")
     optimizer_sharding: Sharding = "distributed_optimizer"
     fsdp_reshard_after_forward: bool = True
+    dp_shard: int = spec_field(0, ge=0, le=MAX_GPUS, doc="ranks each state is sharded over (hybrid sharding); "
+                                                         "0: the whole dp*cp group")
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     overlap: Overlap = dataclasses.field(default_factory=Overlap)
     offload: Offload = dataclasses.field(default_factory=Offload)
@@ -685,6 +695,14 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     bad = ops.logical_and(plan.rank_order == "tp-cp-pp-dp", ep > 1)
     if batch or bad:
         yield (f"{path}.rank_order", bad, "tp-cp-pp-dp places no expert-parallel groups: it needs ep = 1", dict)
+    hybrid = plan.dp_shard > 0
+    bad = ops.logical_and(hybrid, (dp * cp) % ops.maximum(plan.dp_shard, 1) != 0)
+    if batch or bad:
+        yield (f"{path}.dp_shard", bad, "must divide dp*cp ({dpcp}) (got {k})",
+               lambda: {"dpcp": dp * cp, "k": plan.dp_shard})
+    bad = ops.logical_and(hybrid, plan.optimizer_sharding == "none")
+    if batch or bad:
+        yield (f"{path}.dp_shard", bad, "hybrid sharding needs a sharded optimizer_sharding (got 'none')", dict)
     bad = (tp * cp * dp) % expert_group != 0
     if batch or bad:
         yield (f"{path}.ep", bad, "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})",
