@@ -7,12 +7,14 @@ The model (written once; one scenario's numbers and a batch's arrays run the sam
   optimizer step and the compute slowed by overlapped communication) and their *waiting*
   power for the rest of the step (exposed communication, pipeline bubble, exposed
   offload): ``E_gpu = N x (P_busy x t_busy + P_wait x (t_step - t_busy))``. Training's
-  compute phases run near TDP and its communication phases near idle power (Patel et al.,
-  "Characterizing Power Management Opportunities for LLMs in the Cloud", ASPLOS 2024:
-  peak power of training iterations reaches or exceeds TDP, with power swings between the
+  compute phases run at TDP and its communication phases far below (Patel et al.,
+  "Characterizing Power Management Opportunities for LLMs in the Cloud", ASPLOS 2024: the
+  peak power of training iterations reaches or exceeds TDP, with large swings between the
   compute- and the communication-intensive phases; Choukse et al., "Power Stabilization
-  for AI Training Datacenters", arXiv 2508.14318, 2025: compute-heavy phases near TDP,
-  communication-heavy phases near idle power). ``P_busy = tdp_w x gpu_busy_fraction``
+  for AI Training Datacenters", arXiv 2508.14318, 2025: compute-heavy phases draw much
+  more power than communication phases; NVIDIA, "How New GB300 NVL72 Features Provide
+  Steady Power for AI", 2025: training moves abruptly between idle and high-power
+  states). ``P_busy = tdp_w x gpu_busy_fraction``
   (default 1.0: TDP); ``P_wait = gpu_idle_w``, which has no published per-GPU figure
   shipped: unset, waiting time is charged at busy power (an upper bound, said so in the
   estimate).

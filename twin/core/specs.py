@@ -165,7 +165,7 @@ class Power:
 
     gpu_busy_fraction: float = spec_field(
         1.0, gt=0, le=1, doc="GPU power while it computes, as a fraction of gpu.tdp_w (training's compute "
-                             "phases run near TDP: Patel et al., ASPLOS 2024; Choukse et al. 2025)")
+                             "phases reach TDP: Patel et al., ASPLOS 2024)")
     gpu_idle_w: float | None = spec_field(
         None, ge=0, le=1e5, doc="GPU power while it waits (exposed communication, pipeline bubble, offload), W; "
                                 "None: as while busy (an upper bound: no published figure shipped)")
