@@ -42,8 +42,12 @@ SYSTEMS = ["DGX-2", "DGX-A100", "DGX-B200", "DGX-H100", "GB200-NVL72", "GB300-NV
 SIZES = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384]
 
 
-def random_point(rng: random.Random) -> dict[str, Any]:
-    """One scenario mapping; degrees drawn so that a fair share of points is valid."""
+def random_point(rng: random.Random, energy: random.Random | None = None) -> dict[str, Any]:
+    """One scenario mapping; degrees drawn so that a fair share of points is valid.
+
+    ``energy``: a second stream that draws the cluster's power figures and prices (a
+    separate stream, so the other fields are those drawn before these inputs existed).
+    """
     system = rng.choice(SYSTEMS)
     n = rng.choice(SIZES)
     cluster: dict[str, Any] = {"system": system, "num_gpus": n}
@@ -100,6 +104,8 @@ def random_point(rng: random.Random) -> dict[str, Any]:
         plan["offload"] = {rng.choice(["optimizer", "params", "activations"]): "cxl"}
     elif rng.random() < 0.03:
         plan["offload"] = {"optimizer": "host"}
+    if energy is not None:
+        _energy_inputs(energy, cluster, pool)
     point: dict[str, Any] = {"cluster": cluster, "model": model, "plan": plan}
     if rng.random() < 0.1:
         point["calibration"] = {"compute_efficiency": rng.choice([0.8, 1.1]),
@@ -109,10 +115,42 @@ def random_point(rng: random.Random) -> dict[str, Any]:
     return point
 
 
+def _energy_inputs(rng: random.Random, cluster: dict[str, Any], pool: bool) -> None:
+    """Random ``cluster.power`` / ``cluster.prices`` (each input set on some points)."""
+    power: dict[str, Any] = {}
+    if rng.random() < 0.3:
+        power["gpu_idle_w"] = rng.choice([60.0, 150.0])      # below every preset GPU's TDP
+    if rng.random() < 0.2:
+        power["gpu_busy_fraction"] = 0.85
+    if rng.random() < 0.3:
+        power["nic_w"] = 25.0
+    if rng.random() < 0.3:
+        power["switch_w"] = [700.0]
+    if rng.random() < 0.3:
+        power["host_w"] = 2000.0
+    if pool and rng.random() < 0.5:
+        power["cxl_device_w"] = 15.0
+    if rng.random() < 0.3:
+        power["pue"] = 1.3
+    if power:
+        cluster["power"] = power
+    prices: dict[str, Any] = {}
+    draw = rng.random()
+    if draw < 0.2:
+        prices["usd_per_gpu_hour"] = 2.5
+    elif draw < 0.35:
+        prices.update(capex_usd_per_gpu=40000.0, amortisation_years=4.0)
+    if rng.random() < 0.3:
+        prices["usd_per_kwh"] = 0.08
+    if prices:
+        cluster["prices"] = prices
+
+
 def points(n: int, seed: int = 20261201) -> list[dict[str, Any]]:
     """``n`` random scenario mappings (a pure function of ``seed``)."""
     rng = random.Random(seed)
-    return [random_point(rng) for _ in range(n)]
+    energy = random.Random(f"energy-{seed}")
+    return [random_point(rng, energy) for _ in range(n)]
 
 
 def _error(err: Exception) -> str:

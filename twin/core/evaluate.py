@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from twin.core import energy as energy_model
 from twin.core import ops
 from twin.core.api import (
     EvalContext,
@@ -279,7 +280,11 @@ class PointResults:
     ``recompute_s``, ``exposed_<dimension>_s`` for every dimension a strategy reported,
     ``bubble_s``, ``optimizer_s``, ``offload_s``, ``interference_s``, ``memory_gib``,
     ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``model_tflops_per_gpu``, ``mfu``,
-    ``mfu_at_precision_peak``; ``microbatches`` and ``dp`` are ints (-1 where infeasible);
+    ``mfu_at_precision_peak``, the step's energy (``twin.core.energy``: ``energy_j`` and
+    ``energy_<component>_j`` for gpu, nic, switch, optics, host, cxl, facility,
+    ``joules_per_token``, ``tokens_per_joule``, ``average_power_w``) and its cost
+    (``cost_usd_per_step``, ``usd_per_million_tokens``; NaN where the point gives no
+    prices); ``microbatches`` and ``dp`` are ints (-1 where infeasible);
     ``fits``: whether the point's memory fits (also for points evaluated with
     ``require_fit=False``).
     """
@@ -359,6 +364,7 @@ class TwinModel:
         self._stages: dict[Any, StageTimes] = {}
         self._static: dict[Any, tuple[str | None, str | None]] = {}
         self._reports: dict[Any, tuple[Hierarchy, dict[str, object]]] = {}
+        self._power: dict[Any, energy_model.PowerFacts] = {}
         self._groups_seen: dict[Any, _GroupMemo] = {}
         self._setups: dict[Any, tuple[Any, ...]] = {}
         self._stage_cache: dict[Any, tuple[Any, ...]] = {}
@@ -369,6 +375,8 @@ class TwinModel:
         validate_scenario(scenario)
         for fab in self.cluster_fabrics(scenario.cluster):
             fab.validate(scenario.cluster, "cluster")
+        if scenario.cluster.power.switch_w:  # the one power rule that needs the fabric's tiers
+            self.power_facts(scenario.cluster)
 
     def cluster_fabrics(self, cluster: Cluster) -> list[Fabric]:
         """The fabric models ``cluster`` uses (scale-up, scale-out, optics, memory pool)."""
@@ -438,6 +446,24 @@ class TwinModel:
             if extra:
                 report[fab.role] = extra
         return report
+
+    def power_facts(self, cluster: Cluster) -> energy_model.PowerFacts:
+        """What ``cluster``'s components draw (``twin.core.energy``; cached by value).
+
+        Switch counts and optics power come from the scale-out fabric's and the optics
+        model's reports (of the hierarchy without calibration: counts do not depend on it).
+        """
+        key = self._key(cluster)
+        hit = self._power.get(key)
+        if hit is None:
+            hierarchy = self.hierarchy_of(cluster, Calibration())
+            report = {fab.role: fab.report(cluster, hierarchy) for fab in self.cluster_fabrics(cluster)
+                      if fab.role in ("scale_out", "optics")}
+            hit = energy_model.power_facts(cluster, report)
+            if len(self._power) > _CACHE_LIMIT:
+                self._power.clear()
+            self._power[key] = hit
+        return hit
 
     def cluster_facts(self, cluster: Cluster) -> ClusterFacts:
         """Capacity, offload bandwidth and peaks of ``cluster`` (cached by value)."""
@@ -655,6 +681,8 @@ class TwinModel:
                               bubble_s=st.bubble_s, optimizer_s=st.optimizer_s, offload_s=st.offload_s,
                               overlap_interference_s=st.interference_s)
         flops = work.flops
+        busy = st.compute_s + st.recompute_s + st.optimizer_s + st.interference_s
+        energy, cost = energy_model.step_energy(self.power_facts(cluster), step, busy, tokens)
         return Estimate(
             scenario=scenario.name, step_time_s=step, breakdown=breakdown, memory=mem,
             tokens_per_s=tokens / step, tokens_per_s_per_gpu=tokens / step / n,
@@ -665,7 +693,8 @@ class TwinModel:
             bytes_per_step=st.nbytes, algorithms=st.algorithms,
             fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes),
             links=links,
-            contention_s=max(0.0, step - st.alone_step_s) if report and st.alone_step_s is not None else 0.0)
+            contention_s=max(0.0, step - st.alone_step_s) if report and st.alone_step_s is not None else 0.0,
+            energy=energy, cost=cost)
 
     # ---------------------------------------------------------------- the assembly (both)
     def _assemble(self, ctx: EvalContext, work: _Work, groups: tuple[EvalContext, np.ndarray] | None = None,
@@ -966,6 +995,8 @@ class TwinModel:
             try:
                 for fab in self.cluster_fabrics(cluster):
                     fab.validate(cluster, "cluster")
+                if cluster.power.switch_w:
+                    self.power_facts(cluster)
             except TwinError as err:
                 after = reason_of(err)
         if len(self._static) > _CACHE_LIMIT:
@@ -996,11 +1027,15 @@ class TwinModel:
             bad = code >= 0
         # Clusters whose facts or hierarchy cannot be built: every point of theirs gets the reason.
         facts: list[ClusterFacts | None] = []
+        power: list[energy_model.PowerFacts | None] = []
         for j, c in enumerate(ps.clusters):
             try:
-                facts.append(self.cluster_facts(c))
+                got = self.cluster_facts(c), self.power_facts(c)
+                facts.append(got[0])
+                power.append(got[1])
             except TwinError as err:
                 facts.append(None)
+                power.append(None)
                 sel = (cix == j) & ~bad
                 out.reason_ix[sel] = reasons.code(reason_of(err))
                 bad |= sel
@@ -1072,7 +1107,7 @@ class TwinModel:
 
         st = self._assemble(ctx, work, groups, rehome=rehome)
         out.stats["groups"] += len(first)
-        self._fill(out, idx, work, st, sub)
+        self._fill(out, idx, work, st, sub, power)
         odd = ~np.isfinite(out.columns["step_time_s"][idx])
         if odd.any():
             self._per_point(sub.take(np.flatnonzero(odd)), idx[odd], reasons, out, headroom)
@@ -1235,7 +1270,8 @@ class TwinModel:
 
         return with_override
 
-    def _fill(self, out: PointResults, idx: np.ndarray, work: _Work, st: _Step, ps: PointSet) -> None:
+    def _fill(self, out: PointResults, idx: np.ndarray, work: _Work, st: _Step, ps: PointSet,
+              power: Sequence[energy_model.PowerFacts | None]) -> None:
         def put(name: str, values: Any) -> None:
             out.put(name, idx, values)
 
@@ -1259,6 +1295,11 @@ class TwinModel:
         put("model_tflops_per_gpu", flops / step / n / 1e12)
         put("mfu", flops / step / n / (work.half_peak * 1e12))
         put("mfu_at_precision_peak", flops / step / n / (work.prec_peak * 1e12))
+        proto = next(p for p in power if p is not None)
+        facts = energy_model.stack([p if p is not None else proto for p in power], ps.cluster_ix)
+        busy = st.compute_s + st.recompute_s + st.optimizer_s + st.interference_s
+        for name, values in energy_model.step_columns(facts, step, busy, tokens).items():
+            put(name, values)
         out.microbatches[idx] = work.m
         out.dp[idx] = work.dp
 
@@ -1575,11 +1616,24 @@ def _fill_one(out: PointResults, j: int, est: Estimate) -> None:
               "interference_s": bd.overlap_interference_s, "memory_gib": est.memory.total / GIB,
               "tokens_per_s": est.tokens_per_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
               "model_tflops_per_gpu": est.model_tflops_per_gpu, "mfu": est.mfu,
-              "mfu_at_precision_peak": est.mfu_at_precision_peak}
+              "mfu_at_precision_peak": est.mfu_at_precision_peak, **energy_values(est)}
     for name, v in values.items():
         out.put(name, j, v)
     out.microbatches[j] = est.microbatches
     out.dp[j] = est.dp
+
+
+def energy_values(est: Estimate) -> dict[str, float]:
+    """The energy and cost columns (``PointResults.columns``) of one :class:`Estimate`."""
+    e, c = est.energy, est.cost
+    if e is None:
+        return {}
+    terms = {"energy_j": e.total_j, **{f"{k}_j": v for k, v in e.parts_j.items()},
+             "joules_per_token": e.joules_per_token, "tokens_per_joule": e.tokens_per_joule,
+             "average_power_w": e.average_power_w,
+             "usd_per_step": math.nan if c is None else c.usd_per_step,
+             "usd_per_million_tokens": math.nan if c is None else c.usd_per_million_tokens}
+    return {name: terms[key] for name, key in {**energy_model.COLUMNS, **energy_model.COST_COLUMNS}.items()}
 
 
 @functools.lru_cache(maxsize=1024)

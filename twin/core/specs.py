@@ -150,9 +150,64 @@ class MemoryPool:
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+# One year of amortisation: the Julian year, 365.25 days (a definition, used by the cost model).
+YEAR_S = 365.25 * 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Power:
+    """What the cluster's components draw, and the facility overhead (``twin.core.energy``).
+
+    Per unit, in watts. A figure left unset (None) has no published default shipped with
+    the twin: that component is not counted, and the estimate lists it as such. System
+    presets set the figures their datasheets give (``twin/presets/systems.yaml``).
+    """
+
+    gpu_busy_fraction: float = spec_field(
+        1.0, gt=0, le=1, doc="GPU power while it computes, as a fraction of gpu.tdp_w (training's compute "
+                             "phases reach TDP: Patel et al., ASPLOS 2024)")
+    gpu_idle_w: float | None = spec_field(
+        None, ge=0, le=1e5, doc="GPU power while it waits (exposed communication, pipeline bubble, offload), W; "
+                                "None: as while busy (an upper bound: no published figure shipped)")
+    nic_w: float | None = spec_field(None, ge=0, le=1e4, doc="power of one scale-out NIC, W")
+    switch_w: tuple[float, ...] = spec_field(
+        default_factory=tuple, ge=0, le=1e6,
+        doc="power of one scale-out switch, W: one entry for every tier, or one per switch tier (leaf first)")
+    host_w: float | None = spec_field(
+        None, ge=0, le=1e6, doc="power of one node besides its GPUs, NICs and CXL devices (CPUs, DRAM, "
+                                "baseboard switches, fans, storage, power-supply losses), W")
+    cxl_device_w: float | None = spec_field(None, ge=0, le=1e4, doc="power of one CXL memory device, W")
+    pue: float = spec_field(
+        1.0, ge=1, le=5, doc="facility power usage effectiveness (total facility / IT power); 1: IT energy only")
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """Prices the user supplies for the cost of a step (none set: no cost is reported).
+
+    ``usd_per_gpu_hour``: what one GPU-hour costs (a rental price, everything included
+    unless electricity is billed on top); or ``capex_usd_per_gpu`` spread evenly over
+    ``amortisation_years`` (straight-line); plus ``usd_per_kwh`` on the facility's energy.
+    """
+
+    usd_per_gpu_hour: float | None = spec_field(None, ge=0, le=1e6, doc="price of one GPU-hour, USD")
+    capex_usd_per_gpu: float | None = spec_field(
+        None, ge=0, le=1e9, doc="purchase cost of the cluster per GPU (its share of hosts, network, facility), USD")
+    amortisation_years: float | None = spec_field(
+        None, gt=0, le=100, doc="years over which capex_usd_per_gpu is spread evenly")
+    usd_per_kwh: float | None = spec_field(None, ge=0, le=1e4, doc="electricity price, USD per kWh")
+
+    @property
+    def priced(self) -> bool:
+        """Whether any price is given."""
+        return (self.usd_per_gpu_hour is not None or self.capex_usd_per_gpu is not None
+                or self.usd_per_kwh is not None)
+
+
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """A training cluster: GPUs, nodes, scale-up domains, scale-out network, optics, CXL."""
+    """A training cluster: GPUs, nodes, scale-up domains, scale-out network, optics, CXL, power and prices."""
 
     gpu: GPU
     num_gpus: int = spec_field(ge=1, le=MAX_GPUS)
@@ -162,6 +217,8 @@ class Cluster:
     scale_out: ScaleOut | None = dataclasses.field(default_factory=ScaleOut)
     optics: Optics | None = None
     memory_pool: MemoryPool | None = None
+    power: Power = dataclasses.field(default_factory=Power)
+    prices: Prices = dataclasses.field(default_factory=Prices)
 
     @property
     def num_nodes(self) -> int:
@@ -575,6 +632,33 @@ def validate_cluster(cluster: Cluster, path: str = "cluster") -> None:
             raise SpecError(f"{path}.scale_out.tier_spans", "must not decrease from leaf to top")
     elif n > dom:
         raise SpecError(f"{path}.scale_out", f"is required when num_gpus ({n}) exceeds the scale-up domain ({dom})")
+    validate_power(cluster, path)
+
+
+def validate_power(cluster: Cluster, path: str = "cluster") -> None:
+    """Rules of ``cluster.power`` and ``cluster.prices``: a figure must apply to something
+    the cluster has, and the prices must name one way of paying for the hardware.
+    """
+    pw, pr = cluster.power, cluster.prices
+    busy = cluster.gpu.tdp_w * pw.gpu_busy_fraction
+    if pw.gpu_idle_w is not None and pw.gpu_idle_w > busy:
+        raise SpecError(f"{path}.power.gpu_idle_w",
+                        f"must be <= the GPU's busy power (gpu.tdp_w x gpu_busy_fraction = {busy:g} W) "
+                        f"(got {pw.gpu_idle_w:g})")
+    if cluster.scale_out is None:
+        if pw.nic_w is not None:
+            raise SpecError(f"{path}.power.nic_w", "applies to scale-out NICs; the cluster has no scale_out")
+        if pw.switch_w:
+            raise SpecError(f"{path}.power.switch_w", "applies to scale-out switches; the cluster has no scale_out")
+    if pw.cxl_device_w is not None and cluster.memory_pool is None:
+        raise SpecError(f"{path}.power.cxl_device_w", "applies to CXL devices; the cluster has no memory_pool")
+    if (pr.capex_usd_per_gpu is None) != (pr.amortisation_years is None):
+        given, missing = ("capex_usd_per_gpu", "amortisation_years") if pr.amortisation_years is None else \
+            ("amortisation_years", "capex_usd_per_gpu")
+        raise SpecError(f"{path}.prices.{missing}", f"is required with prices.{given}")
+    if pr.usd_per_gpu_hour is not None and pr.capex_usd_per_gpu is not None:
+        raise SpecError(f"{path}.prices.capex_usd_per_gpu",
+                        "cannot be combined with usd_per_gpu_hour: both price the hardware (give one)")
 
 
 RuleCheck = tuple[str, Any, str, "Callable[[], dict[str, Any]]"]
