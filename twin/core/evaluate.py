@@ -63,6 +63,7 @@ from twin.core.memory import (
     memory_per_gpu,
     model_states,
 )
+from twin.core.pipelines import rank0_params
 from twin.core.points import ColumnView, PlanColumns, PointSet
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
 from twin.core.schema import freeze
@@ -610,6 +611,7 @@ class TwinModel:
             if group is None:
                 setup = self._setup(scenario)
                 facts, dev, w, stage, params, expert = setup[:6]
+                params, expert = rank0_params(plan, params, expert, w)
                 if len(self._groups_seen) > 16 * _CACHE_LIMIT:
                     self._groups_seen.clear()
                 group = self._groups_seen[gkey] = _GroupMemo(
@@ -618,6 +620,7 @@ class TwinModel:
         else:
             setup = self._setup(scenario)
         facts, dev, w, stage, params, expert, act, hierarchy, spans, prec_peak, fwd_flops = setup
+        params, expert = rank0_params(plan, params, expert, w)
         if capacity and any(c != 1.0 for c in capacity):
             hierarchy = hierarchy.with_shares(capacity)
             group = None  # its terms differ from the scenario's on its own share
@@ -726,7 +729,7 @@ class TwinModel:
         for _, terms in parts:
             exposed_mb = exposed_mb + terms.exposed_per_microbatch_s
         t_mb = stage.total_s + exposed_mb
-        pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb)
+        pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb, stage)
         # The optimizer step is no shorter than the host's step tail (grad-norm and inf-check
         # syncs, optimizer launches: Software.step_us), which it overlaps.
         opt_s = ops.maximum(work.optimizer_s, stage.host_step_s)
@@ -1162,8 +1165,9 @@ class TwinModel:
                                      half_peak_tflops=fact("half_peak_tflops"))
         peaks = np.asarray([[(f or proto).peak_tflops.get(str(p), np.nan) for p in precs] for f in facts])
         gpn = np.asarray([c.gpus_per_node for c in ps.clusters], np.int64)[cix]
+        params, expert = rank0_params(plan, params_u[inv], expert_u[inv], w)
         return _work(plan, model, dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus, gpn,  # type: ignore[arg-type]
-                     model_fwd_flops(model), params=params_u[inv], expert=expert_u[inv], act=act)  # type: ignore[arg-type]
+                     model_fwd_flops(model), params=params, expert=expert, act=act)  # type: ignore[arg-type]
 
     def _stage_rows(self, plan: PlanColumns, model: Model, dev: Device, w: Workload, devs: Sequence[Device],
                     rows: np.ndarray, sw: Software = DEFAULT_SOFTWARE,
@@ -1358,7 +1362,8 @@ def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarch
     if schedule:
         def in_hbm() -> Any:
             return ops.where(plan.offload.activations != "none", act.per_token * work.w.tokens * 2,
-                             act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1) + act.recompute_live)
+                             act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1, plan.schedule)
+                             + act.recompute_live)
         m = work.m
     else:
         plan, in_hbm, m = dataclasses.replace(plan, gbs=None, vp=None), None, None

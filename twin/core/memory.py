@@ -10,7 +10,7 @@ sub-layer shapes; sequence parallelism shards the hidden-sized tensors over tp; 
 attention stores no score matrix; selective recompute drops it for unfused attention;
 full recompute keeps only each layer's input. The first stage of a 1F1B pipeline holds
 ``min(p, m)`` micro-batches in flight; interleaving adds ``(p-1)/(p*v)`` (Narayanan et
-al. 2021 §2.2.2).
+al. 2021 §2.2.2); the other schedules hold their own counts (``twin.core.pipelines``).
 
 Written once for one scenario and for a batch (``twin.core.ops``): plan fields may hold
 one value per point (the model is shared).
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from twin.core import ops
+from twin.core import ops, pipelines
 from twin.core.specs import Model
 from twin.core.units import GIB
 from twin.core.workload import ACT_BYTES, Workload
@@ -218,12 +218,12 @@ def activation_terms(plan: Any, model: Model, w: Workload, flash: Any) -> Activa
                            stored_per_token=stored, per_token=per_token)
 
 
-def in_flight_microbatches(pp: Any, vp: Any, m: Any) -> Any:
-    """Micro-batches whose activations the first stage holds (1F1B: min(p, m); interleaving
-    adds (p-1)/(p*v) of a micro-batch per chunk, Narayanan et al. 2021 §2.2.2).
+def in_flight_microbatches(pp: Any, vp: Any, m: Any, schedule: Any = "auto") -> Any:
+    """Micro-batches whose activations the first stage holds under ``schedule``
+    (``twin.core.pipelines.in_flight``: 1F1B min(p, m); interleaving adds (p-1)/(p*v) of a
+    micro-batch per chunk, Narayanan et al. 2021 §2.2.2; ZB-H2 2p-1, DualPipe p+1, ...).
     """
-    extra = ops.where(vp > 1, (pp - 1) / (pp * vp), 0.0)
-    return ops.where(pp > 1, ops.minimum(pp, m) * (1.0 + extra), 1.0)
+    return pipelines.in_flight(pp, vp, m, schedule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +275,7 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
     weights, grads, optim = states.weights, states.gradients, states.optimizer
     if act is None:
         act = activation_terms(plan, model, w, flash)
-    activations = act.per_microbatch * in_flight_microbatches(p, plan.vp, m) + act.recompute_live
+    activations = act.per_microbatch * in_flight_microbatches(p, plan.vp, m, plan.schedule) + act.recompute_live
     logits = (ACT_BYTES + 4.0) * w.tokens * model.vocab / plan.tp  # bf16 logits + fp32 softmax (last stage)
     if ops.any_(p > 1):
         # Pipelined, the logits live on the last stage only, which holds fewer micro-batches
@@ -285,8 +285,16 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
         in_flight_last = ops.minimum(m, 1.0 + (plan.vp - 1) * p / plan.vp)
         last = act.per_microbatch * last_l / ops.maximum(first_l, 1) * in_flight_last + act.recompute_live
         last_heavier = ops.logical_and(p > 1, last + logits > activations)
-        activations = ops.where(last_heavier, last, activations)
-        logits = ops.where(ops.logical_or(p == 1, last_heavier), logits, 0.0)
+        # ZB-V, DualPipe and DualPipeV keep the LM head on the first rank (twin.core.pipelines):
+        # its logits add to the first rank's activations.
+        on_first = pipelines.both_ends_on_first(plan)
+        if ops.any_(on_first):
+            last_heavier = ops.logical_and(last_heavier, ops.logical_not(on_first))
+            activations = ops.where(last_heavier, last, activations)
+            logits = ops.where(ops.logical_or(ops.logical_or(p == 1, last_heavier), on_first), logits, 0.0)
+        else:
+            activations = ops.where(last_heavier, last, activations)
+            logits = ops.where(ops.logical_or(p == 1, last_heavier), logits, 0.0)
     offloaded: Any = 0.0
     o = plan.offload
     off_opt, off_par, off_act = o.optimizer != "none", o.params != "none", o.activations != "none"

@@ -86,6 +86,7 @@ class PlanColumns:
     tp: np.ndarray
     pp: np.ndarray
     vp: np.ndarray
+    schedule: np.ndarray
     pp_first_layers: np.ndarray
     pp_last_layers: np.ndarray
     dp: np.ndarray
