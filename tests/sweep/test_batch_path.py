@@ -3,7 +3,8 @@
 One model, two ways of running it: a sweep batch goes through ``evaluate_points`` (numpy
 arrays), a scenario through ``evaluate`` (Python numbers). Thousands of random points over
 models (dense, GQA, MoE, MLA), systems (HGX, NVL72, RoCE, A100), plan degrees, batch
-sizes, precisions, recomputation, sharding, overlap switches, offloading and LoRA; each
+sizes, precisions, recomputation, sharding, pipeline schedules, overlap switches,
+offloading and LoRA; each
 point's scenario is rebuilt independently from its axis values and evaluated alone. Both
 must agree on the infeasibility reason and on every metric, bit for bit, and third-party
 strategies (vectorised or not) and a collective-cost hook must too.
@@ -48,6 +49,8 @@ PLAN_AXES = {
     "trainable": ["full", "full", "full", "lora"], "sequence_parallel": [None, None, False],
     "recompute_layers": [None, None, 1, 4], "moe_dispatcher": ["deepep", "alltoall"],
     "rank_order": ["tp-cp-ep-dp-pp", "tp-cp-ep-dp-pp", "tp-cp-pp-dp"],
+    "schedule": ["auto"] * 9 + ["1f1b", "interleaved", "zero_bubble_h1", "zero_bubble_h2", "zero_bubble_v",
+                                "dualpipe", "dualpipev"],
 }
 OVERLAP_AXES = {"overlap.tp_comm": [None, True, False], "overlap.p2p": [True, True, False],
                 "overlap.grad_reduce": [True, False], "overlap.ep_comm": [False, True]}
@@ -102,7 +105,7 @@ def compare(engine: Engine, evaluator: SweepEvaluator, samples: int, seed: int) 
 
 
 def test_batch_path_is_identical_to_the_model(engine):
-    stats = compare(engine, SweepEvaluator(engine), samples=5000, seed=11)
+    stats = compare(engine, SweepEvaluator(engine), samples=6000, seed=11)
     assert stats["feasible"] >= 200                      # enough points reach the full model
     # LoRA and every built-in strategy run on the batch path; no point fell back to one-by-one
     assert stats["evaluated"] >= stats["feasible"] and stats["scalar_points"] == 0
@@ -127,6 +130,43 @@ def test_offload_and_cxl_run_on_the_batch_path(engine):
         assert ev.floats["offload_s"][i] == est.breakdown.offload_s
         offloaded += est.breakdown.offload_s > 0
     assert offloaded >= 6
+
+
+def test_every_schedule_runs_on_the_batch_path_and_matches(engine):
+    # Dense and MoE models, pipelined plans of every schedule and interleaving depth: the
+    # batch gives each point the reason or the numbers the scalar path gives it.
+    spec = parse_spec({"name": "schedules", "mode": "grid",
+                       "base": {"cluster": {"system": "DGX-H100", "num_gpus": 128}, "model": "llama3.1-70b",
+                                "plan": {"tp": 8, "mbs": 1}},
+                       "axes": [{"path": "model", "values": ["llama3.1-70b", "mixtral-8x7b"]},
+                                {"path": "plan.pp", "values": [2, 4, 8]},
+                                {"path": "plan.vp", "values": [1, 2, 4]},
+                                {"path": "plan.gbs", "values": [32, 64, 256]},
+                                {"path": "plan.schedule", "values": ["auto", "1f1b", "interleaved", "zero_bubble_h1",
+                                                                     "zero_bubble_h2", "zero_bubble_v", "dualpipe",
+                                                                     "dualpipev"]}]})
+    n = 2 * 3 * 3 * 3 * 8
+    batch = SweepSource(spec, engine.catalog).batch(0, n)
+    ev = SweepEvaluator(engine).evaluate(batch)
+    assert ev.stats["scalar_points"] == 0
+    feasible: dict[str, int] = {}
+    for i in range(n):
+        scn = batch.scenario(i)
+        try:
+            est = engine.model.evaluate(scn, report=False)
+        except TwinError as err:
+            assert ev.reasons[ev.reason_ix[i]] == reason_of(err), i
+            continue
+        if not est.fits:
+            assert ev.reasons[ev.reason_ix[i]] == MEMORY_REASON, i
+            continue
+        assert ev.reason_ix[i] < 0, (i, ev.reasons[ev.reason_ix[i]])
+        for name in ("step_time_s", "bubble_s", "memory_gib", "exposed_dp_s", "exposed_pp_s"):
+            assert ev.floats[name][i] == estimate_columns(est, 1.0)[name], (i, name)
+        feasible[scn.plan.schedule] = feasible.get(scn.plan.schedule, 0) + 1
+    # every schedule has runnable points here
+    assert set(feasible) == {"auto", "1f1b", "interleaved", "zero_bubble_h1", "zero_bubble_h2", "zero_bubble_v",
+                             "dualpipe", "dualpipev"}, feasible
 
 
 class Checkpointing(Strategy):

@@ -17,7 +17,7 @@ schedule        bubble                                  in flight        paramet
 =============== ======================================= ================ ========== =====
 1f1b            (p-1)(T_F+T_B+T_W)                      min(p, m)        1x         [1]
 interleaved     (p-1)(T_F+T_B+T_W) / v                  min(p, m)(1+e)   1x         [2]
-zero_bubble_h1  (p-1)(T_F + max(T_B-T_W, 0))            min(p, m)        1x         [3]
+zero_bubble_h1  (p-1) max(T_F+T_B-T_W, T_B)             min(p, m)        1x         [3]
 zero_bubble_h2  (p-1) max(T_F+T_B-2T_W, 0)              min(2p-1, m)     1x         [3]
 zero_bubble_v   (p-1) max(T_F+T_B-2T_W, 0)              min(p, m)        1x         [4]
 dualpipe        (p/2-1) max(F&B+B-3W, 0)                p+1              2x         [5]
@@ -30,12 +30,13 @@ dualpipev       (p-1) max(F&B+B-3W, 0) / 2              p+1/2            1x     
 [3] Qi et al. 2024, "Zero Bubble Pipeline Parallelism" (ICLR 2024, arXiv 2401.10241): ZB-H1
     (§2.1) keeps 1F1B's p micro-batches and leaves (p-1)(T_F+T_B-T_W), one third of 1F1B's
     when T_F = T_B = T_W (the DualPipe README's ZB1P, (PP-1)(F+B-2W)); the paper takes
-    T_W <= T_B, past which the forward fill (p-1)T_F remains. ZB-H2 (§2.2) holds up to 2p-1
-    micro-batches and leaves (p-1)(T_F+T_B-2T_W), zero when T_F = T_B = T_W. Both are
-    measured as the paper does, each rank's time from its first F to its last W (the
-    zero-bubble repository's "longest stage time", zerobubble/scheduler/zb.py): ZB-H2's
-    zero needs the paper's optimizer post-validation (§4), which lets the ranks start the
-    next step staggered. tests/core/test_schedules.py list-schedules both and checks these.
+    T_W <= T_F, past which the input-gradient chain (p-1)T_B remains. ZB-H2 (§2.2) holds
+    up to 2p-1 micro-batches and leaves (p-1)(T_F+T_B-2T_W), zero when T_F = T_B = T_W.
+    Both are measured as the paper does, each rank's time from its first F to its last W
+    (the zero-bubble repository's "longest stage time", zerobubble/scheduler/zb.py):
+    ZB-H2's zero needs the paper's optimizer post-validation (§4), which lets the ranks
+    start the next step staggered. tests/core/test_schedules.py list-schedules both and
+    checks these forms, the floor included.
 [4] ZB-V (arXiv 2401.10241 v2 §6; Qi et al. 2024, "Pipeline Parallelism with Controllable
     Memory", arXiv 2405.15362, V-ZB): two chunks per rank in a V, 1F1B's p micro-batches,
     zero bubble when T_F = T_B = T_W. Neither paper gives a closed form for other pass
@@ -116,7 +117,7 @@ def _zero_bubble_family(name: str, p: Any, t_avg: Any, fwd: Any, bwd: Any, wgrad
     """The bubble of one of the schedules that split the weight gradient off (module table)."""
     t_f, t_b, t_w = _split(t_avg, fwd, bwd, wgrad)
     if name == "zero_bubble_h1":
-        return (p - 1) * (t_f + ops.maximum(t_b - t_w, 0.0))
+        return (p - 1) * ops.maximum(t_f + t_b - t_w, t_b)
     if name in ("zero_bubble_h2", "zero_bubble_v"):
         return (p - 1) * ops.maximum(t_f + t_b - 2.0 * t_w, 0.0)
     # DualPipe's F&B (an overlapped forward + backward pair) and B (a whole backward chunk).
