@@ -153,3 +153,34 @@ def test_memory_model_misses_are_listed_not_hidden(training):
     # though the twin's count says it does not fit (the run did).
     case = next(c for c in training.cases if c.id == "nemo2407-pretrain-LLAMA3-8B-8gpu")
     assert case.id in misses and case.plan["recompute"] == "none"
+
+
+def test_a_stated_pipeline_schedule_is_read_and_fixes_vp(engine, tmp_path):
+    """plan.schedule in a case (published spellings: DualPipe, ZB-V) is used as given, the
+    interleaving depth it fixes is no longer the twin's to choose, and an unknown one makes
+    the case skipped with the field named."""
+    from twin.reference import training_scenario
+
+    def case(cid: str, schedule: str) -> str:
+        return f"""
+  - id: {cid}
+    family: f
+    kind: pretrain
+    cluster: {{gpu: H100-SXM-80GB, num_gpus: 32, gpus_per_node: 8}}
+    model: {{name: m, layers: 16, hidden: 2048, ffn: 8192, heads: 16, kv_heads: 16, vocab: 32000, seq_len: 2048}}
+    plan: {{tp: 2, pp: 4, dp: 4, gbs: 64, vp: null, schedule: {schedule}}}
+    measured: {{step_time_s: 1.0}}"""
+    f = tmp_path / "cases.yaml"
+    f.write_text("schema: twin-reference-cases/v1\ncases:" + case("dual", "DualPipe") + case("zbv", "ZB-V")
+                 + case("bad", "zigzag"))
+    import yaml
+
+    cases = yaml.safe_load(f.read_text())["cases"]
+    scn, knobs, _ = training_scenario(engine, cases[0])
+    assert scn.plan.schedule == "dualpipe" and knobs.vp == (1,)
+    scn, knobs, _ = training_scenario(engine, cases[1])
+    assert scn.plan.schedule == "zero_bubble_v" and knobs.vp == (2,)
+    report = validate_file(engine, f)
+    assert {c.id for c in report.cases} == {"dual", "zbv"}
+    (skip,) = report.skipped
+    assert skip["id"] == "bad" and "plan.schedule" in skip["reason"] and "zigzag" in skip["reason"]
