@@ -363,6 +363,8 @@ _SCHEDULE_SPELLINGS = {"1f1b": "1f1b", "interleaved": "interleaved", "interleave
                        "zerobubbleh1": "zero_bubble_h1", "zbh2": "zero_bubble_h2", "zb2p": "zero_bubble_h2",
                        "zerobubbleh2": "zero_bubble_h2", "zbv": "zero_bubble_v", "zerobubblev": "zero_bubble_v",
                        "dualpipe": "dualpipe", "dualpipev": "dualpipev"}
+# Plan fields a case may state in the twin's own spelling (twin extensions, CASES.md): used as given.
+_AS_GIVEN = ("recipe", "recompute_modules", "overlap", "moe_dispatcher")
 # The interleaving depth a stated schedule fixes (interleaved: any vp > 1).
 _SCHEDULE_VP = {"1f1b": 1, "zero_bubble_h1": 1, "zero_bubble_h2": 1, "dualpipe": 1, "zero_bubble_v": 2,
                 "dualpipev": 2}
@@ -429,6 +431,9 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     schedule = _norm_schedule(p["schedule"]) if p.get("schedule") else None
     if schedule is not None:
         plan_kwargs["schedule"] = schedule
+    for key in _AS_GIVEN:
+        if p.get(key) is not None:
+            plan_kwargs[key] = p[key]
     per_rank = gbs // dp if gbs % dp == 0 else 0
     if per_rank == 0:
         raise SpecError("plan.gbs", f"gbs ({gbs}) is not a multiple of dp ({dp})")

@@ -8,7 +8,7 @@ What is recorded:
   prediction, the plan the twin chose for the unstated knobs, and the full estimate
   (``Estimate.to_dict``) of that plan; every collectives case: its prediction;
 - ``--points`` random scenarios (seeded, drawn over every preset model and system, cluster
-  sizes, fabrics, optics, CXL pools, and every plan field, pipeline schedules included):
+  sizes, fabrics, optics, CXL pools, and every plan field, schedules and recompute modules included):
   the full estimate through the public ``Engine.evaluate(mapping)``, or the error it raised;
 - the same points as one zip-mode sweep (the sweep engine's rows: every column, or the
   infeasibility reason).
@@ -113,11 +113,20 @@ SCHEDULE_VP = {"1f1b": 1, "interleaved": None, "zero_bubble_h1": 1, "zero_bubble
                "dualpipe": 1, "dualpipev": 2}
 
 
-def draw_schedule(rng: random.Random, point: dict[str, Any]) -> None:
-    """State a pipeline schedule on some pipelined points, mostly with the vp it needs
-    (sometimes not: the rule must name the field the same way on every path).
+# Selective recomputation's module sets a random point may state (plan.recompute_modules).
+RECOMPUTE_MODULES = [["layernorm"], ["core_attn", "layernorm"], ["mla_up_proj"], ["moe_act"],
+                     ["moe_act", "layernorm", "mla_up_proj"]]
+
+
+def draw_newer_fields(rng: random.Random, point: dict[str, Any]) -> None:
+    """Fields added after the generator was first used (their own stream: the others stay
+    as drawn before): recompute modules on some selective points, and a pipeline schedule
+    on some pipelined points, mostly with the vp it needs (sometimes not: the rule must
+    name the field the same way on every path).
     """
     plan = point["plan"]
+    if rng.random() < 0.3 and (plan["recompute"] == "selective" or rng.random() < 0.1):
+        plan["recompute_modules"] = rng.choice(RECOMPUTE_MODULES)
     if rng.random() < 0.5:
         return
     if plan["pp"] == 1 and rng.random() > 0.05:
@@ -137,15 +146,15 @@ def draw_schedule(rng: random.Random, point: dict[str, Any]) -> None:
 def points(n: int, seed: int = 20261201) -> list[dict[str, Any]]:
     """``n`` random scenario mappings (a pure function of ``seed``).
 
-    Schedules are drawn from their own stream, so every other field is what the generator
-    drew before ``plan.schedule`` existed.
+    Fields added later (schedules, recompute modules) are drawn from their own stream, so
+    every other field is what the generator drew before they existed.
     """
     rng = random.Random(seed)
     srng = random.Random(seed + 1)
     out = []
     for _ in range(n):
         point = random_point(rng)
-        draw_schedule(srng, point)
+        draw_newer_fields(srng, point)
         out.append(point)
     return out
 

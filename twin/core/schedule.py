@@ -33,8 +33,8 @@ from twin.core import ops, pipelines
 from twin.core.api import StageTimes
 from twin.core.compute import Device, gemm_fwd_time, high_precision, sublayer_times, sublayer_wgrad_time
 from twin.core.memory import recomputed_layers, stage_layers
-from twin.core.specs import DEFAULT_SOFTWARE, Model, Software
-from twin.core.workload import Workload
+from twin.core.specs import DEFAULT_SOFTWARE, Model, Software, default_recompute_modules, recompute_module
+from twin.core.workload import ACT_BYTES, Workload
 
 
 def host_layer_s(sw: Software, w: Workload) -> tuple[float, float]:
@@ -154,8 +154,11 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     else:
         layers, fwd, bwd, avg, avg_f, avg_w = layers_1, fwd_1, bwd_1, avg_1, avg_f_1, avg_w_1
     rc = plan.recompute
+    # The default modules (the attention core) repeat t_attn; others _selective_layer_s.
+    selective = t_attn if ops.all_(default_recompute_modules(plan.recompute_modules)) else \
+        _selective_layer_s(plan, model, dev, w, t_attn)
     recompute = ops.where(rc == "full", recomputed_layers("full", plan.recompute_layers, layers) * t_layer_f,
-                          ops.where(rc == "selective", layers * t_attn, 0.0))
+                          ops.where(rc == "selective", layers * selective, 0.0))
     gemm_f = sum(sum(gemm_fwd_time(dev, g) for g in w.sublayers[k].gemms) * c for k, c in w.counts.items()) / L
     # The step's host tail (grad-norm and inf-check syncs, optimizer launches): see Software.
     host_step = 1e-6 * (sw.step_us + sw.optimizer_us_per_layer * layers)
@@ -164,6 +167,35 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
                       layers=layers, layer_fwd_s=t_layer_f, layer_bwd_s=t_layer_b, gemm_fwd_s=gemm_f,
                       avg_stage_s=avg + ops.where(piped, recompute, 0.0), host_step_s=host_step,
                       avg_fwd_s=avg_f, avg_wgrad_s=avg_w)
+
+
+def _selective_layer_s(plan: Any, model: Model, dev: Device, w: Workload, t_attn: Any) -> Any:
+    """Seconds per mean layer that selective recomputation of ``plan.recompute_modules`` repeats.
+
+    core_attn: the attention core's forward (Korthikanti et al. 2022 §5). layernorm: each
+    norm again, memory-bound (it reads and writes one hidden vector per token). mla_up_proj:
+    the MLA up-projection GEMMs' forward. moe_act: the expert activation, memory-bound (it
+    reads the fc1 output and writes the activation per routed copy). Each memory-bound kernel
+    takes at least the device's minimum kernel time.
+    """
+    L = w.layers
+    tokens, h = w.tokens, model.hidden
+    h_sp = ops.where(plan.sp, h / plan.tp, h)
+    out: Any = ops.where(recompute_module(plan, "core_attn"), t_attn, 0.0)
+    norms = sum(c for k, c in w.counts.items() if k in ("attention", "mlp", "moe")) / L
+    norm_s = ops.maximum(2.0 * ACT_BYTES * tokens * h_sp / dev.hbm_Bps, dev.kernel_min_s)
+    out = out + ops.where(recompute_module(plan, "layernorm"), norms * norm_s, 0.0)
+    if "attention" in w.counts:
+        up_s = sum(gemm_fwd_time(dev, g) for g in w.sublayers["attention"].gemms if g.up_projection)
+        out = out + ops.where(recompute_module(plan, "mla_up_proj"), up_s * w.counts["attention"] / L, 0.0)
+    moe = model.moe
+    if "moe" in w.counts and moe is not None:
+        mult = 3 if model.gated_mlp else 2
+        routed = moe.top_k * moe.busiest_load * ops.where(plan.sp, plan.expert_tp / plan.tp, 1.0)
+        act_s = ops.maximum(ACT_BYTES * tokens * routed * mult * moe.expert_ffn / plan.expert_tp / dev.hbm_Bps,
+                            dev.kernel_min_s)
+        out = out + ops.where(recompute_module(plan, "moe_act"), act_s * w.counts["moe"] / L, 0.0)
+    return out
 
 
 def stage_params(plan: Any, w: Workload, layers: Any) -> tuple[Any, Any]:

@@ -27,6 +27,11 @@ Recipe = Literal["auto", "delayed", "current", "blockwise", "mxfp8", "nvfp4"]
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 Generation = Literal["volta", "ampere", "hopper", "blackwell"]
 Recompute = Literal["none", "selective", "full"]
+# What selective recomputation recomputes (Megatron-Core TransformerConfig.recompute_modules,
+# the modules the twin's memory model tells apart): the attention core (the default), the
+# layer norms, MLA's up-projections, the MoE activation function.
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act"]
+DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Sharding = Literal["none", "distributed_optimizer", "zero1", "zero2", "zero3", "fsdp"]
 OffloadTarget = Literal["none", "cxl", "host"]
 # Pipeline schedules (``twin.core.pipelines`` has each one's bubble, activations in flight
@@ -363,6 +368,11 @@ class Plan:
     ``rank_order``: how ranks map to GPUs, innermost dimension first: Megatron-Core's
     default "tp-cp-ep-dp-pp" (pipeline stages farthest apart), or "tp-cp-pp-dp" (data
     parallel outermost, as Llama 3 was trained: Llama 3 paper §3.3.2, "[TP, CP, PP, DP]").
+    ``recompute_modules``: with ``recompute: selective``, what is recomputed (Megatron-Core
+    ``recompute_modules``): the attention core (``core_attn``, the default; Korthikanti et
+    al. 2022), the layer norms (``layernorm``), MLA's up-projections (``mla_up_proj``) and
+    the MoE activation (``moe_act``); DeepSeek-V3 recomputes the last three (report §3.2.3,
+    §3.3.3; ``twin.core.memory``).
     ``schedule``: the pipeline schedule (``twin.core.pipelines``): 1F1B, interleaved, the
     zero-bubble schedules ZB-H1 / ZB-H2 / ZB-V (Qi et al. 2024) or DualPipe / DualPipeV
     (DeepSeek-V3); "auto" keeps the choice by vp (interleaved when vp > 1, else 1F1B).
@@ -386,6 +396,8 @@ class Plan:
     recompute: Recompute = "none"
     recompute_layers: int | None = spec_field(
         None, ge=1, doc="with recompute 'full': layers per pipeline stage recomputed (None: all)")
+    # with recompute "selective": what is recomputed (Megatron-Core --recompute-modules)
+    recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
     precision: Precision = "bf16"
     recipe: Recipe = "auto"  # low-precision recipe (fp8: delayed/current/blockwise/mxfp8; fp4: nvfp4)
     bf16_layers_start: int = spec_field(0, ge=0, le=100_000, doc="with fp8/fp4: first layers kept in bf16")
@@ -711,6 +723,8 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     bad = ops.logical_and(requested, plan.recompute != "full")
     if batch or bad:
         yield f"{path}.recompute_layers", bad, "applies only with recompute: full", dict
+    if batch or plan.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        yield from _recompute_module_rules(plan, model, path, batch)
     # A batch's view reads an optional section as a bool per point when only some clusters have it.
     pool = cluster.memory_pool
     no_pool = pool is None or (type(pool) is np.ndarray and ~pool)
@@ -718,6 +732,51 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
         bad = ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool)
         if batch or bad:
             yield f"{path}.offload.{what}", bad, "offloading to 'cxl' needs cluster.memory_pool", dict
+
+
+def recompute_module(plan: Any, name: str) -> Any:
+    """Whether ``plan`` recomputes module ``name`` (selective recomputation naming it).
+
+    A batch's ``recompute_modules`` column holds each point's modules joined by commas
+    (``twin.core.points``).
+    """
+    return ops.logical_and(plan.recompute == "selective", _named(plan.recompute_modules, name))
+
+
+def _recompute_module_rules(plan: Any, model: Model, path: str, batch: bool) -> Iterator[RuleCheck]:
+    """``recompute_modules``' rules (see :func:`plan_rules`): it applies with selective
+    recomputation only, names at least one module, ``mla_up_proj`` needs MLA and ``moe_act``
+    an MoE model (Megatron-Core TransformerConfig's checks).
+    """
+    modules = plan.recompute_modules
+    default = default_recompute_modules(modules)
+    empty = np.asarray(modules) == modules.code("") if isinstance(modules, ops.Labels) else len(modules) == 0
+    field = f"{path}.recompute_modules"
+    bad = ops.logical_and(ops.logical_not(default), plan.recompute != "selective")
+    if batch or bad:
+        yield field, bad, "applies only with recompute: selective", dict
+    bad = empty
+    if batch or bad:
+        yield field, bad, "must name at least one module", dict
+    bad = ops.logical_and(model.attention != "mla" or model.mla is None, _named(modules, "mla_up_proj"))
+    if batch or bad:
+        yield field, bad, "mla_up_proj needs multi-head latent attention (model.attention: mla)", dict
+    bad = ops.logical_and(model.moe is None, _named(modules, "moe_act"))
+    if batch or bad:
+        yield field, bad, "moe_act needs an MoE model (model.moe)", dict
+
+
+def default_recompute_modules(modules: Any) -> Any:
+    """Whether ``recompute_modules`` (a plan's, or a batch's column) is the default (core_attn)."""
+    if isinstance(modules, ops.Labels):
+        return np.asarray(modules) == modules.code(",".join(DEFAULT_RECOMPUTE_MODULES))
+    return modules == DEFAULT_RECOMPUTE_MODULES
+
+
+def _named(modules: Any, name: str) -> Any:
+    if isinstance(modules, ops.Labels):
+        return np.isin(np.asarray(modules), [i for i, c in enumerate(modules.categories) if name in c.split(",")])
+    return name in modules
 
 
 def _recipe_rules(plan: Any, model: Model, gpu: Any, path: str, batch: bool) -> Iterator[RuleCheck]:
