@@ -129,6 +129,19 @@ def test_plan_cli_json_and_table():
     assert "plans searched" in table.stdout and "#1:" in table.stdout and "compute" in table.stdout
 
 
+def test_plan_cli_searches_with_a_schedule():
+    out = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "64", "--seq-len", "4096",
+              "--top", "2", "--schedule", "zero_bubble_v", "--json")
+    assert out.returncode == 0, out.stderr
+    top = json.loads(out.stdout)["top"]
+    assert top and all(p["pp"] > 1 and p["vp"] == 2 for p in top)
+    table = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "64", "--top", "1",
+                "--schedule", "dualpipe")
+    assert table.returncode == 0 and "schedule=dualpipe" in table.stdout, table.stderr
+    bad = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--schedule", "zigzag")
+    assert bad.returncode == 2 and "plan.schedule" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_plan_cli_bad_input_names_the_field(tmp_path):
     out = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "0")
     assert out.returncode == 2 and "gpus" in out.stderr and "Traceback" not in out.stderr
