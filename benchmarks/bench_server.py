@@ -1,28 +1,31 @@
 """Predict latency and throughput of the gRPC service over loopback.
 
-    python benchmarks/bench_server.py                        # both modes, server started here
+    python benchmarks/bench_server.py                        # 200, 500, 2000 req/s, closed loop
     python benchmarks/bench_server.py --rate 200 --requests 4000 --clients 16
     python benchmarks/bench_server.py --address 127.0.0.1:50051 --rate 0   # an already running server
 
-Starts ``twin serve --port 0`` in a subprocess (unless --address), then N concurrent
-clients (asyncio tasks on one grpc.aio channel each) send a fixed number of Predict
-requests (Llama 3.1 70B on 1,024 H100s, by preset names):
+Starts ``twin serve --port 0`` in a subprocess (unless --address), then sends a fixed
+number of Predict requests (Llama 3.1 70B on 1,024 H100s, by preset names) over N
+grpc.aio channels:
 
-- ``--rate R`` (open loop): requests are scheduled at R per second in total, and each
-  latency is measured from its scheduled send time, so a stalled server cannot hide its
-  queueing (no coordinated omission);
+- ``--rate R`` (open loop): request k is sent at ``k / R`` seconds as its own task, whatever
+  is still outstanding, and its latency is measured from that scheduled time, so a stalled
+  server cannot hide its queueing (no coordinated omission); past capacity the server
+  should refuse the excess at once (RESOURCE_EXHAUSTED with a retry hint), which is counted
+  and timed apart;
 - ``--rate 0`` (closed loop): every client sends its next request when the previous one
   returns: the throughput ceiling.
 
 The client sends pre-serialized bytes and does not decode replies, so the figures are the
 server's (the client still shares the machine's cores). Prints p50/p90/p99/max latency
-and requests/s.
+of the answered requests, requests/s, the status codes, and how fast refusals came back.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import signal
 import statistics
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -43,6 +47,8 @@ from twin.wire.convert import scenario_from_mapping  # noqa: E402
 SCENARIO = {"cluster": {"system": "DGX-H100", "num_gpus": 1024}, "model": "llama3.1-70b",
             "plan": {"tp": 4, "pp": 4, "vp": 5, "gbs": 1024}}
 METHOD = "/twin.rpc.v1.TwinService/Predict"
+# What a server answers when it sheds load (refused at once, with a retry hint).
+SHED_CODES = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
 
 
 def start_server(workers: int | None) -> tuple[subprocess.Popen, str]:
@@ -77,44 +83,70 @@ async def run(address: str, clients: int, requests: int, rate: float, warmup: in
         for _ in range(max(1, warmup // clients)):
             await call(payload, timeout=10)
     latencies: list[float] = []
-    errors = 0
+    refused: list[float] = []
+    codes: collections.Counter[str] = collections.Counter()
+    messages: dict[str, str] = {}
+    lags: list[float] = [0.0]  # how late the client itself sent (its own CPU share on a shared machine)
+
+    async def one(call: Any, body: bytes, scheduled: float) -> None:
+        try:
+            await call(body, timeout=30)
+        except grpc.aio.AioRpcError as err:
+            codes[err.code().name] += 1
+            messages.setdefault(err.code().name, err.details() or "")
+            if err.code() in SHED_CODES:
+                refused.append((time.perf_counter() - scheduled) * 1e3)
+            return
+        codes["OK"] += 1
+        latencies.append((time.perf_counter() - scheduled) * 1e3)
+
     t0 = time.perf_counter()
-    per_client = [requests // clients + (1 if i < requests % clients else 0) for i in range(clients)]
-
-    async def client(i: int) -> None:
-        nonlocal errors
-        call = calls[i]
-        for k in range(per_client[i]):
-            body = bodies[k * clients + i]
-            if rate > 0:
-                # Request k of client i is the (k*clients + i)-th of the whole schedule.
-                scheduled = t0 + (k * clients + i) / rate
-                delay = scheduled - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+    if rate > 0:
+        # Open loop: request k is sent at t0 + k/rate whatever is still outstanding (each its
+        # own task), so the server sees the offered load, and a backlog shows in the latency.
+        tasks = []
+        for k in range(requests):
+            scheduled = t0 + k / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
             else:
-                scheduled = time.perf_counter()
-            try:
-                await call(body, timeout=30)
-            except grpc.aio.AioRpcError:
-                errors += 1
-                continue
-            latencies.append((time.perf_counter() - scheduled) * 1e3)
+                lags.append(-delay * 1e3)
+            tasks.append(asyncio.ensure_future(one(calls[k % clients], bodies[k], scheduled)))
+        await asyncio.gather(*tasks)
+    else:
+        per_client = [requests // clients + (1 if i < requests % clients else 0) for i in range(clients)]
 
-    await asyncio.gather(*(client(i) for i in range(clients)))
+        async def client(i: int) -> None:
+            for k in range(per_client[i]):
+                await one(calls[i], bodies[k * clients + i], time.perf_counter())
+
+        await asyncio.gather(*(client(i) for i in range(clients)))
     wall = time.perf_counter() - t0
     for ch in channels:
         await ch.close()
-    lat = sorted(latencies)
-    return {"requests": len(lat), "errors": errors, "wall_s": wall, "rps": len(lat) / wall,
+    lat = sorted(latencies) or [float("nan")]
+    shed = sorted(refused) or [float("nan")]
+    return {"requests": len(latencies), "errors": sum(n for c, n in codes.items() if c != "OK"),
+            "codes": dict(codes), "messages": messages, "wall_s": wall, "rps": len(latencies) / wall,
             "p50_ms": percentile(lat, 0.50), "p90_ms": percentile(lat, 0.90), "p99_ms": percentile(lat, 0.99),
-            "max_ms": lat[-1], "mean_ms": statistics.fmean(lat)}
+            "max_ms": lat[-1], "mean_ms": statistics.fmean(lat), "shed": len(refused),
+            "shed_p50_ms": percentile(shed, 0.50), "shed_p99_ms": percentile(shed, 0.99),
+            "client_lag_p99_ms": percentile(sorted(lags), 0.99) if rate > 0 else 0.0}
 
 
 def report(label: str, r: dict[str, float]) -> None:
     print(f"{label}: {r['requests']:.0f} Predict in {r['wall_s']:.2f} s -> {r['rps']:.0f} req/s; "
           f"latency p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
-          f"max {r['max_ms']:.2f} ms; errors {r['errors']:.0f}")
+          f"max {r['max_ms']:.2f} ms; errors {r['errors']:.0f} {r['codes']}")
+    for code, message in r["messages"].items():
+        print(f"  {code}: e.g. {message[:160]!r}")
+    if r["client_lag_p99_ms"] > 1.0:
+        print(f"  the client itself sent late (p99 {r['client_lag_p99_ms']:.1f} ms behind schedule): "
+              "part of that latency is the client's")
+    if r["shed"]:
+        print(f"  refused (load shed) {r['shed']:.0f}: answered in p50 {r['shed_p50_ms']:.2f} ms, "
+              f"p99 {r['shed_p99_ms']:.2f} ms")
 
 
 def main() -> None:
@@ -123,7 +155,8 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
     ap.add_argument("--requests", type=int, default=3000, help="Predict requests per run (default 3000)")
     ap.add_argument("--rate", type=float, default=None,
-                    help="requests/s in total (open loop); 0: closed loop; default: 200 then 0")
+                    help="requests/s in total (open loop); 0: closed loop; "
+                         "default: 200, 500, 2000 (past capacity) then 0")
     ap.add_argument("--repeat", action="store_true",
                     help="send one request over and over (the server's scenario cache hits); default: every "
                          "request distinct, so every one is resolved and checked from scratch")
@@ -135,7 +168,7 @@ def main() -> None:
     if address is None:
         proc, address = start_server(args.workers)  # its log is drained in the background
     try:
-        rates = [args.rate] if args.rate is not None else [200.0, 0.0]
+        rates = [args.rate] if args.rate is not None else [200.0, 500.0, 2000.0, 0.0]
         kind = "one repeated request" if args.repeat else "distinct requests"
         print(f"server {address}, {args.clients} clients, {kind}, {os.cpu_count()} CPUs on this machine")
         for rate in rates:

@@ -105,6 +105,8 @@ def random_point(rng: random.Random) -> dict[str, Any]:
     if rng.random() < 0.1:
         point["calibration"] = {"compute_efficiency": rng.choice([0.8, 1.1]),
                                 "scale_out_bandwidth": rng.choice([0.5, 1.0])}
+    if plan["optimizer_sharding"] != "none" and rng.random() < 0.2:  # hybrid sharding (some not dividing dp*cp)
+        plan["dp_shard"] = rng.choice([2, 4, 8, 16, 3])
     return point
 
 

@@ -270,8 +270,14 @@ def stride_of(plan: Any, dp: Any, dimension: str) -> tuple[Any, Any]:
         return cp, tp
     if dimension == "ep":
         return ep, etp
-    if dimension == "dp":
-        return dp * cp, ops.where(outer_dp, tp * pp, tp)
+    if dimension in ("dp", "dpr"):
+        # Hybrid sharding (plan.dp_shard = k): "dp" is the k neighbouring ranks a state is
+        # sharded over, "dpr" the dp*cp/k replicas of one shard, k groups apart.
+        group, stride = dp * cp, ops.where(outer_dp, tp * pp, tp)
+        shard = ops.where(plan.dp_shard > 0, plan.dp_shard, group)
+        if dimension == "dp":
+            return shard, stride
+        return ops.maximum(1, group // shard), stride * shard
     if dimension == "edp":
         return ops.maximum(1, tp * cp * dp // (ep * etp)), ops.where(outer_dp, tp * pp, ep * etp)
     if dimension == "pp":

@@ -109,7 +109,7 @@ MEMORY_REASON = "memory: does not fit in HBM"
 _Flows = tuple[list[Flow], list[Any]]
 CostOverride = Callable[[str, float, GroupSpan, Hierarchy, "str | None", Scenario], "CollectiveCost | None"]
 PHASES = ("microbatch", "pipeline", "step")
-DIMENSIONS = ("tp", "cp", "ep", "dp", "edp", "pp")
+DIMENSIONS = ("tp", "cp", "ep", "dp", "dpr", "edp", "pp")
 _CACHE_LIMIT = 4096
 
 
@@ -497,7 +497,7 @@ class TwinModel:
     def _spans(self, h: Hierarchy, plan: Any, dp: int) -> dict[str, GroupSpan]:
         """Where each parallel dimension's group sits (cached per hierarchy and degrees)."""
         spans, _ = self._hcache(h)
-        key = (plan.tp, plan.cp, plan.ep, plan.expert_tp, dp, plan.pp, plan.rank_order)
+        key = (plan.tp, plan.cp, plan.ep, plan.expert_tp, dp, plan.pp, plan.rank_order, plan.dp_shard)
         got = spans.get(key)
         if got is None:
             got = spans[key] = {dim: place_group(*stride_of(plan, dp, dim), h) for dim in DIMENSIONS}
@@ -1442,7 +1442,7 @@ _SCHEDULE_FIELDS = ("gbs", "vp")
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
                                    "recompute_layers", "recompute_modules", "precision", "recipe", "bf16_layers_start",
                                    "bf16_layers_end", "pp_first_layers", "pp_last_layers", "trainable",
-                                   "rank_order")
+                                   "rank_order", "dp_shard")
 # The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))

@@ -134,10 +134,11 @@ class StateDivisors:
 
 def state_divisors(plan: Any, dp: Any) -> StateDivisors:
     """The sharding divisors of a plan: dense states over the data-parallel group with context
-    parallelism (dp*cp), expert states over the expert-data-parallel group.
+    parallelism (dp*cp, or ``plan.dp_shard`` of them with hybrid sharding), expert states over
+    the expert-data-parallel group.
     """
     w_sh, g_sh, o_sh = shard_flags(plan.optimizer_sharding, plan.fsdp_reshard_after_forward)
-    dp_shard = dp * plan.cp
+    dp_shard = ops.where(plan.dp_shard > 0, plan.dp_shard, dp * plan.cp)  # hybrid sharding: k ranks
     edp = ops.maximum(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
     return StateDivisors(ops.where(w_sh, dp_shard, 1.0), ops.where(g_sh, dp_shard, 1.0), ops.where(o_sh, dp_shard, 1.0),
                          ops.where(w_sh, edp, 1.0), ops.where(g_sh, edp, 1.0), ops.where(o_sh, edp, 1.0))

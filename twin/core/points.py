@@ -113,6 +113,7 @@ class PlanColumns:
     bf16_layers_end: np.ndarray
     optimizer_sharding: np.ndarray
     fsdp_reshard_after_forward: np.ndarray
+    dp_shard: np.ndarray
     grad_reduce_dtype: np.ndarray
     overlap: OverlapColumns
     offload: OffloadColumns

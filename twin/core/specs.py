@@ -376,6 +376,14 @@ class Plan:
     ``schedule``: the pipeline schedule (``twin.core.pipelines``): 1F1B, interleaved, the
     zero-bubble schedules ZB-H1 / ZB-H2 / ZB-V (Qi et al. 2024) or DualPipe / DualPipeV
     (DeepSeek-V3); "auto" keeps the choice by vp (interleaved when vp > 1, else 1F1B).
+    ``dp_shard``: with a sharded optimizer or FSDP, over how many data-parallel ranks (of
+    the dp*cp group) each model state is sharded; 0 (the default): all of them. A divisor k
+    of dp*cp shards within groups of k neighbouring data-parallel ranks and replicates
+    across the dp*cp/k groups: hybrid sharding (PyTorch FSDP ``HYBRID_SHARD`` and FSDP2's
+    2-D device mesh, Zhao et al. VLDB 2023 §3.2.2; MiCS, Zhang et al. VLDB 2022; Megatron-
+    Core's ``num_distributed_optimizer_instances`` = dp*cp/k). Gradients are then
+    reduce-scattered and weights gathered within the k ranks, and each shard's gradients
+    all-reduced across the replicas.
     """
 
     gbs: int = spec_field(ge=1, le=1_000_000_000, doc="global batch in sequences")
@@ -404,6 +412,8 @@ class Plan:
     bf16_layers_end: int = spec_field(0, ge=0, le=100_000, doc="with fp8/fp4: last layers kept in bf16")
     optimizer_sharding: Sharding = "distributed_optimizer"
     fsdp_reshard_after_forward: bool = True
+    dp_shard: int = spec_field(0, ge=0, le=MAX_GPUS, doc="ranks each state is sharded over (hybrid sharding); "
+                                                         "0: the whole dp*cp group")
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     overlap: Overlap = dataclasses.field(default_factory=Overlap)
     offload: Offload = dataclasses.field(default_factory=Offload)
@@ -707,6 +717,14 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     bad = ops.logical_and(plan.rank_order == "tp-cp-pp-dp", ep > 1)
     if batch or bad:
         yield (f"{path}.rank_order", bad, "tp-cp-pp-dp places no expert-parallel groups: it needs ep = 1", dict)
+    hybrid = plan.dp_shard > 0
+    bad = ops.logical_and(hybrid, (dp * cp) % ops.maximum(plan.dp_shard, 1) != 0)
+    if batch or bad:
+        yield (f"{path}.dp_shard", bad, "must divide dp*cp ({dpcp}) (got {k})",
+               lambda: {"dpcp": dp * cp, "k": plan.dp_shard})
+    bad = ops.logical_and(hybrid, plan.optimizer_sharding == "none")
+    if batch or bad:
+        yield (f"{path}.dp_shard", bad, "hybrid sharding needs a sharded optimizer_sharding (got 'none')", dict)
     bad = (tp * cp * dp) % expert_group != 0
     if batch or bad:
         yield (f"{path}.ep", bad, "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,17 +22,18 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from twin import __version__
 from twin.core.errors import SpecError, TwinError
 from twin.engine import Engine
 from twin.server import extensions
+from twin.server.admission import AdmissionInterceptor, CountingExecutor
 from twin.server.auth import TokenAuthInterceptor, load_token
 from twin.server.config import ServerConfig, TlsConfig
 from twin.server.context import ServerContext
 from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
-from twin.wire.handlers import method_handler
+from twin.wire.handlers import method_handler, refuse_malformed, safe_parser
 
 log = logging.getLogger("twin.server")
 HEALTH_DESCRIPTOR = health_pb2.DESCRIPTOR.services_by_name["Health"]
@@ -76,11 +78,37 @@ def _add_health(server: grpc.Server, servicer: health.HealthServicer) -> None:
     grpc_health's own registration would.
     """
     check = HEALTH_DESCRIPTOR.methods_by_name["Check"]
+
+    def watch_checked(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        refuse_malformed(request, context)
+        yield from servicer.Watch(request, context)
+
     watch = grpc.unary_stream_rpc_method_handler(
-        servicer.Watch, request_deserializer=health_pb2.HealthCheckRequest.FromString,
+        watch_checked, request_deserializer=safe_parser(health_pb2.HealthCheckRequest),
         response_serializer=health_pb2.HealthCheckResponse.SerializeToString)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
         HEALTH_SERVICE, {"Check": method_handler(check, servicer.Check), "Watch": watch}),))
+
+
+def _add_reflection(server: grpc.Server, service_names: tuple[str, ...]) -> None:
+    """grpc.reflection.v1alpha as ``reflection.enable_server_reflection`` registers it, with each
+    request of the stream decoded safely (garbage bytes: INVALID_ARGUMENT, not INTERNAL).
+    """
+    servicer = reflection.ReflectionServicer(service_names)
+
+    def info(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        def checked() -> Iterator[Any]:
+            for request in requests:
+                refuse_malformed(request, context)
+                yield request
+
+        yield from servicer.ServerReflectionInfo(checked(), context)
+
+    handler = grpc.stream_stream_rpc_method_handler(
+        info, request_deserializer=safe_parser(reflection_pb2.ServerReflectionRequest),
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        reflection.SERVICE_NAME, {"ServerReflectionInfo": handler}),))
 
 
 def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
@@ -132,14 +160,15 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
     if warning:
         log.warning("UNPROTECTED: " + warning, extra={"host": config.host, "auth": token is not None,
                                                        "tls": config.tls.enabled})
-    interceptors: list[grpc.ServerInterceptor] = []
+    executor = CountingExecutor(max_workers=config.workers, thread_name_prefix="twin-rpc")
+    ctx.on_shutdown.append(lambda: executor.shutdown(wait=False, cancel_futures=True))
+    # Shedding comes first: a refused call costs no auth check, no span, no decode.
+    interceptors: list[grpc.ServerInterceptor] = [AdmissionInterceptor(executor, config.limits.max_queued_rpcs)]
     otel = setup_otel(__version__) if otel_requested(config.otel.enabled) else None
     if otel is not None:
         interceptors.append(TelemetryInterceptor(otel))
     if token is not None:
         interceptors.append(TokenAuthInterceptor(token))
-    executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="twin-rpc")
-    ctx.on_shutdown.append(lambda: executor.shutdown(wait=False, cancel_futures=True))
     limit = config.limits.max_message_bytes
     options = [
         ("grpc.max_receive_message_length", limit),
@@ -150,7 +179,8 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
     ]
     server = grpc.server(executor, interceptors=interceptors, options=options,
                          maximum_concurrent_rpcs=config.limits.max_concurrent_rpcs)
-    ctx.interceptors = list(interceptors)
+    # Extensions' own servers (the dedicated OTLP port) have their own pools: auth and tracing only.
+    ctx.interceptors = interceptors[1:]
     ctx.credentials = server_credentials(config.tls) if config.tls.enabled else None
     for register in extensions.EXTENSIONS:
         register(server, ctx)
@@ -159,7 +189,7 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
     _add_health(server, health_servicer)
     for name in ("", *ctx.service_names):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection((*ctx.service_names, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
+    _add_reflection(server, (*ctx.service_names, HEALTH_SERVICE, reflection.SERVICE_NAME))
 
     port = _bind(server, config.address, ctx.credentials, "config.port")
 

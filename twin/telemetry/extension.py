@@ -53,11 +53,13 @@ def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_p
                                 interceptors=list(interceptors), options=server_options(config.max_receive_bytes))
         dedicated.add_generic_rpc_handlers((otlp_handler(service),))
         if credentials is not None:
-            dedicated.add_secure_port(config.otlp_address, credentials)
+            port = dedicated.add_secure_port(config.otlp_address, credentials)
         else:
-            dedicated.add_insecure_port(config.otlp_address)
+            port = dedicated.add_insecure_port(config.otlp_address)
         dedicated.start()
-        log.info("OTLP metrics receiver on %s", config.otlp_address)
+        # The bound address (port 0 in the config: the one the system picked), for clients and logs.
+        service.otlp_grpc_address = f"{config.otlp_address.rpartition(':')[0]}:{port}"
+        log.info("OTLP metrics receiver on %s", service.otlp_grpc_address)
     return service, dedicated
 
 
@@ -96,8 +98,13 @@ def register(server: grpc.Server, ctx: Any) -> None:
             dedicated.stop(0)
         service.close()
         raise
+    listeners = getattr(ctx, "listeners", {})
     if http is not None:
-        getattr(ctx, "listeners", {})["otlp_http"] = http.address
+        listeners["otlp_http"] = http.address
+    if dedicated is not None:
+        listeners["otlp_grpc"] = service.otlp_grpc_address
+    if service.metrics_endpoint is not None:
+        listeners["metrics"] = service.metrics_endpoint.address
 
     def close_on_shutdown() -> None:
         ctx.shutdown.wait()

@@ -18,29 +18,23 @@ server's ``grpc.max_receive_message_length`` option (see ``server_options``).
 
 from __future__ import annotations
 
-import collections
 import logging
-import math
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import DecodeError
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import code_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
 from twin.telemetry.ingest import Overloaded
 from twin.telemetry.service import InvalidData, TelemetryService
+from twin.wire.errors import retry_status
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name
 Request = metrics_service_pb2.ExportMetricsServiceRequest
 Response = metrics_service_pb2.ExportMetricsServiceResponse
-
-
-class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
-    pass
 
 
 def server_options(max_receive_bytes: int) -> list[tuple[str, int]]:
@@ -50,14 +44,7 @@ def server_options(max_receive_bytes: int) -> list[tuple[str, int]]:
 
 def unavailable(message: str, retry_after_s: float) -> grpc.Status:
     """UNAVAILABLE carrying RetryInfo(retry_after_s)."""
-    frac, whole = math.modf(retry_after_s)
-    info = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=int(whole), nanos=int(frac * 1e9)))
-    detail = any_pb2.Any()
-    detail.Pack(info)
-    st = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message, details=[detail])
-    return _Status(grpc.StatusCode.UNAVAILABLE, message,
-                   (("grpc-status-details-bin", st.SerializeToString()),
-                    ("google.rpc.retryinfo-bin", info.SerializeToString())))
+    return retry_status(grpc.StatusCode.UNAVAILABLE, message, retry_after_s)
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,14 @@ so ``twin predict --server`` reports a remote error exactly like a local one.
 
 from __future__ import annotations
 
+import collections
 import logging
+import math
 import uuid
 from typing import Any
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -100,6 +102,28 @@ def status_for(err: TwinError) -> grpc.Status:
             error_details_pb2.QuotaFailure.Violation(subject=field, description=rule)])))
     status = status_pb2.Status(code=code.value[0], message=clip(str(err)), details=details)
     return rpc_status.to_status(status)
+
+
+def retry_status(code: grpc.StatusCode, message: str, retry_after_s: float, field: str = "") -> grpc.Status:
+    """``code`` with ``google.rpc.RetryInfo`` (and ``QuotaFailure`` naming ``field`` when given).
+
+    RetryInfo travels in ``grpc-status-details-bin`` (the rich-error model) and, for clients
+    that read only plain trailers, as ``google.rpc.retryinfo-bin`` and ``retry-after-s``.
+    """
+    frac, whole = math.modf(max(0.0, retry_after_s))
+    info = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=int(whole), nanos=int(frac * 1e9)))
+    details = [_pack(info)]
+    if field:
+        details.append(_pack(error_details_pb2.QuotaFailure(violations=[
+            error_details_pb2.QuotaFailure.Violation(subject=field, description=clip(message))])))
+    status = status_pb2.Status(code=code.value[0], message=clip(message), details=details)
+    return _Status(code, clip(message), (("grpc-status-details-bin", status.SerializeToString()),
+                                         ("google.rpc.retryinfo-bin", info.SerializeToString()),
+                                         ("retry-after-s", f"{retry_after_s:.3g}")))
+
+
+class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
+    pass
 
 
 def internal_status(method: str, err: BaseException) -> grpc.Status:

@@ -1,0 +1,128 @@
+"""Load shedding (issue 15, "under load"): past the queue bound a unary call is refused at once
+with a retry hint, Health never is, and the backlog count does not drift."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
+
+from twin.core.errors import SpecError
+from twin.server.admission import AdmissionInterceptor, CountingExecutor
+from twin.server.config import load_config
+
+SLOW = "/test.Slow/Call"
+
+
+@pytest.fixture()
+def slow_server():
+    """A real gRPC server (one worker, at most 2 waiting) whose test method blocks until released."""
+    release = threading.Event()
+    started = threading.Semaphore(0)
+    executor = CountingExecutor(max_workers=1, thread_name_prefix="test-admission")
+    admission = AdmissionInterceptor(executor, max_queued=2)
+
+    def call(request: bytes, context: grpc.ServicerContext) -> bytes:
+        started.release()
+        release.wait(20)
+        return request
+
+    handler = grpc.method_handlers_generic_handler("test.Slow", {"Call": grpc.unary_unary_rpc_method_handler(call)})
+    server = grpc.server(executor, interceptors=[admission], handlers=[handler])
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield channel, executor, admission, release, started
+    finally:
+        release.set()
+        channel.close()
+        server.stop(None).wait(10)
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.01)
+
+
+def test_past_the_queue_bound_a_call_is_refused_at_once_with_retry_info(slow_server):
+    channel, executor, admission, release, started = slow_server
+    call = channel.unary_unary(SLOW)
+    running = call.future(b"a", timeout=20)
+    assert started.acquire(timeout=10)                       # the only worker is busy
+    waiting = [call.future(b"b", timeout=20), call.future(b"c", timeout=20)]
+    _wait_for(lambda: executor.queued == 2)
+    t0 = time.monotonic()
+    with pytest.raises(grpc.RpcError) as err:
+        call(b"d", timeout=20)
+    # Refused while the worker is still blocked: it did not wait for the backlog to run.
+    assert time.monotonic() - t0 < 15 and not release.is_set()
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "limits.max_queued_rpcs" in err.value.details()
+    status = rpc_status.from_call(err.value)
+    kinds = {d.type_url.rsplit(".", 1)[-1] for d in status.details}
+    assert {"RetryInfo", "QuotaFailure"} <= kinds
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            assert info.retry_delay.seconds * 1e9 + info.retry_delay.nanos >= 0.05e9
+    trailers = dict(err.value.trailing_metadata())
+    assert float(trailers["retry-after-s"]) >= 0.05
+    assert admission.refused == 1
+    release.set()
+    assert [f.result(timeout=10) for f in (running, *waiting)] == [b"a", b"b", b"c"]
+    _wait_for(lambda: executor.queued == 0)
+    assert call(b"e", timeout=10) == b"e"                     # admitted again once drained
+
+
+def test_health_is_never_refused_by_the_queue_bound(slow_server):
+    channel, executor, admission, release, started = slow_server
+    call = channel.unary_unary(SLOW)
+    futures = [call.future(b"x", timeout=20)]
+    assert started.acquire(timeout=10)
+    futures += [call.future(b"y", timeout=20), call.future(b"z", timeout=20)]
+    _wait_for(lambda: executor.queued == 2)
+    check = health_pb2_grpc.HealthStub(channel).Check.future(health_pb2.HealthCheckRequest(), timeout=20)
+    _wait_for(lambda: executor.queued == 3)                  # admitted and queued, not refused
+    release.set()
+    assert check.result(timeout=10).status == health_pb2.HealthCheckResponse.SERVING
+    assert admission.refused == 0
+    for f in futures:
+        f.result(timeout=10)
+
+
+def test_a_call_cancelled_before_it_starts_leaves_the_backlog_count():
+    executor = CountingExecutor(max_workers=1)
+    gate = threading.Event()
+    first = executor.submit(gate.wait, 10)
+    _wait_for(lambda: executor.queued == 0)                  # the first call runs
+    pending: list[Future] = [executor.submit(lambda: None) for _ in range(3)]
+    assert executor.queued == 3
+    assert pending[1].cancel()
+    assert executor.queued == 2
+    gate.set()
+    first.result(timeout=10)
+    for f in (pending[0], pending[2]):
+        f.result(timeout=10)
+    assert executor.queued == 0
+    assert executor.mean_service_s > 0
+    executor.shutdown()
+
+
+def test_max_queued_rpcs_is_validated_and_read_from_the_environment():
+    assert load_config(None, env={"TWIN_LIMITS_MAX_QUEUED_RPCS": "7"}).limits.max_queued_rpcs == 7
+    with pytest.raises(SpecError) as err:
+        load_config(None, env={"TWIN_LIMITS_MAX_QUEUED_RPCS": "0"})
+    assert "max_queued_rpcs" in str(err.value)
