@@ -1,6 +1,7 @@
 """The public batch API: Engine.evaluate_many gives, row by row, what Engine.evaluate gives.
 
-Random scenarios over every preset model and system (validation/equivalence.py's points),
+Random scenarios over every preset model and system (validation/equivalence.py's points,
+pipeline schedules included),
 mixed in one call: the batch groups them by model, evaluates each group over arrays and
 puts the rows back in order. A row that does not parse or breaks a rule carries the
 reason a sweep would count; a plan that does not fit is evaluated anyway (``fits`` false),

@@ -3,7 +3,8 @@
 One model, two ways of running it: a sweep batch goes through ``evaluate_points`` (numpy
 arrays), a scenario through ``evaluate`` (Python numbers). Thousands of random points over
 models (dense, GQA, MoE, MLA), systems (HGX, NVL72, RoCE, A100), plan degrees, batch
-sizes, precisions, recomputation, sharding, overlap switches, offloading and LoRA; each
+sizes, precisions, recomputation (and its modules), sharding, pipeline schedules, overlap switches,
+offloading and LoRA; each
 point's scenario is rebuilt independently from its axis values and evaluated alone. Both
 must agree on the infeasibility reason and on every metric, bit for bit, and third-party
 strategies (vectorised or not) and a collective-cost hook must too.
@@ -49,6 +50,10 @@ PLAN_AXES = {
     "trainable": ["full", "full", "full", "lora"], "sequence_parallel": [None, None, False],
     "recompute_layers": [None, None, 1, 4], "moe_dispatcher": ["deepep", "alltoall"],
     "rank_order": ["tp-cp-ep-dp-pp", "tp-cp-ep-dp-pp", "tp-cp-pp-dp"],
+    "schedule": ["auto"] * 9 + ["1f1b", "interleaved", "zero_bubble_h1", "zero_bubble_h2", "zero_bubble_v",
+                                "dualpipe", "dualpipev"],
+    "recompute_modules": [["core_attn"]] * 12 + [["layernorm"], ["core_attn", "layernorm"], ["mla_up_proj"],
+                                                ["moe_act", "layernorm", "mla_up_proj"]],
     "dp_shard": [0, 0, 0, 0, 2, 8, 16],
 }
 OVERLAP_AXES = {"overlap.tp_comm": [None, True, False], "overlap.p2p": [True, True, False],
@@ -90,6 +95,8 @@ def reference(engine: Engine, values: dict) -> tuple[str | None, dict | None, in
     cluster = resolve_cluster(data, engine.catalog)
     model = resolve_model(values["model"], engine.catalog)
     plan_data: dict = {k: values[f"plan.{k}"] for k in PLAN_AXES}
+    # a list-valued axis reads back as its JSON text
+    plan_data["recompute_modules"] = json.loads(plan_data["recompute_modules"])
     plan_data["overlap"] = {k.split(".")[1]: values[f"plan.{k}"] for k in OVERLAP_AXES}
     scn = Scenario(cluster=cluster, model=model, plan=load(Plan, plan_data, "plan"))
     try:
@@ -131,7 +138,7 @@ def compare(engine: Engine, evaluator: SweepEvaluator, samples: int, seed: int) 
 
 
 def test_batch_path_is_identical_to_the_model(engine):
-    stats = compare(engine, SweepEvaluator(engine), samples=5000, seed=11)
+    stats = compare(engine, SweepEvaluator(engine), samples=10000, seed=11)
     assert stats["feasible"] >= 200                      # enough points reach the full model
     assert all(stats[name] >= 20 for name in COVERED), stats  # and the energy inputs, each of them
     # LoRA and every built-in strategy run on the batch path; no point fell back to one-by-one
@@ -157,6 +164,61 @@ def test_offload_and_cxl_run_on_the_batch_path(engine):
         assert ev.floats["offload_s"][i] == est.breakdown.offload_s
         offloaded += est.breakdown.offload_s > 0
     assert offloaded >= 6
+
+
+def grid_matches(engine: Engine, spec_data: dict, field: str) -> dict[Any, int]:
+    """Every point of a grid: the batch gives it the reason or the numbers the scalar path
+    gives it; returns, per value of plan ``field``, how many points ran."""
+    spec = parse_spec({"mode": "grid", **spec_data})
+    n = math.prod(len(a["values"]) for a in spec_data["axes"])
+    batch = SweepSource(spec, engine.catalog).batch(0, n)
+    ev = SweepEvaluator(engine).evaluate(batch)
+    assert ev.stats["scalar_points"] == 0
+    ran: dict[Any, int] = {}
+    for i in range(n):
+        scn = batch.scenario(i)
+        try:
+            est = engine.model.evaluate(scn, report=False)
+        except TwinError as err:
+            assert ev.reasons[ev.reason_ix[i]] == reason_of(err), i
+            continue
+        if not est.fits:
+            assert ev.reasons[ev.reason_ix[i]] == MEMORY_REASON, i
+            continue
+        assert ev.reason_ix[i] < 0, (i, ev.reasons[ev.reason_ix[i]])
+        want = estimate_columns(est, scn.cluster.gpu.tdp_w * scn.cluster.num_gpus / 1e3)
+        for name in MODEL_COLUMNS:
+            assert ev.floats[name][i] == want[name], (i, name)
+        key = getattr(scn.plan, field)
+        ran[key] = ran.get(key, 0) + 1
+    return ran
+
+
+def test_every_schedule_runs_on_the_batch_path_and_matches(engine):
+    # Dense and MoE models, pipelined plans of every schedule and interleaving depth.
+    names = ["auto", "1f1b", "interleaved", "zero_bubble_h1", "zero_bubble_h2", "zero_bubble_v", "dualpipe",
+             "dualpipev"]
+    ran = grid_matches(engine, {"name": "schedules", "base": {
+        "cluster": {"system": "DGX-H100", "num_gpus": 128}, "model": "llama3.1-70b", "plan": {"tp": 8, "mbs": 1}},
+        "axes": [{"path": "model", "values": ["llama3.1-70b", "mixtral-8x7b"]},
+                 {"path": "plan.pp", "values": [2, 4, 8]}, {"path": "plan.vp", "values": [1, 2, 4]},
+                 {"path": "plan.gbs", "values": [32, 64, 256]}, {"path": "plan.schedule", "values": names}]},
+        "schedule")
+    assert set(ran) == set(names), ran  # every schedule has runnable points here
+
+
+def test_recompute_modules_run_on_the_batch_path_and_match(engine):
+    sets = [["core_attn"], ["layernorm"], ["mla_up_proj"], ["moe_act"], ["layernorm", "mla_up_proj", "moe_act"]]
+    ran = grid_matches(engine, {"name": "modules", "base": {
+        "cluster": {"system": "HGX-H200", "num_gpus": 512}, "model": "deepseek-v3",
+        "plan": {"tp": 1, "pp": 16, "ep": 32, "gbs": 256, "mbs": 1}},
+        "axes": [{"path": "plan.schedule", "values": ["auto", "dualpipe"]},
+                 {"path": "plan.recompute", "values": ["none", "selective", "full"]},
+                 {"path": "plan.recompute_modules", "values": sets},
+                 {"path": "plan.precision", "values": ["bf16", "fp8"]},
+                 {"path": "plan.recipe", "values": ["auto", "blockwise"]}]},
+        "recompute_modules")
+    assert len(ran) == len(sets), ran
 
 
 class Checkpointing(Strategy):

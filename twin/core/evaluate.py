@@ -64,6 +64,7 @@ from twin.core.memory import (
     memory_per_gpu,
     model_states,
 )
+from twin.core.pipelines import rank0_params
 from twin.core.points import ColumnView, PlanColumns, PointSet
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
 from twin.core.schema import freeze
@@ -576,7 +577,8 @@ class TwinModel:
         """
         key = (self._key(dev), self._key(model), self._key(sw), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep,
                plan.expert_tp, plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision,
-               plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers)
+               plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers,
+               plan.recompute_modules, plan.recipe)
         hit = self._stages.get(key)
         if hit is None:
             stage = stage_times(plan, model, dev, w, sw)
@@ -636,6 +638,7 @@ class TwinModel:
             if group is None:
                 setup = self._setup(scenario)
                 facts, dev, w, stage, params, expert = setup[:6]
+                params, expert = rank0_params(plan, params, expert, w)
                 if len(self._groups_seen) > 16 * _CACHE_LIMIT:
                     self._groups_seen.clear()
                 group = self._groups_seen[gkey] = _GroupMemo(
@@ -644,6 +647,7 @@ class TwinModel:
         else:
             setup = self._setup(scenario)
         facts, dev, w, stage, params, expert, act, hierarchy, spans, prec_peak, fwd_flops = setup
+        params, expert = rank0_params(plan, params, expert, w)
         if capacity and any(c != 1.0 for c in capacity):
             hierarchy = hierarchy.with_shares(capacity)
             group = None  # its terms differ from the scenario's on its own share
@@ -755,7 +759,7 @@ class TwinModel:
         for _, terms in parts:
             exposed_mb = exposed_mb + terms.exposed_per_microbatch_s
         t_mb = stage.total_s + exposed_mb
-        pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb)
+        pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb, stage)
         # The optimizer step is no shorter than the host's step tail (grad-norm and inf-check
         # syncs, optimizer launches: Software.step_us), which it overlaps.
         opt_s = ops.maximum(work.optimizer_s, stage.host_step_s)
@@ -1175,7 +1179,7 @@ class TwinModel:
         _, tr = _categories(plan.trainable)
         uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
                                 rc, plan.recompute_layers, tr, drow, plan.bf16_layers_start, plan.bf16_layers_end,
-                                plan.pp_first_layers, plan.pp_last_layers])
+                                plan.pp_first_layers, plan.pp_last_layers, _categories(plan.recompute_modules)[1]])
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
@@ -1197,8 +1201,9 @@ class TwinModel:
                                      half_peak_tflops=fact("half_peak_tflops"))
         peaks = np.asarray([[(f or proto).peak_tflops.get(str(p), np.nan) for p in precs] for f in facts])
         gpn = np.asarray([c.gpus_per_node for c in ps.clusters], np.int64)[cix]
+        params, expert = rank0_params(plan, params_u[inv], expert_u[inv], w)
         return _work(plan, model, dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus, gpn,  # type: ignore[arg-type]
-                     model_fwd_flops(model), params=params_u[inv], expert=expert_u[inv], act=act)  # type: ignore[arg-type]
+                     model_fwd_flops(model), params=params, expert=expert, act=act)  # type: ignore[arg-type]
 
     def _stage_rows(self, plan: PlanColumns, model: Model, dev: Device, w: Workload, devs: Sequence[Device],
                     rows: np.ndarray, sw: Software = DEFAULT_SOFTWARE,
@@ -1213,7 +1218,7 @@ class TwinModel:
         d_keys = [self._key(d) for d in devs]
         cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers,
                 plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers)
-        labels = (plan.recompute, plan.trainable, plan.precision)
+        labels = (plan.recompute, plan.trainable, plan.precision, plan.recompute_modules, plan.recipe)
         keys = [(m_key, d_keys[r], *vals, *names) for r, vals, names in zip(
             rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
             zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
@@ -1399,7 +1404,8 @@ def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarch
     if schedule:
         def in_hbm() -> Any:
             return ops.where(plan.offload.activations != "none", act.per_token * work.w.tokens * 2,
-                             act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1) + act.recompute_live)
+                             act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1, plan.schedule)
+                             + act.recompute_live)
         m = work.m
     else:
         plan, in_hbm, m = dataclasses.replace(plan, gbs=None, vp=None), None, None
@@ -1475,7 +1481,7 @@ def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 _SCHEDULE_FIELDS = ("gbs", "vp")
 # The plan fields a scenario's set-up (work of a micro-batch, group spans) depends on.
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
-                                   "recompute_layers", "precision", "recipe", "bf16_layers_start",
+                                   "recompute_layers", "recompute_modules", "precision", "recipe", "bf16_layers_start",
                                    "bf16_layers_end", "pp_first_layers", "pp_last_layers", "trainable",
                                    "rank_order", "dp_shard")
 # The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
