@@ -106,3 +106,16 @@ def test_a_batch_seen_twice_counts_once(engine):
     assert again.add(b0) and again.add(b1) and not again.add(b0)  # a retried batch arriving late
     assert again.done == 648 and again.counts == r.counts and again.feasible == r.feasible
     assert np.array_equal(again.top["point_id"], r.top["point_id"])
+
+
+def test_equal_step_times_rank_the_plan_with_more_memory_free_first():
+    """Issue 12 item 5: a 78 GiB plan no longer ranks above a 51 GiB one of the same step time."""
+    from twin.sweep.reduce import top_rows
+
+    rows = {"point_id": np.array([0, 1, 2, 3]), "feasible": np.array([True, True, True, False]),
+            "step_time_s": np.array([2.0, 2.0, 1.5, 1.0]), "memory_gib": np.array([78.0, 51.0, 70.0, 10.0])}
+    top = top_rows(rows, "step_time_s", "min", 3)
+    assert list(top["point_id"]) == [2, 1, 0]                 # fastest, then the tie by memory
+    rows["memory_gib"] = np.array([51.0, 51.0, 70.0, 10.0])
+    assert list(top_rows(rows, "step_time_s", "min", 3)["point_id"]) == [2, 0, 1]   # then by point id
+    assert list(top_rows(rows, "memory_gib", "min", 2)["point_id"]) == [0, 1]
