@@ -21,7 +21,7 @@ from typing import Any
 # opentelemetry is a namespace shared by two extras: the server's opentelemetry-proto installs
 # opentelemetry.proto; the telemetry extra's API, SDK and exporters install the rest.
 PROVIDES: dict[str, tuple[str, ...]] = {
-    "server": ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "google", "opentelemetry.proto"),
+    "server": ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "google", "opentelemetry.proto", "cramjam"),
     "telemetry": ("opentelemetry.*", "prometheus_client"),
     "ray": ("ray",),
     "plot": ("matplotlib",),

@@ -10,7 +10,8 @@ turn: random bytes, a valid request with bytes flipped or cut, a request built f
 field from its descriptor with hostile values (NaN, inf, 2^63-1, negative, unknown enum
 numbers, control characters, lone surrogates in documents, long strings), and a valid
 request with a few fields replaced by such values. The HTTP ports (OTLP/HTTP, Prometheus
-``/metrics``) get random bodies, content types, encodings, paths and methods. Calls carry
+``/metrics``) get random bodies, content types, encodings, paths and methods; the OTLP/HTTP
+port's remote-write path gets snappy-compressed hostile WriteRequests and broken snappy. Calls carry
 the right bearer token most of the time and a wrong or missing one otherwise.
 
 :func:`verdict` says whether an answer is acceptable: a domain error or OK is; INTERNAL,
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cramjam
 import grpc
 from google.protobuf import message as pb_message
 from google.protobuf.descriptor import FieldDescriptor
@@ -36,6 +38,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
+from twin.rpc.prompb import remote_pb2
 from twin.rpc.v1 import failure_service_pb2, sweep_service_pb2, telemetry_pb2, twin_service_pb2
 from twin.telemetry.otlpbuild import request as otlp_request
 from twin.wire.convert import scenario_from_mapping
@@ -258,7 +261,8 @@ def call_grpc(channel: grpc.Channel, method: Method, payload: bytes, metadata: t
     return "OK", None
 
 
-HTTP_PATHS = ["/v1/metrics", "/v1/metrics/", "/metrics", "/", "/v1/traces", "/%00", "/" + "a" * 3000, "/v1/metrics?x=1"]
+HTTP_PATHS = ["/v1/metrics", "/v1/metrics/", "/api/v1/write", "/api/v1/write/", "/metrics", "/", "/v1/traces", "/%00",
+              "/" + "a" * 3000, "/v1/metrics?x=1"]
 HTTP_METHODS = ["POST", "GET", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"]
 HTTP_DOCS = [*DOCS, '{"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": 1}]}]}]}',
              '{"resourceMetrics": ' + "[" * 300 + "]" * 300 + "}"]
@@ -270,9 +274,46 @@ CONTENT_TYPES = ["application/x-protobuf", "application/json", "text/plain", "",
 HTTP_USUAL = {"otlp_http": ("POST", "/v1/metrics"), "metrics": ("GET", "/metrics")}
 
 
+def _remote_write_valid() -> remote_pb2.WriteRequest:
+    import time
+    req = remote_pb2.WriteRequest()
+    ts = req.timeseries.add()
+    for name, value in (("__name__", "twin_training_step_time_seconds"), ("job", "fuzz"), ("instance", "node-1:1")):
+        ts.labels.add(name=name, value=value)
+    ts.samples.add(value=1.0, timestamp=time.time_ns() // 10**6)
+    return req
+
+
+def remote_write_case(rng: random.Random) -> tuple[bytes, dict[str, str]]:
+    """(body, headers) of one hostile remote-write request: snappy of hostile or valid
+    WriteRequests, broken snappy, and wrong content types, encodings and versions."""
+    k = rng.random()
+    if k < 0.4:
+        raw = Hostile(rng).build(remote_pb2.WriteRequest()).SerializeToString()
+    elif k < 0.6:
+        raw = rng.randbytes(rng.randrange(0, 2048))
+    else:
+        raw = _remote_write_valid().SerializeToString()
+    body = bytes(cramjam.snappy.compress_raw(raw))
+    if rng.random() < 0.2:  # cut, flipped or with a lying length preamble
+        body = rng.choice([body[: rng.randrange(0, len(body) + 1)], bytes([b ^ 0x5A for b in body]),
+                           b"\xff\xff\xff\x0f" + body])
+    headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
+               "X-Prometheus-Remote-Write-Version": "0.1.0"}
+    if rng.random() < 0.2:
+        headers[rng.choice(list(headers))] = rng.choice(["", "gzip", "application/json", "2.0.0",
+                                                          "application/x-protobuf;proto=io.prometheus.write.v2.Request"])
+    return body, headers
+
+
 def http_case(rng: random.Random, token: str | None, port: str = "otlp_http") -> tuple[str, str, bytes, dict[str, str]]:
     """(method, path, body, headers) of one hostile HTTP request to ``port``."""
     hostile = Hostile(rng)
+    if port == "otlp_http" and rng.random() < 0.25:
+        body, headers = remote_write_case(rng)
+        if token is not None and rng.random() < 0.9:
+            headers["Authorization"] = f"Bearer {token}"
+        return "POST", "/api/v1/write", body, headers
     method, path = HTTP_USUAL.get(port, ("POST", "/"))
     if rng.random() < 0.3:
         method, path = rng.choice(HTTP_METHODS), rng.choice(HTTP_PATHS)

@@ -58,6 +58,21 @@ def test_every_point_exactly_once_and_batching_does_not_matter(engine):
     assert nrows(a.pareto) >= 1 and a.pareto["tokens_per_s"].max() == best[0]
 
 
+def test_the_pareto_front_without_rows_is_the_front_of_every_row(engine):
+    """Without keep_rows a batch builds rows only for candidates (top N, Pareto): the front
+    (throughput vs the step's average power, which differs from point to point when the
+    GPUs wait at a lower power) is the same."""
+    from twin.sweep.reduce import pareto_rows
+
+    base = {**SPEC["base"], "cluster": {**SPEC["base"]["cluster"], "power": {"gpu_idle_w": 100.0}}}
+    full = run_job(job(engine, base=base), engine=engine, executor="inline", batch_points=1000)
+    lean = run_job(job(engine, base=base, keep_rows=False), engine=engine, executor="inline", batch_points=1000)
+    assert full.feasible > 4 * 7 + 64                    # enough points that candidates are pruned
+    assert len(np.unique(full.rows["power_kw"][full.rows["feasible"]])) > 50
+    want = pareto_rows(full.rows)
+    assert list(lean.pareto["point_id"]) == list(want["point_id"]) == list(full.pareto["point_id"])
+
+
 def test_cancel_stops_the_inline_sweep(engine):
     cancel = threading.Event()
     j = job(engine)
@@ -91,3 +106,16 @@ def test_a_batch_seen_twice_counts_once(engine):
     assert again.add(b0) and again.add(b1) and not again.add(b0)  # a retried batch arriving late
     assert again.done == 648 and again.counts == r.counts and again.feasible == r.feasible
     assert np.array_equal(again.top["point_id"], r.top["point_id"])
+
+
+def test_equal_step_times_rank_the_plan_with_more_memory_free_first():
+    """Issue 12 item 5: a 78 GiB plan no longer ranks above a 51 GiB one of the same step time."""
+    from twin.sweep.reduce import top_rows
+
+    rows = {"point_id": np.array([0, 1, 2, 3]), "feasible": np.array([True, True, True, False]),
+            "step_time_s": np.array([2.0, 2.0, 1.5, 1.0]), "memory_gib": np.array([78.0, 51.0, 70.0, 10.0])}
+    top = top_rows(rows, "step_time_s", "min", 3)
+    assert list(top["point_id"]) == [2, 1, 0]                 # fastest, then the tie by memory
+    rows["memory_gib"] = np.array([51.0, 51.0, 70.0, 10.0])
+    assert list(top_rows(rows, "step_time_s", "min", 3)["point_id"]) == [2, 0, 1]   # then by point id
+    assert list(top_rows(rows, "memory_gib", "min", 2)["point_id"]) == [0, 1]

@@ -5,7 +5,8 @@ fleet, failures, catalog, plugins, sweep and plan with the inline executor): plu
 numpy and rich. The rest is an extra, imported only by the features that use it:
 
 - ``server``: gRPC and protobuf (``twin serve``, ``--server`` on the client verbs,
-  ``twin telemetry``) with the OTLP message definitions the server's receiver decodes;
+  ``twin telemetry``) with the OTLP message definitions the server's receiver decodes and the
+  snappy decompressor of its Prometheus remote-write receiver;
 - ``telemetry``: the OpenTelemetry SDK and exporters (the service's own traces and metrics,
   ``twin demo``'s simulated exporters) and prometheus-client (Prometheus scrape in,
   ``/metrics`` out);
@@ -27,7 +28,8 @@ from twin.core.errors import MissingExtraError
 # parent that is missing altogether); tests/test_extras.py checks each against the distributions
 # pyproject.toml lists. The server has only opentelemetry.proto of the opentelemetry namespace.
 EXTRA_MODULES: dict[str, frozenset[str]] = {
-    "server": frozenset({"grpc", "grpc_health", "grpc_reflection", "grpc_status", "google", "opentelemetry.proto"}),
+    "server": frozenset({"grpc", "grpc_health", "grpc_reflection", "grpc_status", "google", "opentelemetry.proto",
+                         "cramjam"}),
     "telemetry": frozenset({"opentelemetry", "prometheus_client"}),
     "ray": frozenset({"ray"}),
     "plot": frozenset({"matplotlib"}),

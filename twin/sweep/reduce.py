@@ -112,7 +112,10 @@ def nrows(rows: Rows) -> int:
 
 
 def top_rows(rows: Rows, metric: str, order: str, n: int) -> Rows:
-    """The best ``n`` feasible rows by ``metric`` (ties: lower point id first)."""
+    """The best ``n`` feasible rows by ``metric``; ties go to the plan that leaves more memory
+    free (lower ``memory_gib``: at an equal step time a capacity planner takes the one with
+    headroom), then to the lower point id.
+    """
     if not rows or nrows(rows) == 0:
         return rows
     ok = np.flatnonzero(rows["feasible"] & np.isfinite(rows[metric]))
@@ -126,7 +129,8 @@ def top_rows(rows: Rows, metric: str, order: str, n: int) -> Rows:
         cut = key[part].max()
         cand = np.flatnonzero(key <= cut)  # every row tied at the cut-off competes on point id
         ok, key = ok[cand], key[cand]
-    order_ix = np.lexsort((rows["point_id"][ok], key))[:n]
+    memory = rows["memory_gib"][ok] if "memory_gib" in rows and metric != "memory_gib" else np.zeros(len(ok))
+    order_ix = np.lexsort((rows["point_id"][ok], memory, key))[:n]
     return take(rows, ok[order_ix])
 
 
@@ -199,11 +203,13 @@ def _candidates(ev: Evaluated, feasible: np.ndarray, metric: str, order: str, to
     part = np.argpartition(key, top - 1)[:top]
     cut = key[part].max()
     keep = key <= cut
-    # Pareto candidates: the best throughput at each distinct power level.
+    # Pareto candidates: every point whose throughput is at least that of every point with
+    # less or equal power (ties kept; pareto_rows breaks them by point id). Sorted once:
+    # the average power differs from point to point (it follows the step time).
     tps, power = ev.floats["tokens_per_s"][feasible], ev.floats["power_kw"][feasible]
-    for pw in np.unique(power):
-        at = np.flatnonzero(power == pw)
-        keep[at[tps[at] == tps[at].max()]] = True
+    order = np.lexsort((-tps, power))
+    best_before = np.concatenate(([-np.inf], np.maximum.accumulate(tps[order])[:-1]))
+    keep[order[tps[order] >= best_before]] = True
     return feasible[keep]
 
 

@@ -6,10 +6,11 @@ mapping of :class:`~twin.telemetry.config.TelemetryConfig` fields) and ``shutdow
 twin.rpc.v1.TelemetryService to ``server``; with ``otlp_address`` set it also serves
 OTLP on that dedicated address (e.g. the standard port 4317), with the main port's token
 auth and TLS (``ctx.interceptors``, ``ctx.credentials``). With ``otlp_http_port`` set
-(``twin serve --otlp-http-port``) it also serves OTLP/HTTP (``POST /v1/metrics``) on the
-server's host, with the same token (``ctx.auth_token``), TLS (``ctx.config.tls``) and
-receive limit, and records it in ``ctx.listeners``. When ``ctx.shutdown`` is
-set, the dedicated servers stop and the service commits what is queued and closes.
+(``twin serve --otlp-http-port``) it also serves OTLP/HTTP (``POST /v1/metrics``) and
+Prometheus remote write (``POST /api/v1/write``) on the server's host, with the same token
+(``ctx.auth_token``), TLS (``ctx.config.tls``) and receive limit, and records it in
+``ctx.listeners``. When ``ctx.shutdown`` is set, the dedicated servers stop and the service
+commits what is queued and closes.
 The host server must accept large requests: build it with
 ``twin.telemetry.otlp.server_options(config.max_receive_bytes)``.
 """
@@ -80,7 +81,8 @@ def start_http(service: TelemetryService, config: TelemetryConfig, token: str | 
     except OSError as err:
         raise SpecError("config.otlp_http_port", f"cannot listen on {config.otlp_http_host}:"
                                                  f"{config.otlp_http_port}: {err.strerror or err}") from err
-    log.info("OTLP/HTTP metrics receiver on %s", receiver.url)
+    log.info("OTLP/HTTP metrics receiver on %s, Prometheus remote write on %s", receiver.url,
+             receiver.remote_write_url)
     return receiver
 
 

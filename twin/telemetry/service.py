@@ -75,7 +75,7 @@ class TelemetryService:
             log.warning("telemetry state: %d stored rows could not be used and were skipped (kept in %s)",
                         len(skipped), config.db_path, extra={"skipped": [list(r) for r in skipped[:20]]})
         self.stats = {"points_accepted": 0, "points_rejected": 0, "points_duplicate": 0, "counter_resets": 0,
-                      "requests": 0, "stored_rows_skipped": len(skipped)}
+                      "requests": 0, "stored_rows_skipped": len(skipped), "stale_markers_skipped": 0}
         # Metrics the twin does not read, per (name, exporter): [points, reason, first, last ns].
         self.ignored: dict[tuple[str, str], list[Any]] = {}
         # Series baselines (last counter values) are written every series_checkpoint_s, not
@@ -126,7 +126,7 @@ class TelemetryService:
         """
         decoded = self.decoder.decode(request)
         if decoded.ignored:
-            self._note_ignored(decoded.ignored)
+            self.note_ignored(decoded.ignored)
         reasons, examples = dict(decoded.rejected), dict(decoded.examples)
         if not decoded.points and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
             with self.lock:
@@ -144,9 +144,18 @@ class TelemetryService:
             self.stats["points_rejected"] += rejected
         return rejected, summarize(reasons, examples) if reasons else ""
 
-    def _note_ignored(self, ignored: dict[tuple[str, str], tuple[int, str]]) -> None:
-        """Count metrics nobody reads (bounded: past MAX_IGNORED names they pool under
-        ``(other names)``); log each name once.
+    def count(self, counter: str, n: int) -> None:
+        """Add ``n`` to ingest counter ``counter`` (one of :attr:`stats`): for what a receiver
+        settles before decoding (remote-write stale markers, samples refused on their labels).
+        """
+        with self.lock:
+            if counter not in self.stats:
+                raise KeyError(f"no ingest counter {counter!r}")
+            self.stats[counter] += n
+
+    def note_ignored(self, ignored: dict[tuple[str, str], tuple[int, str]]) -> None:
+        """Count metrics nobody reads, per (name, exporter): (points, reason) (bounded: past
+        MAX_IGNORED names they pool under ``(other names)``); log each name once.
         """
         now = time.time_ns()
         fresh = []
