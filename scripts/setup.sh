@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install Fabric Twin with its test tools. Idempotent, and
+# Create .venv (if missing) and install Fabric Twin with every extra and its test tools. Idempotent, and
 # quick when nothing changed: the install runs again only when a file it depends on
 # (pyproject.toml, setup.py, the .proto files, the example plugin) differs from the last
 # install's (a stamp in .venv), so a second start needs no package registry.
@@ -21,7 +21,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x .venv/bin/twin ]; 
   exit 0  # the environment matches its inputs
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test,ray,parquet,plot]'
+.venv/bin/python -m pip install -q -e '.[test,server,telemetry,ray,parquet,plot]'
 # The example third-party plugin, installed the way a user installs any plugin package.
 .venv/bin/python -m pip install -q --no-deps ./tests/example_plugin
 echo "$want" > "$STAMP"

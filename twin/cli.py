@@ -2,7 +2,9 @@
 
 A command module exposes ``register(subparsers)``, which adds its sub-parser and sets
 ``func`` (taking the parsed arguments, returning the exit status). Domain errors print a
-one-line message naming the field and exit 2; nothing prints a traceback for bad input.
+one-line message naming the field and exit 2; nothing prints a traceback for bad input. A verb
+whose optional dependencies (an extra) are missing says which extra to install and exits 2;
+the verbs import those dependencies only when they run, so every verb is listed by ``--help``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ import sys
 from collections.abc import Sequence
 
 from twin import __version__
-from twin.core.errors import InfeasibleError, NotFoundError, PluginError, SpecError, TooLargeError, TwinError
+from twin.core.errors import (
+    InfeasibleError,
+    MissingExtraError,
+    NotFoundError,
+    PluginError,
+    SpecError,
+    TooLargeError,
+    TwinError,
+)
 
 COMMANDS = (
     "twin.commands.predict",
@@ -32,6 +42,8 @@ COMMANDS = (
 )
 
 EXIT_BAD_INPUT = 2
+# A command whose extra is not installed cannot run as invoked here, like a usage error (argparse's 2).
+EXIT_MISSING_EXTRA = 2
 EXIT_NOT_FOUND = 3
 EXIT_INFEASIBLE = 4
 
@@ -57,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         return int(args.func(args) or 0)
+    except MissingExtraError as err:  # before InfeasibleError, its base class
+        print(f"twin: error: {err}", file=sys.stderr)
+        return EXIT_MISSING_EXTRA
     except (SpecError, TooLargeError) as err:
         print(f"twin: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -15,6 +15,7 @@ from typing import Any
 
 import pluggy
 
+from twin import __version__
 from twin.core.api import Fabric, Strategy
 from twin.core.catalog import Catalog
 from twin.core.errors import PluginError, SpecError, TwinError, reason_of
@@ -176,3 +177,25 @@ class Engine:
         out["strategy"] = [{"kind": s.name, "plugin": self.origins.get(f"strategy:{s.name}", "?"),
                             "summary": s.summary} for s in self.strategies]
         return out
+
+    def catalog_document(self) -> dict[str, Any]:
+        """Everything this engine knows as plain data, with the fields of the wire's ``Catalog``
+        message (``twin.rpc.v1``): what ``twin catalog`` prints here and ``GetCatalog`` sends.
+        """
+
+        def presets(kind: str) -> list[dict[str, Any]]:
+            out = []
+            for name, body, origin in self.catalog.describe(kind):
+                source = body.get("source", "")
+                out.append({"name": name, "origin": origin, "source": source if isinstance(source, str) else "",
+                            "spec": body})
+            return out
+
+        comps = self.components()
+        return {"twin_version": __version__, "gpus": presets("gpus"), "systems": presets("systems"),
+                "models": presets("models"), "efficiency_profiles": presets("efficiency"),
+                "fabrics": [{"role": role, **row} for role, rows in comps.items() if role != "strategy"
+                            for row in rows],
+                "strategies": [{"role": "strategy", **row} for row in comps.get("strategy", [])],
+                "plugins": [{"name": p.name, "module": p.module, "distribution": p.distribution,
+                             "version": p.version, "builtin": p.builtin} for p in self.plugins()]}

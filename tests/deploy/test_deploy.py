@@ -192,7 +192,7 @@ def test_image_is_pinned_and_carries_the_ray_of_the_kuberay_cluster():
     text = (DEPLOY / "Dockerfile").read_text()
     bases = re.findall(r"^FROM (\S+)", text, re.M)
     assert bases and all(re.fullmatch(r"python:3\.11\.\d+-slim-\w+", b) for b in bases), bases
-    assert '"fabric-twin[ray]"' in text and "-c /constraints.txt" in text
+    assert '"fabric-twin[server,telemetry,ray]"' in text and "-c /constraints.txt" in text
     pins = {}
     for line in (DEPLOY / "constraints.txt").read_text().splitlines():
         if line and not line.startswith("#"):
@@ -203,10 +203,16 @@ def test_image_is_pinned_and_carries_the_ray_of_the_kuberay_cluster():
     assert pins["ray"] == rc["spec"]["rayVersion"]  # a Ray client must run the cluster's version
     import tomllib
 
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    deps = [*project["dependencies"], *extras["server"], *extras["telemetry"], *extras["ray"]]
+    from packaging.requirements import Requirement
+
     for dep in deps:
-        name = re.split(r"[<>=!~ \[;]", dep, maxsplit=1)[0].lower()
+        req = Requirement(dep)
+        name = req.name.lower()
         assert name in pins, f"{name} is not in deploy/constraints.txt"
+        assert req.specifier.contains(pins[name]), f"deploy/constraints.txt pins {name}=={pins[name]}, outside {dep}"
 
 
 # ------------------------------------------------------------------ /metrics and Grafana

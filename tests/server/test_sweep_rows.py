@@ -5,15 +5,13 @@ equal to the sweep evaluated in this process, whatever the chunk size, the row w
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 
 import grpc
 import pytest
 
 from tests.server.test_errors import bad_field
-from tests.server.test_node_client import NODE_DIR, node_modules  # noqa: F401 - the fixture
+from tests.server.test_node_client import nodejs  # noqa: F401 - the fixture
 from twin.client import TwinClient, event_rows
 from twin.engine import Engine
 from twin.rpc.v1 import sweep_service_pb2 as sw
@@ -101,12 +99,10 @@ def test_bad_rows_per_message_is_invalid_argument_naming_it(sweep_stub, value):
 
 
 @pytest.mark.parametrize("per_message", ["0", "1"])
-def test_node_client_reads_every_row(server, expected, node_modules, tmp_path, per_message):  # noqa: F811
-    assert shutil.which("node")
+def test_node_client_reads_every_row(server, expected, nodejs, tmp_path, per_message):  # noqa: F811
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(SPEC))
-    out = subprocess.run(["node", "sweep.js", server.address, str(spec_file), per_message], cwd=NODE_DIR,
-                         capture_output=True, text=True, timeout=120, check=False)
+    out = nodejs.run("sweep.js", server.address, str(spec_file), per_message, timeout=120)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     want = [sw.SweepRow.FromString(b) for b in expected]

@@ -22,33 +22,33 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fetch the catalog and print it."""
-    from google.protobuf.json_format import MessageToDict
-
+    """Fetch the catalog and print it (here: the engine's plain data; no gRPC or protobuf needed)."""
     if args.server:
         with client_from_args(args) as client:
-            catalog = client.catalog()
+            message = client.catalog()
+        from google.protobuf.json_format import MessageToDict  # installed with the client (the 'server' extra)
+
+        catalog = MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
     else:
         from twin.engine import Engine
-        from twin.server.services import catalog_message
 
-        catalog = catalog_message(Engine(autoload=False if args.no_plugins else None))
+        catalog = Engine(autoload=False if args.no_plugins else None).catalog_document()
     if args.json:
-        print_json(MessageToDict(catalog, preserving_proto_field_name=True, always_print_fields_with_no_presence=True))
+        print_json(catalog)
         return 0
     out = console()
-    out.print(f"Fabric Twin {catalog.twin_version}")
-    for title, presets in (("GPUs", catalog.gpus), ("Systems", catalog.systems), ("Models", catalog.models)):
+    out.print(f"Fabric Twin {catalog['twin_version']}")
+    for title, key in (("GPUs", "gpus"), ("Systems", "systems"), ("Models", "models")):
         t = table(title, "name", "origin")
-        for p in presets:
-            t.add_row(p.name, p.origin)
+        for p in catalog[key]:
+            t.add_row(p["name"], p["origin"])
         out.print(t)
     c = table("Fabrics and strategies", "role", "kind", "plugin", "summary")
-    for comp in (*catalog.fabrics, *catalog.strategies):
-        c.add_row(comp.role, comp.kind, comp.plugin, comp.summary)
+    for comp in (*catalog["fabrics"], *catalog["strategies"]):
+        c.add_row(comp["role"], comp["kind"], comp["plugin"], comp["summary"])
     out.print(c)
     pl = table("Plugins", "name", "package", "version")
-    for plugin in catalog.plugins:
-        pl.add_row(plugin.name, plugin.distribution, plugin.version)
+    for plugin in catalog["plugins"]:
+        pl.add_row(plugin["name"], plugin["distribution"], plugin["version"])
     out.print(pl)
     return 0

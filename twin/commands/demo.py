@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from twin.commands.render import console, table
+from twin.core.extras import needs_extra
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "gpt3-175b-dgx-h100-ib.yaml"
 
@@ -46,11 +47,13 @@ def _start_server(state_dir: str) -> tuple[subprocess.Popen, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the three phases and print what the twin sees."""
-    import grpc
+    with needs_extra("server", "twin demo"):
+        import grpc
 
-    from twin.rpc.v1 import telemetry_pb2 as pb
-    from twin.rpc.v1 import telemetry_pb2_grpc as pbg
-    from twin.telemetry.simulate import SimulatedCluster
+        from twin.rpc.v1 import telemetry_pb2 as pb
+        from twin.rpc.v1 import telemetry_pb2_grpc as pbg
+    with needs_extra("telemetry", "twin demo (its simulated exporters)"):
+        from twin.telemetry.simulate import SimulatedCluster
 
     out = console()
     tmp = tempfile.TemporaryDirectory(prefix="twin-demo-")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from twin.core.errors import SpecError
+from twin.core.extras import needs_extra
 
 
 def add_client_args(p: argparse.ArgumentParser) -> None:
@@ -21,7 +22,8 @@ def add_client_args(p: argparse.ArgumentParser) -> None:
 
 def client_from_args(args: argparse.Namespace):  # noqa: ANN201 - imports grpc lazily
     """A :class:`twin.client.TwinClient` for ``--server``."""
-    from twin.client import client_from_env
+    with needs_extra("server", "talking to a running twin", field="--server"):
+        from twin.client import client_from_env
 
     token = None
     if args.token_file:

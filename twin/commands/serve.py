@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from twin.server.app import serve
-from twin.server.config import load_config
-from twin.server.observability import configure_logging
+from twin.core.extras import needs_extra
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the config and serve until SIGTERM."""
+    with needs_extra("server", "twin serve"):
+        from twin.server.app import serve
+        from twin.server.config import load_config
+        from twin.server.observability import configure_logging
+
     overrides = {"host": args.host, "port": args.port, "health_port": args.health_port,
                  "otlp_http_port": args.otlp_http_port,
                  "state_dir": args.state_dir, "plugins_autoload": False if args.no_plugins else None}

@@ -44,6 +44,22 @@ class InfeasibleError(TwinError):
         super().__init__(f"{field}: {reason}" if field else reason)
 
 
+class MissingExtraError(InfeasibleError):
+    """A feature needs an optional dependency group (a pyproject extra) that is not installed.
+
+    A precondition of the request, not bad input and not a fault of the twin: over gRPC it is
+    FAILED_PRECONDITION (an :class:`InfeasibleError`); the CLI prints it and exits 2. The
+    message names the extra and the command that installs it.
+    """
+
+    def __init__(self, field: str, extra: str, feature: str, missing: str, alternative: str = "") -> None:
+        self.extra = extra
+        self.feature = feature
+        self.missing = missing
+        super().__init__(field, f"{feature} needs the '{extra}' extra (cannot import {missing}): "
+                                f"pip install 'fabric-twin[{extra}]'" + (f" ({alternative})" if alternative else ""))
+
+
 class TooLargeError(TwinError):
     """A request exceeds a configured limit (sweep size, message size, ...)."""
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import grpc
 
+from twin.core.extras import needs_extra
+
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
@@ -79,7 +81,17 @@ def _exporters(kind: str, env: Mapping[str, str]) -> list[str]:
 
 
 def setup_otel(service_version: str, env: Mapping[str, str] | None = None) -> Otel:
-    """Providers with the exporters the OTEL_* variables name (default otlp over gRPC)."""
+    """Providers with the exporters the OTEL_* variables name (default otlp over gRPC).
+
+    The SDK and its exporters are the 'telemetry' extra: without it this raises
+    :class:`~twin.core.errors.MissingExtraError` naming it.
+    """
+    with needs_extra("telemetry", "exporting the service's own traces and metrics (otel.enabled or "
+                                  "OTEL_*_EXPORTER)", field="otel"):
+        return _build_otel(service_version, env)
+
+
+def _build_otel(service_version: str, env: Mapping[str, str] | None) -> Otel:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource

@@ -15,7 +15,6 @@ from typing import Any
 
 import grpc
 
-from twin import __version__
 from twin.core import schema
 from twin.core.docload import parse_document as load_document
 from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinError
@@ -41,26 +40,19 @@ def parse_document(text: str, field: str) -> Any:
 
 
 def catalog_message(engine: Engine) -> catalog_pb2.Catalog:
-    """Everything the engine knows, as a Catalog message."""
+    """Everything the engine knows, as a Catalog message (:meth:`Engine.catalog_document` encoded)."""
+    doc = engine.catalog_document()
 
-    def presets(kind: str) -> list[catalog_pb2.Preset]:
-        out = []
-        for name, body, origin in engine.catalog.describe(kind):
-            source = body.get("source", "")
-            out.append(catalog_pb2.Preset(name=name, origin=origin, source=source if isinstance(source, str) else "",
-                                          spec=convert.dict_to_struct(body)))
-        return out
+    def presets(rows: list[dict[str, Any]]) -> list[catalog_pb2.Preset]:
+        return [catalog_pb2.Preset(name=p["name"], origin=p["origin"], source=p["source"],
+                                   spec=convert.dict_to_struct(p["spec"])) for p in rows]
 
-    comps = engine.components()
-    fabrics = [catalog_pb2.Component(role=role, kind=row["kind"], plugin=row["plugin"], summary=row["summary"])
-               for role, rows in comps.items() if role != "strategy" for row in rows]
-    strategies = [catalog_pb2.Component(role="strategy", kind=row["kind"], plugin=row["plugin"],
-                                        summary=row["summary"]) for row in comps.get("strategy", [])]
-    plugins = [catalog_pb2.Plugin(name=p.name, module=p.module, distribution=p.distribution, version=p.version,
-                                  builtin=p.builtin) for p in engine.plugins()]
-    return catalog_pb2.Catalog(twin_version=__version__, gpus=presets("gpus"), systems=presets("systems"),
-                               models=presets("models"), efficiency_profiles=presets("efficiency"),
-                               fabrics=fabrics, strategies=strategies, plugins=plugins)
+    return catalog_pb2.Catalog(twin_version=doc["twin_version"], gpus=presets(doc["gpus"]),
+                               systems=presets(doc["systems"]), models=presets(doc["models"]),
+                               efficiency_profiles=presets(doc["efficiency_profiles"]),
+                               fabrics=[catalog_pb2.Component(**c) for c in doc["fabrics"]],
+                               strategies=[catalog_pb2.Component(**c) for c in doc["strategies"]],
+                               plugins=[catalog_pb2.Plugin(**p) for p in doc["plugins"]])
 
 
 class TwinServicer:

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from twin.core.errors import SpecError, TwinError
+from twin.core.errors import SpecError
+from twin.core.extras import needs_extra
 from twin.sweep.metrics import as_python
 from twin.sweep.reduce import Rows, nrows
 
@@ -24,13 +25,11 @@ def _format(path: Path) -> str:
     return suffix
 
 
-def _pyarrow() -> Any:
-    try:
+def _pyarrow(path: Path, what: str) -> Any:
+    # .csv and .jsonl need nothing beyond the base install; the error says so.
+    with needs_extra("parquet", f"{what} Parquet", field=str(path), alternative="or use .csv or .jsonl"):
         import pyarrow
         import pyarrow.parquet
-    except ImportError as err:
-        raise TwinError("writing Parquet needs pyarrow: pip install 'fabric-twin[parquet]' (or use .csv/.jsonl)") \
-            from err
     return pyarrow
 
 
@@ -47,7 +46,7 @@ def write_rows(rows: Rows, path: str | Path) -> int:
     fmt = _format(p)
     n = nrows(rows)
     if fmt == ".parquet":
-        pa = _pyarrow()
+        pa = _pyarrow(p, "writing")
         cols = {}
         for k, v in rows.items():
             if v.dtype == object:
@@ -76,7 +75,7 @@ def read_rows(path: str | Path) -> Rows:
     if not p.is_file():
         raise SpecError(str(path), "cannot read file: no such file")
     if fmt == ".parquet":
-        pa = _pyarrow()
+        pa = _pyarrow(p, "reading")
         table = pa.parquet.read_table(p)
         return {name: _column(table.column(name).to_pylist()) for name in table.column_names}
     records: list[dict[str, Any]] = []

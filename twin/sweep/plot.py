@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from twin.core.errors import SpecError, TwinError
+from twin.core.errors import SpecError
+from twin.core.extras import needs_extra
 from twin.sweep.reduce import PARETO, Rows, nrows, pareto_rows
 
 KINDS = ("auto", "breakdown", "scaling", "pareto")
@@ -27,13 +28,11 @@ PARTS = (("compute_s", "compute"), ("recompute_s", "recompute"), ("exposed_tp_s"
 
 
 def _pyplot() -> Any:
-    try:
+    with needs_extra("plot", "drawing plots"):
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise TwinError("plots need matplotlib: pip install 'fabric-twin[plot]'") from err
     return plt
 
 

@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from twin.core.errors import InfeasibleError, TwinError
+from twin.core.errors import TwinError
+from twin.core.extras import needs_extra
 from twin.sweep.job import EngineSettings, Job, engine_for, worker_for
 from twin.sweep.reduce import BatchResult
 
@@ -59,12 +60,9 @@ def _enable_token_auth_if_available() -> None:
 
 def import_ray() -> Any:
     """Import Ray (an optional dependency) with a clear error when it is missing."""
-    try:
+    # A precondition of the request, not a fault of the twin (FAILED_PRECONDITION over gRPC).
+    with needs_extra("ray", "the Ray executor", field="executor"):
         import ray
-    except ImportError as err:
-        # A precondition of the request, not a fault of the twin (FAILED_PRECONDITION over gRPC).
-        raise InfeasibleError("executor", "the Ray executor needs Ray, the 'ray' extra: "
-                                          "pip install 'fabric-twin[ray]' (or pip install 'ray>=2.40')") from err
     return ray
 
 

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from twin.core.errors import SpecError
+from twin.core.extras import needs_extra
 from twin.telemetry.otlpbuild import request
 
 log = logging.getLogger(__name__)
@@ -46,8 +45,19 @@ class ScrapeTarget:
     job: str = ""
 
 
+def _parser(path: str = "telemetry.scrape") -> Callable[[str], Any]:
+    """prometheus_client's text parser (the 'telemetry' extra; imported only when there are targets)."""
+    with needs_extra("telemetry", "Prometheus scraping", field=path):
+        from prometheus_client.parser import text_string_to_metric_families
+    return text_string_to_metric_families
+
+
 def scrape_targets(data: Any, path: str = "telemetry.scrape") -> tuple[ScrapeTarget, ...]:
-    """Targets from their settings (a list of mappings with ``url``); errors name the field."""
+    """Targets from their settings (a list of mappings with ``url``); errors name the field.
+
+    With any target, the parser must be installed: a missing extra is an error at start, not
+    at the first scrape.
+    """
     if data is None:
         return ()
     if not isinstance(data, Sequence) or isinstance(data, str):
@@ -74,6 +84,8 @@ def scrape_targets(data: Any, path: str = "telemetry.scrape") -> tuple[ScrapeTar
                 raise SpecError(f"{where}.{name}", f"must be a number >= {low} (got {v!r})")
         out.append(ScrapeTarget(url, float(interval), float(timeout), str(t.get("host") or parts.hostname),
                                 str(t.get("job") or parts.netloc)))
+    if out:
+        _parser(path)
     return tuple(out)
 
 
@@ -87,7 +99,7 @@ def exposition_to_request(text: str, target: ScrapeTarget, now_ns: int,
     family name is one the twin reads (``known``), that is the name sent.
     """
     metrics = []
-    for family in text_string_to_metric_families(text):
+    for family in _parser()(text):
         kind = _READ.get(family.type)
         if kind is None:
             continue

@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from twin.core import calibration as calib
 from twin.core.docload import parse_document
 from twin.core.errors import NotFoundError, SpecError, TooLargeError, TwinError
+from twin.core.extras import needs_extra
 from twin.core.health import TierStatus, tier_status
 from twin.core.specs import Calibration, Scenario
 from twin.engine import Engine
@@ -97,8 +98,10 @@ class TelemetryService:
             self._calibrator.start()
         self.self_metrics = None
         if meter_provider is not None or config.self_metrics_endpoint:
-            from twin.telemetry.selfmetrics import SelfMetrics
-            self.self_metrics = SelfMetrics(self, meter_provider, config)
+            with needs_extra("telemetry", "the twin's own metrics over OTLP", field="telemetry.self_metrics_endpoint"):
+                from twin.telemetry.selfmetrics import SelfMetrics
+
+                self.self_metrics = SelfMetrics(self, meter_provider, config)
         from twin.telemetry.scrape import Scraper, scrape_targets
 
         self.scraper = Scraper(self.ingest, scrape_targets(list(config.scrape)), config.max_receive_bytes,
@@ -110,7 +113,8 @@ class TelemetryService:
         self._fit_cache: tuple[tuple[Any, ...], list[Any]] | None = None
         self.otlp_grpc_address: str | None = None  # the dedicated OTLP/gRPC port, once bound (extension.attach)
         if config.metrics_address:
-            from twin.telemetry.promexport import MetricsEndpoint
+            with needs_extra("telemetry", "Prometheus /metrics out", field="telemetry.metrics_address"):
+                from twin.telemetry.promexport import MetricsEndpoint
             self.metrics_endpoint = MetricsEndpoint(self, config.metrics_address)
             log.info("Prometheus metrics on http://%s/metrics", self.metrics_endpoint.address)
 
