@@ -32,7 +32,9 @@ class SeriesId:
     """Everything about a series that its attributes determine, computed once per attribute set.
 
     ``key``: (metric key, component id, detail values); ``text``: the same as one string
-    for the store.
+    for the store. ``cid``, ``sub`` (the series within its component's signal: metric key
+    and detail), ``mapping`` and ``counter`` are parts of the others, kept apart because
+    applying a point reads them for every point.
     """
 
     key: SeriesKey
@@ -41,11 +43,10 @@ class SeriesId:
     host: str
     switch: bool
     labels: tuple[tuple[str, str], ...]
-
-    @property
-    def cid(self) -> str:
-        """Component id."""
-        return self.key[1]
+    cid: str
+    sub: tuple[str, tuple[str, ...]]
+    mapping: MetricMapping
+    counter: bool
 
 
 def series_id(resolved: Resolved, host: str, switch: bool, identity: tuple[str, ...],
@@ -55,7 +56,8 @@ def series_id(resolved: Resolved, host: str, switch: bool, identity: tuple[str, 
     cid = f"job:{identity[0]}" if m.component == "job" else f"{host}/{m.component}:{'/'.join(identity)}"
     key = (resolved.key, cid, detail)
     labels = tuple(zip((alts[0] for alts in resolved.identity), identity, strict=False))
-    return SeriesId(key, series_key_text(key), resolved, host if m.component != "job" else "", switch, labels)
+    return SeriesId(key, series_key_text(key), resolved, host if m.component != "job" else "", switch, labels,
+                    cid, (resolved.key, detail), m, m.kind == "counter")
 
 
 def series_key_text(key: SeriesKey) -> str:
@@ -98,6 +100,9 @@ class Component:
     # many consecutive assessments have pointed to it.
     pending: str = ""
     pending_n: int = 0
+    # The signals whose rules decide health, in series order (None: work them out again,
+    # after a signal was added); derived from ``mappings``, kept because every batch needs it.
+    rule_signals: tuple[str, ...] | None = None
 
     def view(self) -> ComponentView:
         """What the tier roll-up needs."""
@@ -140,10 +145,16 @@ class ApplyResult:
 
 @dataclass
 class Dirty:
-    """What a batch changed, for the store to write in one transaction."""
+    """What a batch changed, for the store to write in one transaction.
+
+    ``components``: components whose signals or last-seen time moved (every one a point
+    reached); ``records``: those whose persistent record beyond that changed too (new, or
+    reassessed: state, evidence, capacity, peaks, since).
+    """
 
     series: set[SeriesKey] = field(default_factory=set)
     components: set[str] = field(default_factory=set)
+    records: set[str] = field(default_factory=set)
     observations: list[tuple[str, int, float]] = field(default_factory=list)
     events: list[tuple[int, str, str, str, str]] = field(default_factory=list)
 
@@ -173,63 +184,77 @@ class LiveState:
         """Fold ``points`` into the state, counting outcomes in ``result`` and changes in ``dirty``."""
         series, components = self.series, self.components
         max_series, max_components = self.max_series, self.max_components
-        touched: set[str] = set()
+        touched: dict[str, Component] = {}
         dirty_series = dirty.series
+        # Counted in locals and added once: this loop runs for every point.
+        accepted = duplicates = resets = 0
         for sid, start, t, value, delta in points:
             skey = sid.key
             prev = series.get(skey)
             if prev is None and len(series) >= max_series:
                 result.reject(f"series limit ({max_series}) reached")
                 continue
-            m = sid.resolved.mapping
-            cid = skey[1]
+            cid = sid.cid
             comp = components.get(cid)
             if comp is None:
                 if len(components) >= max_components:
                     result.reject(f"component limit ({max_components}) reached")
                     continue
+                m = sid.mapping
                 comp = components[cid] = Component(cid, m.component, sid.host, m.tier, dict(sid.labels),
                                                    switch=sid.switch, since_ns=now_ns)
-            if m.kind == "counter":
+                dirty.records.add(cid)
+            if sid.counter:
                 new, outcome = update_counter(prev, start, t, value, delta)
+                if outcome == "duplicate":
+                    duplicates += 1
+                    continue
+                if outcome == "reset":
+                    resets += 1
             elif prev is not None and t <= prev.time_ns:
-                outcome = "duplicate"
-            else:
-                new, outcome = SeriesPoint(0, t, value, value), "rate"
-            if outcome == "duplicate":
-                result.duplicates += 1
-                result.accepted += 1
+                duplicates += 1
                 continue
-            if outcome == "reset":
-                result.resets += 1
+            else:
+                new = SeriesPoint(0, t, value, value)
             series[skey] = new  # type: ignore[assignment]
-            if new.derived is not None:  # type: ignore[union-attr]
-                per = comp.series.get(m.signal)
+            derived = new.derived  # type: ignore[union-attr]
+            signal = sid.mapping.signal
+            if derived is not None:
+                per = comp.series.get(signal)
                 if per is None:
-                    per = comp.series[m.signal] = {}
-                    comp.mappings[m.signal] = m
-                per[(skey[0], skey[2])] = new.derived  # type: ignore[union-attr]
+                    per = comp.series[signal] = {}
+                    comp.mappings[signal] = sid.mapping
+                    comp.rule_signals = None
+                per[sid.sub] = derived
             comp.last_seen_ns = max(comp.last_seen_ns, t)
             dirty_series.add(skey)
-            touched.add(cid)
-            if m.signal == STEP_TIME_SIGNAL:
+            touched[cid] = comp
+            if signal == STEP_TIME_SIGNAL:
                 job = comp.labels[next(iter(comp.labels))]
                 self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, value))
                 dirty.observations.append((job, t, value))
-            result.accepted += 1
-        for cid in touched:
-            self._reassess(components[cid], now_ns, dirty)
-        dirty.components |= touched
+            accepted += 1
+        result.accepted += accepted + duplicates  # a duplicate is accepted (and changes nothing)
+        result.duplicates += duplicates
+        result.resets += resets
+        for comp in touched.values():
+            if self._reassess(comp, now_ns, dirty):
+                dirty.records.add(comp.id)
+        dirty.components.update(touched)
 
-    def _reassess(self, comp: Component, now_ns: int, dirty: Dirty) -> None:
+    def _reassess(self, comp: Component, now_ns: int, dirty: Dirty) -> bool:
+        """Aggregate ``comp``'s signals and assess it; True when its record beyond the signals changed."""
         comp.signals = signals = self._aggregate(comp)
         mappings = comp.mappings
+        names = comp.rule_signals
+        if names is None:
+            names = comp.rule_signals = tuple(sig for sig in comp.series if sig in mappings and (
+                mappings[sig].conditions or mappings[sig].capacity))
         # Only signals with rules decide health: when none of them moved (byte counters
         # change every interval, error counters rarely do), the assessment cannot change.
-        ruled = tuple((sig, v) for sig, v in signals.items()
-                      if sig in mappings and (mappings[sig].conditions or mappings[sig].capacity))
+        ruled = tuple((sig, signals[sig]) for sig in names if sig in signals)
         if ruled == comp.ruled and comp.ruled is not None and not comp.pending:
-            return
+            return False
         comp.ruled = ruled
         for sig, value in ruled:
             if mappings[sig].capacity == "ratio_to_peak" and value > comp.peaks.get(sig, 0.0):
@@ -240,7 +265,7 @@ class LiveState:
             comp.pending_n = comp.pending_n + 1 if comp.pending == health.state else 1
             comp.pending = health.state
             if comp.pending_n < (self.degrade_after if worse else self.recover_after):
-                return  # not confirmed yet: the component keeps its state and evidence
+                return True  # not confirmed yet: the component keeps its state and evidence (peaks may have moved)
         comp.pending, comp.pending_n = "", 0
         if health.state != comp.state:
             why = "; ".join(e.text() for e in health.evidence if e.severity != "info") or "no rule fires any more"
@@ -249,15 +274,17 @@ class LiveState:
             dirty.events.append(event)
             comp.since_ns = now_ns
         comp.state, comp.evidence, comp.capacity = health.state, health.evidence, health.capacity
+        return True
 
     @staticmethod
     def _aggregate(comp: Component) -> dict[str, float]:
         out: dict[str, float] = {}
+        mappings = comp.mappings
         for sig, per in comp.series.items():
-            values = list(per.values())
-            if not values:
+            if not per:
                 continue
-            how = comp.mappings[sig].aggregate if sig in comp.mappings else "sum"
+            how = mappings[sig].aggregate if sig in mappings else "sum"
+            values = per.values()
             out[sig] = max(values) if how == "max" else min(values) if how == "min" else sum(values)
         return out
 

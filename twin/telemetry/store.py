@@ -27,6 +27,7 @@ from twin.core.specs import Calibration
 from twin.telemetry.state import OBSERVATIONS_PER_JOB, Component, SeriesKey, series_key_parse, series_key_text
 
 log = logging.getLogger(__name__)
+_COMPACT = (",", ":")  # json.dumps separators without spaces
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -34,6 +35,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS series (key TEXT PRIMARY KEY, start_ns INTEGER, time_ns INTEGER, value REAL,
                                    derived REAL);
 CREATE TABLE IF NOT EXISTS components (id TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS component_live (id TEXT PRIMARY KEY, last_seen_ns INTEGER NOT NULL,
+                                           signals TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS observations (job TEXT, time_ns INTEGER, value REAL, PRIMARY KEY (job, time_ns));
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER, component TEXT,
                                    old TEXT, new TEXT, why TEXT);
@@ -103,19 +106,37 @@ class Store:
             self._db.close()
 
     # ---------------------------------------------------------------- writes
-    def commit_batch(self, series: Iterable[tuple[SeriesKey, SeriesPoint]], components: Iterable[Component],
-                     observations: Iterable[tuple[str, int, float]],
+    def commit_batch(self, series: Iterable[tuple[SeriesKey, SeriesPoint]], records: Iterable[Component],
+                     live: Iterable[Component], observations: Iterable[tuple[str, int, float]],
                      events: Iterable[tuple[int, str, str, str, str]]) -> None:
-        """Everything one ingest batch changed, atomically."""
+        """Everything one ingest batch changed, atomically.
+
+        ``records``: components whose whole record is written (new or reassessed);
+        ``live``: components whose signals and last-seen time are written (every one a
+        batch touched: a few hundred bytes instead of the whole record, which is most of
+        the write volume of a batch). Each of ``records`` is written in both tables.
+        """
         srows = [(series_key_text(k), p.start_ns, p.time_ns, p.value, p.derived) for k, p in series]
-        crows = [(c.id, json.dumps(c.to_record(), separators=(",", ":"))) for c in components]
+        written = {c.id: c for c in live}
+        crows = []
+        for c in records:
+            crows.append((c.id, json.dumps(c.to_record(), separators=_COMPACT)))
+            written[c.id] = c
+        lrows = [(c.id, c.last_seen_ns, json.dumps(c.signals, separators=_COMPACT)) for c in written.values()]
         orows = list(observations)
         with self._lock:
             db = self._db
             db.execute("BEGIN")
             try:
-                db.executemany("INSERT OR REPLACE INTO series VALUES (?,?,?,?,?)", srows)
-                db.executemany("INSERT OR REPLACE INTO components VALUES (?,?)", crows)
+                # Upserts, not INSERT OR REPLACE: the row is updated in place instead of deleted
+                # and re-inserted with its primary-key index entry (SQLite docs, "UPSERT").
+                db.executemany("INSERT INTO series VALUES (?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                               "start_ns = excluded.start_ns, time_ns = excluded.time_ns, value = excluded.value, "
+                               "derived = excluded.derived", srows)
+                db.executemany("INSERT INTO components VALUES (?,?) ON CONFLICT(id) DO UPDATE SET "
+                               "data = excluded.data", crows)
+                db.executemany("INSERT INTO component_live VALUES (?,?,?) ON CONFLICT(id) DO UPDATE SET "
+                               "last_seen_ns = excluded.last_seen_ns, signals = excluded.signals", lrows)
                 if orows:
                     db.executemany("INSERT OR REPLACE INTO observations VALUES (?,?,?)", orows)
                     for job in {o[0] for o in orows}:
@@ -160,10 +181,17 @@ class Store:
                 for k, s, t, v, d in rows]
 
     def load_components(self) -> list[tuple[str, dict[str, Any]]]:
-        """Every component's persisted record."""
+        """Every component's persisted record, with its latest signals and last-seen time."""
         with self._lock:
-            rows = self._db.execute("SELECT id, data FROM components").fetchall()
-        return [(cid, json.loads(data)) for cid, data in rows]
+            rows = self._db.execute("SELECT c.id, c.data, l.last_seen_ns, l.signals FROM components c "
+                                    "LEFT JOIN component_live l ON l.id = c.id").fetchall()
+        out = []
+        for cid, data, last_seen, signals in rows:
+            rec = json.loads(data)
+            if signals is not None:  # absent in a database written before component_live existed
+                rec["last_seen_ns"], rec["signals"] = int(last_seen), json.loads(signals)
+            out.append((cid, rec))
+        return out
 
     def load_observations(self) -> list[tuple[str, int, float]]:
         """Step-time observations, oldest first per job."""
