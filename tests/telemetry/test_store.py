@@ -12,6 +12,7 @@ from twin.engine import Engine
 from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.otlpbuild import request
 from twin.telemetry.service import TelemetryService
+from twin.telemetry.store import pack_signals, unpack_signals
 
 S = 10**9
 PORT = {"device": "mlx5_0", "port": "1"}
@@ -33,9 +34,9 @@ def _push(svc: TelemetryService, t: int, tx_bytes: float, symbol_errors: float) 
 def _rows(svc: TelemetryService) -> tuple[dict, tuple[int, dict]]:
     with svc.store._lock:
         data = svc.store._db.execute("SELECT data FROM components WHERE id = ?", (CID,)).fetchone()[0]
-        live = svc.store._db.execute("SELECT last_seen_ns, signals FROM component_live WHERE id = ?",
+        live = svc.store._db.execute("SELECT last_seen_ns, names, vals FROM component_live WHERE id = ?",
                                      (CID,)).fetchone()
-    return json.loads(data), (live[0], json.loads(live[1]))
+    return json.loads(data), (live[0], unpack_signals(live[1], live[2]))
 
 
 @pytest.fixture
@@ -92,3 +93,10 @@ def test_a_database_without_live_rows_restores_from_the_records(tmp_path, t0) ->
         assert comp["signals"] == record["signals"] and comp["last_seen_ns"] == record["last_seen_ns"]
     finally:
         restored.close()
+
+
+def test_signals_pack_and_unpack_exactly() -> None:
+    signals = {"tx_Bps": 1e9 / 3, "state": 4.0, "errors_per_s": 0.0, "tiny": 5e-324, "neg": -2.5}
+    back = unpack_signals(*pack_signals(signals))
+    assert back == signals and list(back) == list(signals)   # same values, bit for bit, same order
+    assert unpack_signals(*pack_signals({})) == {}

@@ -19,7 +19,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from twin.telemetry import otlpkeys
 from twin.telemetry.mapping import MetricCatalog, Resolved
-from twin.telemetry.state import Point, SeriesId, series_id
+from twin.telemetry.state import Block, SeriesId, series_id
 
 # Where the host name comes from, in order (OTel resource semantic conventions first,
 # then the labels Prometheus exporters carry: dcgm-exporter "Hostname", "instance").
@@ -36,9 +36,12 @@ MAX_FUTURE_NS = 3600 * 10**9
 
 @dataclass
 class Decoded:
-    """Points ready to apply, and the points refused with why (reason -> count, example)."""
+    """Points ready to apply (``count`` of them, by metric), and the points refused with why
+    (reason -> count, example).
+    """
 
-    points: list[Point] = field(default_factory=list)
+    points: list[Block] = field(default_factory=list)
+    count: int = 0
     total: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
@@ -187,7 +190,9 @@ class Decoder:
         scale = m.scale
         latest = min(MAX_TIME_NS, time.time_ns() + MAX_FUTURE_NS)
         isfinite = math.isfinite
-        append = out.points.append
+        block = Block([], [], [], [], delta)
+        add_sid, add_start, add_time, add_value = (block.sids.append, block.starts.append, block.times.append,
+                                                   block.values.append)
         for dp, sid in zip(dps, sids, strict=True):
             which = dp.WhichOneof("value")
             if which == "as_double":
@@ -215,7 +220,13 @@ class Decoder:
             elif type(sid) is str:
                 out.reject(sid, 1, metric.name)
             else:
-                append((sid, start, t, value * scale, delta))  # type: ignore[arg-type]
+                add_sid(sid)  # type: ignore[arg-type]
+                add_start(start)
+                add_time(t)
+                add_value(value * scale)
+        if block.times:
+            out.points.append(block)
+            out.count += len(block.times)
 
     def _sids(self, resolved: Resolved, dps: Any, kpoints: Any, res_key: bytes, res: dict[str, str],
               res_host: str) -> tuple[SeriesId | str, ...]:

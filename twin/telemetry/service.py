@@ -77,7 +77,7 @@ class TelemetryService:
         # with every batch: after a crash a counter's next rate is then taken over a longer
         # interval, which is still its true average rate. Component state, observations and
         # events are written with every batch before it is acknowledged.
-        self._unsaved_series: set[tuple[str, str, tuple[str, ...]]] = set()
+        self._unsaved_series: set[str] = set()  # series texts
         self._next_checkpoint = 0.0
         # What a failed commit did not write: it goes into the next commit, so a retried
         # request (its points now duplicates in memory) is answered OK only once they are durable.
@@ -119,14 +119,14 @@ class TelemetryService:
         if decoded.ignored:
             self._note_ignored(decoded.ignored)
         reasons, examples = dict(decoded.rejected), dict(decoded.examples)
-        if not decoded.points and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
+        if not decoded.count and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
             with self.lock:
                 self.stats["requests"] += 1
                 self.stats["points_rejected"] += decoded.rejected_count
             raise InvalidData(summarize(reasons, examples))
         applied = ApplyResult()
-        if decoded.points:
-            applied = self.queue.submit(decoded.points).result(timeout)
+        if decoded.count:
+            applied = self.queue.submit(decoded.points, decoded.count).result(timeout)
         for r, n in applied.reasons.items():
             reasons[r] = reasons.get(r, 0) + n
         rejected = decoded.rejected_count + applied.rejected

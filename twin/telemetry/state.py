@@ -31,10 +31,10 @@ SeriesKey = tuple[str, str, tuple[str, ...]]  # (metric key, component id, detai
 class SeriesId:
     """Everything about a series that its attributes determine, computed once per attribute set.
 
-    ``key``: (metric key, component id, detail values); ``text``: the same as one string
-    for the store. ``cid``, ``sub`` (the series within its component's signal: metric key
-    and detail), ``mapping`` and ``counter`` are parts of the others, kept apart because
-    applying a point reads them for every point.
+    ``key``: (metric key, component id, detail values); ``text``: the same as one string,
+    which keys the live state and the store (a string caches its hash; a tuple's is worked
+    out at every lookup). ``cid``, ``mapping`` and ``counter`` are parts of the others, kept
+    apart because applying a point reads them for every point.
     """
 
     key: SeriesKey
@@ -44,7 +44,6 @@ class SeriesId:
     switch: bool
     labels: tuple[tuple[str, str], ...]
     cid: str
-    sub: tuple[str, tuple[str, ...]]
     mapping: MetricMapping
     counter: bool
 
@@ -57,7 +56,7 @@ def series_id(resolved: Resolved, host: str, switch: bool, identity: tuple[str, 
     key = (resolved.key, cid, detail)
     labels = tuple(zip((alts[0] for alts in resolved.identity), identity, strict=False))
     return SeriesId(key, series_key_text(key), resolved, host if m.component != "job" else "", switch, labels,
-                    cid, (resolved.key, detail), m, m.kind == "counter")
+                    cid, m, m.kind == "counter")
 
 
 def series_key_text(key: SeriesKey) -> str:
@@ -71,8 +70,23 @@ def series_key_parse(text: str) -> SeriesKey:
     return metric, cid, tuple(detail.split(_RS)) if detail else ()
 
 
-# One decoded point: (series id, start ns, time ns, value, delta temporality).
-Point = tuple[SeriesId, int, int, float, bool]
+@dataclass(slots=True)
+class Block:
+    """Decoded points of one metric of one request, in order, column by column.
+
+    Columns of numbers rather than one tuple per point: ints and floats are not tracked by
+    the cyclic garbage collector, so a block costs it one list per column, not one object
+    per point. ``delta``: the metric's temporality is delta (OTLP ``AGGREGATION_TEMPORALITY_DELTA``).
+    """
+
+    sids: list[SeriesId]
+    starts: list[int]
+    times: list[int]
+    values: list[float]
+    delta: bool = False
+
+    def __len__(self) -> int:
+        return len(self.times)
 _SEP, _RS = "\x1f", "\x1e"
 
 
@@ -86,7 +100,8 @@ class Component:
     tier: str
     labels: dict[str, str]
     switch: bool = False
-    series: dict[str, dict[tuple[str, tuple[str, ...]], float]] = field(default_factory=dict)
+    # signal -> series text -> the series' derived value (the component's id is in every text).
+    series: dict[str, dict[str, float]] = field(default_factory=dict)
     mappings: dict[str, MetricMapping] = field(default_factory=dict)
     signals: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, float] = field(default_factory=dict)
@@ -100,9 +115,10 @@ class Component:
     # many consecutive assessments have pointed to it.
     pending: str = ""
     pending_n: int = 0
-    # The signals whose rules decide health, in series order (None: work them out again,
-    # after a signal was added); derived from ``mappings``, kept because every batch needs it.
-    rule_signals: tuple[str, ...] | None = None
+    # How to aggregate each signal, (signal, its series, how) in series order, and the
+    # signals whose rules decide health: derived from ``series`` and ``mappings``, kept
+    # because every batch needs them (None: work them out again, after a signal was added).
+    plan: tuple[tuple[tuple[str, dict[str, float], str], ...], tuple[str, ...]] | None = None
 
     def view(self) -> ComponentView:
         """What the tier roll-up needs."""
@@ -152,11 +168,21 @@ class Dirty:
     reassessed: state, evidence, capacity, peaks, since).
     """
 
-    series: set[SeriesKey] = field(default_factory=set)
+    series: set[str] = field(default_factory=set)  # series texts
     components: set[str] = field(default_factory=set)
     records: set[str] = field(default_factory=set)
     observations: list[tuple[str, int, float]] = field(default_factory=list)
     events: list[tuple[int, str, str, str, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Series(SeriesPoint):
+    """A series' last point (:class:`~twin.core.rates.SeriesPoint`), with the component and
+    signal values it feeds: found with the series' first point instead of at every point.
+    """
+
+    comp: Component | None = None
+    per: dict[str, float] | None = None
 
 
 # Which states are worse than which (hysteresis turns worse and better at different paces).
@@ -174,82 +200,108 @@ class LiveState:
         # Consecutive assessments before a state turns worse / better (TelemetryConfig).
         self.degrade_after = degrade_after
         self.recover_after = recover_after
-        self.series: dict[SeriesKey, SeriesPoint] = {}
+        self.series: dict[str, _Series] = {}  # by series text
         self.components: dict[str, Component] = {}
         self.observations: dict[str, deque[tuple[int, float]]] = {}
         self.events: deque[tuple[int, str, str, str, str]] = deque(maxlen=EVENTS_KEPT)
 
     # ---------------------------------------------------------------- ingest
-    def apply(self, points: Iterable[Point], now_ns: int, result: ApplyResult, dirty: Dirty) -> None:
-        """Fold ``points`` into the state, counting outcomes in ``result`` and changes in ``dirty``."""
-        series, components = self.series, self.components
-        max_series, max_components = self.max_series, self.max_components
+    def apply(self, blocks: Iterable[Block], now_ns: int, result: ApplyResult, dirty: Dirty) -> None:
+        """Fold the points of ``blocks`` into the state, counting outcomes in ``result`` and changes in ``dirty``."""
         touched: dict[str, Component] = {}
-        dirty_series = dirty.series
-        # Counted in locals and added once: this loop runs for every point.
-        accepted = duplicates = resets = 0
-        for sid, start, t, value, delta in points:
-            skey = sid.key
-            prev = series.get(skey)
-            if prev is None and len(series) >= max_series:
-                result.reject(f"series limit ({max_series}) reached")
-                continue
-            cid = sid.cid
-            comp = components.get(cid)
-            if comp is None:
-                if len(components) >= max_components:
-                    result.reject(f"component limit ({max_components}) reached")
-                    continue
-                m = sid.mapping
-                comp = components[cid] = Component(cid, m.component, sid.host, m.tier, dict(sid.labels),
-                                                   switch=sid.switch, since_ns=now_ns)
-                dirty.records.add(cid)
-            if sid.counter:
-                new, outcome = update_counter(prev, start, t, value, delta)
-                if outcome == "duplicate":
-                    duplicates += 1
-                    continue
-                if outcome == "reset":
-                    resets += 1
-            elif prev is not None and t <= prev.time_ns:
-                duplicates += 1
-                continue
-            else:
-                new = SeriesPoint(0, t, value, value)
-            series[skey] = new  # type: ignore[assignment]
-            derived = new.derived  # type: ignore[union-attr]
-            signal = sid.mapping.signal
-            if derived is not None:
-                per = comp.series.get(signal)
-                if per is None:
-                    per = comp.series[signal] = {}
-                    comp.mappings[signal] = sid.mapping
-                    comp.rule_signals = None
-                per[sid.sub] = derived
-            comp.last_seen_ns = max(comp.last_seen_ns, t)
-            dirty_series.add(skey)
-            touched[cid] = comp
-            if signal == STEP_TIME_SIGNAL:
-                job = comp.labels[next(iter(comp.labels))]
-                self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, value))
-                dirty.observations.append((job, t, value))
-            accepted += 1
-        result.accepted += accepted + duplicates  # a duplicate is accepted (and changes nothing)
-        result.duplicates += duplicates
-        result.resets += resets
+        for block in blocks:
+            accepted, duplicates, resets = self._apply_block(block, now_ns, result, dirty, touched)
+            result.accepted += accepted + duplicates  # a duplicate is accepted (and changes nothing)
+            result.duplicates += duplicates
+            result.resets += resets
         for comp in touched.values():
             if self._reassess(comp, now_ns, dirty):
                 dirty.records.add(comp.id)
         dirty.components.update(touched)
 
+    def _apply_block(self, block: Block, now_ns: int, result: ApplyResult, dirty: Dirty,
+                     touched: dict[str, Component]) -> tuple[int, int, int]:
+        """One block's points; returns (applied, duplicates, resets) and adds what it touched."""
+        series, components = self.series, self.components
+        max_series, max_components = self.max_series, self.max_components
+        dirty_series = dirty.series
+        delta = block.delta
+        # Counted in locals and added once: this loop runs for every point.
+        accepted = duplicates = resets = 0
+        for sid, start, t, value in zip(block.sids, block.starts, block.times, block.values, strict=True):
+            text = sid.text
+            slot = series.get(text)
+            comp = slot.comp if slot is not None else None
+            if comp is None:  # a new series, or one restored without its component
+                if slot is None and len(series) >= max_series:
+                    result.reject(f"series limit ({max_series}) reached")
+                    continue
+                cid = sid.cid
+                comp = components.get(cid)
+                if comp is None:
+                    if len(components) >= max_components:
+                        result.reject(f"component limit ({max_components}) reached")
+                        continue
+                    m = sid.mapping
+                    comp = components[cid] = Component(cid, m.component, sid.host, m.tier, dict(sid.labels),
+                                                       switch=sid.switch, since_ns=now_ns)
+                    dirty.records.add(cid)
+                if slot is not None:
+                    slot.comp = comp
+            if slot is None:
+                first = update_counter(None, start, t, value, delta)[0] if sid.counter else None
+                slot = series[text] = (_Series(first.start_ns, first.time_ns, first.value, first.derived, comp)
+                                       if first is not None else _Series(0, t, value, value, comp))
+            elif t <= slot.time_ns:  # not newer: a duplicate, counter or gauge (twin.core.rates)
+                duplicates += 1
+                continue
+            elif not sid.counter:
+                slot.start_ns, slot.time_ns, slot.value, slot.derived = 0, t, value, value
+            elif not delta and value >= slot.value and (start == slot.start_ns or not start or not slot.start_ns):
+                # update_counter's plain case (no reset, no restart), done in place: same arithmetic.
+                slot.derived = (value - slot.value) / ((t - slot.time_ns) * 1e-9)
+                slot.start_ns, slot.time_ns, slot.value = start, t, value
+            else:
+                new, outcome = update_counter(slot, start, t, value, delta)
+                if outcome == "reset":
+                    resets += 1
+                slot.start_ns, slot.time_ns, slot.value, slot.derived = (  # type: ignore[union-attr]
+                    new.start_ns, new.time_ns, new.value, new.derived)  # type: ignore[union-attr]
+            derived = slot.derived
+            if derived is not None:
+                per = slot.per
+                if per is None:
+                    signal = sid.mapping.signal
+                    per = comp.series.get(signal)
+                    if per is None:
+                        per = comp.series[signal] = {}
+                        comp.mappings[signal] = sid.mapping
+                        comp.plan = None
+                    slot.per = per
+                per[text] = derived
+            if t > comp.last_seen_ns:  # noqa: PLR1730 (max() costs more, and this runs for every point)
+                comp.last_seen_ns = t
+            dirty_series.add(text)
+            touched[comp.id] = comp
+            if sid.mapping.signal == STEP_TIME_SIGNAL:
+                job = comp.labels[next(iter(comp.labels))]
+                self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, value))
+                dirty.observations.append((job, t, value))
+            accepted += 1
+        return accepted, duplicates, resets
+
     def _reassess(self, comp: Component, now_ns: int, dirty: Dirty) -> bool:
         """Aggregate ``comp``'s signals and assess it; True when its record beyond the signals changed."""
-        comp.signals = signals = self._aggregate(comp)
+        plan = comp.plan
+        if plan is None:
+            plan = comp.plan = self._plan(comp)
+        aggregates, names = plan
+        comp.signals = signals = {}
+        for sig, per, how in aggregates:
+            if per:
+                values = per.values()
+                signals[sig] = max(values) if how == "max" else min(values) if how == "min" else sum(values)
         mappings = comp.mappings
-        names = comp.rule_signals
-        if names is None:
-            names = comp.rule_signals = tuple(sig for sig in comp.series if sig in mappings and (
-                mappings[sig].conditions or mappings[sig].capacity))
         # Only signals with rules decide health: when none of them moved (byte counters
         # change every interval, error counters rarely do), the assessment cannot change.
         ruled = tuple((sig, signals[sig]) for sig in names if sig in signals)
@@ -277,19 +329,17 @@ class LiveState:
         return True
 
     @staticmethod
-    def _aggregate(comp: Component) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def _plan(comp: Component) -> tuple[tuple[tuple[str, dict[str, float], str], ...], tuple[str, ...]]:
+        """How ``comp``'s signals aggregate, and which of them have rules (see ``Component.plan``)."""
         mappings = comp.mappings
-        for sig, per in comp.series.items():
-            if not per:
-                continue
-            how = mappings[sig].aggregate if sig in mappings else "sum"
-            values = per.values()
-            out[sig] = max(values) if how == "max" else min(values) if how == "min" else sum(values)
-        return out
+        aggregates = tuple((sig, per, mappings[sig].aggregate if sig in mappings else "sum")
+                           for sig, per in comp.series.items())
+        names = tuple(sig for sig in comp.series if sig in mappings and (
+            mappings[sig].conditions or mappings[sig].capacity))
+        return aggregates, names
 
     # ---------------------------------------------------------------- restore
-    def restore(self, series: Iterable[tuple[SeriesKey, SeriesPoint]],
+    def restore(self, series: Iterable[tuple[str, SeriesPoint]],
                 components: Iterable[tuple[str, dict[str, Any]]], observations: Iterable[tuple[str, int, float]],
                 events: Iterable[tuple[int, str, str, str, str]]) -> None:
         """Rebuild the state from what the store persisted (no reassessment: identical state)."""
@@ -299,14 +349,15 @@ class LiveState:
                 cid, rec["kind"], rec["host"], rec["tier"], dict(rec["labels"]), switch=bool(rec.get("switch")),
                 peaks=dict(rec["peaks"]), state=rec["state"], evidence=tuple(Evidence(*e) for e in rec["evidence"]),
                 capacity=float(rec["capacity"]), last_seen_ns=int(rec["last_seen_ns"]), since_ns=int(rec["since_ns"]))
-        for key, point in series:
-            self.series[key] = point
+        for text, point in series:
+            key = series_key_parse(text)
             comp = self.components.get(key[1])
+            self.series[text] = _Series(point.start_ns, point.time_ns, point.value, point.derived, comp)
             resolved = self.catalog.lookup(key[0])
             if comp is None or resolved is None or point.derived is None:
                 continue
             m = resolved.mapping
-            comp.series.setdefault(m.signal, {})[(key[0], key[2])] = point.derived
+            comp.series.setdefault(m.signal, {})[text] = point.derived
             comp.mappings[m.signal] = m
         for cid, rec in records.items():
             # As persisted with the last acknowledged batch (series may be a checkpoint older).

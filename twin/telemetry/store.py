@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Iterable
@@ -24,10 +25,39 @@ from twin.core.calibration import Adjustment
 from twin.core.errors import SpecError
 from twin.core.rates import SeriesPoint
 from twin.core.specs import Calibration
-from twin.telemetry.state import OBSERVATIONS_PER_JOB, Component, SeriesKey, series_key_parse, series_key_text
+from twin.telemetry.state import OBSERVATIONS_PER_JOB, Component
 
 log = logging.getLogger(__name__)
-_COMPACT = (",", ":")  # json.dumps separators without spaces
+# One encoder, made once: json.dumps with any option builds a new encoder at every call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+# A component's signal names as stored (JSON), by name tuple: components of one kind share a few
+# sets, so each is encoded once (bounded, cleared when full).
+_NAMES: dict[tuple[str, ...], str] = {}
+_NAMES_LIMIT = 4096
+_PACKS: dict[int, struct.Struct] = {}
+
+
+def pack_signals(signals: dict[str, float]) -> tuple[str, bytes]:
+    """A component's signals as stored in ``component_live``: names (JSON) and values
+    (little-endian doubles, in name order). Packing eight doubles costs a fifth of writing
+    them as JSON text, and every batch writes every component it touched.
+    """
+    names = tuple(signals)
+    text = _NAMES.get(names)
+    if text is None:
+        if len(_NAMES) >= _NAMES_LIMIT:
+            _NAMES.clear()
+        text = _NAMES[names] = _encode(names)
+    pack = _PACKS.get(len(names))
+    if pack is None:
+        pack = _PACKS[len(names)] = struct.Struct(f"<{len(names)}d")
+    return text, pack.pack(*signals.values())
+
+
+def unpack_signals(names: str, vals: bytes) -> dict[str, float]:
+    """Inverse of :func:`pack_signals`."""
+    keys = json.loads(names)
+    return dict(zip(keys, struct.unpack(f"<{len(keys)}d", vals), strict=True))
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -35,8 +65,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS series (key TEXT PRIMARY KEY, start_ns INTEGER, time_ns INTEGER, value REAL,
                                    derived REAL);
 CREATE TABLE IF NOT EXISTS components (id TEXT PRIMARY KEY, data TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS component_live (id TEXT PRIMARY KEY, last_seen_ns INTEGER NOT NULL,
-                                           signals TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS component_live (id TEXT PRIMARY KEY, last_seen_ns INTEGER NOT NULL, names TEXT NOT NULL,
+                                           vals BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS observations (job TEXT, time_ns INTEGER, value REAL, PRIMARY KEY (job, time_ns));
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER, component TEXT,
                                    old TEXT, new TEXT, why TEXT);
@@ -106,7 +136,7 @@ class Store:
             self._db.close()
 
     # ---------------------------------------------------------------- writes
-    def commit_batch(self, series: Iterable[tuple[SeriesKey, SeriesPoint]], records: Iterable[Component],
+    def commit_batch(self, series: Iterable[tuple[str, SeriesPoint]], records: Iterable[Component],
                      live: Iterable[Component], observations: Iterable[tuple[str, int, float]],
                      events: Iterable[tuple[int, str, str, str, str]]) -> None:
         """Everything one ingest batch changed, atomically.
@@ -116,13 +146,13 @@ class Store:
         batch touched: a few hundred bytes instead of the whole record, which is most of
         the write volume of a batch). Each of ``records`` is written in both tables.
         """
-        srows = [(series_key_text(k), p.start_ns, p.time_ns, p.value, p.derived) for k, p in series]
+        srows = [(text, p.start_ns, p.time_ns, p.value, p.derived) for text, p in series]
         written = {c.id: c for c in live}
         crows = []
         for c in records:
-            crows.append((c.id, json.dumps(c.to_record(), separators=_COMPACT)))
+            crows.append((c.id, _encode(c.to_record())))
             written[c.id] = c
-        lrows = [(c.id, c.last_seen_ns, json.dumps(c.signals, separators=_COMPACT)) for c in written.values()]
+        lrows = [(c.id, c.last_seen_ns, *pack_signals(c.signals)) for c in written.values()]
         orows = list(observations)
         with self._lock:
             db = self._db
@@ -135,8 +165,9 @@ class Store:
                                "derived = excluded.derived", srows)
                 db.executemany("INSERT INTO components VALUES (?,?) ON CONFLICT(id) DO UPDATE SET "
                                "data = excluded.data", crows)
-                db.executemany("INSERT INTO component_live VALUES (?,?,?) ON CONFLICT(id) DO UPDATE SET "
-                               "last_seen_ns = excluded.last_seen_ns, signals = excluded.signals", lrows)
+                db.executemany("INSERT INTO component_live VALUES (?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
+                               "last_seen_ns = excluded.last_seen_ns, names = excluded.names, vals = excluded.vals",
+                               lrows)
                 if orows:
                     db.executemany("INSERT OR REPLACE INTO observations VALUES (?,?,?)", orows)
                     for job in {o[0] for o in orows}:
@@ -173,23 +204,23 @@ class Store:
                 raise
 
     # ---------------------------------------------------------------- reads
-    def load_series(self) -> list[tuple[SeriesKey, SeriesPoint]]:
-        """Every series' last point."""
+    def load_series(self) -> list[tuple[str, SeriesPoint]]:
+        """Every series' last point, by series text (:func:`twin.telemetry.state.series_key_text`)."""
         with self._lock:
             rows = self._db.execute("SELECT key, start_ns, time_ns, value, derived FROM series").fetchall()
-        return [(series_key_parse(k), SeriesPoint(int(s), int(t), float(v), None if d is None else float(d)))
+        return [(k, SeriesPoint(int(s), int(t), float(v), None if d is None else float(d)))
                 for k, s, t, v, d in rows]
 
     def load_components(self) -> list[tuple[str, dict[str, Any]]]:
         """Every component's persisted record, with its latest signals and last-seen time."""
         with self._lock:
-            rows = self._db.execute("SELECT c.id, c.data, l.last_seen_ns, l.signals FROM components c "
+            rows = self._db.execute("SELECT c.id, c.data, l.last_seen_ns, l.names, l.vals FROM components c "
                                     "LEFT JOIN component_live l ON l.id = c.id").fetchall()
         out = []
-        for cid, data, last_seen, signals in rows:
+        for cid, data, last_seen, names, vals in rows:
             rec = json.loads(data)
-            if signals is not None:  # absent in a database written before component_live existed
-                rec["last_seen_ns"], rec["signals"] = int(last_seen), json.loads(signals)
+            if names is not None:  # absent in a database written before component_live existed
+                rec["last_seen_ns"], rec["signals"] = int(last_seen), unpack_signals(names, vals)
             out.append((cid, rec))
         return out
 
