@@ -3,6 +3,7 @@ signals and last-seen time otherwise; a restart reads both back as one record.""
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 
@@ -100,3 +101,24 @@ def test_signals_pack_and_unpack_exactly() -> None:
     back = unpack_signals(*pack_signals(signals))
     assert back == signals and list(back) == list(signals)   # same values, bit for bit, same order
     assert unpack_signals(*pack_signals({})) == {}
+
+
+def test_the_fault_hook_fails_every_nth_commit_and_rolls_it_back(tmp_path, monkeypatch) -> None:
+    from twin.core.errors import SpecError
+    from twin.telemetry.store import FAULT_ENV, Store
+
+    monkeypatch.setenv(FAULT_ENV, "two")
+    with pytest.raises(SpecError) as bad:
+        Store(tmp_path / "a.sqlite3")
+    assert bad.value.field == FAULT_ENV and ">= 1" in str(bad.value)
+    monkeypatch.setenv(FAULT_ENV, "2")
+    store = Store(tmp_path / "b.sqlite3")
+    try:
+        store.commit_batch([], [], [], [("j", 1, 1.0)], [])
+        with pytest.raises(OSError) as full:
+            store.commit_batch([], [], [], [("j", 2, 2.0)], [])
+        assert full.value.errno == errno.ENOSPC
+        store.commit_batch([], [], [], [("j", 3, 3.0)], [])
+        assert store.load_observations() == [("j", 1, 1.0), ("j", 3, 3.0)]  # the failed one rolled back
+    finally:
+        store.close()

@@ -13,7 +13,7 @@ Not thread-safe by itself: the telemetry service serialises access with one lock
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,9 @@ from twin.core.telemetry import STEP_TIME_SIGNAL, Evidence, MetricMapping
 from twin.telemetry.mapping import MetricCatalog, Resolved
 
 OBSERVATIONS_PER_JOB = 256
+# A signal's value from its series' values (MetricMapping.aggregate).
+Aggregate = Callable[[Iterable[float]], float]
+_AGGREGATES: dict[str, Aggregate] = {"sum": sum, "max": max, "min": min}
 EVENTS_KEPT = 1000
 SeriesKey = tuple[str, str, tuple[str, ...]]  # (metric key, component id, detail values)
 
@@ -118,7 +121,7 @@ class Component:
     # How to aggregate each signal, (signal, its series, how) in series order, and the
     # signals whose rules decide health: derived from ``series`` and ``mappings``, kept
     # because every batch needs them (None: work them out again, after a signal was added).
-    plan: tuple[tuple[tuple[str, dict[str, float], str], ...], tuple[str, ...]] | None = None
+    plan: tuple[tuple[tuple[str, dict[str, float], Aggregate], ...], tuple[str, ...]] | None = None
 
     def view(self) -> ComponentView:
         """What the tier roll-up needs."""
@@ -296,15 +299,11 @@ class LiveState:
         if plan is None:
             plan = comp.plan = self._plan(comp)
         aggregates, names = plan
-        comp.signals = signals = {}
-        for sig, per, how in aggregates:
-            if per:
-                values = per.values()
-                signals[sig] = max(values) if how == "max" else min(values) if how == "min" else sum(values)
+        comp.signals = signals = {sig: how(per.values()) for sig, per, how in aggregates if per}
         mappings = comp.mappings
         # Only signals with rules decide health: when none of them moved (byte counters
         # change every interval, error counters rarely do), the assessment cannot change.
-        ruled = tuple((sig, signals[sig]) for sig in names if sig in signals)
+        ruled = tuple([(sig, signals[sig]) for sig in names if sig in signals])
         if ruled == comp.ruled and comp.ruled is not None and not comp.pending:
             return False
         comp.ruled = ruled
@@ -329,10 +328,10 @@ class LiveState:
         return True
 
     @staticmethod
-    def _plan(comp: Component) -> tuple[tuple[tuple[str, dict[str, float], str], ...], tuple[str, ...]]:
+    def _plan(comp: Component) -> tuple[tuple[tuple[str, dict[str, float], Aggregate], ...], tuple[str, ...]]:
         """How ``comp``'s signals aggregate, and which of them have rules (see ``Component.plan``)."""
         mappings = comp.mappings
-        aggregates = tuple((sig, per, mappings[sig].aggregate if sig in mappings else "sum")
+        aggregates = tuple((sig, per, _AGGREGATES.get(mappings[sig].aggregate if sig in mappings else "sum", sum))
                            for sig, per in comp.series.items())
         names = tuple(sig for sig in comp.series if sig in mappings and (
             mappings[sig].conditions or mappings[sig].capacity))

@@ -10,6 +10,7 @@ not yet acknowledged, which their exporters retry.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -35,6 +36,12 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 _NAMES: dict[tuple[str, ...], str] = {}
 _NAMES_LIMIT = 4096
 _PACKS: dict[int, struct.Struct] = {}
+#: Fault injection, off by default: with ``TWIN_TELEMETRY_FAIL_EVERY_NTH_COMMIT=N`` every Nth
+#: ingest commit fails as a full disk fails a write (``OSError`` ENOSPC), after its rows are
+#: written and before COMMIT, so it is rolled back like a real failed write. For tests that
+#: prove a failed write is never acknowledged and kill -9 loses nothing acknowledged
+#: (tests/telemetry/test_durability.py); never set it in production.
+FAULT_ENV = "TWIN_TELEMETRY_FAIL_EVERY_NTH_COMMIT"
 
 
 def pack_signals(signals: dict[str, float]) -> tuple[str, bytes]:
@@ -93,6 +100,8 @@ class Store:
                                          "writable directory)") from err
         if not os.access(where, os.W_OK):
             raise SpecError("state_dir", f"{where} is not writable (pass --state-dir with a writable directory)")
+        self._fail_every = _fault_setting()
+        self._commits = 0
         try:
             self._db = self._open(synchronous)
         except sqlite3.DatabaseError as err:
@@ -176,6 +185,9 @@ class Store:
                                    (job, job, OBSERVATIONS_PER_JOB - 1))
                 db.executemany("INSERT INTO events (time_ns, component, old, new, why) VALUES (?,?,?,?,?)",
                                list(events))
+                self._commits += 1
+                if self._fail_every and self._commits % self._fail_every == 0:
+                    raise OSError(errno.ENOSPC, f"No space left on device (injected by {FAULT_ENV})")
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -253,3 +265,13 @@ class Store:
             cal = Calibration(**json.loads(row[0]))
         return cal, [{"seq": s, "time_ns": t, "factor": f, "old": o, "new": n, "reason": r}
                      for s, t, f, o, n, r in hist]
+
+
+def _fault_setting() -> int:
+    """``FAULT_ENV`` as an integer (0: off)."""
+    text = os.environ.get(FAULT_ENV, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit() or int(text) < 1:
+        raise SpecError(FAULT_ENV, f"must be a whole number >= 1 (got {text[:40]!r}); unset it to turn faults off")
+    return int(text)
