@@ -17,7 +17,9 @@ fresh state directory, then N exporter processes push for ``--seconds``:
   which also pays the SDK's own encoding on the same CPUs.
 Prints the server's own count (its ingest stats) of points accepted, duplicate (accepted,
 changing nothing) and rejected, and the throughput of the points it applied (accepted minus
-duplicate) over the exporters' wall time; the client's view (points sent) beside it.
+duplicate) over the exporters' wall time; the client's view (points sent) beside it; and, on
+Linux, the server's CPU time per applied point (on a shared machine the throughput moves
+with what else runs; the CPU per point much less).
 """
 
 from __future__ import annotations
@@ -117,6 +119,16 @@ def sdk_exporter(addr: str, client: int, ports: int, seconds: float, inflight: i
     q.put((sent, time.perf_counter() - t0))
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds process ``pid`` has used (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # proc(5): utime and stime are fields 14 and 15, in clock ticks; the split drops pid and comm.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_stats(addr: str) -> dict:
     sys.path.insert(0, str(ROOT))
     from twin.rpc.v1 import telemetry_pb2 as pb
@@ -153,12 +165,14 @@ def main() -> int:
             procs = [ctx.Process(target=target, args=(addr, i, args.ports, args.seconds, args.inflight, q, barrier))
                      for i in range(args.exporters)]
             before = server_stats(addr)
+            cpu_before = cpu_seconds(server.pid)
             for pr in procs:
                 pr.start()
             results = [q.get(timeout=args.seconds + 300) for _ in procs]
             for pr in procs:
                 pr.join()
             after = server_stats(addr)
+            cpu_after = cpu_seconds(server.pid)
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -176,6 +190,11 @@ def main() -> int:
           f"{applied:,} applied in {wall:.2f} s, {after['requests'] - before['requests']} requests, "
           f"{after['series']:,} live series")
     print(f"ingest throughput: {applied / wall:,.0f} applied data points/s (client-side sent {sent / wall:,.0f}/s)")
+    if cpu_before is not None and cpu_after is not None and cpu_after > cpu_before:
+        # The server is idle while the exporters build their requests, so this is its ingest CPU.
+        used = cpu_after - cpu_before
+        print(f"server CPU: {used:.2f} s ({used / wall:.2f} cores on average), {used / applied * 1e6:.2f} us per "
+              f"applied point: {applied / used:,.0f} points per server CPU-second")
     return 0
 
 

@@ -194,15 +194,15 @@ class Decoder:
         add_sid, add_start, add_time, add_value = (block.sids.append, block.starts.append, block.times.append,
                                                    block.values.append)
         for dp, sid in zip(dps, sids, strict=True):
-            which = dp.WhichOneof("value")
-            if which == "as_double":
-                value = dp.as_double
-            elif which is not None:
-                value = float(dp.as_int)
-            else:
-                if not dp.flags & _NO_RECORDED_VALUE:
-                    out.reject("data point without a value", 1, metric.name)
-                continue
+            value = dp.as_double
+            if not value:  # zero: a double 0.0, an integer point, or no value at all
+                which = dp.WhichOneof("value")
+                if which == "as_int":
+                    value = float(dp.as_int)
+                elif which is None:
+                    if not dp.flags & _NO_RECORDED_VALUE:
+                        out.reject("data point without a value", 1, metric.name)
+                    continue
             t = dp.time_unix_nano
             start = dp.start_time_unix_nano
             # The checks in the order their reasons take precedence; a good point passes them all.
