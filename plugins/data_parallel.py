@@ -1,7 +1,9 @@
 """Data parallelism: gradient reduction once per step, bucketed and overlapped with the
 backward pass (PyTorch DDP, Li et al. VLDB 2020; Megatron-Core DDP), and for sharded
 optimizers (distributed optimizer / ZeRO-1/2, FSDP without resharding) a reduce-scatter
-of gradients plus an all-gather of updated parameters overlapped with the next forward.
+of gradients plus an all-gather of updated parameters overlapped with the next forward;
+with hybrid sharding (``plan.dp_shard``) both run within the shard group and each
+gradient shard is all-reduced across the replicas.
 
 Exposed time: gradient reduction hides behind the last micro-batch's backward except for
 the last bucket; parameter gathers hide behind the first micro-batch's forward except for
@@ -25,7 +27,7 @@ class DataParallel(Strategy):
     name = "data"
     dimension = "dp"
     phase = "step"
-    traffic = (("dp", "ring"), ("edp", "ring"))
+    traffic = (("dp", "ring"), ("dpr", "ring"), ("edp", "ring"))
     # Its terms do not depend on the micro-batch count or the interleaving depth.
     reads_schedule = False
     summary = "Data parallel (+ distributed optimizer / ZeRO-1/2): bucketed grad reduce overlapped with backward"
@@ -56,6 +58,18 @@ class DataParallel(Strategy):
             last = ctx.cost("reduce_scatter", bucket * grad_bytes, dim).time_s
             first = ctx.cost("all_gather", bucket * 2.0, dim).time_s
             nbytes = params * (grad_bytes + 2.0) * bus_factor("all_gather", n)
+            if dim == "dp":
+                # Hybrid sharding: each rank's gradient shard is then all-reduced across the
+                # replicas (Megatron-Core partial distributed optimizer; FSDP HYBRID_SHARD).
+                replicas = ctx.spans["dpr"].n
+                hybrid = replicas > 1
+                if ops.any_(hybrid):
+                    shard_bytes = params * grad_bytes / n
+                    ar = ctx.cost("all_reduce", shard_bytes, "dpr")
+                    t_red = ops.where(hybrid, t_red + ar.time_s, t_red)
+                    last = ops.where(hybrid, last + ctx.cost("all_reduce", bucket * grad_bytes / n, "dpr").time_s,
+                                     last)
+                    nbytes = ops.where(hybrid, nbytes + shard_bytes * bus_factor("all_reduce", replicas), nbytes)
         if not ops.all_(sharded):
             ar = ctx.cost("all_reduce", params * grad_bytes, dim)
             t_red, algo = ops.where(sharded, t_red, ar.time_s), ops.where(sharded, algo, ar.algorithm)

@@ -146,6 +146,7 @@ class DragonflyFabric(ScaleOutFabric):
         return {"kind": self.kind, "routing": _routing(cluster), "nics_per_router": s["p"],
                 "routers_per_group": s["a"], "global_links_per_router": s["h"], "groups": s["groups"],
                 "max_groups": s["a"] * s["h"] + 1, "routers": s["groups"] * s["a"],
+                "switches_per_tier": [s["groups"] * s["a"]],  # one tier of routers (for the energy model)
                 "global_links": s["groups"] * s["a"] * s["h"] // 2}
 
 

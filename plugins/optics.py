@@ -86,7 +86,8 @@ class _Optics(OpticsModel):
         # Each link carries nic_gbps in both directions; energy per bit applies per direction.
         power_w = links * so.nic_gbps * 1e9 * 2 * p["pj_per_bit"] * 1e-12
         return {"kind": self.kind, "pj_per_bit": p["pj_per_bit"], "reach_m": p["reach_m"],
-                "switch_radix": radix, "tiers": fab["tiers"], "switches": fab["switches"], "links": links,
+                "switch_radix": radix, "tiers": fab["tiers"], "switches": fab["switches"],
+                "switches_per_tier": fab["switches_per_tier"], "links": links,
                 "optics_power_kw": power_w / 1e3,
                 "annual_failure_rate_per_link": p["annual_failure_rate"],
                 "expected_link_failures_per_year": links * p["annual_failure_rate"]}

@@ -176,6 +176,7 @@ class TorusFabric(ScaleOutFabric):
         return {"kind": self.kind, "dims": list(dims), "wraparound": wrap, "links_per_neighbor": per_neighbour,
                 "unused_ports_per_node": cluster.nics_per_node - 2 * used * per_neighbour,
                 "links": _link_count(cluster, dims) * per_neighbour,
+                "switches_per_tier": [],  # a direct network: the nodes' NICs link to each other
                 "bisection_GBps_per_direction": cut_links * so.nic_gbps / 8.0}
 
 

@@ -1,9 +1,12 @@
 """A small Python client for a running twin server (``twin serve``).
 
-    from twin.client import TwinClient
+    from twin.client import TwinClient, event_rows
     with TwinClient("127.0.0.1:50051") as twin:
         est = twin.predict("examples/gpt3-175b-dgx-h100-ib.yaml")   # or a mapping
         print(est.step_time_s, est.memory.fits)
+        for event in twin.sweep("examples/sweeps/fabrics-and-plans.yaml"):
+            for row in event_rows(event):      # rows come many to a message, in order
+                print(row.index, row.estimate.step_time_s if row.HasField("estimate") else row.error.field)
 
 Scenarios go over the wire as structured messages (converted from the scenario-file
 mapping on this side, so a typo is reported before anything is sent). A failed call
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,7 +35,19 @@ from twin.wire.convert import estimate_from_message, scenario_from_mapping
 from twin.wire.errors import RemoteError, error_from_rpc
 
 TOKEN_ENV = "TWIN_AUTH_TOKEN"
-__all__ = ["RemoteError", "TwinClient"]
+__all__ = ["RemoteError", "TwinClient", "event_rows"]
+
+
+def event_rows(event: sweep_service_pb2.SweepEvent) -> Sequence[sweep_service_pb2.SweepRow]:
+    """The rows one sweep event carries, in order: a ``rows`` chunk's, the deprecated single
+    ``row`` (a request with ``rows_per_message=1``), or none (started, progress, finished).
+    """
+    kind = event.WhichOneof("event")
+    if kind == "rows":
+        return event.rows.rows
+    if kind == "row":
+        return (event.row,)
+    return ()
 
 
 def _read(path: str | None) -> bytes | None:
@@ -110,14 +125,17 @@ class TwinClient:
         """The server's presets, fabrics, strategies and plugins."""
         return self._call(self.twin.GetCatalog, twin_service_pb2.GetCatalogRequest()).catalog
 
-    def sweep(self, spec: Mapping[str, Any] | str | Path, *, timeout_s: float | None = None
-              ) -> Iterator[sweep_service_pb2.SweepEvent]:
+    def sweep(self, spec: Mapping[str, Any] | str | Path, *, timeout_s: float | None = None,
+              rows_per_message: int = 0) -> Iterator[sweep_service_pb2.SweepEvent]:
         """Run a sweep (a sweep mapping or file); yields events as the server sends them.
 
-        Closing the iterator early (``break``) cancels the call, and the server stops.
+        Rows come many to an event: read them with :func:`event_rows`. ``rows_per_message``
+        caps the rows of one event (1 to 4096; 0: the server's default; 1: the deprecated
+        one-row ``row`` events). Closing the iterator early (``break``) cancels the call,
+        and the server stops.
         """
         data = read_mapping(spec) if isinstance(spec, str | Path) else spec
-        request = sweep_service_pb2.SweepRequest(spec_document=json.dumps(data))
+        request = sweep_service_pb2.SweepRequest(spec_document=json.dumps(data), rows_per_message=rows_per_message)
         call = self.sweeps.Sweep(request, timeout=timeout_s, metadata=self._metadata)
         try:
             yield from call

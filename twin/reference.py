@@ -5,7 +5,8 @@ Format: validation/reference/CASES.md. A training case becomes a :class:`Scenari
 fields the source did not state (``null``) or that the normaliser filled in (listed in
 ``assumed``) are, for the tuning knobs a publisher would have tuned (micro-batch size,
 recomputation, virtual pipeline stages), chosen by the twin as the fastest setting that
-fits in memory; structural degrees (tp, pp, cp, ep) are used as given. A case whose
+fits in memory; structural degrees (tp, pp, cp, ep) and a stated pipeline schedule
+(``plan.schedule``, which may fix vp) are used as given. A case whose
 degrees do not multiply out to the GPU count gets dp = GPUs / (tp*pp*cp), with a note.
 Cases without a step time or with a field the twin cannot represent are listed as
 skipped with the reason, never dropped.
@@ -355,6 +356,30 @@ def _norm_rank_order(value: Any) -> str:
             "tp-cp-dp-pp": "tp-cp-ep-dp-pp", "tp-dp-pp": "tp-cp-ep-dp-pp"}.get(spelled, spelled)
 
 
+# Published spellings of pipeline schedules -> ``plan.schedule`` (ZB1P/ZB2P: the zero-bubble
+# repository's names for ZB-H1/ZB-H2; "1f1b-interleaved": Megatron's interleaved 1F1B).
+_SCHEDULE_SPELLINGS = {"1f1b": "1f1b", "interleaved": "interleaved", "interleaved1f1b": "interleaved",
+                       "1f1binterleaved": "interleaved", "zbh1": "zero_bubble_h1", "zb1p": "zero_bubble_h1",
+                       "zerobubbleh1": "zero_bubble_h1", "zbh2": "zero_bubble_h2", "zb2p": "zero_bubble_h2",
+                       "zerobubbleh2": "zero_bubble_h2", "zbv": "zero_bubble_v", "zerobubblev": "zero_bubble_v",
+                       "dualpipe": "dualpipe", "dualpipev": "dualpipev"}
+# Plan fields a case may state in the twin's own spelling (twin extensions, CASES.md): used as given.
+_AS_GIVEN = ("recipe", "recompute_modules", "overlap", "moe_dispatcher")
+# The interleaving depth a stated schedule fixes (interleaved: any vp > 1).
+_SCHEDULE_VP = {"1f1b": 1, "zero_bubble_h1": 1, "zero_bubble_h2": 1, "dualpipe": 1, "zero_bubble_v": 2,
+                "dualpipev": 2}
+
+
+def _norm_schedule(value: Any) -> str:
+    """A published pipeline schedule (``ZB-H1``, ``DualPipe``, ``interleaved 1F1B``) in the twin's spelling."""
+    key = re.sub(r"[^a-z0-9]", "", str(value).lower())
+    got = _SCHEDULE_SPELLINGS.get(key)
+    if got is None:
+        raise SpecError("plan.schedule", f"unknown pipeline schedule {value!r}; expected one of "
+                                         + ", ".join(sorted(set(_SCHEDULE_SPELLINGS.values()))))
+    return got
+
+
 def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario, _Knobs, list[str]]:
     """The scenario of one training case, and the knobs left for the twin to choose."""
     notes: list[str] = []
@@ -403,6 +428,12 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         plan_kwargs["etp"] = int(p["etp"])
     if p.get("rank_order"):
         plan_kwargs["rank_order"] = _norm_rank_order(p["rank_order"])
+    schedule = _norm_schedule(p["schedule"]) if p.get("schedule") else None
+    if schedule is not None:
+        plan_kwargs["schedule"] = schedule
+    for key in _AS_GIVEN:
+        if p.get(key) is not None:
+            plan_kwargs[key] = p[key]
     per_rank = gbs // dp if gbs % dp == 0 else 0
     if per_rank == 0:
         raise SpecError("plan.gbs", f"gbs ({gbs}) is not a multiple of dp ({dp})")
@@ -420,8 +451,11 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         notes.append(f"recompute not published: {rc} ({stack_name} default)")
     rc_opts: tuple[str, ...] = (str(rc),)
     vp = p.get("vp")
-    if pp > 1 and (vp is None or "vp" in assumed):
-        vp_opts = tuple(v for v in _SEARCH_VP if pp * v <= model.layers) or (1,)
+    if schedule in _SCHEDULE_VP and (vp is None or "vp" in assumed):
+        vp_opts: tuple[int, ...] = (_SCHEDULE_VP[schedule],)  # the schedule fixes it
+    elif pp > 1 and (vp is None or "vp" in assumed):
+        vp_opts = tuple(v for v in _SEARCH_VP if pp * v <= model.layers and (schedule != "interleaved" or v > 1)) \
+            or (1,)
     else:
         vp_opts = (int(vp or 1),)
     reshard = p.get("fsdp_reshard_after_forward", defaults.get("fsdp_reshard_after_forward"))

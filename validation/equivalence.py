@@ -8,14 +8,15 @@ What is recorded:
   prediction, the plan the twin chose for the unstated knobs, and the full estimate
   (``Estimate.to_dict``) of that plan; every collectives case: its prediction;
 - ``--points`` random scenarios (seeded, drawn over every preset model and system, cluster
-  sizes, fabrics, optics, CXL pools, and every plan field): the full estimate through the
-  public ``Engine.evaluate(mapping)``, or the error it raised;
+  sizes, fabrics, optics, CXL pools, and every plan field, schedules and recompute modules included):
+  the full estimate through the public ``Engine.evaluate(mapping)``, or the error it raised;
 - the same points as one zip-mode sweep (the sweep engine's rows: every column, or the
   infeasibility reason).
 
-``compare`` recomputes all of it with the current code and prints, per part, how many
-values are bit-identical, how many differ and the largest relative difference, and exits 1
-if anything differs by more than ``--rtol`` (default 0: identical).
+``compare`` recomputes all of it with the current code, on the baseline's own points, and
+prints, per part, how many values are bit-identical, how many differ and the largest
+relative difference, and exits 1 if anything differs by more than ``--rtol`` (default 0:
+identical).
 """
 
 from __future__ import annotations
@@ -42,8 +43,12 @@ SYSTEMS = ["DGX-2", "DGX-A100", "DGX-B200", "DGX-H100", "GB200-NVL72", "GB300-NV
 SIZES = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384]
 
 
-def random_point(rng: random.Random) -> dict[str, Any]:
-    """One scenario mapping; degrees drawn so that a fair share of points is valid."""
+def random_point(rng: random.Random, energy: random.Random | None = None) -> dict[str, Any]:
+    """One scenario mapping; degrees drawn so that a fair share of points is valid.
+
+    ``energy``: a second stream that draws the cluster's power figures and prices (a
+    separate stream, so the other fields are those drawn before these inputs existed).
+    """
     system = rng.choice(SYSTEMS)
     n = rng.choice(SIZES)
     cluster: dict[str, Any] = {"system": system, "num_gpus": n}
@@ -100,17 +105,101 @@ def random_point(rng: random.Random) -> dict[str, Any]:
         plan["offload"] = {rng.choice(["optimizer", "params", "activations"]): "cxl"}
     elif rng.random() < 0.03:
         plan["offload"] = {"optimizer": "host"}
+    if energy is not None:
+        _energy_inputs(energy, cluster, pool)
     point: dict[str, Any] = {"cluster": cluster, "model": model, "plan": plan}
     if rng.random() < 0.1:
         point["calibration"] = {"compute_efficiency": rng.choice([0.8, 1.1]),
                                 "scale_out_bandwidth": rng.choice([0.5, 1.0])}
+    if plan["optimizer_sharding"] != "none" and rng.random() < 0.2:  # hybrid sharding (some not dividing dp*cp)
+        plan["dp_shard"] = rng.choice([2, 4, 8, 16, 3])
     return point
 
 
+def _energy_inputs(rng: random.Random, cluster: dict[str, Any], pool: bool) -> None:
+    """Random ``cluster.power`` / ``cluster.prices`` (each input set on some points)."""
+    power: dict[str, Any] = {}
+    if rng.random() < 0.3:
+        power["gpu_idle_w"] = rng.choice([60.0, 150.0])      # below every preset GPU's TDP
+    if rng.random() < 0.2:
+        power["gpu_busy_fraction"] = 0.85
+    if rng.random() < 0.3:
+        power["nic_w"] = 25.0
+    if rng.random() < 0.3:
+        power["switch_w"] = [700.0]
+    if rng.random() < 0.3:
+        power["host_w"] = 2000.0
+    if pool and rng.random() < 0.5:
+        power["cxl_device_w"] = 15.0
+    if rng.random() < 0.3:
+        power["pue"] = 1.3
+    if power:
+        cluster["power"] = power
+    prices: dict[str, Any] = {}
+    draw = rng.random()
+    if draw < 0.2:
+        prices["usd_per_gpu_hour"] = 2.5
+    elif draw < 0.35:
+        prices.update(capex_usd_per_gpu=40000.0, amortisation_years=4.0)
+    if rng.random() < 0.3:
+        prices["usd_per_kwh"] = 0.08
+    if prices:
+        cluster["prices"] = prices
+
+
+# Pipeline schedules a random pipelined point may state (``plan.schedule``), and the vp each needs.
+SCHEDULE_VP = {"1f1b": 1, "interleaved": None, "zero_bubble_h1": 1, "zero_bubble_h2": 1, "zero_bubble_v": 2,
+               "dualpipe": 1, "dualpipev": 2}
+
+
+# Selective recomputation's module sets a random point may state (plan.recompute_modules).
+RECOMPUTE_MODULES = [["layernorm"], ["core_attn", "layernorm"], ["mla_up_proj"], ["moe_act"],
+                     ["moe_act", "layernorm", "mla_up_proj"]]
+
+
+def draw_newer_fields(rng: random.Random, point: dict[str, Any]) -> None:
+    """Fields added after the generator was first used (their own stream: the others stay
+    as drawn before): recompute modules on some selective points, and a pipeline schedule
+    on some pipelined points, mostly with the vp it needs (sometimes not: the rule must
+    name the field the same way on every path).
+    """
+    plan = point["plan"]
+    if rng.random() < 0.3 and (plan["recompute"] == "selective" or rng.random() < 0.1):
+        plan["recompute_modules"] = rng.choice(RECOMPUTE_MODULES)
+    if rng.random() < 0.5:
+        return
+    if plan["pp"] == 1 and rng.random() > 0.05:
+        return  # a few unpipelined points keep one: the pp > 1 rule
+    name = rng.choice(sorted(SCHEDULE_VP))
+    plan["schedule"] = name
+    vp = SCHEDULE_VP[name]
+    if rng.random() < 0.85:
+        if vp is None:
+            plan["vp"] = plan.get("vp", 1) if plan.get("vp", 1) > 1 else rng.choice([2, 3, 4])
+        elif vp == 1:
+            plan.pop("vp", None)
+        else:
+            plan["vp"] = vp
+
+
 def points(n: int, seed: int = 20261201) -> list[dict[str, Any]]:
-    """``n`` random scenario mappings (a pure function of ``seed``)."""
+    """``n`` random scenario mappings (a pure function of ``seed``).
+
+    Fields added later (schedules, recompute modules) are drawn from their own stream, so
+    every other field is what the generator drew before they existed.
+    """
     rng = random.Random(seed)
-    return [random_point(rng) for _ in range(n)]
+    energy = random.Random(f"energy-{seed}")
+    return [random_point(rng, energy) for _ in range(n)]
+
+
+    srng = random.Random(seed + 1)
+    out = []
+    for _ in range(n):
+        point = random_point(rng)
+        draw_newer_fields(srng, point)
+        out.append(point)
+    return out
 
 
 def _error(err: Exception) -> str:
@@ -181,10 +270,11 @@ def reference_answers(engine: Engine) -> dict[str, Any]:
 PARTS = ("reference", "scalar", "sweep")
 
 
-def collect(n: int, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
-    """Everything ``save`` writes (or the named ``parts`` of it)."""
+def collect(n: int, parts: tuple[str, ...] = PARTS, pts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Everything ``save`` writes (or the named ``parts`` of it); ``pts``: the points (else ``points(n)``)."""
     engine = Engine(autoload=False)
-    pts = points(n)
+    if pts is None:
+        pts = points(n)
     out: dict[str, Any] = {"points": pts}
     if "reference" in parts:
         out["reference"] = reference_answers(engine)
@@ -254,10 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     with gzip.open(path, "rt") as f:
         old = json.load(f)
     parts = tuple(p for p in args.parts.split(",") if p)
-    new = collect(len(old["points"]), parts)
-    if new["points"] != old["points"]:
-        print("the random points differ from the baseline's (different generator?)")
-        return 2
+    # The baseline's own points: a baseline saved by an older generator stays comparable.
+    new = collect(len(old["points"]), parts, old["points"])
+    if points(len(old["points"])) != old["points"]:
+        print("note: the generator now draws other points than the baseline's; the baseline's are compared")
     bad = False
     for part in parts:
         d = Diff()

@@ -1,6 +1,7 @@
 """The public batch API: Engine.evaluate_many gives, row by row, what Engine.evaluate gives.
 
-Random scenarios over every preset model and system (validation/equivalence.py's points),
+Random scenarios over every preset model and system (validation/equivalence.py's points,
+pipeline schedules included),
 mixed in one call: the batch groups them by model, evaluates each group over arrays and
 puts the rows back in order. A row that does not parse or breaks a rule carries the
 reason a sweep would count; a plan that does not fit is evaluated anyway (``fits`` false),
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from twin.core.errors import TwinError, reason_of
+from twin.core.evaluate import energy_values
 from twin.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "validation"))
@@ -28,7 +30,7 @@ def test_evaluate_many_equals_evaluate_row_by_row():
     points.append({"cluster": {"system": "DGX-H100", "num_gpus": 8}, "model": "no-such-model", "plan": {"gbs": 8}})
     res = engine.evaluate_many(points)
     assert len(res) == len(points)
-    evaluated = unfit = 0
+    evaluated = unfit = priced = idle = 0
     for i, p in enumerate(points):
         try:
             est = Engine.evaluate(engine, p)
@@ -47,8 +49,14 @@ def test_evaluate_many_equals_evaluate_row_by_row():
         assert res.columns["mfu"][i] == est.mfu
         for dim, v in est.breakdown.exposed_comm_s.items():
             assert res.columns[f"exposed_{dim}_s"][i] == v, (i, dim)
+        for name, v in energy_values(est).items():       # energy by component, cost (NaN: no prices)
+            got = res.columns[name][i]
+            assert got == v or (math.isnan(got) and math.isnan(v)), (i, name, got, v)
+        priced += est.cost is not None
+        idle += est.energy.gpu_wait_s > 0 and not est.energy.assumed
         assert res.microbatches[i] == est.microbatches and res.dp[i] == est.dp
     assert evaluated > 500 and unfit > 20
+    assert priced > 50 and idle > 50      # the random points set prices and GPU waiting power
     assert res.reason(len(points) - 1) == "model: unknown name 'no-such-model'"
     assert res.stats["scalar_points"] == 0
 

@@ -242,6 +242,7 @@ def test_pipeline_bubble_fraction(engine):
 
 def test_breakdown_adds_up_to_step_time(engine):
     for path in ("gpt3-175b-dgx-h100-ib.yaml", "llama3-405b-16k-roce.yaml", "deepseek-v3-gb200-nvl72.yaml",
+                 "deepseek-v3-h800-dualpipe.yaml",
                  "llama3-70b-cxl-offload.yaml", "b200-cpo-fabric.yaml"):
         from tests.conftest import EXAMPLES
 

@@ -314,6 +314,10 @@ def _field_values(tp: object) -> st.SearchStrategy:
         return st.sampled_from(["", "x", 1])
     if get_origin(tp) is Literal:
         return st.sampled_from([*get_args(tp), "nope"])
+    if get_origin(tp) is tuple:  # a list of choices: as a list or a tuple, with a bad name, or not a list
+        names = list(get_args(get_args(tp)[0]))
+        return st.one_of(st.lists(st.sampled_from([*names, "nope"]), max_size=3),
+                         st.lists(st.sampled_from(names), max_size=3).map(tuple), st.sampled_from([names[0], None]))
     if dataclasses.is_dataclass(tp):
         hints = schema._hints(tp)
         return st.fixed_dictionaries({}, optional={n: _field_values(hints[n]) for n in hints})

@@ -4,8 +4,9 @@ Helm itself cannot be installed here, so the chart's templates are rendered by t
 subset and the output checked as Kubernetes objects. Anything outside the subset raises,
 so a template that uses more fails loudly instead of rendering wrongly.
 Supported: {{ }} with -trim, if/else/end, define/end, include, pipelines, parentheses,
-.Values/.Release/.Chart paths, string/number/bool literals, and quote, nindent, indent,
-toYaml, default, and, or, not, eq, contains.
+.Values/.Release/.Chart paths, ``.Files.Get "path"`` (a file of the chart outside templates/;
+a missing one raises here, where Helm would render ""), string/number/bool literals, and
+quote, nindent, indent, toYaml, default, and, or, not, eq, contains, omit.
 """
 
 from __future__ import annotations
@@ -122,8 +123,9 @@ def _to_yaml(value: Any) -> str:
 
 
 class Renderer:
-    def __init__(self, root: dict[str, Any]) -> None:
+    def __init__(self, root: dict[str, Any], files: dict[str, str] | None = None) -> None:
         self.root = root
+        self.files = files or {}
         self.defines: dict[str, list] = {}
 
     def _value(self, token: str, dot: Any) -> Any:
@@ -167,6 +169,12 @@ class Renderer:
             return args[0] == args[1]
         if name == "contains":
             return str(args[0]) in str(args[1])
+        if name == "omit":  # sprig: a copy of the dict without the named keys
+            return {k: v for k, v in (args[0] or {}).items() if k not in args[1:]}
+        if name == ".Files.Get":
+            if args[0] not in self.files:
+                raise TemplateError(f".Files.Get {args[0]!r}: no such file in the chart")
+            return self.files[args[0]]
         raise TemplateError(f"unsupported function {name!r}")
 
     def eval(self, expr: str, dot: Any) -> Any:
@@ -174,6 +182,9 @@ class Renderer:
         for n, stage in enumerate(_split_pipeline(expr)):
             words = _args(stage)
             head, rest = words[0], words[1:]
+            if head == ".Files.Get":
+                result = self._call(head, [self._value(w, dot) for w in rest])
+                continue
             if head[0] in '.("' or head in ("true", "false") or re.fullmatch(r"-?\d+", head):
                 if rest or n:
                     raise TemplateError(f"cannot apply {head!r} in {expr!r}")
@@ -203,9 +214,12 @@ class Renderer:
         return "".join(out)
 
 
-def render_chart(files: dict[str, str], values: dict[str, Any], release: str, chart: dict[str, Any]) -> dict[str, str]:
-    """Render every template (name -> text); helpers (``_*.tpl``) only define."""
-    renderer = Renderer({})
+def render_chart(files: dict[str, str], values: dict[str, Any], release: str, chart: dict[str, Any],
+                 chart_files: dict[str, str] | None = None) -> dict[str, str]:
+    """Render every template (name -> text); helpers (``_*.tpl``) only define. ``chart_files``:
+    the chart's other files by path relative to the chart (what ``.Files.Get`` reads).
+    """
+    renderer = Renderer({}, chart_files)
     parsed = {}
     for name, text in files.items():
         nodes, _, _ = _parse(_lex(text), 0, ())

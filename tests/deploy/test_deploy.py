@@ -28,6 +28,12 @@ def chart_files() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted((CHART / "templates").iterdir())}
 
 
+def other_chart_files() -> dict[str, str]:
+    """The chart's files outside templates/ (what the templates' .Files.Get reads)."""
+    return {str(p.relative_to(CHART)): p.read_text() for p in sorted(CHART.rglob("*"))
+            if p.is_file() and "templates" not in p.relative_to(CHART).parts}
+
+
 def values(**overrides) -> dict:
     base = yaml.safe_load((CHART / "values.yaml").read_text())
     for dotted, value in overrides.items():
@@ -40,14 +46,17 @@ def values(**overrides) -> dict:
 
 
 def render(vals: dict, release: str = "fabric-twin") -> dict[str, dict]:
+    """The rendered objects by kind; a second object of a kind is keyed ``kind/name``."""
     jsonschema.validate(vals, json.loads((CHART / "values.schema.json").read_text()))
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     out: dict[str, dict] = {}
-    for name, text in render_chart(chart_files(), copy.deepcopy(vals), release, chart).items():
+    rendered = render_chart(chart_files(), copy.deepcopy(vals), release, chart, other_chart_files())
+    for name, text in rendered.items():
         doc = yaml.safe_load(text)
         if doc is not None:
             assert doc["apiVersion"] and doc["metadata"]["name"], name
-            out[doc["kind"]] = doc
+            key = doc["kind"] if doc["kind"] not in out else f"{doc['kind']}/{doc['metadata']['name']}"
+            out[key] = doc
     return out
 
 
@@ -198,3 +207,80 @@ def test_image_is_pinned_and_carries_the_ray_of_the_kuberay_cluster():
     for dep in deps:
         name = re.split(r"[<>=!~ \[;]", dep, maxsplit=1)[0].lower()
         assert name in pins, f"{name} is not in deploy/constraints.txt"
+
+
+# ------------------------------------------------------------------ /metrics and Grafana
+GRAFANA = DEPLOY / "grafana"
+
+
+def test_the_charts_dashboards_are_deploy_grafana_byte_for_byte():
+    """Helm reads only files inside the chart, so dashboards/ is a copy of deploy/grafana/
+    (the source, whose queries tests/telemetry/test_promexport.py checks). After editing one:
+    cp deploy/grafana/*.json deploy/helm/fabric-twin/dashboards/"""
+    source = {p.name: p.read_bytes() for p in GRAFANA.glob("*.json")}
+    copies = {p.name: p.read_bytes() for p in (CHART / "dashboards").glob("*.json")}
+    assert source and copies == source
+
+
+def test_grafana_dashboards_are_off_by_default_and_a_sidecar_configmap_when_on():
+    assert not [k for k, o in render(values()).items() if o["metadata"]["name"].endswith("-dashboards")]
+    objs = render(values(grafana__dashboards__enabled=True), release="twin")
+    cm = objs["ConfigMap/twin-fabric-twin-dashboards"]
+    assert cm["kind"] == "ConfigMap" and cm["apiVersion"] == "v1"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's default label, a string
+    assert cm["metadata"]["labels"]["app.kubernetes.io/instance"] == "twin"
+    assert "annotations" not in cm["metadata"]
+    assert set(cm["data"]) == {p.name for p in GRAFANA.glob("*.json")}
+    for name, text in cm["data"].items():
+        assert json.loads(text) == json.loads((GRAFANA / name).read_text())  # the dashboard itself
+        assert text == (GRAFANA / name).read_text().rstrip("\n")
+    custom = render(values(grafana={"dashboards": {"enabled": True, "label": "team-dashboards", "labelValue": "fabric",
+                                                   "annotations": {"grafana_folder": "Fabric Twin"}}}))
+    meta = custom["ConfigMap/fabric-twin-dashboards"]["metadata"]
+    assert meta["labels"]["team-dashboards"] == "fabric" and "grafana_dashboard" not in meta["labels"]
+    assert meta["annotations"] == {"grafana_folder": "Fabric Twin"}
+    with pytest.raises(jsonschema.ValidationError):
+        render(values(grafana={"dashboards": {"enabled": True, "label": ""}}))
+
+
+def test_metrics_port_off_by_default_then_served_annotated_and_monitored(tmp_path):
+    from twin.telemetry.config import TelemetryConfig
+
+    off = render(values())
+    assert "ServiceMonitor" not in off and [p["name"] for p in off["Service"]["spec"]["ports"]] == ["grpc"]
+    assert "annotations" not in off["Deployment"]["spec"]["template"]["metadata"]
+    cfg_file = tmp_path / "off.yaml"
+    cfg_file.write_text(off["ConfigMap"]["data"]["twin.yaml"])
+    assert TelemetryConfig.from_server_config(load_config(cfg_file, env={})).metrics_address is None
+
+    scrape = [{"url": "http://node-1:9400/metrics", "job": "dcgm-exporter"}]
+    on = render(values(metrics__port=9464, config__telemetry={"scrape": scrape}))
+    pod = on["Deployment"]["spec"]["template"]
+    assert pod["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": "9464",
+                                              "prometheus.io/path": "/metrics"}
+    assert {"name": "metrics", "containerPort": 9464} in pod["spec"]["containers"][0]["ports"]
+    ports = {p["name"]: p for p in on["Service"]["spec"]["ports"]}
+    assert ports["metrics"]["port"] == 9464 and ports["metrics"]["targetPort"] == "metrics"
+    cfg_file = tmp_path / "on.yaml"
+    cfg_file.write_text(on["ConfigMap"]["data"]["twin.yaml"])
+    telemetry = TelemetryConfig.from_server_config(load_config(cfg_file, env={}))
+    assert telemetry.metrics_address == "0.0.0.0:9464"  # all interfaces, as in a container it must
+    assert [t["url"] for t in telemetry.scrape] == [scrape[0]["url"]]  # the user's telemetry settings kept
+    assert "ServiceMonitor" not in on  # needs the operator's CRD: asked for explicitly
+
+    mon = render(values(metrics={"port": 9464, "podAnnotations": False,
+                                 "serviceMonitor": {"enabled": True, "interval": "15s",
+                                                    "labels": {"release": "kube-prometheus-stack"}}}))
+    sm = mon["ServiceMonitor"]
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= mon["Service"]["metadata"]["labels"].items()
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    assert endpoint["port"] in {p["name"] for p in mon["Service"]["spec"]["ports"]}
+    assert "annotations" not in mon["Deployment"]["spec"]["template"]["metadata"]
+    for bad in (values(metrics={"port": 0, "serviceMonitor": {"enabled": True}}),  # nothing to monitor
+                values(config__telemetry={"metrics_address": "0.0.0.0:1"}),  # metrics.port sets it
+                values(metrics__serviceMonitor__interval="soon")):
+        with pytest.raises(jsonschema.ValidationError):
+            render(bad)

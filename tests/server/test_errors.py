@@ -68,6 +68,11 @@ def test_spec_error_is_invalid_argument_naming_the_field(twin_stub):
     (s.Scenario(cluster=s.Cluster(system="DGX-H100", num_gpus=64), plan=s.Plan(gbs=64)), "model"),
     (s.Scenario(cluster=s.Cluster(system="DGX-H100", num_gpus=64), model=s.Model(preset="llama3.1-8b"),
                 plan=s.Plan(gbs=0)), "plan.gbs"),
+    (s.Scenario(cluster=s.Cluster(system="DGX-H100", num_gpus=64), model=s.Model(preset="llama3.1-8b"),
+                plan=s.Plan(gbs=64, schedule=99)), "plan.schedule"),
+    # a stated schedule's rule: DualPipe needs at least 2*pp micro-batches (64 / (1 * 16) = 4 < 8)
+    (s.Scenario(cluster=s.Cluster(system="DGX-H100", num_gpus=64), model=s.Model(preset="llama3.1-8b"),
+                plan=s.Plan(gbs=64, tp=1, pp=4, schedule=s.PIPELINE_SCHEDULE_DUALPIPE)), "plan.gbs"),
 ])
 def test_wire_level_bad_values(twin_stub, scenario, field):
     err = call_error(twin_stub.Predict, t.PredictRequest(scenario=scenario))

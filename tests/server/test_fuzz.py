@@ -187,7 +187,7 @@ def sweep_requests(draw):
     spec.mode = draw(st.integers(0, 5))
     spec.objective.metric = draw(st.sampled_from(["", "mfu", "step_time_s", "nope"]))
     spec.objective.top = draw(INTS)
-    return sweep_service_pb2.SweepRequest(spec=spec)
+    return sweep_service_pb2.SweepRequest(spec=spec, rows_per_message=draw(INTS))
 
 
 # --------------------------------------------------------------------------- tests

@@ -116,6 +116,19 @@ def test_examples_structured_and_document_agree_with_local(twin_stub, local, exa
     assert estimate_from_message(document).to_dict() == want
 
 
+def test_energy_and_cost_cross_the_wire(twin_stub, local):
+    """The step's energy by component, and its cost only when the scenario gives prices."""
+    priced = {**ONE_LINE, "cluster": {**ONE_LINE["cluster"], "power": {"gpu_idle_w": 100.0, "pue": 1.2},
+                                      "prices": {"usd_per_gpu_hour": 2.0, "usd_per_kwh": 0.1}}}
+    for scenario, has_cost in ((ONE_LINE, False), (priced, True)):
+        msg = twin_stub.Predict(t.PredictRequest(scenario=scenario_from_mapping(scenario)), timeout=10).estimate
+        want = local.evaluate(scenario)
+        assert msg.HasField("energy") and msg.HasField("cost") is has_cost
+        assert msg.energy.total_j == want.energy.total_j and msg.energy.host_j > 0
+        got = estimate_from_message(msg)
+        assert got.energy == want.energy and got.cost == want.cost
+
+
 def test_omit_fabric_report(twin_stub):
     request = t.PredictRequest(scenario=scenario_from_mapping(ONE_LINE), omit_fabric_report=True)
     assert not twin_stub.Predict(request, timeout=10).estimate.fabric.fields

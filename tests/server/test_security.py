@@ -212,3 +212,42 @@ def test_otlp_http_port_speaks_the_main_ports_tls(pki, mutual):
         assert post(client_cert=True) == 200  # still serving after the refused handshakes
     finally:
         receiver.stop()
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["TLS", "mTLS"])
+def test_remote_write_on_that_port_speaks_the_same_tls(pki, mutual, tmp_path):
+    """A real remote-write client (prometheus-remote-writer, over requests) to the HTTPS port."""
+    import time
+
+    import requests
+    from prometheus_remote_writer import RemoteWriter
+
+    from twin.engine import Engine
+    from twin.telemetry.config import TelemetryConfig
+    from twin.telemetry.otlp_http import HttpSettings, OtlpHttpReceiver, server_ssl_context
+    from twin.telemetry.service import TelemetryService
+
+    svc = TelemetryService(Engine(autoload=False), TelemetryConfig(state_dir=tmp_path, calibrate_interval_s=0))
+    context = server_ssl_context(pki["server_cert"], pki["server_key"], pki["ca"] if mutual else "")
+    receiver = OtlpHttpReceiver(svc, "127.0.0.1", 0, HttpSettings(max_receive_bytes=1 << 20), context)
+    assert receiver.remote_write_url.startswith("https://")
+    sample = [{"metric": {"__name__": "node_infiniband_state_id", "device": "mlx5_0", "port": "1",
+                          "instance": "node-1:9100"}, "values": [4], "timestamps": [time.time_ns() // 10**6]}]
+    with_cert = requests.Session()
+    with_cert.cert = (pki["client_cert"], pki["client_key"])
+    writers = [RemoteWriter(url=receiver.remote_write_url, verify=pki["ca"], session=with_cert, retries=0),
+               RemoteWriter(url=receiver.remote_write_url, verify=pki["ca"], retries=0)]
+    try:
+        assert writers[0].send(sample).last_response.status_code == 204
+        assert svc.state.components["node-1/ib_port:mlx5_0/1"].state == "up"
+        if mutual:
+            with pytest.raises(RuntimeError, match="Network error"):
+                writers[1].send(sample)
+        else:
+            assert writers[1].send(sample).last_response.status_code == 204
+    finally:
+        with_cert.close()
+        for w in writers:
+            w.close()
+        receiver.stop()
+        svc.close()

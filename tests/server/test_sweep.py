@@ -9,6 +9,7 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
+from twin.client import event_rows
 from twin.engine import Engine
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import twin_service_pb2 as t
@@ -40,8 +41,8 @@ def test_grid_sweep_streams_rows_progress_and_best(sweep_stub):
     kinds = [e.WhichOneof("event") for e in events]
     assert kinds[0] == "started" and kinds[-1] == "finished" and "progress" in kinds
     assert events[0].started.total_points == 20 and list(events[0].started.axis_paths) == ["plan.tp", "plan.pp"]
-    rows = [e.row for e in events if e.HasField("row")]
-    assert sorted(r.index for r in rows) == list(range(20))
+    rows = [r for e in events for r in event_rows(e)]
+    assert [r.index for r in rows] == list(range(20))  # inline: in point order
     errors = [r for r in rows if r.HasField("error")]
     # Infeasible points are counted by reason: a broken rule (INVALID_ARGUMENT naming the
     # plan field) or a plan that does not fit (FAILED_PRECONDITION naming memory).
@@ -70,7 +71,7 @@ def test_zip_random_and_document_sweeps(sweep_stub):
               "axes": [{"path": "plan.tp", "values": [2, 4, 8]},
                        {"path": "model.seq_len", "values": [2048, 4096, 8192]}]}
     events = list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(zipped)), timeout=60))
-    assert not any(e.HasField("row") for e in events)  # keep_rows false: progress and best only
+    assert not any(event_rows(e) for e in events)  # keep_rows false: progress and best only
     fin = events[-1].finished
     assert fin.done_points == 3 and fin.objective_metric == "mfu"
     assert fin.best[0].estimate.mfu >= fin.best[1].estimate.mfu
@@ -80,8 +81,8 @@ def test_zip_random_and_document_sweeps(sweep_stub):
         {"path": "cluster.scale_out.nic_gbps", "sample": {"low": 100.0, "high": 800.0, "n": 6, "seed": 7}}]}
     first = list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(rnd)), timeout=60))
     again = list(sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(rnd)), timeout=60))
-    rows = [e.row for e in first if e.HasField("row")]
-    assert len(rows) == 6 and [r.assignment for r in rows] == [e.row.assignment for e in again if e.HasField("row")]
+    rows = [r for e in first for r in event_rows(e)]
+    assert len(rows) == 6 and [r.assignment for r in rows] == [r.assignment for e in again for r in event_rows(e)]
     assert all(100 <= r.assignment.fields["cluster.scale_out.nic_gbps"].number_value <= 800 for r in rows)
 
 

@@ -3,7 +3,8 @@
 One model, two ways of running it: a sweep batch goes through ``evaluate_points`` (numpy
 arrays), a scenario through ``evaluate`` (Python numbers). Thousands of random points over
 models (dense, GQA, MoE, MLA), systems (HGX, NVL72, RoCE, A100), plan degrees, batch
-sizes, precisions, recomputation, sharding, overlap switches, offloading and LoRA; each
+sizes, precisions, recomputation (and its modules), sharding, pipeline schedules, overlap switches,
+offloading and LoRA; each
 point's scenario is rebuilt independently from its axis values and evaluated alone. Both
 must agree on the infeasibility reason and on every metric, bit for bit, and third-party
 strategies (vectorised or not) and a collective-cost hook must too.
@@ -12,6 +13,7 @@ strategies (vectorised or not) and a collective-cost hook must too.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any
 
@@ -48,9 +50,24 @@ PLAN_AXES = {
     "trainable": ["full", "full", "full", "lora"], "sequence_parallel": [None, None, False],
     "recompute_layers": [None, None, 1, 4], "moe_dispatcher": ["deepep", "alltoall"],
     "rank_order": ["tp-cp-ep-dp-pp", "tp-cp-ep-dp-pp", "tp-cp-pp-dp"],
+    "schedule": ["auto"] * 9 + ["1f1b", "interleaved", "zero_bubble_h1", "zero_bubble_h2", "zero_bubble_v",
+                                "dualpipe", "dualpipev"],
+    "recompute_modules": [["core_attn"]] * 12 + [["layernorm"], ["core_attn", "layernorm"], ["mla_up_proj"],
+                                                ["moe_act", "layernorm", "mla_up_proj"]],
+    "dp_shard": [0, 0, 0, 0, 2, 8, 16],
 }
 OVERLAP_AXES = {"overlap.tp_comm": [None, True, False], "overlap.p2p": [True, True, False],
                 "overlap.grad_reduce": [True, False], "overlap.ep_comm": [False, True]}
+# The energy model's inputs (cluster.power, cluster.prices, optics): every one changes some column.
+ENERGY_AXES = {"power.gpu_busy_fraction": [1.0, 1.0, 0.8], "power.gpu_idle_w": [None, None, 90.0, 300.0],
+               "power.nic_w": [None, 24.8], "power.switch_w": [[], [], [640.0]], "power.host_w": [None, 1500.0],
+               "power.pue": [1.0, 1.0, 1.25], "prices.usd_per_gpu_hour": [None, None, 2.5],
+               "prices.usd_per_kwh": [None, 0.08], "optics": [None, None, {"kind": "pluggable"}, {"kind": "cpo"}]}
+
+
+# Energy columns that only the energy axes make non-zero: each must be reached by feasible points.
+COVERED = ("energy_nic_j", "energy_switch_j", "energy_optics_j", "energy_host_j", "energy_facility_j",
+           "cost_usd_per_step")
 
 
 def random_spec(samples: int, seed: int) -> dict:
@@ -58,16 +75,28 @@ def random_spec(samples: int, seed: int) -> dict:
             {"path": "cluster.num_gpus", "values": [64, 256, 576, 1024, 4096]}]
     axes += [{"path": f"plan.{k}", "values": v} for k, v in PLAN_AXES.items()]
     axes += [{"path": f"plan.{k}", "values": v} for k, v in OVERLAP_AXES.items()]
+    axes += [{"path": f"cluster.{k}", "values": v} for k, v in ENERGY_AXES.items()]
     return {"name": "equivalence", "mode": "random", "samples": samples, "seed": seed, "axes": axes,
             "base": {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b", "plan": {"gbs": 256}}}
 
 
 def reference(engine: Engine, values: dict) -> tuple[str | None, dict | None, int, int]:
     """The real model on a scenario built directly from one point's axis values."""
-    cluster = resolve_cluster({"system": values["cluster.system"], "num_gpus": values["cluster.num_gpus"]},
-                              engine.catalog)
+    data: dict[str, Any] = {"system": values["cluster.system"], "num_gpus": values["cluster.num_gpus"]}
+    for key in ENERGY_AXES:
+        section, _, name = key.partition(".")
+        value = values[f"cluster.{key}"]
+        if isinstance(value, str):  # a list or mapping value: the row column holds its JSON text
+            value = json.loads(value)
+        if name:
+            data.setdefault(section, {})[name] = value
+        elif value is not None:
+            data[section] = value
+    cluster = resolve_cluster(data, engine.catalog)
     model = resolve_model(values["model"], engine.catalog)
     plan_data: dict = {k: values[f"plan.{k}"] for k in PLAN_AXES}
+    # a list-valued axis reads back as its JSON text
+    plan_data["recompute_modules"] = json.loads(plan_data["recompute_modules"])
     plan_data["overlap"] = {k.split(".")[1]: values[f"plan.{k}"] for k in OVERLAP_AXES}
     scn = Scenario(cluster=cluster, model=model, plan=load(Plan, plan_data, "plan"))
     try:
@@ -76,8 +105,12 @@ def reference(engine: Engine, values: dict) -> tuple[str | None, dict | None, in
         return reason_of(err), None, -1, -1
     if not est.fits:
         return MEMORY_REASON, None, -1, -1
-    power = cluster.gpu.tdp_w * cluster.num_gpus / 1e3
-    return None, estimate_columns(est, power), est.microbatches, est.dp
+    return None, estimate_columns(est), est.microbatches, est.dp
+
+
+def same(a: float, b: float) -> bool:
+    """Bit for bit, NaN (a cost without prices) equal to NaN."""
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def compare(engine: Engine, evaluator: SweepEvaluator, samples: int, seed: int) -> dict[str, int]:
@@ -86,6 +119,7 @@ def compare(engine: Engine, evaluator: SweepEvaluator, samples: int, seed: int) 
     ev = evaluator.evaluate(batch)
     columns = batch.axis_columns(np.arange(len(batch)))
     feasible = 0
+    covered = dict.fromkeys(COVERED, 0)
     for i in range(samples):
         values = {a.path: columns[a.column][i] for a in spec.axes}
         values = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in values.items()}
@@ -96,14 +130,17 @@ def compare(engine: Engine, evaluator: SweepEvaluator, samples: int, seed: int) 
             continue
         feasible += 1
         for name in MODEL_COLUMNS:
-            assert ev.floats[name][i] == want[name], (i, name, ev.floats[name][i], want[name], values)
+            assert same(ev.floats[name][i], want[name]), (i, name, ev.floats[name][i], want[name], values)
         assert ev.ints["microbatches"][i] == mb and ev.ints["dp"][i] == dp
-    return {"feasible": feasible, **ev.stats}
+        for name in COVERED:
+            covered[name] += bool(want[name] > 0)    # NaN (no prices) counts as not covered
+    return {"feasible": feasible, **ev.stats, **covered}
 
 
 def test_batch_path_is_identical_to_the_model(engine):
-    stats = compare(engine, SweepEvaluator(engine), samples=5000, seed=11)
+    stats = compare(engine, SweepEvaluator(engine), samples=10000, seed=11)
     assert stats["feasible"] >= 200                      # enough points reach the full model
+    assert all(stats[name] >= 20 for name in COVERED), stats  # and the energy inputs, each of them
     # LoRA and every built-in strategy run on the batch path; no point fell back to one-by-one
     assert stats["evaluated"] >= stats["feasible"] and stats["scalar_points"] == 0
 
@@ -127,6 +164,61 @@ def test_offload_and_cxl_run_on_the_batch_path(engine):
         assert ev.floats["offload_s"][i] == est.breakdown.offload_s
         offloaded += est.breakdown.offload_s > 0
     assert offloaded >= 6
+
+
+def grid_matches(engine: Engine, spec_data: dict, field: str) -> dict[Any, int]:
+    """Every point of a grid: the batch gives it the reason or the numbers the scalar path
+    gives it; returns, per value of plan ``field``, how many points ran."""
+    spec = parse_spec({"mode": "grid", **spec_data})
+    n = math.prod(len(a["values"]) for a in spec_data["axes"])
+    batch = SweepSource(spec, engine.catalog).batch(0, n)
+    ev = SweepEvaluator(engine).evaluate(batch)
+    assert ev.stats["scalar_points"] == 0
+    ran: dict[Any, int] = {}
+    for i in range(n):
+        scn = batch.scenario(i)
+        try:
+            est = engine.model.evaluate(scn, report=False)
+        except TwinError as err:
+            assert ev.reasons[ev.reason_ix[i]] == reason_of(err), i
+            continue
+        if not est.fits:
+            assert ev.reasons[ev.reason_ix[i]] == MEMORY_REASON, i
+            continue
+        assert ev.reason_ix[i] < 0, (i, ev.reasons[ev.reason_ix[i]])
+        want = estimate_columns(est)
+        for name in MODEL_COLUMNS:
+            assert same(ev.floats[name][i], want[name]), (i, name)
+        key = getattr(scn.plan, field)
+        ran[key] = ran.get(key, 0) + 1
+    return ran
+
+
+def test_every_schedule_runs_on_the_batch_path_and_matches(engine):
+    # Dense and MoE models, pipelined plans of every schedule and interleaving depth.
+    names = ["auto", "1f1b", "interleaved", "zero_bubble_h1", "zero_bubble_h2", "zero_bubble_v", "dualpipe",
+             "dualpipev"]
+    ran = grid_matches(engine, {"name": "schedules", "base": {
+        "cluster": {"system": "DGX-H100", "num_gpus": 128}, "model": "llama3.1-70b", "plan": {"tp": 8, "mbs": 1}},
+        "axes": [{"path": "model", "values": ["llama3.1-70b", "mixtral-8x7b"]},
+                 {"path": "plan.pp", "values": [2, 4, 8]}, {"path": "plan.vp", "values": [1, 2, 4]},
+                 {"path": "plan.gbs", "values": [32, 64, 256]}, {"path": "plan.schedule", "values": names}]},
+        "schedule")
+    assert set(ran) == set(names), ran  # every schedule has runnable points here
+
+
+def test_recompute_modules_run_on_the_batch_path_and_match(engine):
+    sets = [["core_attn"], ["layernorm"], ["mla_up_proj"], ["moe_act"], ["layernorm", "mla_up_proj", "moe_act"]]
+    ran = grid_matches(engine, {"name": "modules", "base": {
+        "cluster": {"system": "HGX-H200", "num_gpus": 512}, "model": "deepseek-v3",
+        "plan": {"tp": 1, "pp": 16, "ep": 32, "gbs": 256, "mbs": 1}},
+        "axes": [{"path": "plan.schedule", "values": ["auto", "dualpipe"]},
+                 {"path": "plan.recompute", "values": ["none", "selective", "full"]},
+                 {"path": "plan.recompute_modules", "values": sets},
+                 {"path": "plan.precision", "values": ["bf16", "fp8"]},
+                 {"path": "plan.recipe", "values": ["auto", "blockwise"]}]},
+        "recompute_modules")
+    assert len(ran) == len(sets), ran
 
 
 class Checkpointing(Strategy):
@@ -287,8 +379,7 @@ def test_points_that_differ_in_gbs_and_vp_share_the_strategies_work_and_match(en
             assert ev.reasons[ev.reason_ix[i]] == MEMORY_REASON
             continue
         checked += 1
-        want = estimate_columns(est, 1.0)
+        want = estimate_columns(est)
         for name in MODEL_COLUMNS:
-            if name not in ("power_kw", "tokens_per_joule"):
-                assert ev.floats[name][i] == want[name], (i, name)
+            assert same(ev.floats[name][i], want[name]), (i, name)
     assert checked >= 100

@@ -44,6 +44,32 @@ def test_space_is_exactly_the_valid_plans(engine):
     assert found == valid
 
 
+def test_a_stated_schedule_searches_the_plans_it_runs(engine):
+    """With plan.schedule in the base, the space is its pipelined plans at the depths it runs,
+    and every schedule-valid plan of the brute force is in it."""
+    model_kw = dict(gbs=64, seq_len=2048, shardings=("distributed_optimizer",), recompute=("none",))
+    for schedule, depths in (("zero_bubble_v", {2}), ("dualpipe", {1}), ("interleaved", None)):
+        space = space_for(engine, "llama3.1-8b", "DGX-H100", 32, plan={"schedule": schedule}, **model_kw)
+        batch = PlanSource(space).batch(0, space.total)
+        plans = [batch.scenario(i).plan for i in range(len(batch))]
+        assert plans and all(p.pp > 1 and p.schedule == schedule for p in plans)
+        vps = {p.vp for p in plans}
+        assert vps == depths if depths else min(vps) == 2
+        found = {(p.tp, p.pp, p.cp, p.vp, p.mbs) for p in plans}
+        for tp, pp, cp in itertools.product(divisors(32), repeat=3):
+            for vp in (1, 2, 3):
+                for mbs in divisors(64):
+                    plan = dataclasses.replace(space.base, tp=tp, pp=pp, cp=cp, vp=vp, mbs=mbs)
+                    try:
+                        validate_plan(plan, space.model, space.cluster)
+                    except TwinError:
+                        continue
+                    assert (tp, pp, cp, vp, mbs) in found, (schedule, tp, pp, cp, vp, mbs)
+        res = search_plans(engine, space, top=1)
+        assert res.plans()[0]["estimate"]["breakdown"]["bubble_s"] >= 0
+        assert plan_scenario(space, res.plans()[0]).plan.schedule == schedule
+
+
 def test_search_finds_the_brute_force_best(engine):
     space = space_for(engine, "llama3.1-8b", "DGX-H100", 16, gbs=32, seq_len=4096,
                       shardings=("distributed_optimizer", "fsdp"), recompute=("none", "full"))
@@ -101,6 +127,19 @@ def test_plan_cli_json_and_table():
     table = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "32", "--top", "2")
     assert table.returncode == 0, table.stderr
     assert "plans searched" in table.stdout and "#1:" in table.stdout and "compute" in table.stdout
+
+
+def test_plan_cli_searches_with_a_schedule():
+    out = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "64", "--seq-len", "4096",
+              "--top", "2", "--schedule", "zero_bubble_v", "--json")
+    assert out.returncode == 0, out.stderr
+    top = json.loads(out.stdout)["top"]
+    assert top and all(p["pp"] > 1 and p["vp"] == 2 for p in top)
+    table = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "64", "--top", "1",
+                "--schedule", "dualpipe")
+    assert table.returncode == 0 and "schedule=dualpipe" in table.stdout, table.stderr
+    bad = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--schedule", "zigzag")
+    assert bad.returncode == 2 and "plan.schedule" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_plan_cli_bad_input_names_the_field(tmp_path):

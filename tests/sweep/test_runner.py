@@ -58,6 +58,21 @@ def test_every_point_exactly_once_and_batching_does_not_matter(engine):
     assert nrows(a.pareto) >= 1 and a.pareto["tokens_per_s"].max() == best[0]
 
 
+def test_the_pareto_front_without_rows_is_the_front_of_every_row(engine):
+    """Without keep_rows a batch builds rows only for candidates (top N, Pareto): the front
+    (throughput vs the step's average power, which differs from point to point when the
+    GPUs wait at a lower power) is the same."""
+    from twin.sweep.reduce import pareto_rows
+
+    base = {**SPEC["base"], "cluster": {**SPEC["base"]["cluster"], "power": {"gpu_idle_w": 100.0}}}
+    full = run_job(job(engine, base=base), engine=engine, executor="inline", batch_points=1000)
+    lean = run_job(job(engine, base=base, keep_rows=False), engine=engine, executor="inline", batch_points=1000)
+    assert full.feasible > 4 * 7 + 64                    # enough points that candidates are pruned
+    assert len(np.unique(full.rows["power_kw"][full.rows["feasible"]])) > 50
+    want = pareto_rows(full.rows)
+    assert list(lean.pareto["point_id"]) == list(want["point_id"]) == list(full.pareto["point_id"])
+
+
 def test_cancel_stops_the_inline_sweep(engine):
     cancel = threading.Event()
     j = job(engine)

@@ -9,6 +9,7 @@ import time
 import grpc
 import pytest
 
+from twin.client import event_rows
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import sweep_service_pb2_grpc as sw_grpc
 from twin.server import app, extensions
@@ -100,7 +101,7 @@ def test_grpc_sweep_streams_from_this_engine(served):
     events = list(served.Sweep(sw.SweepRequest(spec_document=json.dumps(GRID)), timeout=60))
     kinds = [e.WhichOneof("event") for e in events]
     assert kinds[0] == "started" and kinds[-1] == "finished" and "progress" in kinds
-    rows = [e.row for e in events if e.HasField("row")]
+    rows = [r for e in events for r in event_rows(e)]
     assert sorted(r.index for r in rows) == list(range(20))
     errors = [r for r in rows if r.HasField("error")]
     assert {r.error.code for r in errors} == {"INVALID_ARGUMENT", "FAILED_PRECONDITION"}

@@ -167,3 +167,63 @@ def test_divergence_is_an_otel_metric(tmp_path) -> None:
         assert got[("twin.calibration.factor", (("factor", "compute_efficiency"),))] == 1.0
     finally:
         svc.close()
+
+
+def test_divergence_and_fit_are_recomputed_only_when_their_inputs_change(tmp_path, monkeypatch) -> None:
+    """Issue 15 hole 10: polling GetDivergence / Calibrate does not re-evaluate every job each
+    call; a new job, observation, calibration or tier state does re-evaluate."""
+    import time as _time
+
+    from tests.telemetry.conftest import EXAMPLES
+    from twin.telemetry import predict
+    from twin.telemetry.config import TelemetryConfig
+    from twin.telemetry.otlpbuild import request
+    from twin.telemetry.service import TelemetryService
+
+    calls = {"views": 0, "fit": 0}
+    views, fit = predict.job_views, predict.fit_inputs
+
+    def counted_views(*a, **k):
+        calls["views"] += 1
+        return views(*a, **k)
+
+    def counted_fit(*a, **k):
+        calls["fit"] += 1
+        return fit(*a, **k)
+
+    monkeypatch.setattr(predict, "job_views", counted_views)
+    monkeypatch.setattr(predict, "fit_inputs", counted_fit)
+    svc = TelemetryService(Engine(autoload=False), TelemetryConfig(state_dir=tmp_path, calibrate_interval_s=0,
+                                                                   min_observations=1))
+    try:
+        text = (EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml").read_text()
+        designed = svc.register_job("j", text)
+        first = svc.divergence()
+        first[0]["job"] = "mutated by the caller"
+        assert svc.divergence()[0]["job"] == "j" and calls["views"] == 1      # cached, and a copy
+        t = _time.time_ns()
+        svc.ingest(request({}, [("twin.training.step_time", "gauge", [({"job": "j"}, 0, t, designed * 1.3)])]))
+        assert svc.divergence()[0]["observed_step_time_s"] == pytest.approx(designed * 1.3)
+        assert calls["views"] == 2                                          # a new observation
+        svc.register_job("k", text)
+        assert {r["job"] for r in svc.divergence()} == {"j", "k"} and calls["views"] == 3
+        assert svc.calibrate()["adjustments"]                               # 30% slow: the fit moves
+        svc.divergence()
+        assert calls["views"] == 4                                          # the calibration moved
+        for _ in range(50):                                                 # until the fit settles
+            if not svc.calibrate()["adjustments"]:
+                break
+        before = calls["fit"]
+        svc.calibrate()
+        assert calls["fit"] == before                                       # nothing moved: cached
+        views_before = calls["views"]
+        svc.divergence()
+        svc.divergence()
+        assert calls["views"] == views_before + 1
+        # A tier's state changes: a NIC port goes down.
+        svc.ingest(request({"host.name": "node-1"}, [
+            ("node_infiniband_state_id", "gauge", [({"device": "mlx5_0", "port": "1"}, 0, _time.time_ns(), 1.0)])]))
+        svc.divergence()
+        assert calls["views"] == views_before + 2
+    finally:
+        svc.close()

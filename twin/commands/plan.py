@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", type=_csv(str, "recompute"), default=RECOMPUTE,
                    help="comma-separated recompute settings (default none,selective,full)")
     p.add_argument("--max-tp", type=int, default=None, help="largest tensor-parallel degree to try")
+    p.add_argument("--schedule", default=None,
+                   help="pipeline schedule of every plan (plan.schedule: 1f1b, interleaved, zero_bubble_h1, "
+                        "zero_bubble_h2, zero_bubble_v, dualpipe, dualpipev; default auto: interleaved when vp > 1)")
     p.add_argument("--software", default=None,
                    help="framework stack preset (default megatron-core-te; see twin plugins)")
     p.add_argument("--memory-headroom", type=float, default=0.0,
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     engine = settings.build()
     space = space_for(engine, args.model, args.system, args.gpus, gbs=args.gbs, seq_len=args.seq_len,
                       shardings=args.sharding, recompute=args.recompute, precisions=args.precision,
-                      max_tp=args.max_tp, software=args.software)
+                      max_tp=args.max_tp, software=args.software,
+                      plan=None if args.schedule is None else {"schedule": args.schedule})
     res = search_plans(engine, space, top=max(1, args.top), executor=args.executor, ray_address=args.ray_address,
                        settings=settings, memory_headroom=args.memory_headroom)
     if args.json:
@@ -80,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         est = plan["estimate"]
         bd = est["breakdown"]
         out.print(f"\n#{i}: tp{plan['tp']} pp{plan['pp']} vp{plan['vp']} dp{est['dp']} cp{plan['cp']} ep{plan['ep']} "
-                  f"mbs{plan['mbs']} recompute={plan['recompute']} sharding={plan['sharding']}: "
+                  f"mbs{plan['mbs']} recompute={plan['recompute']} sharding={plan['sharding']}"
+                  f"{'' if args.schedule is None else ' schedule=' + space.base.schedule}: "
                   f"{est['step_time_s']:.3f} s, MFU {100 * est['mfu']:.1f}%, {est['memory']['total_gib']:.1f} GiB")
         t = table("", "part", "seconds", "share")
         parts = [("compute", bd["compute_s"]), ("recompute", bd["recompute_s"])]

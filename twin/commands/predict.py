@@ -1,4 +1,6 @@
-"""``twin predict SCENARIO.yaml [--server HOST:PORT]``: step time, breakdown, memory, MFU of one scenario."""
+"""``twin predict SCENARIO.yaml [--server HOST:PORT]``: step time, breakdown, memory, MFU, energy and cost of
+one scenario.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from twin.engine import Engine
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``predict`` verb."""
     p = sub.add_parser("predict", help="predict one training step of a scenario file",
-                       description="Predict step time (with its breakdown), memory per GPU and MFU.")
+                       description="Predict step time (with its breakdown), memory per GPU, MFU, and the step's "
+                                   "energy by component (and its cost, given prices).")
     p.add_argument("scenario", help="scenario file (YAML or JSON)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins")
@@ -50,9 +53,42 @@ def render(est: Estimate) -> None:
     st.add_row("MFU (16-bit peak)", f"{100 * est.mfu:.1f}%")
     st.add_row("micro-batches per step", str(est.microbatches))
     out.print(st)
+    render_energy(est)
     render_links(est)
     for note in est.notes:
         out.print(f"note: {note}")
+
+
+_COMPONENT_NAMES = {"gpu": "GPUs", "nic": "NICs", "switch": "switches", "optics": "optics", "host": "hosts",
+                    "cxl": "CXL devices", "facility": "facility overhead (PUE)"}
+
+
+def render_energy(est: Estimate) -> None:
+    """Energy of the step by component, per token, and its cost when the scenario gives prices."""
+    e = est.energy
+    if e is None:
+        return
+    out = console()
+    et = table(f"Energy per step: {e.total_j / 1e6:,.3f} MJ", "component", "kJ", "share")
+    for key, value in e.parts_j.items():
+        name = _COMPONENT_NAMES[key]
+        if key == "gpu":
+            name += f" (busy {e.gpu_busy_s:.3f} s, waiting {e.gpu_wait_s:.3f} s)"
+        if value > 0 or key == "gpu":
+            et.add_row(name, f"{value / 1e3:,.1f}", f"{100 * value / e.total_j:.1f}%")
+    out.print(et)
+    out.print(f"{e.joules_per_token:.3f} J per token, {e.tokens_per_joule:.3f} tokens per J, "
+              f"{e.average_power_w / 1e3:,.1f} kW average, PUE {e.pue:g}")
+    for what in e.not_counted:
+        out.print(f"not counted: {what}")
+    for what in e.assumed:
+        out.print(f"assumed: {what}")
+    c = est.cost
+    if c is not None:
+        out.print(f"Cost: ${c.usd_per_step:,.2f} per step, ${c.usd_per_million_tokens:,.4f} per million tokens "
+                  f"(hardware ${c.hardware_usd:,.2f}, electricity ${c.electricity_usd:,.2f})")
+    else:
+        out.print("Cost: not reported (no cluster.prices given)")
 
 
 def render_links(est: Estimate) -> None:

@@ -126,7 +126,9 @@ class StageTimes:
 
     ``attn_*_s`` are the attention-core parts (all layers of the stage), ``layer_*_s`` the
     mean per layer, ``gemm_fwd_s`` the forward GEMM time of a mean layer, ``avg_stage_s``
-    the mean stage's forward + backward (+ recompute) per micro-batch. Every pass is
+    the mean stage's forward + backward (+ recompute) per micro-batch, ``avg_fwd_s`` and
+    ``avg_wgrad_s`` its forward and the weight-gradient GEMMs of its backward (the W that
+    zero-bubble and DualPipe schedules move into the bubble). Every pass is
     already the larger of its device and its host time (``twin.core.schedule``);
     ``host_step_s`` is the host time of the step's tail (grad-norm and inf-check syncs,
     optimizer launches), which the optimizer step cannot be shorter than.
@@ -143,6 +145,8 @@ class StageTimes:
     gemm_fwd_s: Any
     avg_stage_s: Any
     host_step_s: Any = 0.0
+    avg_fwd_s: Any = 0.0        # the mean stage's forward per micro-batch
+    avg_wgrad_s: Any = 0.0      # the weight-gradient part of its backward (zero-bubble schedules' W)
 
     @property
     def total_s(self) -> Any:
@@ -266,8 +270,14 @@ def stride_of(plan: Any, dp: Any, dimension: str) -> tuple[Any, Any]:
         return cp, tp
     if dimension == "ep":
         return ep, etp
-    if dimension == "dp":
-        return dp * cp, ops.where(outer_dp, tp * pp, tp)
+    if dimension in ("dp", "dpr"):
+        # Hybrid sharding (plan.dp_shard = k): "dp" is the k neighbouring ranks a state is
+        # sharded over, "dpr" the dp*cp/k replicas of one shard, k groups apart.
+        group, stride = dp * cp, ops.where(outer_dp, tp * pp, tp)
+        shard = ops.where(plan.dp_shard > 0, plan.dp_shard, group)
+        if dimension == "dp":
+            return shard, stride
+        return ops.maximum(1, group // shard), stride * shard
     if dimension == "edp":
         return ops.maximum(1, tp * cp * dp // (ep * etp)), ops.where(outer_dp, tp * pp, ep * etp)
     if dimension == "pp":

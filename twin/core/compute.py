@@ -253,6 +253,16 @@ def gemm_pass_times(dev: Device, g: Gemm, frozen: Any = False) -> tuple[Any, Any
     return fwd, dgrad, ops.where(frozen, 0.0, wgrad)
 
 
+def sublayer_wgrad_time(dev: Device, sl: SubLayer, frozen: Any = False) -> Any:
+    """Seconds of the weight-gradient GEMMs of one sub-layer (part of its backward): the W
+    pass that zero-bubble schedules run apart from the input gradient (Qi et al. 2024 §2).
+    """
+    total: Any = 0.0
+    for g in sl.gemms:
+        total = total + gemm_pass_times(dev, g, frozen)[2]
+    return total
+
+
 def attention_times(dev: Device, sl: SubLayer) -> tuple[Any, Any]:
     """(forward, backward) seconds of the attention core of one sub-layer."""
     if not ops.any_(sl.attn_flops > 0):

@@ -48,7 +48,8 @@ MIN_STRETCH = 0.01
 SHARE_STEPS = 1024.0
 
 # The link pattern of each built-in dimension's traffic (``collectives.PATTERNS``).
-DEFAULT_PATTERNS = {"tp": "ring", "cp": "p2p", "ep": "a2a", "dp": "ring", "edp": "ring", "pp": "p2p"}
+DEFAULT_PATTERNS = {"tp": "ring", "cp": "p2p", "ep": "a2a", "dp": "ring", "dpr": "ring", "edp": "ring",
+                    "pp": "p2p"}
 
 
 @dataclass(slots=True)

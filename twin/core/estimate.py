@@ -62,6 +62,58 @@ class LinkLoad:
 
 
 @dataclass(slots=True)
+class Energy:
+    """Energy of one step by component, joules (``twin.core.energy``). The components add
+    up to ``total_j``: GPUs (busy ``gpu_busy_s``, waiting ``gpu_wait_s`` of the step), NICs,
+    switches, optics, hosts, CXL devices, and the facility's overhead ((PUE - 1) x the IT
+    energy). ``not_counted``: components the cluster has but gives no power figure for;
+    ``assumed``: what stands in for a figure not given.
+    """
+
+    gpu_j: float
+    nic_j: float
+    switch_j: float
+    optics_j: float
+    host_j: float
+    cxl_j: float
+    facility_j: float
+    total_j: float
+    joules_per_token: float
+    tokens_per_joule: float
+    average_power_w: float
+    gpu_busy_s: float
+    gpu_wait_s: float
+    pue: float
+    not_counted: tuple[str, ...] = ()
+    assumed: tuple[str, ...] = ()
+
+    @property
+    def parts_j(self) -> dict[str, float]:
+        """The components, joules, in the order they are summed."""
+        return {"gpu": self.gpu_j, "nic": self.nic_j, "switch": self.switch_j, "optics": self.optics_j,
+                "host": self.host_j, "cxl": self.cxl_j, "facility": self.facility_j}
+
+    @property
+    def network_j(self) -> float:
+        """NICs, switches and optics together, joules."""
+        return self.nic_j + self.switch_j + self.optics_j
+
+
+@dataclass(slots=True)
+class Cost:
+    """Cost of one step from the prices the scenario gives (``cluster.prices``), USD.
+
+    ``hardware_usd``: GPU-hours at the given price, or the capex amortised over the step;
+    ``electricity_usd``: the step's energy (facility, PUE included) at the given price.
+    """
+
+    usd_per_step: float
+    usd_per_million_tokens: float
+    hardware_usd: float
+    electricity_usd: float
+
+
+@dataclass(slots=True)
 class Estimate:
     """Predicted behaviour of one training step."""
 
@@ -85,6 +137,8 @@ class Estimate:
     links: tuple[LinkLoad, ...] = ()
     # Step time lost to traffic sharing links (with it, minus each strategy costed alone).
     contention_s: float = 0.0
+    energy: Energy | None = None
+    cost: Cost | None = None    # None: the scenario gives no prices
 
     @property
     def fits(self) -> bool:
@@ -115,4 +169,8 @@ class Estimate:
             "notes": list(self.notes),
             "links": [asdict(link) for link in self.links],
             "contention_s": self.contention_s,
+            "energy": None if self.energy is None else {**asdict(self.energy),
+                                                        "not_counted": list(self.energy.not_counted),
+                                                        "assumed": list(self.energy.assumed)},
+            "cost": None if self.cost is None else asdict(self.cost),
         }

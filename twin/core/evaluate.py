@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from twin.core import energy as energy_model
 from twin.core import ops
 from twin.core.api import (
     EvalContext,
@@ -63,6 +64,7 @@ from twin.core.memory import (
     memory_per_gpu,
     model_states,
 )
+from twin.core.pipelines import rank0_params
 from twin.core.points import ColumnView, PlanColumns, PointSet
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
 from twin.core.schema import freeze
@@ -108,7 +110,7 @@ MEMORY_REASON = "memory: does not fit in HBM"
 _Flows = tuple[list[Flow], list[Any]]
 CostOverride = Callable[[str, float, GroupSpan, Hierarchy, "str | None", Scenario], "CollectiveCost | None"]
 PHASES = ("microbatch", "pipeline", "step")
-DIMENSIONS = ("tp", "cp", "ep", "dp", "edp", "pp")
+DIMENSIONS = ("tp", "cp", "ep", "dp", "dpr", "edp", "pp")
 _CACHE_LIMIT = 4096
 
 
@@ -279,7 +281,11 @@ class PointResults:
     ``recompute_s``, ``exposed_<dimension>_s`` for every dimension a strategy reported,
     ``bubble_s``, ``optimizer_s``, ``offload_s``, ``interference_s``, ``memory_gib``,
     ``tokens_per_s``, ``tokens_per_s_per_gpu``, ``model_tflops_per_gpu``, ``mfu``,
-    ``mfu_at_precision_peak``; ``microbatches`` and ``dp`` are ints (-1 where infeasible);
+    ``mfu_at_precision_peak``, the step's energy (``twin.core.energy``: ``energy_j`` and
+    ``energy_<component>_j`` for gpu, nic, switch, optics, host, cxl, facility,
+    ``joules_per_token``, ``tokens_per_joule``, ``average_power_w``) and its cost
+    (``cost_usd_per_step``, ``usd_per_million_tokens``; NaN where the point gives no
+    prices); ``microbatches`` and ``dp`` are ints (-1 where infeasible);
     ``fits``: whether the point's memory fits (also for points evaluated with
     ``require_fit=False``).
     """
@@ -359,6 +365,7 @@ class TwinModel:
         self._stages: dict[Any, StageTimes] = {}
         self._static: dict[Any, tuple[str | None, str | None]] = {}
         self._reports: dict[Any, tuple[Hierarchy, dict[str, object]]] = {}
+        self._power: dict[Any, energy_model.PowerFacts] = {}
         self._groups_seen: dict[Any, _GroupMemo] = {}
         self._setups: dict[Any, tuple[Any, ...]] = {}
         self._stage_cache: dict[Any, tuple[Any, ...]] = {}
@@ -369,6 +376,8 @@ class TwinModel:
         validate_scenario(scenario)
         for fab in self.cluster_fabrics(scenario.cluster):
             fab.validate(scenario.cluster, "cluster")
+        if scenario.cluster.power.switch_w:  # the one power rule that needs the fabric's tiers
+            self.power_facts(scenario.cluster)
 
     def cluster_fabrics(self, cluster: Cluster) -> list[Fabric]:
         """The fabric models ``cluster`` uses (scale-up, scale-out, optics, memory pool)."""
@@ -439,6 +448,24 @@ class TwinModel:
                 report[fab.role] = extra
         return report
 
+    def power_facts(self, cluster: Cluster) -> energy_model.PowerFacts:
+        """What ``cluster``'s components draw (``twin.core.energy``; cached by value).
+
+        Switch counts and optics power come from the scale-out fabric's and the optics
+        model's reports (of the hierarchy without calibration: counts do not depend on it).
+        """
+        key = self._key(cluster)
+        hit = self._power.get(key)
+        if hit is None:
+            hierarchy = self.hierarchy_of(cluster, Calibration())
+            report = {fab.role: fab.report(cluster, hierarchy) for fab in self.cluster_fabrics(cluster)
+                      if fab.role in ("scale_out", "optics")}
+            hit = energy_model.power_facts(cluster, report)
+            if len(self._power) > _CACHE_LIMIT:
+                self._power.clear()
+            self._power[key] = hit
+        return hit
+
     def cluster_facts(self, cluster: Cluster) -> ClusterFacts:
         """Capacity, offload bandwidth and peaks of ``cluster`` (cached by value)."""
         key = self._key(cluster)
@@ -496,7 +523,7 @@ class TwinModel:
     def _spans(self, h: Hierarchy, plan: Any, dp: int) -> dict[str, GroupSpan]:
         """Where each parallel dimension's group sits (cached per hierarchy and degrees)."""
         spans, _ = self._hcache(h)
-        key = (plan.tp, plan.cp, plan.ep, plan.expert_tp, dp, plan.pp, plan.rank_order)
+        key = (plan.tp, plan.cp, plan.ep, plan.expert_tp, dp, plan.pp, plan.rank_order, plan.dp_shard)
         got = spans.get(key)
         if got is None:
             got = spans[key] = {dim: place_group(*stride_of(plan, dp, dim), h) for dim in DIMENSIONS}
@@ -550,7 +577,8 @@ class TwinModel:
         """
         key = (self._key(dev), self._key(model), self._key(sw), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep,
                plan.expert_tp, plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision,
-               plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers)
+               plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers,
+               plan.recompute_modules, plan.recipe)
         hit = self._stages.get(key)
         if hit is None:
             stage = stage_times(plan, model, dev, w, sw)
@@ -610,6 +638,7 @@ class TwinModel:
             if group is None:
                 setup = self._setup(scenario)
                 facts, dev, w, stage, params, expert = setup[:6]
+                params, expert = rank0_params(plan, params, expert, w)
                 if len(self._groups_seen) > 16 * _CACHE_LIMIT:
                     self._groups_seen.clear()
                 group = self._groups_seen[gkey] = _GroupMemo(
@@ -618,6 +647,7 @@ class TwinModel:
         else:
             setup = self._setup(scenario)
         facts, dev, w, stage, params, expert, act, hierarchy, spans, prec_peak, fwd_flops = setup
+        params, expert = rank0_params(plan, params, expert, w)
         if capacity and any(c != 1.0 for c in capacity):
             hierarchy = hierarchy.with_shares(capacity)
             group = None  # its terms differ from the scenario's on its own share
@@ -655,6 +685,8 @@ class TwinModel:
                               bubble_s=st.bubble_s, optimizer_s=st.optimizer_s, offload_s=st.offload_s,
                               overlap_interference_s=st.interference_s)
         flops = work.flops
+        busy = st.compute_s + st.recompute_s + st.optimizer_s + st.interference_s
+        energy, cost = energy_model.step_energy(self.power_facts(cluster), step, busy, tokens)
         return Estimate(
             scenario=scenario.name, step_time_s=step, breakdown=breakdown, memory=mem,
             tokens_per_s=tokens / step, tokens_per_s_per_gpu=tokens / step / n,
@@ -665,7 +697,8 @@ class TwinModel:
             bytes_per_step=st.nbytes, algorithms=st.algorithms,
             fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes),
             links=links,
-            contention_s=max(0.0, step - st.alone_step_s) if report and st.alone_step_s is not None else 0.0)
+            contention_s=max(0.0, step - st.alone_step_s) if report and st.alone_step_s is not None else 0.0,
+            energy=energy, cost=cost)
 
     # ---------------------------------------------------------------- the assembly (both)
     def _assemble(self, ctx: EvalContext, work: _Work, groups: tuple[EvalContext, np.ndarray] | None = None,
@@ -726,7 +759,7 @@ class TwinModel:
         for _, terms in parts:
             exposed_mb = exposed_mb + terms.exposed_per_microbatch_s
         t_mb = stage.total_s + exposed_mb
-        pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb)
+        pipe, bubble = pipeline_time(ctx.plan, m, t_mb, stage.avg_stage_s + exposed_mb, stage)
         # The optimizer step is no shorter than the host's step tail (grad-norm and inf-check
         # syncs, optimizer launches: Software.step_us), which it overlaps.
         opt_s = ops.maximum(work.optimizer_s, stage.host_step_s)
@@ -966,6 +999,8 @@ class TwinModel:
             try:
                 for fab in self.cluster_fabrics(cluster):
                     fab.validate(cluster, "cluster")
+                if cluster.power.switch_w:
+                    self.power_facts(cluster)
             except TwinError as err:
                 after = reason_of(err)
         if len(self._static) > _CACHE_LIMIT:
@@ -996,11 +1031,15 @@ class TwinModel:
             bad = code >= 0
         # Clusters whose facts or hierarchy cannot be built: every point of theirs gets the reason.
         facts: list[ClusterFacts | None] = []
+        power: list[energy_model.PowerFacts | None] = []
         for j, c in enumerate(ps.clusters):
             try:
-                facts.append(self.cluster_facts(c))
+                got = self.cluster_facts(c), self.power_facts(c)
+                facts.append(got[0])
+                power.append(got[1])
             except TwinError as err:
                 facts.append(None)
+                power.append(None)
                 sel = (cix == j) & ~bad
                 out.reason_ix[sel] = reasons.code(reason_of(err))
                 bad |= sel
@@ -1072,7 +1111,7 @@ class TwinModel:
 
         st = self._assemble(ctx, work, groups, rehome=rehome)
         out.stats["groups"] += len(first)
-        self._fill(out, idx, work, st, sub)
+        self._fill(out, idx, work, st, sub, power)
         odd = ~np.isfinite(out.columns["step_time_s"][idx])
         if odd.any():
             self._per_point(sub.take(np.flatnonzero(odd)), idx[odd], reasons, out, headroom)
@@ -1140,7 +1179,7 @@ class TwinModel:
         _, tr = _categories(plan.trainable)
         uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
                                 rc, plan.recompute_layers, tr, drow, plan.bf16_layers_start, plan.bf16_layers_end,
-                                plan.pp_first_layers, plan.pp_last_layers])
+                                plan.pp_first_layers, plan.pp_last_layers, _categories(plan.recompute_modules)[1]])
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
@@ -1162,8 +1201,9 @@ class TwinModel:
                                      half_peak_tflops=fact("half_peak_tflops"))
         peaks = np.asarray([[(f or proto).peak_tflops.get(str(p), np.nan) for p in precs] for f in facts])
         gpn = np.asarray([c.gpus_per_node for c in ps.clusters], np.int64)[cix]
+        params, expert = rank0_params(plan, params_u[inv], expert_u[inv], w)
         return _work(plan, model, dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus, gpn,  # type: ignore[arg-type]
-                     model_fwd_flops(model), params=params_u[inv], expert=expert_u[inv], act=act)  # type: ignore[arg-type]
+                     model_fwd_flops(model), params=params, expert=expert, act=act)  # type: ignore[arg-type]
 
     def _stage_rows(self, plan: PlanColumns, model: Model, dev: Device, w: Workload, devs: Sequence[Device],
                     rows: np.ndarray, sw: Software = DEFAULT_SOFTWARE,
@@ -1178,7 +1218,7 @@ class TwinModel:
         d_keys = [self._key(d) for d in devs]
         cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers,
                 plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers)
-        labels = (plan.recompute, plan.trainable, plan.precision)
+        labels = (plan.recompute, plan.trainable, plan.precision, plan.recompute_modules, plan.recipe)
         keys = [(m_key, d_keys[r], *vals, *names) for r, vals, names in zip(
             rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
             zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
@@ -1235,7 +1275,8 @@ class TwinModel:
 
         return with_override
 
-    def _fill(self, out: PointResults, idx: np.ndarray, work: _Work, st: _Step, ps: PointSet) -> None:
+    def _fill(self, out: PointResults, idx: np.ndarray, work: _Work, st: _Step, ps: PointSet,
+              power: Sequence[energy_model.PowerFacts | None]) -> None:
         def put(name: str, values: Any) -> None:
             out.put(name, idx, values)
 
@@ -1259,6 +1300,11 @@ class TwinModel:
         put("model_tflops_per_gpu", flops / step / n / 1e12)
         put("mfu", flops / step / n / (work.half_peak * 1e12))
         put("mfu_at_precision_peak", flops / step / n / (work.prec_peak * 1e12))
+        proto = next(p for p in power if p is not None)
+        facts = energy_model.stack([p if p is not None else proto for p in power], ps.cluster_ix)
+        busy = st.compute_s + st.recompute_s + st.optimizer_s + st.interference_s
+        for name, values in energy_model.step_columns(facts, step, busy, tokens).items():
+            put(name, values)
         out.microbatches[idx] = work.m
         out.dp[idx] = work.dp
 
@@ -1358,7 +1404,8 @@ def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarch
     if schedule:
         def in_hbm() -> Any:
             return ops.where(plan.offload.activations != "none", act.per_token * work.w.tokens * 2,
-                             act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1) + act.recompute_live)
+                             act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1, plan.schedule)
+                             + act.recompute_live)
         m = work.m
     else:
         plan, in_hbm, m = dataclasses.replace(plan, gbs=None, vp=None), None, None
@@ -1434,9 +1481,9 @@ def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 _SCHEDULE_FIELDS = ("gbs", "vp")
 # The plan fields a scenario's set-up (work of a micro-batch, group spans) depends on.
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
-                                   "recompute_layers", "precision", "recipe", "bf16_layers_start",
+                                   "recompute_layers", "recompute_modules", "precision", "recipe", "bf16_layers_start",
                                    "bf16_layers_end", "pp_first_layers", "pp_last_layers", "trainable",
-                                   "rank_order")
+                                   "rank_order", "dp_shard")
 # The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))
@@ -1575,11 +1622,24 @@ def _fill_one(out: PointResults, j: int, est: Estimate) -> None:
               "interference_s": bd.overlap_interference_s, "memory_gib": est.memory.total / GIB,
               "tokens_per_s": est.tokens_per_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
               "model_tflops_per_gpu": est.model_tflops_per_gpu, "mfu": est.mfu,
-              "mfu_at_precision_peak": est.mfu_at_precision_peak}
+              "mfu_at_precision_peak": est.mfu_at_precision_peak, **energy_values(est)}
     for name, v in values.items():
         out.put(name, j, v)
     out.microbatches[j] = est.microbatches
     out.dp[j] = est.dp
+
+
+def energy_values(est: Estimate) -> dict[str, float]:
+    """The energy and cost columns (``PointResults.columns``) of one :class:`Estimate`."""
+    e, c = est.energy, est.cost
+    if e is None:
+        return {}
+    terms = {"energy_j": e.total_j, **{f"{k}_j": v for k, v in e.parts_j.items()},
+             "joules_per_token": e.joules_per_token, "tokens_per_joule": e.tokens_per_joule,
+             "average_power_w": e.average_power_w,
+             "usd_per_step": math.nan if c is None else c.usd_per_step,
+             "usd_per_million_tokens": math.nan if c is None else c.usd_per_million_tokens}
+    return {name: terms[key] for name, key in {**energy_model.COLUMNS, **energy_model.COST_COLUMNS}.items()}
 
 
 @functools.lru_cache(maxsize=1024)

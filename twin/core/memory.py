@@ -10,7 +10,7 @@ sub-layer shapes; sequence parallelism shards the hidden-sized tensors over tp; 
 attention stores no score matrix; selective recompute drops it for unfused attention;
 full recompute keeps only each layer's input. The first stage of a 1F1B pipeline holds
 ``min(p, m)`` micro-batches in flight; interleaving adds ``(p-1)/(p*v)`` (Narayanan et
-al. 2021 §2.2.2).
+al. 2021 §2.2.2); the other schedules hold their own counts (``twin.core.pipelines``).
 
 Written once for one scenario and for a batch (``twin.core.ops``): plan fields may hold
 one value per point (the model is shared).
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from twin.core import ops
-from twin.core.specs import Model
+from twin.core import ops, pipelines
+from twin.core.specs import Model, recompute_module
 from twin.core.units import GIB
 from twin.core.workload import ACT_BYTES, Workload
 
@@ -134,10 +134,11 @@ class StateDivisors:
 
 def state_divisors(plan: Any, dp: Any) -> StateDivisors:
     """The sharding divisors of a plan: dense states over the data-parallel group with context
-    parallelism (dp*cp), expert states over the expert-data-parallel group.
+    parallelism (dp*cp, or ``plan.dp_shard`` of them with hybrid sharding), expert states over
+    the expert-data-parallel group.
     """
     w_sh, g_sh, o_sh = shard_flags(plan.optimizer_sharding, plan.fsdp_reshard_after_forward)
-    dp_shard = dp * plan.cp
+    dp_shard = ops.where(plan.dp_shard > 0, plan.dp_shard, dp * plan.cp)  # hybrid sharding: k ranks
     edp = ops.maximum(1, plan.tp * plan.cp * dp // (plan.ep * plan.expert_tp))
     return StateDivisors(ops.where(w_sh, dp_shard, 1.0), ops.where(g_sh, dp_shard, 1.0), ops.where(o_sh, dp_shard, 1.0),
                          ops.where(w_sh, edp, 1.0), ops.where(g_sh, edp, 1.0), ops.where(o_sh, edp, 1.0))
@@ -161,20 +162,39 @@ def activation_bytes_per_token_layer(plan: Any, model: Model, w: Workload, flash
     g_in = ops.where(_low_precision(plan.precision), 1.0, ACT_BYTES)  # bytes of a saved GEMM input
     b = ACT_BYTES
     mult = 3 if model.gated_mlp else 2  # fc1 output width in units of ffn (gated: two halves)
+    # Selective recomputation's modules (Megatron-Core recompute_modules; "output-discarding"
+    # checkpoints drop the module's output and recompute it from its stored input):
+    # layernorm drops each norm's output (the next GEMM's input), mla_up_proj the MLA
+    # up-projections' q/k/v (their latent inputs are kept instead), moe_act the expert
+    # activation's output (fc2's input). Under DeepSeek's FP8 recipe ("blockwise") the
+    # cached activation input is FP8 too (DeepSeek-V3 report §3.3.3, "Inputs of the SwiGLU
+    # operator in MoE ... stored in FP8").
+    norm_out = ops.where(recompute_module(plan, "layernorm"), 0.0, g_in * h_sp)
     total: Any = 0.0
     for kind, count in w.counts.items():
         if kind == "attention":
             a, g, d = model.heads, model.kv_head_count, model.head_size
+            qkv = b * (a + 2 * ops.maximum(g, tp)) * d / tp
+            mla = model.mla
+            if model.attention == "mla" and mla is not None:
+                up = recompute_module(plan, "mla_up_proj")
+                if ops.any_(up):
+                    latents = g_in * ((mla.q_lora_rank or 0) + mla.kv_lora_rank) + b * mla.qk_rope_head_dim
+                    qkv = ops.where(up, latents, qkv)
             # norm input, QKV GEMM input, q/k/v for attention backward, output (proj input)
-            per = b * h_sp + g_in * h_sp + b * (a + 2 * ops.maximum(g, tp)) * d / tp + g_in * a * d / tp
-            unfused = ops.logical_and(ops.logical_not(flash), plan.recompute == "none")
+            per = b * h_sp + norm_out + qkv + g_in * a * d / tp
+            # The score matrix of unfused attention, unless recomputed (core_attn) or the layer
+            # is fully recomputed.
+            stored = ops.logical_or(plan.recompute == "none", ops.logical_and(
+                plan.recompute == "selective", ops.logical_not(recompute_module(plan, "core_attn"))))
+            unfused = ops.logical_and(ops.logical_not(flash), stored)
             if ops.any_(unfused):
                 # scores, softmax, dropout (5as/h term)
                 per = ops.where(unfused, per + b * 2.5 * a * model.seq_len / plan.cp / tp, per)
         elif kind == "mlp":
             f = model.ffn_size
             # norm input, fc1 input, fc1 output (activation input), activation output (fc2 input)
-            per = b * h_sp + g_in * h_sp + b * (mult - 1) * f / tp + g_in * f / tp
+            per = b * h_sp + norm_out + b * (mult - 1) * f / tp + g_in * f / tp
         elif kind == "moe":
             moe = model.moe
             assert moe is not None
@@ -183,7 +203,13 @@ def activation_bytes_per_token_layer(plan: Any, model: Model, w: Workload, flash
             # Copies per token of w.tokens held by one GPU: tokens*etp/tp with sequence
             # parallelism (workload._moe), on the busiest rank (MoE.busiest_load).
             routed = moe.top_k * moe.busiest_load * ops.where(plan.sp, plan.expert_tp / tp, 1.0)
-            per = b * h_sp + g_in * h_sp + routed * (g_in * inner + b * (mult - 1) * fe + g_in * fe)
+            act_in, act_out = b * (mult - 1) * fe, g_in * fe
+            recomputed_act = recompute_module(plan, "moe_act")
+            if ops.any_(recomputed_act):
+                fp8_cache = ops.logical_and(plan.precision == "fp8", plan.recipe == "blockwise")
+                act_in = ops.where(ops.logical_and(recomputed_act, fp8_cache), 1.0 * (mult - 1) * fe, act_in)
+                act_out = ops.where(recomputed_act, 0.0, act_out)
+            per = b * h_sp + norm_out + routed * (g_in * inner + act_in + act_out)
             if moe.shared_experts:
                 fs = (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts / tp
                 per += b * (mult - 1) * fs + g_in * fs
@@ -218,12 +244,12 @@ def activation_terms(plan: Any, model: Model, w: Workload, flash: Any) -> Activa
                            stored_per_token=stored, per_token=per_token)
 
 
-def in_flight_microbatches(pp: Any, vp: Any, m: Any) -> Any:
-    """Micro-batches whose activations the first stage holds (1F1B: min(p, m); interleaving
-    adds (p-1)/(p*v) of a micro-batch per chunk, Narayanan et al. 2021 §2.2.2).
+def in_flight_microbatches(pp: Any, vp: Any, m: Any, schedule: Any = "auto") -> Any:
+    """Micro-batches whose activations the first stage holds under ``schedule``
+    (``twin.core.pipelines.in_flight``: 1F1B min(p, m); interleaving adds (p-1)/(p*v) of a
+    micro-batch per chunk, Narayanan et al. 2021 §2.2.2; ZB-H2 2p-1, DualPipe p+1, ...).
     """
-    extra = ops.where(vp > 1, (pp - 1) / (pp * vp), 0.0)
-    return ops.where(pp > 1, ops.minimum(pp, m) * (1.0 + extra), 1.0)
+    return pipelines.in_flight(pp, vp, m, schedule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +301,7 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
     weights, grads, optim = states.weights, states.gradients, states.optimizer
     if act is None:
         act = activation_terms(plan, model, w, flash)
-    activations = act.per_microbatch * in_flight_microbatches(p, plan.vp, m) + act.recompute_live
+    activations = act.per_microbatch * in_flight_microbatches(p, plan.vp, m, plan.schedule) + act.recompute_live
     logits = (ACT_BYTES + 4.0) * w.tokens * model.vocab / plan.tp  # bf16 logits + fp32 softmax (last stage)
     if ops.any_(p > 1):
         # Pipelined, the logits live on the last stage only, which holds fewer micro-batches
@@ -285,8 +311,16 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
         in_flight_last = ops.minimum(m, 1.0 + (plan.vp - 1) * p / plan.vp)
         last = act.per_microbatch * last_l / ops.maximum(first_l, 1) * in_flight_last + act.recompute_live
         last_heavier = ops.logical_and(p > 1, last + logits > activations)
-        activations = ops.where(last_heavier, last, activations)
-        logits = ops.where(ops.logical_or(p == 1, last_heavier), logits, 0.0)
+        # ZB-V, DualPipe and DualPipeV keep the LM head on the first rank (twin.core.pipelines):
+        # its logits add to the first rank's activations.
+        on_first = pipelines.both_ends_on_first(plan)
+        if ops.any_(on_first):
+            last_heavier = ops.logical_and(last_heavier, ops.logical_not(on_first))
+            activations = ops.where(last_heavier, last, activations)
+            logits = ops.where(ops.logical_or(ops.logical_or(p == 1, last_heavier), on_first), logits, 0.0)
+        else:
+            activations = ops.where(last_heavier, last, activations)
+            logits = ops.where(ops.logical_or(p == 1, last_heavier), logits, 0.0)
     offloaded: Any = 0.0
     o = plan.offload
     off_opt, off_par, off_act = o.optimizer != "none", o.params != "none", o.activations != "none"

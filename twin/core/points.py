@@ -6,7 +6,9 @@ with, per point, the index of its own, and the plan as :class:`PlanColumns` (one
 array per :class:`~twin.core.specs.Plan` field). Strategies read a batch's plan exactly as
 they read one plan (``plan.tp``, ``plan.overlap.p2p``, ``plan.offload.optimizer``,
 ``plan.sp``, ``plan.expert_tp``); string fields are :class:`~twin.core.ops.Labels`
-(``plan.recompute == "full"`` works); optional fields hold a sentinel where the plan has
+(``plan.recompute == "full"`` works), and so is ``recompute_modules`` (each point's
+modules sorted and joined by commas: ``specs.recompute_module`` reads it); optional
+fields hold a sentinel where the plan has
 ``None``: ``dp``, ``etp`` and ``recompute_layers`` 0, ``sequence_parallel`` and
 ``overlap.tp_comm`` -1.
 """
@@ -28,10 +30,14 @@ from twin.core.specs import DEFAULT_SOFTWARE, Calibration, Cluster, Model, Offlo
 # Plan fields that may be None, and what a column holds instead.
 _NONE_AS = {"dp": 0, "etp": 0, "recompute_layers": 0, "pp_first_layers": 0, "pp_last_layers": 0,
             "sequence_parallel": -1, "tp_comm": -1}
+# Plan fields holding a set of names: a column of Labels, each the sorted names joined by commas.
+_TUPLE_FIELDS = ("recompute_modules",)
 
 
 def plan_column(values: Sequence[Any], name: str) -> np.ndarray:
     """A plan field's values as a column (None as the field's sentinel, see the module docstring)."""
+    if name in _TUPLE_FIELDS:
+        return Labels.of([",".join(sorted(set(v))) for v in values])
     sentinel = _NONE_AS.get(name)
     if sentinel is not None:
         return np.asarray([sentinel if v is None else int(v) for v in values], dtype=np.int64)
@@ -43,6 +49,9 @@ def plan_column(values: Sequence[Any], name: str) -> np.ndarray:
 
 def _value(arr: np.ndarray, i: int, name: str) -> Any:
     if isinstance(arr, Labels):
+        if name in _TUPLE_FIELDS:
+            text = arr.name(i)
+            return tuple(text.split(",")) if text else ()
         return arr.name(i)
     v = arr[i].item()
     sentinel = _NONE_AS.get(name)
@@ -86,6 +95,7 @@ class PlanColumns:
     tp: np.ndarray
     pp: np.ndarray
     vp: np.ndarray
+    schedule: np.ndarray
     pp_first_layers: np.ndarray
     pp_last_layers: np.ndarray
     dp: np.ndarray
@@ -96,12 +106,14 @@ class PlanColumns:
     sequence_parallel: np.ndarray
     recompute: np.ndarray
     recompute_layers: np.ndarray
+    recompute_modules: np.ndarray
     precision: np.ndarray
     recipe: np.ndarray
     bf16_layers_start: np.ndarray
     bf16_layers_end: np.ndarray
     optimizer_sharding: np.ndarray
     fsdp_reshard_after_forward: np.ndarray
+    dp_shard: np.ndarray
     grad_reduce_dtype: np.ndarray
     overlap: OverlapColumns
     offload: OffloadColumns

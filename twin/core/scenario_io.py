@@ -31,6 +31,8 @@ from twin.core.specs import (
     Model,
     Optics,
     Plan,
+    Power,
+    Prices,
     ScaleOut,
     ScaleUp,
     Scenario,
@@ -160,7 +162,8 @@ def _build_cluster(value: Any, catalog: Catalog, path: str) -> Cluster:
 # Parts of a cluster that recur across clusters (a system's fabrics, with or without the
 # same overrides, at every size): each distinct mapping is loaded once. The random points
 # of validation/equivalence.py hold 3,869 distinct cluster mappings but 121 scale_out ones.
-_CLUSTER_PARTS = (("scale_up", ScaleUp), ("scale_out", ScaleOut), ("optics", Optics), ("memory_pool", MemoryPool))
+_CLUSTER_PARTS = (("scale_up", ScaleUp), ("scale_out", ScaleOut), ("optics", Optics), ("memory_pool", MemoryPool),
+                  ("power", Power), ("prices", Prices))
 
 
 def _loaded_part(catalog: Catalog, cls: type, value: dict[str, Any], path: str) -> Any:

@@ -4,11 +4,13 @@ and how the pipeline schedule turns micro-batch time into step time.
 Pipeline schedules (the core owns them; strategies only say what they send):
 
 - without pipelining the step runs ``m`` micro-batches back to back: ``m * t_mb``;
-- 1F1B (Narayanan et al. 2019, PipeDream-Flush) and interleaved virtual stages
-  (Narayanan et al. 2021, SC'21 §2.2): ``m * t_mb + bubble`` with the fill/drain
-  ``bubble = (p-1)/v * t_avg``, i.e. the fraction (p-1)/(m*v) of the ideal time, where
-  ``t_mb`` is a micro-batch on the bottleneck stage and ``t_avg`` on the mean stage
-  (both with the communication exposed per micro-batch).
+- pipelined: ``m * t_mb + bubble``, where ``t_mb`` is a micro-batch on the bottleneck
+  stage and the bubble the plan's schedule leaves (``twin.core.pipelines``) from the mean
+  stage's passes: for 1F1B (Narayanan et al. 2019, PipeDream-Flush) and interleaved
+  virtual stages (Narayanan et al. 2021, SC'21 §2.2) ``(p-1)/v * t_avg``, i.e. the
+  fraction (p-1)/(m*v) of the ideal time, ``t_avg`` a micro-batch on the mean stage (both
+  with the communication exposed per micro-batch); zero-bubble and DualPipe schedules
+  also use the weight-gradient part of the backward.
 
 The host (the framework stack, :class:`~twin.core.specs.Software`): the host issues
 kernels asynchronously, so a layer pass costs the larger of its device time and the host
@@ -27,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from twin.core import ops
+from twin.core import ops, pipelines
 from twin.core.api import StageTimes
-from twin.core.compute import Device, gemm_fwd_time, high_precision, sublayer_times
+from twin.core.compute import Device, gemm_fwd_time, high_precision, sublayer_times, sublayer_wgrad_time
 from twin.core.memory import recomputed_layers, stage_layers
-from twin.core.specs import DEFAULT_SOFTWARE, Model, Software
-from twin.core.workload import Workload
+from twin.core.specs import DEFAULT_SOFTWARE, Model, Software, default_recompute_modules, recompute_module
+from twin.core.workload import ACT_BYTES, Workload
 
 
 def host_layer_s(sw: Software, w: Workload) -> tuple[float, float]:
@@ -85,6 +87,12 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     t_layer_f, t_layer_b = ops.maximum(fwd_l / L, host_f), ops.maximum(bwd_l / L, host_b)
     t_attn = attn_l / L
     per_layer = t_layer_f + t_layer_b
+    # The weight-gradient GEMMs of a layer and of the stage ends (no longer than the pass they belong to).
+    wgrad_l: Any = 0.0
+    for kind, count in w.counts.items():
+        wgrad_l = wgrad_l + sublayer_wgrad_time(dev, w.sublayers[kind], frozen) * count
+    t_layer_w = ops.minimum(wgrad_l / L, t_layer_b)
+    ends_w = sublayer_wgrad_time(dev, w.embedding, frozen) + sublayer_wgrad_time(dev, w.head, frozen)
     # Layers a low-precision recipe keeps in bf16 (Megatron-Core --first-last-layers-bf16:
     # the first and the last layers of the model, so on the first and the last stage):
     # what each costs over a low-precision layer.
@@ -127,30 +135,67 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
         layers_p = np.asarray(n_layers, np.float64) if ops.is_batch(n_layers) else float(n_layers)
         fwd_p, bwd_p = n_layers * t_layer_f + extra_f, n_layers * t_layer_b + extra_b
         avg_p = (L * per_layer + head + emb + ops.maximum(p - 2, 0) * mid) / p
+        avg_f_p = (L * t_layer_f + hf_p + ef_p + ops.maximum(p - 2, 0) * ends) / p
+        avg_w_p = (L * t_layer_w + ends_w) / p
     if ops.is_batch(p) or not piped:
         layers_1 = float(L)
         kept = kept_start + kept_end
         fwd_1 = L * t_layer_f + ops.maximum(ef + hf, edge_f + mb_half) + kept * d_f
         bwd_1 = L * t_layer_b + ops.maximum(eb + hb, edge_b + mb_half) + kept * d_b
         avg_1 = fwd_1 + bwd_1
+        avg_f_1, avg_w_1 = fwd_1, L * t_layer_w + ends_w
     if ops.is_batch(p):
         layers, fwd, bwd = np.where(piped, layers_p, layers_1), np.where(piped, fwd_p, fwd_1), \
             np.where(piped, bwd_p, bwd_1)
         avg = np.where(piped, avg_p, avg_1)
+        avg_f, avg_w = np.where(piped, avg_f_p, avg_f_1), np.where(piped, avg_w_p, avg_w_1)
     elif piped:
-        layers, fwd, bwd, avg = layers_p, fwd_p, bwd_p, avg_p
+        layers, fwd, bwd, avg, avg_f, avg_w = layers_p, fwd_p, bwd_p, avg_p, avg_f_p, avg_w_p
     else:
-        layers, fwd, bwd, avg = layers_1, fwd_1, bwd_1, avg_1
+        layers, fwd, bwd, avg, avg_f, avg_w = layers_1, fwd_1, bwd_1, avg_1, avg_f_1, avg_w_1
     rc = plan.recompute
+    # The default modules (the attention core) repeat t_attn; others _selective_layer_s.
+    selective = t_attn if ops.all_(default_recompute_modules(plan.recompute_modules)) else \
+        _selective_layer_s(plan, model, dev, w, t_attn)
     recompute = ops.where(rc == "full", recomputed_layers("full", plan.recompute_layers, layers) * t_layer_f,
-                          ops.where(rc == "selective", layers * t_attn, 0.0))
+                          ops.where(rc == "selective", layers * selective, 0.0))
     gemm_f = sum(sum(gemm_fwd_time(dev, g) for g in w.sublayers[k].gemms) * c for k, c in w.counts.items()) / L
     # The step's host tail (grad-norm and inf-check syncs, optimizer launches): see Software.
     host_step = 1e-6 * (sw.step_us + sw.optimizer_us_per_layer * layers)
     return StageTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, attn_fwd_s=t_attn * layers,
                       attn_bwd_s=attn_bl / L * layers,
                       layers=layers, layer_fwd_s=t_layer_f, layer_bwd_s=t_layer_b, gemm_fwd_s=gemm_f,
-                      avg_stage_s=avg + ops.where(piped, recompute, 0.0), host_step_s=host_step)
+                      avg_stage_s=avg + ops.where(piped, recompute, 0.0), host_step_s=host_step,
+                      avg_fwd_s=avg_f, avg_wgrad_s=avg_w)
+
+
+def _selective_layer_s(plan: Any, model: Model, dev: Device, w: Workload, t_attn: Any) -> Any:
+    """Seconds per mean layer that selective recomputation of ``plan.recompute_modules`` repeats.
+
+    core_attn: the attention core's forward (Korthikanti et al. 2022 §5). layernorm: each
+    norm again, memory-bound (it reads and writes one hidden vector per token). mla_up_proj:
+    the MLA up-projection GEMMs' forward. moe_act: the expert activation, memory-bound (it
+    reads the fc1 output and writes the activation per routed copy). Each memory-bound kernel
+    takes at least the device's minimum kernel time.
+    """
+    L = w.layers
+    tokens, h = w.tokens, model.hidden
+    h_sp = ops.where(plan.sp, h / plan.tp, h)
+    out: Any = ops.where(recompute_module(plan, "core_attn"), t_attn, 0.0)
+    norms = sum(c for k, c in w.counts.items() if k in ("attention", "mlp", "moe")) / L
+    norm_s = ops.maximum(2.0 * ACT_BYTES * tokens * h_sp / dev.hbm_Bps, dev.kernel_min_s)
+    out = out + ops.where(recompute_module(plan, "layernorm"), norms * norm_s, 0.0)
+    if "attention" in w.counts:
+        up_s = sum(gemm_fwd_time(dev, g) for g in w.sublayers["attention"].gemms if g.up_projection)
+        out = out + ops.where(recompute_module(plan, "mla_up_proj"), up_s * w.counts["attention"] / L, 0.0)
+    moe = model.moe
+    if "moe" in w.counts and moe is not None:
+        mult = 3 if model.gated_mlp else 2
+        routed = moe.top_k * moe.busiest_load * ops.where(plan.sp, plan.expert_tp / plan.tp, 1.0)
+        act_s = ops.maximum(ACT_BYTES * tokens * routed * mult * moe.expert_ffn / plan.expert_tp / dev.hbm_Bps,
+                            dev.kernel_min_s)
+        out = out + ops.where(recompute_module(plan, "moe_act"), act_s * w.counts["moe"] / L, 0.0)
+    return out
 
 
 def stage_params(plan: Any, w: Workload, layers: Any) -> tuple[Any, Any]:
@@ -166,8 +211,11 @@ def stage_params(plan: Any, w: Workload, layers: Any) -> tuple[Any, Any]:
     return params + ends, expert
 
 
-def pipeline_time(plan: Any, m: Any, t_mb: Any, t_avg: Any) -> tuple[Any, Any]:
-    """(pipeline time, bubble) of one step: ``m`` micro-batches of ``t_mb`` plus fill/drain."""
-    p, v = plan.pp, plan.vp
-    bubble = ops.where(p > 1, (p - 1) / v * t_avg, 0.0)
+def pipeline_time(plan: Any, m: Any, t_mb: Any, t_avg: Any, stage: StageTimes) -> tuple[Any, Any]:
+    """(pipeline time, bubble) of one step: ``m`` micro-batches of ``t_mb`` plus the fill/drain
+    of the plan's schedule (``twin.core.pipelines.bubble``) from the mean stage's ``t_avg``
+    and its passes in ``stage``.
+    """
+    p = plan.pp
+    bubble = pipelines.bubble(plan, t_avg, stage.avg_fwd_s, stage.avg_stage_s - stage.avg_fwd_s, stage.avg_wgrad_s)
     return ops.where(p > 1, m * t_mb + bubble, m * t_mb), bubble

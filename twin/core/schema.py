@@ -506,6 +506,21 @@ def _fast_conv(tp: Any, ok: Callable[[Any], bool] | None) -> _Conv | None:
             raise _Slow
 
         return literal
+    if origin is tuple:
+        args = get_args(tp)
+        item = args[0] if len(args) == 2 and args[1] is Ellipsis else None
+        if item is None or get_origin(item) is not Literal or not all(type(c) is str for c in get_args(item)):
+            return None
+        names = frozenset(get_args(item))
+
+        def names_tuple(v: Any) -> Any:
+            # a tuple of choices is returned as is (interning an equal spec keeps it)
+            t = type(v)
+            if (t is tuple or t is list) and all(type(x) is str and x in names for x in v):
+                return v if t is tuple else tuple(v)
+            raise _Slow
+
+        return names_tuple
     if tp is bool or tp is str:
         def exact(v: Any) -> Any:
             if type(v) is tp:

@@ -27,8 +27,17 @@ Recipe = Literal["auto", "delayed", "current", "blockwise", "mxfp8", "nvfp4"]
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 Generation = Literal["volta", "ampere", "hopper", "blackwell"]
 Recompute = Literal["none", "selective", "full"]
+# What selective recomputation recomputes (Megatron-Core TransformerConfig.recompute_modules,
+# the modules the twin's memory model tells apart): the attention core (the default), the
+# layer norms, MLA's up-projections, the MoE activation function.
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act"]
+DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Sharding = Literal["none", "distributed_optimizer", "zero1", "zero2", "zero3", "fsdp"]
 OffloadTarget = Literal["none", "cxl", "host"]
+# Pipeline schedules (``twin.core.pipelines`` has each one's bubble, activations in flight
+# and parameter copies, with their sources): "auto" is interleaved when vp > 1, else 1F1B.
+Schedule = Literal["auto", "1f1b", "interleaved", "zero_bubble_h1", "zero_bubble_h2", "zero_bubble_v", "dualpipe",
+                   "dualpipev"]
 
 # Largest cluster the twin accepts: 10 million GPUs is ~100x today's largest training
 # clusters; anything beyond is a typo (or hostile input) and is rejected by name.
@@ -150,9 +159,64 @@ class MemoryPool:
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+# One year of amortisation: the Julian year, 365.25 days (a definition, used by the cost model).
+YEAR_S = 365.25 * 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Power:
+    """What the cluster's components draw, and the facility overhead (``twin.core.energy``).
+
+    Per unit, in watts. A figure left unset (None) has no published default shipped with
+    the twin: that component is not counted, and the estimate lists it as such. System
+    presets set the figures their datasheets give (``twin/presets/systems.yaml``).
+    """
+
+    gpu_busy_fraction: float = spec_field(
+        1.0, gt=0, le=1, doc="GPU power while it computes, as a fraction of gpu.tdp_w (training's compute "
+                             "phases reach TDP: Patel et al., ASPLOS 2024)")
+    gpu_idle_w: float | None = spec_field(
+        None, ge=0, le=1e5, doc="GPU power while it waits (exposed communication, pipeline bubble, offload), W; "
+                                "None: as while busy (an upper bound: no published figure shipped)")
+    nic_w: float | None = spec_field(None, ge=0, le=1e4, doc="power of one scale-out NIC, W")
+    switch_w: tuple[float, ...] = spec_field(
+        default_factory=tuple, ge=0, le=1e6,
+        doc="power of one scale-out switch, W: one entry for every tier, or one per switch tier (leaf first)")
+    host_w: float | None = spec_field(
+        None, ge=0, le=1e6, doc="power of one node besides its GPUs, NICs and CXL devices (CPUs, DRAM, "
+                                "baseboard switches, fans, storage, power-supply losses), W")
+    cxl_device_w: float | None = spec_field(None, ge=0, le=1e4, doc="power of one CXL memory device, W")
+    pue: float = spec_field(
+        1.0, ge=1, le=5, doc="facility power usage effectiveness (total facility / IT power); 1: IT energy only")
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """Prices the user supplies for the cost of a step (none set: no cost is reported).
+
+    ``usd_per_gpu_hour``: what one GPU-hour costs (a rental price, everything included
+    unless electricity is billed on top); or ``capex_usd_per_gpu`` spread evenly over
+    ``amortisation_years`` (straight-line); plus ``usd_per_kwh`` on the facility's energy.
+    """
+
+    usd_per_gpu_hour: float | None = spec_field(None, ge=0, le=1e6, doc="price of one GPU-hour, USD")
+    capex_usd_per_gpu: float | None = spec_field(
+        None, ge=0, le=1e9, doc="purchase cost of the cluster per GPU (its share of hosts, network, facility), USD")
+    amortisation_years: float | None = spec_field(
+        None, gt=0, le=100, doc="years over which capex_usd_per_gpu is spread evenly")
+    usd_per_kwh: float | None = spec_field(None, ge=0, le=1e4, doc="electricity price, USD per kWh")
+
+    @property
+    def priced(self) -> bool:
+        """Whether any price is given."""
+        return (self.usd_per_gpu_hour is not None or self.capex_usd_per_gpu is not None
+                or self.usd_per_kwh is not None)
+
+
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """A training cluster: GPUs, nodes, scale-up domains, scale-out network, optics, CXL."""
+    """A training cluster: GPUs, nodes, scale-up domains, scale-out network, optics, CXL, power and prices."""
 
     gpu: GPU
     num_gpus: int = spec_field(ge=1, le=MAX_GPUS)
@@ -162,6 +226,8 @@ class Cluster:
     scale_out: ScaleOut | None = dataclasses.field(default_factory=ScaleOut)
     optics: Optics | None = None
     memory_pool: MemoryPool | None = None
+    power: Power = dataclasses.field(default_factory=Power)
+    prices: Prices = dataclasses.field(default_factory=Prices)
 
     @property
     def num_nodes(self) -> int:
@@ -359,12 +425,29 @@ class Plan:
     ``rank_order``: how ranks map to GPUs, innermost dimension first: Megatron-Core's
     default "tp-cp-ep-dp-pp" (pipeline stages farthest apart), or "tp-cp-pp-dp" (data
     parallel outermost, as Llama 3 was trained: Llama 3 paper §3.3.2, "[TP, CP, PP, DP]").
+    ``recompute_modules``: with ``recompute: selective``, what is recomputed (Megatron-Core
+    ``recompute_modules``): the attention core (``core_attn``, the default; Korthikanti et
+    al. 2022), the layer norms (``layernorm``), MLA's up-projections (``mla_up_proj``) and
+    the MoE activation (``moe_act``); DeepSeek-V3 recomputes the last three (report §3.2.3,
+    §3.3.3; ``twin.core.memory``).
+    ``schedule``: the pipeline schedule (``twin.core.pipelines``): 1F1B, interleaved, the
+    zero-bubble schedules ZB-H1 / ZB-H2 / ZB-V (Qi et al. 2024) or DualPipe / DualPipeV
+    (DeepSeek-V3); "auto" keeps the choice by vp (interleaved when vp > 1, else 1F1B).
+    ``dp_shard``: with a sharded optimizer or FSDP, over how many data-parallel ranks (of
+    the dp*cp group) each model state is sharded; 0 (the default): all of them. A divisor k
+    of dp*cp shards within groups of k neighbouring data-parallel ranks and replicates
+    across the dp*cp/k groups: hybrid sharding (PyTorch FSDP ``HYBRID_SHARD`` and FSDP2's
+    2-D device mesh, Zhao et al. VLDB 2023 §3.2.2; MiCS, Zhang et al. VLDB 2022; Megatron-
+    Core's ``num_distributed_optimizer_instances`` = dp*cp/k). Gradients are then
+    reduce-scattered and weights gathered within the k ranks, and each shard's gradients
+    all-reduced across the replicas.
     """
 
     gbs: int = spec_field(ge=1, le=1_000_000_000, doc="global batch in sequences")
     tp: int = spec_field(1, ge=1, le=MAX_GPUS)
     pp: int = spec_field(1, ge=1, le=MAX_GPUS)
     vp: int = spec_field(1, ge=1, le=100_000, doc="virtual pipeline chunks per pp rank (interleaving)")
+    schedule: Schedule = "auto"  # pipeline schedule; "auto": interleaved when vp > 1, else 1f1b
     pp_first_layers: int | None = spec_field(
         None, ge=1, le=100_000, doc="layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers)")
     pp_last_layers: int | None = spec_field(
@@ -378,12 +461,16 @@ class Plan:
     recompute: Recompute = "none"
     recompute_layers: int | None = spec_field(
         None, ge=1, doc="with recompute 'full': layers per pipeline stage recomputed (None: all)")
+    # with recompute "selective": what is recomputed (Megatron-Core --recompute-modules)
+    recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
     precision: Precision = "bf16"
     recipe: Recipe = "auto"  # low-precision recipe (fp8: delayed/current/blockwise/mxfp8; fp4: nvfp4)
     bf16_layers_start: int = spec_field(0, ge=0, le=100_000, doc="with fp8/fp4: first layers kept in bf16")
     bf16_layers_end: int = spec_field(0, ge=0, le=100_000, doc="with fp8/fp4: last layers kept in bf16")
     optimizer_sharding: Sharding = "distributed_optimizer"
     fsdp_reshard_after_forward: bool = True
+    dp_shard: int = spec_field(0, ge=0, le=MAX_GPUS, doc="ranks each state is sharded over (hybrid sharding); "
+                                                         "0: the whole dp*cp group")
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
     overlap: Overlap = dataclasses.field(default_factory=Overlap)
     offload: Offload = dataclasses.field(default_factory=Offload)
@@ -565,6 +652,33 @@ def validate_cluster(cluster: Cluster, path: str = "cluster") -> None:
             raise SpecError(f"{path}.scale_out.tier_spans", "must not decrease from leaf to top")
     elif n > dom:
         raise SpecError(f"{path}.scale_out", f"is required when num_gpus ({n}) exceeds the scale-up domain ({dom})")
+    validate_power(cluster, path)
+
+
+def validate_power(cluster: Cluster, path: str = "cluster") -> None:
+    """Rules of ``cluster.power`` and ``cluster.prices``: a figure must apply to something
+    the cluster has, and the prices must name one way of paying for the hardware.
+    """
+    pw, pr = cluster.power, cluster.prices
+    busy = cluster.gpu.tdp_w * pw.gpu_busy_fraction
+    if pw.gpu_idle_w is not None and pw.gpu_idle_w > busy:
+        raise SpecError(f"{path}.power.gpu_idle_w",
+                        f"must be <= the GPU's busy power (gpu.tdp_w x gpu_busy_fraction = {busy:g} W) "
+                        f"(got {pw.gpu_idle_w:g})")
+    if cluster.scale_out is None:
+        if pw.nic_w is not None:
+            raise SpecError(f"{path}.power.nic_w", "applies to scale-out NICs; the cluster has no scale_out")
+        if pw.switch_w:
+            raise SpecError(f"{path}.power.switch_w", "applies to scale-out switches; the cluster has no scale_out")
+    if pw.cxl_device_w is not None and cluster.memory_pool is None:
+        raise SpecError(f"{path}.power.cxl_device_w", "applies to CXL devices; the cluster has no memory_pool")
+    if (pr.capex_usd_per_gpu is None) != (pr.amortisation_years is None):
+        given, missing = ("capex_usd_per_gpu", "amortisation_years") if pr.amortisation_years is None else \
+            ("amortisation_years", "capex_usd_per_gpu")
+        raise SpecError(f"{path}.prices.{missing}", f"is required with prices.{given}")
+    if pr.usd_per_gpu_hour is not None and pr.capex_usd_per_gpu is not None:
+        raise SpecError(f"{path}.prices.capex_usd_per_gpu",
+                        "cannot be combined with usd_per_gpu_hour: both price the hardware (give one)")
 
 
 RuleCheck = tuple[str, Any, str, "Callable[[], dict[str, Any]]"]
@@ -662,6 +776,8 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     if batch or bad:
         yield (f"{path}.vp", bad, "pp*vp ({ppvp}) must be <= the layers ({layers}): every virtual stage needs a layer",
                lambda: {"ppvp": pp * vp, "layers": model.layers})
+    if batch or plan.schedule != "auto":
+        yield from schedule_rules(plan, model, plan.gbs // ops.maximum(mbs_dp, 1), path, batch)
     bad = ops.logical_and(cp > 1, model.seq_len % (2 * cp) != 0)
     if batch or bad:
         yield (f"{path}.cp", bad, "2*cp ({cp2}) must divide seq_len ({seq})",
@@ -685,6 +801,14 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     bad = ops.logical_and(plan.rank_order == "tp-cp-pp-dp", ep > 1)
     if batch or bad:
         yield (f"{path}.rank_order", bad, "tp-cp-pp-dp places no expert-parallel groups: it needs ep = 1", dict)
+    hybrid = plan.dp_shard > 0
+    bad = ops.logical_and(hybrid, (dp * cp) % ops.maximum(plan.dp_shard, 1) != 0)
+    if batch or bad:
+        yield (f"{path}.dp_shard", bad, "must divide dp*cp ({dpcp}) (got {k})",
+               lambda: {"dpcp": dp * cp, "k": plan.dp_shard})
+    bad = ops.logical_and(hybrid, plan.optimizer_sharding == "none")
+    if batch or bad:
+        yield (f"{path}.dp_shard", bad, "hybrid sharding needs a sharded optimizer_sharding (got 'none')", dict)
     bad = (tp * cp * dp) % expert_group != 0
     if batch or bad:
         yield (f"{path}.ep", bad, "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})",
@@ -701,6 +825,8 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     bad = ops.logical_and(requested, plan.recompute != "full")
     if batch or bad:
         yield f"{path}.recompute_layers", bad, "applies only with recompute: full", dict
+    if batch or plan.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        yield from _recompute_module_rules(plan, model, path, batch)
     # A batch's view reads an optional section as a bool per point when only some clusters have it.
     pool = cluster.memory_pool
     no_pool = pool is None or (type(pool) is np.ndarray and ~pool)
@@ -708,6 +834,51 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
         bad = ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool)
         if batch or bad:
             yield f"{path}.offload.{what}", bad, "offloading to 'cxl' needs cluster.memory_pool", dict
+
+
+def recompute_module(plan: Any, name: str) -> Any:
+    """Whether ``plan`` recomputes module ``name`` (selective recomputation naming it).
+
+    A batch's ``recompute_modules`` column holds each point's modules joined by commas
+    (``twin.core.points``).
+    """
+    return ops.logical_and(plan.recompute == "selective", _named(plan.recompute_modules, name))
+
+
+def _recompute_module_rules(plan: Any, model: Model, path: str, batch: bool) -> Iterator[RuleCheck]:
+    """``recompute_modules``' rules (see :func:`plan_rules`): it applies with selective
+    recomputation only, names at least one module, ``mla_up_proj`` needs MLA and ``moe_act``
+    an MoE model (Megatron-Core TransformerConfig's checks).
+    """
+    modules = plan.recompute_modules
+    default = default_recompute_modules(modules)
+    empty = np.asarray(modules) == modules.code("") if isinstance(modules, ops.Labels) else len(modules) == 0
+    field = f"{path}.recompute_modules"
+    bad = ops.logical_and(ops.logical_not(default), plan.recompute != "selective")
+    if batch or bad:
+        yield field, bad, "applies only with recompute: selective", dict
+    bad = empty
+    if batch or bad:
+        yield field, bad, "must name at least one module", dict
+    bad = ops.logical_and(model.attention != "mla" or model.mla is None, _named(modules, "mla_up_proj"))
+    if batch or bad:
+        yield field, bad, "mla_up_proj needs multi-head latent attention (model.attention: mla)", dict
+    bad = ops.logical_and(model.moe is None, _named(modules, "moe_act"))
+    if batch or bad:
+        yield field, bad, "moe_act needs an MoE model (model.moe)", dict
+
+
+def default_recompute_modules(modules: Any) -> Any:
+    """Whether ``recompute_modules`` (a plan's, or a batch's column) is the default (core_attn)."""
+    if isinstance(modules, ops.Labels):
+        return np.asarray(modules) == modules.code(",".join(DEFAULT_RECOMPUTE_MODULES))
+    return modules == DEFAULT_RECOMPUTE_MODULES
+
+
+def _named(modules: Any, name: str) -> Any:
+    if isinstance(modules, ops.Labels):
+        return np.isin(np.asarray(modules), [i for i, c in enumerate(modules.categories) if name in c.split(",")])
+    return name in modules
 
 
 def _recipe_rules(plan: Any, model: Model, gpu: Any, path: str, batch: bool) -> Iterator[RuleCheck]:
@@ -737,6 +908,67 @@ def _recipe_rules(plan: Any, model: Model, gpu: Any, path: str, batch: bool) -> 
     if batch or bad:
         yield (f"{path}.bf16_layers_start", bad, "bf16_layers_start + bf16_layers_end ({kept}) must be <= layers "
                "({layers})", lambda: {"kept": kept, "layers": model.layers})
+
+
+# Schedules that run one model chunk per pipeline rank, and those that run two in a V
+# (rank i holds chunks i and 2p-1-i: ZB paper §6, "ZB-V"; deepseek-ai/DualPipe README, DualPipeV).
+ONE_CHUNK_SCHEDULES = ("1f1b", "zero_bubble_h1", "zero_bubble_h2", "dualpipe")
+V_SCHEDULES = ("zero_bubble_v", "dualpipev")
+
+
+def schedule_rules(plan: Any, model: Model, m: Any, path: str, batch: bool) -> Iterator[RuleCheck]:
+    """A stated pipeline schedule's rules (see :func:`plan_rules`); ``m``: micro-batches per step.
+
+    - every schedule but "auto" is a pipeline schedule: pp > 1;
+    - 1F1B, ZB-H1, ZB-H2 and DualPipe run one chunk per rank (vp 1), interleaved more
+      (vp > 1), ZB-V and DualPipeV two in a V (vp 2);
+    - interleaved: the micro-batches a multiple of pp (Megatron-Core
+      ``forward_backward_pipelining_with_interleaving``: with the default
+      microbatch_group_size_per_vp_stage = pp, a last group of fewer than pp micro-batches
+      is refused);
+    - ZB-V: each stage splits into two equal chunks (sail-sg/zero-bubble-pipeline-parallelism
+      README: "ZBV schedule requires the number of layers per pipeline to be an even number");
+    - DualPipe: an even pp and an even number of micro-batches, at least 2*pp; DualPipeV: at
+      least 2*pp (deepseek-ai/DualPipe, ``DualPipe.step`` / ``DualPipeV.step`` assertions).
+    """
+    pp, vp, sched = plan.pp, plan.vp, plan.schedule
+    stated = sched != "auto"
+    bad = ops.logical_and(stated, pp == 1)
+    if batch or bad:
+        yield f"{path}.schedule", bad, "{schedule} is a pipeline schedule: it needs pp > 1", \
+            lambda: {"schedule": sched}
+    bad = ops.logical_and(ops.isin(sched, ONE_CHUNK_SCHEDULES), vp != 1)
+    if batch or bad:
+        yield (f"{path}.vp", bad, "{schedule} runs one model chunk per pipeline rank: vp must be 1 (got {vp})",
+               lambda: {"schedule": sched, "vp": vp})
+    interleaved = sched == "interleaved"
+    bad = ops.logical_and(interleaved, vp == 1)
+    if batch or bad:
+        yield f"{path}.vp", bad, "interleaved needs vp > 1 (got 1)", dict
+    bad = ops.logical_and(interleaved, m % pp != 0)
+    if batch or bad:
+        yield (f"{path}.gbs", bad, "interleaved needs the micro-batches per step ({m}) to be a multiple of pp "
+               "({pp}) (Megatron-Core's interleaved schedule)", lambda: {"m": m, "pp": pp})
+    bad = ops.logical_and(ops.isin(sched, V_SCHEDULES), vp != 2)
+    if batch or bad:
+        yield (f"{path}.vp", bad, "{schedule} puts two model chunks on each pipeline rank: vp must be 2 (got {vp})",
+               lambda: {"schedule": sched, "vp": vp})
+    bad = ops.logical_and(sched == "zero_bubble_v", model.layers % (2 * pp) != 0)
+    if batch or bad:
+        yield (f"{path}.pp", bad, "zero_bubble_v splits every stage into two equal chunks: 2*pp ({pp2}) must "
+               "divide the layers ({layers})", lambda: {"pp2": 2 * pp, "layers": model.layers})
+    dual = sched == "dualpipe"
+    bad = ops.logical_and(dual, pp % 2 != 0)
+    if batch or bad:
+        yield f"{path}.pp", bad, "dualpipe needs an even pp (got {pp})", lambda: {"pp": pp}
+    bad = ops.logical_and(dual, ops.logical_or(m % 2 != 0, m < 2 * pp))
+    if batch or bad:
+        yield (f"{path}.gbs", bad, "dualpipe needs an even number of micro-batches per step, at least 2*pp "
+               "({pp2}) (got {m})", lambda: {"pp2": 2 * pp, "m": m})
+    bad = ops.logical_and(sched == "dualpipev", m < 2 * pp)
+    if batch or bad:
+        yield (f"{path}.gbs", bad, "dualpipev needs at least 2*pp ({pp2}) micro-batches per step (got {m})",
+               lambda: {"pp2": 2 * pp, "m": m})
 
 
 def _layout_rules(plan: Any, model: Model, path: str, batch: bool) -> Iterator[RuleCheck]:

@@ -64,6 +64,8 @@ class Gemm:
     # The ``count`` instances run as one grouped GEMM (one kernel over all their tiles):
     # Megatron-Core ``GroupedMLP`` / TE ``GroupedLinear``, CUTLASS grouped GEMM.
     grouped: bool = False
+    # An MLA up-projection (latent -> heads): what recompute module ``mla_up_proj`` recomputes.
+    up_projection: bool = False
 
     @property
     def flops(self) -> float:
@@ -138,13 +140,14 @@ def _attention(model: Model, tp: int, cp: int, mbs: int, sp: bool, tokens: int) 
         gemms = []
         if mla.q_lora_rank:
             gemms.append(Gemm(tokens, mla.q_lora_rank, h))                         # q down (replicated)
-            gemms.append(Gemm(tokens, ops.trunc(heads_gpu * qk), mla.q_lora_rank))        # q up
+            gemms.append(Gemm(tokens, ops.trunc(heads_gpu * qk), mla.q_lora_rank, up_projection=True))  # q up
             q_params = h * mla.q_lora_rank + mla.q_lora_rank * a * qk
         else:
             gemms.append(Gemm(tokens, ops.trunc(heads_gpu * qk), h))
             q_params = h * a * qk
         gemms.append(Gemm(tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h))     # kv down (replicated)
-        gemms.append(Gemm(tokens, ops.trunc(heads_gpu * (mla.qk_nope_head_dim + vd)), mla.kv_lora_rank))
+        gemms.append(Gemm(tokens, ops.trunc(heads_gpu * (mla.qk_nope_head_dim + vd)), mla.kv_lora_rank,
+                          up_projection=True))                                                 # kv up
         gemms.append(Gemm(tokens, h, ops.trunc(heads_gpu * vd)))                          # out proj
         params_total = q_params + h * (mla.kv_lora_rank + mla.qk_rope_head_dim) \
             + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + vd) + a * vd * h

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from twin import __version__
 from twin.core.errors import SpecError, TwinError
@@ -32,7 +33,7 @@ from twin.server.auth import TokenAuthInterceptor, load_token
 from twin.server.config import ServerConfig, TlsConfig
 from twin.server.context import ServerContext
 from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
-from twin.wire.handlers import method_handler
+from twin.wire.handlers import method_handler, refuse_malformed, safe_parser
 
 log = logging.getLogger("twin.server")
 HEALTH_DESCRIPTOR = health_pb2.DESCRIPTOR.services_by_name["Health"]
@@ -77,11 +78,37 @@ def _add_health(server: grpc.Server, servicer: health.HealthServicer) -> None:
     grpc_health's own registration would.
     """
     check = HEALTH_DESCRIPTOR.methods_by_name["Check"]
+
+    def watch_checked(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        refuse_malformed(request, context)
+        yield from servicer.Watch(request, context)
+
     watch = grpc.unary_stream_rpc_method_handler(
-        servicer.Watch, request_deserializer=health_pb2.HealthCheckRequest.FromString,
+        watch_checked, request_deserializer=safe_parser(health_pb2.HealthCheckRequest),
         response_serializer=health_pb2.HealthCheckResponse.SerializeToString)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
         HEALTH_SERVICE, {"Check": method_handler(check, servicer.Check), "Watch": watch}),))
+
+
+def _add_reflection(server: grpc.Server, service_names: tuple[str, ...]) -> None:
+    """grpc.reflection.v1alpha as ``reflection.enable_server_reflection`` registers it, with each
+    request of the stream decoded safely (garbage bytes: INVALID_ARGUMENT, not INTERNAL).
+    """
+    servicer = reflection.ReflectionServicer(service_names)
+
+    def info(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        def checked() -> Iterator[Any]:
+            for request in requests:
+                refuse_malformed(request, context)
+                yield request
+
+        yield from servicer.ServerReflectionInfo(checked(), context)
+
+    handler = grpc.stream_stream_rpc_method_handler(
+        info, request_deserializer=safe_parser(reflection_pb2.ServerReflectionRequest),
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        reflection.SERVICE_NAME, {"ServerReflectionInfo": handler}),))
 
 
 def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
@@ -162,7 +189,7 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
     _add_health(server, health_servicer)
     for name in ("", *ctx.service_names):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection((*ctx.service_names, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
+    _add_reflection(server, (*ctx.service_names, HEALTH_SERVICE, reflection.SERVICE_NAME))
 
     port = _bind(server, config.address, ctx.credentials, "config.port")
 

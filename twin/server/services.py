@@ -25,6 +25,7 @@ from twin.fleet import evaluate_fleet
 from twin.rpc.v1 import catalog_pb2, scenario_pb2, sweep_service_pb2, twin_service_pb2
 from twin.server import guard, sweeps
 from twin.server.context import ServerContext
+from twin.server.rowchunks import RowChunker, rows_per_message
 from twin.wire import convert
 from twin.wire.convert import Limits
 from twin.wire.errors import code_for, field_of, rule_of
@@ -169,7 +170,7 @@ def _row_message(row: sweeps.Row) -> sweep_service_pb2.SweepRow:
 
 
 def event_message(event: sweeps.SweepEvent) -> sweep_service_pb2.SweepEvent:
-    """A runner event as a wire event."""
+    """A runner event as a wire event (a ``Row`` as the single-row form; the servicer chunks rows)."""
     if isinstance(event, sweeps.Row):
         return sweep_service_pb2.SweepEvent(row=_row_message(event))
     if isinstance(event, sweeps.Progress):
@@ -204,16 +205,17 @@ class SweepServicer:
 
     def Sweep(self, request: sweep_service_pb2.SweepRequest, context: grpc.ServicerContext
               ) -> Iterator[sweep_service_pb2.SweepEvent]:
+        chunk_rows = rows_per_message(request.rows_per_message)  # bad input first, whatever the load
         if not self._streams.acquire(blocking=False):
             context.set_trailing_metadata((("retry-after-s", "5"),))
             raise TooLargeError("limits.max_sweep_streams",
                                 f"{self.max_streams} sweep streams are open (the limit); retry in a few seconds")
         try:
-            yield from self._sweep(request, context)
+            yield from self._sweep(request, context, RowChunker(chunk_rows))
         finally:
             self._streams.release()
 
-    def _sweep(self, request: sweep_service_pb2.SweepRequest, context: grpc.ServicerContext
+    def _sweep(self, request: sweep_service_pb2.SweepRequest, context: grpc.ServicerContext, rows: RowChunker
                ) -> Iterator[sweep_service_pb2.SweepEvent]:
         spec = self._spec(request)
         runner = self.ctx.sweep_runner
@@ -236,6 +238,10 @@ class SweepServicer:
         failed = ""
         try:
             for event in runner(spec, should_stop):
+                if isinstance(event, sweeps.Row):
+                    yield from rows.add(_row_message(event))
+                    continue
+                yield from rows.flush()  # rows keep their place before progress and finished
                 if isinstance(event, sweeps.Started):
                     total, name = event.total, event.name
                     self.ctx.log.info("sweep started", extra={"sweep": event.name, "total_points": total})
@@ -248,8 +254,10 @@ class SweepServicer:
                         yield event_message(dataclasses.replace(event, stopped="shutdown"))
                         continue
                 yield event_message(event)
+            yield from rows.flush()  # a runner that ends without Finished
         except Exception as err:
             failed = type(err).__name__
+            yield from rows.flush()  # the rows evaluated before the error still reach the client
             raise
         finally:
             outcome = "finished" if finished else "stopped"

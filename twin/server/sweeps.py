@@ -5,8 +5,10 @@ A runner is any callable ``runner(spec, should_stop) -> Iterator[SweepEvent]`` (
 :class:`Started`, then :class:`Row` and :class:`Progress` events as points complete, then
 one :class:`Finished`, and checks ``should_stop()`` so a cancelled call stops the work.
 The servicer (``twin.server.services.SweepServicer``) only converts these events to the
-wire. The server's runner is the sweep engine (``twin.server.sweep_engine.EngineRunner``);
-an extension may install another through ``ServerContext.sweep_runner``.
+wire (rows many to a message, :mod:`twin.server.rowchunks`); a runner that pauses between
+rows should yield a ``Progress`` first, which sends the rows held so far. The server's
+runner is the sweep engine (``twin.server.sweep_engine.EngineRunner``); an extension may
+install another through ``ServerContext.sweep_runner``.
 """
 
 from __future__ import annotations

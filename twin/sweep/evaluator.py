@@ -4,8 +4,7 @@ The points of a :class:`~twin.sweep.points.PointBatch` are split by model (the s
 a batch of the step model shares) and evaluated with ``TwinModel.evaluate_points``
 (``twin/core/evaluate.py``): the same functions :meth:`TwinModel.evaluate` runs for one
 scenario, over numpy arrays. Nothing of the model is restated here; this module only maps
-the batch's groups to point sets and the results to the sweep's columns (plus the power
-figures, which are the sweep's).
+the batch's groups to point sets and the results to the sweep's columns.
 """
 
 from __future__ import annotations
@@ -15,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from twin.core.errors import SpecError, TwinError
+from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
-from twin.core.evaluate import spec_key
-from twin.core.specs import Calibration, Cluster
+from twin.core.evaluate import energy_values
 from twin.core.units import GIB
 from twin.sweep.metrics import EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
 from twin.sweep.points import PointBatch
@@ -27,7 +25,7 @@ if TYPE_CHECKING:
     from twin.engine import Engine
 
 
-def estimate_columns(est: Estimate, power_kw: float) -> dict[str, float]:
+def estimate_columns(est: Estimate) -> dict[str, float]:
     """The sweep's float columns of one :class:`Estimate`."""
     bd = est.breakdown
     ex = bd.exposed_comm_s
@@ -43,9 +41,15 @@ def estimate_columns(est: Estimate, power_kw: float) -> dict[str, float]:
         "interference_s": bd.overlap_interference_s, "memory_gib": est.memory.total / GIB,
         "tokens_per_s": est.tokens_per_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
         "model_tflops_per_gpu": est.model_tflops_per_gpu, "mfu": est.mfu,
-        "mfu_at_precision_peak": est.mfu_at_precision_peak, "power_kw": power_kw,
-        "tokens_per_joule": est.tokens_per_s / (power_kw * 1e3),
+        "mfu_at_precision_peak": est.mfu_at_precision_peak, **_energy_columns(energy_values(est)),
     }
+
+
+def _energy_columns(columns: Any) -> dict[str, Any]:
+    """The sweep's energy columns from the step model's (``PointResults.columns`` names)."""
+    out = {name: columns[name] for name in _ENERGY_FLOATS}
+    out["power_kw"] = columns["average_power_w"] / 1e3
+    return out
 
 
 @dataclass
@@ -70,6 +74,10 @@ class Evaluated:
 _MODEL_FLOATS = ("step_time_s", "compute_s", "recompute_s", "bubble_s", "optimizer_s", "offload_s",
                  "interference_s", "memory_gib", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
                  "mfu", "mfu_at_precision_peak")
+# The step model's energy and cost columns the sweep keeps under their own names.
+_ENERGY_FLOATS = ("energy_j", "energy_gpu_j", "energy_nic_j", "energy_switch_j", "energy_optics_j", "energy_host_j",
+                  "energy_cxl_j", "energy_facility_j", "joules_per_token", "tokens_per_joule", "cost_usd_per_step",
+                  "usd_per_million_tokens")
 
 
 class SweepEvaluator:
@@ -82,25 +90,6 @@ class SweepEvaluator:
         self.model = engine.model
         # Fraction of HBM a plan must leave free to count as fitting (0: the model's own verdict).
         self.headroom = memory_headroom
-        self._power: dict[Any, float] = {}
-
-    def power_kw(self, cluster: Cluster) -> float:
-        """Board power of the cluster's GPUs (TDP x GPUs) plus the optics the optics model reports."""
-        key = spec_key(cluster)
-        hit = self._power.get(key)
-        if hit is not None:
-            return hit
-        power = cluster.gpu.tdp_w * cluster.num_gpus / 1e3
-        if cluster.optics is not None:
-            try:
-                report = self.model.cluster_report(cluster, self.model.hierarchy_of(cluster, Calibration()))
-                power += float((report.get("optics") or {}).get("optics_power_kw", 0.0))
-            except (TwinError, KeyError, TypeError, ValueError):
-                pass
-        if len(self._power) > 4096:
-            self._power.clear()
-        self._power[key] = power
-        return power
 
     def evaluate(self, batch: PointBatch) -> Evaluated:
         """Results of every point of ``batch``."""
@@ -118,16 +107,14 @@ class SweepEvaluator:
 
         errs = np.asarray([code(e) for e in batch.errors] + [-1], np.int64)
         out.reason_ix[:] = errs[batch.error_ix]
-        power = np.asarray([self.power_kw(c) for c in batch.clusters] or [np.nan])
         for j in range(len(batch.models)):
             idx = np.flatnonzero((batch.model_ix == j) & (batch.error_ix < 0))
             if len(idx):
-                self._evaluate_model(batch, idx, power, out, code)
+                self._evaluate_model(batch, idx, out, code)
         out.reasons = list(codes)
         return out
 
-    def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, power: np.ndarray, out: Evaluated,
-                        code: Any) -> None:
+    def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, out: Evaluated, code: Any) -> None:
         ps = batch.point_set(idx)
         res = self.model.evaluate_points(ps, memory_headroom=self.headroom)
         for key in ("evaluated", "scalar_points", "groups"):
@@ -158,8 +145,7 @@ class SweepEvaluator:
             if f"exposed_{dim}_s" not in c:
                 out.floats[f"exposed_{dim}_s"][pts] = 0.0
         out.floats["exposed_other_s"][pts] = other
-        kw = power[ps.cluster_ix[ok]]
-        out.floats["power_kw"][pts] = kw
-        out.floats["tokens_per_joule"][pts] = c["tokens_per_s"][ok] / (kw * 1e3)
+        for name, values in _energy_columns(c).items():
+            out.floats[name][pts] = values[ok]
         out.ints["microbatches"][pts] = res.microbatches[ok]
         out.ints["dp"][pts] = res.dp[ok]

@@ -2,9 +2,12 @@
 
 Every feasible point gets the float columns below (seconds, GiB, rates); the step-time
 parts add up to ``step_time_s`` exactly as :class:`twin.core.estimate.Breakdown` does.
-``power_kw`` is GPU board power (TDP from the GPU preset, each with its datasheet source)
-times the GPU count plus the optics power the optics model reports (pJ/bit x link rate,
-``plugins/optics.py``); NICs, switches and cooling are not counted.
+The energy columns are the step model's (``twin.core.energy``): ``energy_j`` and its
+components ``energy_<gpu|nic|switch|optics|host|cxl|facility>_j`` (they add up to it),
+``joules_per_token``, ``tokens_per_joule``, and ``power_kw``, the average power over the
+step (``energy_j / step_time_s``, facility PUE included). A component the cluster gives no
+power figure for is 0. ``cost_usd_per_step`` and ``usd_per_million_tokens`` come only from
+the cluster's prices (NaN without them).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ MODEL_COLUMNS = (
     "step_time_s", "compute_s", "recompute_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s", "exposed_dp_s",
     "exposed_pp_s", "exposed_other_s", "bubble_s", "optimizer_s", "offload_s", "interference_s", "memory_gib",
     "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "mfu_at_precision_peak", "power_kw",
-    "tokens_per_joule",
+    "tokens_per_joule", "energy_j", "energy_gpu_j", "energy_nic_j", "energy_switch_j", "energy_optics_j",
+    "energy_host_j", "energy_cxl_j", "energy_facility_j", "joules_per_token", "cost_usd_per_step",
+    "usd_per_million_tokens",
 )
 INT_COLUMNS = ("microbatches", "dp")
 # Exposed-communication dimensions with their own column; any other goes to exposed_other_s.
@@ -33,6 +38,7 @@ METRICS: dict[str, str] = {
     "step_time_s": "min", "tokens_per_s": "max", "tokens_per_s_per_gpu": "max", "mfu": "max",
     "mfu_at_precision_peak": "max",
     "model_tflops_per_gpu": "max", "memory_gib": "min", "power_kw": "min", "tokens_per_joule": "max",
+    "energy_j": "min", "joules_per_token": "min", "cost_usd_per_step": "min", "usd_per_million_tokens": "min",
     "bubble_s": "min", "compute_s": "min",
     "interruptions_per_day": "min", "effective_training_time_pct": "max", "goodput_tokens_per_s": "max",
     "step_time_shared_s": "min", "fleet_slowdown": "min",

@@ -6,7 +6,9 @@ parallelism (MoE: ep dividing the experts, expert-tensor-parallel = tp or 1), ev
 micro-batch size dividing gbs/dp, every interleaving depth with pp*vp <= layers,
 activation recomputation (none / selective / full) and optimizer-state sharding (none,
 distributed optimizer = ZeRO-1, FSDP with and without resharding after forward = ZeRO-3
-and ZeRO-2). Degrees are enumerated so the divisibility rules hold by construction; every
+and ZeRO-2). A pipeline schedule stated in the base plan (``plan.schedule``) is searched
+with the pipelined plans and the interleaving depths it runs (vp 1; 2 for ZB-V and
+DualPipeV; 2 and up for interleaved). Degrees are enumerated so the divisibility rules hold by construction; every
 plan still goes through the twin's own validation, and plans that do not fit in memory
 are counted, not ranked. Precision, sequence length, gbs and overlap switches come from
 the base plan.
@@ -34,7 +36,7 @@ from twin.core.errors import SpecError
 from twin.core.ops import Labels
 from twin.core.points import PlanColumns
 from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model, resolve_software
-from twin.core.specs import DEFAULT_SOFTWARE, Calibration, Cluster, Model, Plan, Scenario, Software
+from twin.core.specs import DEFAULT_SOFTWARE, V_SCHEDULES, Calibration, Cluster, Model, Plan, Scenario, Software
 from twin.sweep.job import EngineSettings, Job
 from twin.sweep.points import PointBatch
 from twin.sweep.reduce import SweepResult, nrows, row_dict
@@ -78,11 +80,12 @@ class PlanSpace:
     base: Plan
     calibration: Calibration
     groups: np.ndarray            # int64 (G, 9): tp, pp, cp, ep, etp(0 = tp), mbs, recompute, sharding, precision
-    vp_counts: np.ndarray         # int64 (G,): vp = 1 .. count
+    vp_counts: np.ndarray         # int64 (G,): vp = vp_first .. vp_first + count - 1
     shardings: tuple[str, ...]
     precisions: tuple[str, ...]
     start: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
     software: Software = DEFAULT_SOFTWARE
+    vp_first: int = 1             # the smallest interleaving depth the base plan's schedule runs
 
     @property
     def total(self) -> int:
@@ -109,6 +112,10 @@ def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plan
             raise SpecError("recompute", f"must be one of {', '.join(RECOMPUTE)} (got {r!r})")
     precisions = tuple(precisions or (base.precision,))
     n, gbs, L, seq = cluster.num_gpus, base.gbs, model.layers, model.seq_len
+    # A stated pipeline schedule (base.schedule) needs pp > 1 and fixes the interleaving
+    # depths: 1 (1F1B, ZB-H1/H2, DualPipe), 2 (ZB-V, DualPipeV) or 2.. (interleaved).
+    stated = base.schedule != "auto"
+    vp_first = 2 if base.schedule in ("interleaved", *V_SCHEDULES) else 1
     kv, heads = model.kv_head_count, model.heads
     rows: list[tuple[int, ...]] = []
     counts: list[int] = []
@@ -116,9 +123,13 @@ def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plan
         if heads % tp or (kv % tp and tp % kv) or (max_tp and tp > max_tp):
             continue
         for pp in divisors(n // tp):
-            if pp > L or (max_pp and pp > max_pp):
+            if pp > L or (max_pp and pp > max_pp) or (stated and pp == 1):
                 continue
             nvp = 1 if pp == 1 else L // pp
+            if stated:
+                nvp = nvp - 1 if base.schedule == "interleaved" else int(vp_first * pp <= L)
+                if nvp < 1:
+                    continue
             for cp in divisors(n // (tp * pp)):
                 if (cp > 1 and seq % (2 * cp)) or (max_cp and cp > max_cp) or (cp_values and cp not in cp_values):
                     continue
@@ -148,7 +159,7 @@ def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plan
     start = np.concatenate([[0], np.cumsum(vp_counts)[:-1]]).astype(np.int64) if counts else np.zeros(0, np.int64)
     return PlanSpace(name=name, cluster=cluster, model=model, base=base, calibration=calibration or Calibration(),
                      groups=groups, vp_counts=vp_counts, shardings=tuple(SHARDINGS), precisions=precisions,
-                     start=start, software=software)
+                     start=start, software=software, vp_first=vp_first)
 
 
 class PlanSource:
@@ -174,7 +185,7 @@ class PlanSource:
             plan, tp=rows[:, 0].copy(), pp=rows[:, 1].copy(), cp=rows[:, 2].copy(), ep=rows[:, 3].copy(),
             etp=rows[:, 4].copy(), mbs=rows[:, 5].copy(), recompute=Labels(rows[:, 6], RECOMPUTE),
             optimizer_sharding=sharding[rows[:, 7]], fsdp_reshard_after_forward=reshards[rows[:, 7]],
-            precision=Labels(rows[:, 8], sp.precisions), dp=zeros.copy(), vp=ids - sp.start[g] + 1)
+            precision=Labels(rows[:, 8], sp.precisions), dp=zeros.copy(), vp=ids - sp.start[g] + sp.vp_first)
         etp = rows[:, 4]
         columns = {"etp": np.where(etp == 0, rows[:, 0], etp)} if sp.model.moe is not None else {}
         return PointBatch(ids=ids, models=[sp.model], model_ix=zeros, clusters=[sp.cluster], cluster_ix=zeros,

@@ -160,7 +160,7 @@ def plot_pareto(rows: Rows, out: Path, front: Rows | None = None) -> Path:
     fy = np.asarray(front[y_col], dtype=np.float64)
     order = np.argsort(fx)
     ax.plot(fx[order], fy[order], color="C3", marker="o", label="Pareto front")
-    ax.set_xlabel("power (kW): GPU TDP x GPUs + optics")
+    ax.set_xlabel("average power over the step (kW): every component with a power figure, PUE included")
     ax.set_ylabel("throughput (tokens/s)")
     ax.set_title("Throughput vs power")
     ax.grid(True, alpha=0.3)

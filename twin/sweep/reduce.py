@@ -199,11 +199,13 @@ def _candidates(ev: Evaluated, feasible: np.ndarray, metric: str, order: str, to
     part = np.argpartition(key, top - 1)[:top]
     cut = key[part].max()
     keep = key <= cut
-    # Pareto candidates: the best throughput at each distinct power level.
+    # Pareto candidates: every point whose throughput is at least that of every point with
+    # less or equal power (ties kept; pareto_rows breaks them by point id). Sorted once:
+    # the average power differs from point to point (it follows the step time).
     tps, power = ev.floats["tokens_per_s"][feasible], ev.floats["power_kw"][feasible]
-    for pw in np.unique(power):
-        at = np.flatnonzero(power == pw)
-        keep[at[tps[at] == tps[at].max()]] = True
+    order = np.lexsort((-tps, power))
+    best_before = np.concatenate(([-np.inf], np.maximum.accumulate(tps[order])[:-1]))
+    keep[order[tps[order] >= best_before]] = True
     return feasible[keep]
 
 

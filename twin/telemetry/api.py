@@ -97,7 +97,8 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
             events=[pb.StateEvent(time_unix_nano=e["time_ns"], component=e["component"],
                                   old_state=STATE.get(e["old"], 0), new_state=STATE.get(e["new"], 0), why=e["why"])
                     for e in st["events"]],
-            ingest=pb.IngestStats(**{k: int(v) for k, v in ing.items()}))
+            ingest=pb.IngestStats(**{k: int(v) for k, v in ing.items()}),
+            database_moved_aside=str(self.service.store.moved_aside or ""))
 
     def RegisterJob(self, request: pb.RegisterJobRequest, context: grpc.ServicerContext) -> pb.RegisterJobResponse:
         step = _call(context, lambda: self.service.register_job(request.job, request.scenario_yaml))

@@ -6,10 +6,11 @@ mapping of :class:`~twin.telemetry.config.TelemetryConfig` fields) and ``shutdow
 twin.rpc.v1.TelemetryService to ``server``; with ``otlp_address`` set it also serves
 OTLP on that dedicated address (e.g. the standard port 4317), with the main port's token
 auth and TLS (``ctx.interceptors``, ``ctx.credentials``). With ``otlp_http_port`` set
-(``twin serve --otlp-http-port``) it also serves OTLP/HTTP (``POST /v1/metrics``) on the
-server's host, with the same token (``ctx.auth_token``), TLS (``ctx.config.tls``) and
-receive limit, and records it in ``ctx.listeners``. When ``ctx.shutdown`` is
-set, the dedicated servers stop and the service commits what is queued and closes.
+(``twin serve --otlp-http-port``) it also serves OTLP/HTTP (``POST /v1/metrics``) and
+Prometheus remote write (``POST /api/v1/write``) on the server's host, with the same token
+(``ctx.auth_token``), TLS (``ctx.config.tls``) and receive limit, and records it in
+``ctx.listeners``. When ``ctx.shutdown`` is set, the dedicated servers stop and the service
+commits what is queued and closes.
 The host server must accept large requests: build it with
 ``twin.telemetry.otlp.server_options(config.max_receive_bytes)``.
 """
@@ -53,11 +54,13 @@ def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_p
                                 interceptors=list(interceptors), options=server_options(config.max_receive_bytes))
         dedicated.add_generic_rpc_handlers((otlp_handler(service),))
         if credentials is not None:
-            dedicated.add_secure_port(config.otlp_address, credentials)
+            port = dedicated.add_secure_port(config.otlp_address, credentials)
         else:
-            dedicated.add_insecure_port(config.otlp_address)
+            port = dedicated.add_insecure_port(config.otlp_address)
         dedicated.start()
-        log.info("OTLP metrics receiver on %s", config.otlp_address)
+        # The bound address (port 0 in the config: the one the system picked), for clients and logs.
+        service.otlp_grpc_address = f"{config.otlp_address.rpartition(':')[0]}:{port}"
+        log.info("OTLP metrics receiver on %s", service.otlp_grpc_address)
     return service, dedicated
 
 
@@ -78,7 +81,8 @@ def start_http(service: TelemetryService, config: TelemetryConfig, token: str | 
     except OSError as err:
         raise SpecError("config.otlp_http_port", f"cannot listen on {config.otlp_http_host}:"
                                                  f"{config.otlp_http_port}: {err.strerror or err}") from err
-    log.info("OTLP/HTTP metrics receiver on %s", receiver.url)
+    log.info("OTLP/HTTP metrics receiver on %s, Prometheus remote write on %s", receiver.url,
+             receiver.remote_write_url)
     return receiver
 
 
@@ -96,8 +100,13 @@ def register(server: grpc.Server, ctx: Any) -> None:
             dedicated.stop(0)
         service.close()
         raise
+    listeners = getattr(ctx, "listeners", {})
     if http is not None:
-        getattr(ctx, "listeners", {})["otlp_http"] = http.address
+        listeners["otlp_http"] = http.address
+    if dedicated is not None:
+        listeners["otlp_grpc"] = service.otlp_grpc_address
+    if service.metrics_endpoint is not None:
+        listeners["metrics"] = service.metrics_endpoint.address
 
     def close_on_shutdown() -> None:
         ctx.shutdown.wait()

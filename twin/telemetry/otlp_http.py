@@ -1,4 +1,5 @@
-"""The OTLP/HTTP metrics receiver: ``POST /v1/metrics`` on its own port.
+"""The OTLP/HTTP metrics receiver: ``POST /v1/metrics`` on its own port (which also serves
+Prometheus remote write, ``POST /api/v1/write``: ``twin.telemetry.remote_write``).
 
 Rules from the OTLP specification, "OTLP/HTTP" (opentelemetry.io/docs/specs/otlp/#otlphttp,
 opentelemetry-proto docs/specification.md):
@@ -30,7 +31,6 @@ import contextlib
 import hmac
 import http.server
 import logging
-import math
 import socket
 import ssl
 import threading
@@ -43,6 +43,8 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
+from twin.telemetry import remote_write
+from twin.telemetry.httpbase import HTTP_STATUS, HttpError, retry_after
 from twin.telemetry.otlp import ExportOutcome, Request, export
 from twin.telemetry.service import TelemetryService
 
@@ -52,6 +54,7 @@ PATH = "/v1/metrics"  # OTLP spec, "OTLP/HTTP Request": the default metrics URL 
 DEFAULT_PORT = 4318  # OTLP spec, "OTLP/HTTP Default Port"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"  # remote-write errors: Prometheus logs the body as text
 # How long one export may wait for its commit: the OTLP exporters' default timeout
 # (OTEL_EXPORTER_OTLP_TIMEOUT, 10 s: opentelemetry-specification, protocol/exporter.md).
 # Past it the client has given up anyway; it gets 504 (retryable) if it is still there.
@@ -61,11 +64,6 @@ INGEST_TIMEOUT_S = 10.0
 SOCKET_TIMEOUT_S = 60.0
 MAX_HEADER_LINE = 8192  # an HTTP chunk-size line longer than this is garbage
 
-# google.rpc.Code -> HTTP status, as google/rpc/code.proto's "HTTP Mapping" lines give them
-# (DEADLINE_EXCEEDED: 504; UNAVAILABLE: 503; INVALID_ARGUMENT: 400).
-_HTTP_STATUS = {code_pb2.OK: HTTPStatus.OK, code_pb2.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
-                code_pb2.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
-                code_pb2.DEADLINE_EXCEEDED: HTTPStatus.GATEWAY_TIMEOUT}
 # HTTP status -> google.rpc.Code for the Status body of errors raised here.
 _RPC_CODE = {HTTPStatus.BAD_REQUEST: code_pb2.INVALID_ARGUMENT, HTTPStatus.UNAUTHORIZED: code_pb2.UNAUTHENTICATED,
              HTTPStatus.FORBIDDEN: code_pb2.PERMISSION_DENIED, HTTPStatus.NOT_FOUND: code_pb2.NOT_FOUND,
@@ -76,15 +74,6 @@ _RPC_CODE = {HTTPStatus.BAD_REQUEST: code_pb2.INVALID_ARGUMENT, HTTPStatus.UNAUT
              HTTPStatus.SERVICE_UNAVAILABLE: code_pb2.UNAVAILABLE,
              HTTPStatus.GATEWAY_TIMEOUT: code_pb2.DEADLINE_EXCEEDED,
              HTTPStatus.INTERNAL_SERVER_ERROR: code_pb2.INTERNAL, HTTPStatus.NOT_IMPLEMENTED: code_pb2.UNIMPLEMENTED}
-
-
-class HttpError(Exception):
-    """A request refused with ``status`` (the message goes to the client in a google.rpc.Status)."""
-
-    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.headers = headers or {}
 
 
 def inflate(body: bytes, limit: int) -> bytes:
@@ -129,11 +118,6 @@ def encode(message: Message, media_type: str) -> bytes:
     return message.SerializeToString()
 
 
-def retry_after(seconds: float) -> str:
-    """A ``Retry-After`` value: whole seconds (delay-seconds, RFC 9110 section 10.2.3), at least 1."""
-    return str(max(1, math.ceil(seconds)))
-
-
 @dataclass(frozen=True)
 class HttpSettings:
     """What the receiver enforces: body limit, bearer token (None: open), concurrent requests."""
@@ -144,7 +128,9 @@ class HttpSettings:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    """One connection. Every answer, error or not, is a protobuf/JSON message with a length."""
+    """One connection. Every OTLP answer, error or not, is a protobuf/JSON message with a
+    length; remote-write answers are ``204`` or a plain-text reason (what Prometheus logs).
+    """
 
     protocol_version = "HTTP/1.1"  # keep-alive: SDK exporters reuse their connection
     server_version = "fabric-twin-otlp"
@@ -154,12 +140,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     media_type = PROTOBUF
     consumed = False  # whether this request's body has been read
 
-    # -- the one route ------------------------------------------------------------------
+    # -- the two routes: OTLP (PATH) and Prometheus remote write (remote_write.PATH) -------
     def do_POST(self) -> None:
         self.media_type = PROTOBUF
         self.consumed = False
         try:
-            self._route("POST")
+            if self._route("POST") == remote_write.PATH:
+                self._remote_write()
+                return
             self.media_type = self._content_type()
             body = self._read_body()
             self.consumed = True
@@ -175,14 +163,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         self._answer(outcome)
 
-    def _route(self, method: str) -> None:
+    def _route(self, method: str) -> str:
+        """The path this request is for (checked: known, POST, authorized)."""
         path = self.path.split("?", 1)[0]
-        if path != PATH:
-            raise HttpError(HTTPStatus.NOT_FOUND, f"no such path {path[:200]!r}; OTLP metrics are POSTed to {PATH}")
+        if path == remote_write.PATH:
+            self.media_type = TEXT
+        elif path != PATH:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no such path {path[:200]!r}; OTLP metrics are POSTed to {PATH}, "
+                                                  f"Prometheus remote write to {remote_write.PATH}")
         if method != "POST":
-            raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed on {PATH}; use POST",
+            raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed on {path}; use POST",
                             {"Allow": "POST"})
         self._authorize()
+        return path
+
+    def _remote_write(self) -> None:
+        """One Prometheus remote-write request (``twin.telemetry.remote_write``)."""
+        remote_write.check_headers(self.headers.get("Content-Type"), self.headers.get("Content-Encoding"))
+        limit = self.server.settings.max_receive_bytes
+        body = self._read_raw(limit)
+        self.consumed = True
+        answer = remote_write.write(self.server.service, body, limit, INGEST_TIMEOUT_S)
+        if answer.status == HTTPStatus.NO_CONTENT:
+            self._send(answer.status, b"")
+        else:
+            self._fail(answer.status, answer.message, answer.headers)
 
     def _authorize(self) -> None:
         token = self.server.settings.token
@@ -208,6 +213,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if encoding not in ("identity", "gzip"):
             raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
                             f"Content-Encoding {encoding!r} not supported; send gzip or identity")
+        raw = self._read_raw(limit)
+        return inflate(raw, limit) if encoding == "gzip" else raw
+
+    def _read_raw(self, limit: int) -> bytes:
+        """The body as sent (Content-Length or chunked), at most ``limit`` bytes."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             raw = self._read_chunked(limit)
         else:
@@ -226,7 +236,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raw = self.rfile.read(length)
             if len(raw) < length:
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body shorter than its Content-Length")
-        return inflate(raw, limit) if encoding == "gzip" else raw
+        return raw
 
     def _read_chunked(self, limit: int) -> bytes:
         out = bytearray()
@@ -256,22 +266,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if outcome.response is not None:
             self._send(HTTPStatus.OK, encode(outcome.response, self.media_type))
             return
-        status = _HTTP_STATUS.get(outcome.code, HTTPStatus.INTERNAL_SERVER_ERROR)
+        status = HTTP_STATUS.get(outcome.code, HTTPStatus.INTERNAL_SERVER_ERROR)
         headers = {} if outcome.retry_after_s is None else {"Retry-After": retry_after(outcome.retry_after_s)}
         self._fail(status, outcome.message, headers, code=outcome.code)
 
     def _fail(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None, *,
               code: int | None = None, close: bool = False) -> None:
-        rpc = _RPC_CODE.get(status, code_pb2.UNKNOWN) if code is None else code
-        body = encode(status_pb2.Status(code=rpc, message=message), self.media_type)
+        if self.media_type == TEXT:
+            body = message.encode("utf-8", "replace")
+        else:
+            rpc = _RPC_CODE.get(status, code_pb2.UNKNOWN) if code is None else code
+            body = encode(status_pb2.Status(code=rpc, message=message), self.media_type)
         # A refused request's body may be unread: close rather than parse it as the next request.
         self._send(status, body, headers, close=close or not self.consumed)
 
     def _send(self, status: HTTPStatus, body: bytes, headers: dict[str, str] | None = None, *,
               close: bool = False) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", self.media_type)
-        self.send_header("Content-Length", str(len(body)))
+        if status != HTTPStatus.NO_CONTENT:  # a 204 has no body, hence no length (RFC 9110 8.6)
+            self.send_header("Content-Type", self.media_type)
+            self.send_header("Content-Length", str(len(body)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         if close:
@@ -301,6 +315,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         # A body we do not read (or a HEAD, whose reply must carry none): close after answering.
         self.consumed = (self.command != "HEAD" and not self.headers.get("Content-Length")
                          and not self.headers.get("Transfer-Encoding"))
+        self.media_type = PROTOBUF
         method = self.command or "?"
         try:
             self._route(method)
@@ -372,6 +387,11 @@ class OtlpHttpReceiver:
     def url(self) -> str:
         """The endpoint an exporter is pointed at."""
         return f"{self.scheme}://{self.address}{PATH}"
+
+    @property
+    def remote_write_url(self) -> str:
+        """The endpoint a Prometheus ``remote_write`` is pointed at."""
+        return f"{self.scheme}://{self.address}{remote_write.PATH}"
 
     def stop(self) -> None:
         """Stop accepting, wait for the serving thread, close the socket (idempotent)."""

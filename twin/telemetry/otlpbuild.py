@@ -1,10 +1,11 @@
-"""Build OTLP ExportMetricsServiceRequests directly (the Prometheus scraper, benchmarks,
-tests of raw protocol cases).
+"""Build OTLP ExportMetricsServiceRequests directly (the Prometheus scraper and remote-write
+receiver, benchmarks, tests of raw protocol cases).
 
 The OpenTelemetry SDK is the real client and tests use it; this builder exists for what
 the SDK cannot send on purpose (NaN, negative counters, duplicates with identical
 timestamps, malformed points), for pre-encoded benchmark load, and for the requests
-``twin.telemetry.scrape`` builds from scraped exposition pages.
+``twin.telemetry.scrape`` builds from scraped exposition pages and
+``twin.telemetry.remote_write`` from remote-write requests.
 """
 
 from __future__ import annotations
@@ -34,10 +35,17 @@ def _kvs(attrs: Mapping[str, object]) -> list[KeyValue]:
 def request(resource: Mapping[str, object], metrics: Iterable[MetricSpec]) -> ExportMetricsServiceRequest:
     """One request with one resource and one scope holding ``metrics``."""
     req = ExportMetricsServiceRequest()
+    add_resource(req, resource, metrics)
+    return req
+
+
+def add_resource(req: ExportMetricsServiceRequest, resource: Mapping[str, object], metrics: Iterable[MetricSpec],
+                 scope: str = "twin.otlpbuild") -> None:
+    """Append one resource with one scope (named ``scope``) holding ``metrics`` to ``req``."""
     rm = req.resource_metrics.add()
     rm.resource.attributes.extend(_kvs(resource))
     sm = rm.scope_metrics.add()
-    sm.scope.name = "twin.otlpbuild"
+    sm.scope.name = scope
     for name, kind, points in metrics:
         m = sm.metrics.add()
         m.name = name
@@ -56,4 +64,3 @@ def request(resource: Mapping[str, object], metrics: Iterable[MetricSpec]) -> Ex
                 dp.as_int = value
             else:
                 dp.as_double = float(value)
-    return req

@@ -69,8 +69,12 @@ class TelemetryService:
                 self.jobs[job] = engine.scenario(mapping)
             except TwinError as err:  # a plugin went missing since it was registered
                 log.warning("registered job %r no longer evaluates: %s", job, err)
+        skipped = self.store.skipped + self.state.skipped
+        if skipped:
+            log.warning("telemetry state: %d stored rows could not be used and were skipped (kept in %s)",
+                        len(skipped), config.db_path, extra={"skipped": [list(r) for r in skipped[:20]]})
         self.stats = {"points_accepted": 0, "points_rejected": 0, "points_duplicate": 0, "counter_resets": 0,
-                      "requests": 0}
+                      "requests": 0, "stored_rows_skipped": len(skipped), "stale_markers_skipped": 0}
         # Metrics the twin does not read, per (name, exporter): [points, reason, first, last ns].
         self.ignored: dict[tuple[str, str], list[Any]] = {}
         # Series baselines (last counter values) are written every series_checkpoint_s, not
@@ -101,6 +105,11 @@ class TelemetryService:
         self.scraper = Scraper(self.ingest, scrape_targets(list(config.scrape)), config.max_receive_bytes,
                                known=lambda name: self.catalog.lookup(name) is not None)
         self.metrics_endpoint = None
+        # The last answer of divergence() / the last fit inputs of calibrate(), with the key of
+        # what they were computed from (see _inputs): polling clients do not re-evaluate every job.
+        self._divergence_cache: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None
+        self._fit_cache: tuple[tuple[Any, ...], list[Any]] | None = None
+        self.otlp_grpc_address: str | None = None  # the dedicated OTLP/gRPC port, once bound (extension.attach)
         if config.metrics_address:
             from twin.telemetry.promexport import MetricsEndpoint
             self.metrics_endpoint = MetricsEndpoint(self, config.metrics_address)
@@ -117,7 +126,7 @@ class TelemetryService:
         """
         decoded = self.decoder.decode(request, raw)
         if decoded.ignored:
-            self._note_ignored(decoded.ignored)
+            self.note_ignored(decoded.ignored)
         reasons, examples = dict(decoded.rejected), dict(decoded.examples)
         if not decoded.count and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
             with self.lock:
@@ -135,9 +144,18 @@ class TelemetryService:
             self.stats["points_rejected"] += rejected
         return rejected, summarize(reasons, examples) if reasons else ""
 
-    def _note_ignored(self, ignored: dict[tuple[str, str], tuple[int, str]]) -> None:
-        """Count metrics nobody reads (bounded: past MAX_IGNORED names they pool under
-        ``(other names)``); log each name once.
+    def count(self, counter: str, n: int) -> None:
+        """Add ``n`` to ingest counter ``counter`` (one of :attr:`stats`): for what a receiver
+        settles before decoding (remote-write stale markers, samples refused on their labels).
+        """
+        with self.lock:
+            if counter not in self.stats:
+                raise KeyError(f"no ingest counter {counter!r}")
+            self.stats[counter] += n
+
+    def note_ignored(self, ignored: dict[tuple[str, str], tuple[int, str]]) -> None:
+        """Count metrics nobody reads, per (name, exporter): (points, reason) (bounded: past
+        MAX_IGNORED names they pool under ``(other names)``); log each name once.
         """
         now = time.time_ns()
         fresh = []
@@ -290,22 +308,44 @@ class TelemetryService:
             out["slowdown"] = out["now_step_time_s"] / out["designed_step_time_s"] - 1
         return out
 
-    def divergence(self) -> list[dict[str, Any]]:
-        """Observed vs predicted step time of every registered job."""
+    def _inputs(self) -> tuple[dict[str, Scenario], dict[str, list[tuple[int, float]]], Calibration,
+                               dict[str, TierStatus], tuple[Any, ...]]:
+        """Jobs, observations, fitted calibration and tiers now, and a key that changes with any of them.
+
+        The key holds the scenario objects themselves (so an id is never reused while the key
+        lives) and each job's observation count and last point (observations only grow at
+        the end); comparing it to the last one is an identity check per job when nothing moved.
+        """
         tiers = self.tiers()
         with self.lock:
             jobs, fitted = dict(self.jobs), self.calibration
             obs = {j: list(self.state.observations.get(j, ())) for j in jobs}
-        return [v.to_dict() for v in predict.job_views(self.engine, jobs, obs, fitted, tiers)]
+        key = (tuple(sorted(jobs.items(), key=lambda kv: kv[0])),
+               tuple((j, len(o), o[-1] if o else None) for j, o in sorted(obs.items())), fitted, tiers)
+        return jobs, obs, fitted, tiers, key
+
+    def divergence(self) -> list[dict[str, Any]]:
+        """Observed vs predicted step time of every registered job (re-evaluated only when a job,
+        an observation, the calibration or a tier's state changed since the last call).
+        """
+        jobs, obs, fitted, tiers, key = self._inputs()
+        cached = self._divergence_cache
+        if cached is not None and cached[0] == key:
+            return [dict(row) for row in cached[1]]
+        rows = [v.to_dict() for v in predict.job_views(self.engine, jobs, obs, fitted, tiers)]
+        self._divergence_cache = (key, rows)
+        return [dict(row) for row in rows]
 
     # ---------------------------------------------------------------- calibration
     def calibrate(self) -> dict[str, Any]:
         """Fit the calibration to the current observations; persist the change and its reasons."""
-        tiers = self.tiers()
-        with self.lock:
-            jobs, fitted = dict(self.jobs), self.calibration
-            obs = {j: list(self.state.observations.get(j, ())) for j in jobs}
-        inputs = predict.fit_inputs(self.engine, jobs, obs, fitted, tiers, self.config.min_observations)
+        jobs, obs, fitted, tiers, key = self._inputs()
+        cached = self._fit_cache
+        if cached is not None and cached[0] == key:
+            inputs = cached[1]
+        else:
+            inputs = predict.fit_inputs(self.engine, jobs, obs, fitted, tiers, self.config.min_observations)
+            self._fit_cache = (key, inputs)
         new, adjustments = calib.fit(fitted, inputs, self.config.fit)
         now = time.time_ns()
         if adjustments:

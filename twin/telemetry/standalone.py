@@ -35,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=4317, help="port (default 4317, the OTLP/gRPC port; 0: any free)")
     p.add_argument("--http-port", type=int, default=None,
-                   help="also receive OTLP/HTTP (POST /v1/metrics) on this port (4318 is the OTLP/HTTP default; "
-                        "0: any free; default off)")
+                   help="also receive OTLP/HTTP (POST /v1/metrics) and Prometheus remote write (POST "
+                        "/api/v1/write) on this port (4318 is the OTLP/HTTP default; 0: any free; default off)")
     p.add_argument("--job", action="append", default=[], metavar="NAME=SCENARIO",
                    help="register a job's scenario file (repeatable)")
     p.add_argument("--calibrate-interval", type=float, default=60.0, help="seconds between automatic fits (0: off)")
@@ -88,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"twin-telemetry listening on {args.host}:{port}", flush=True)
     if http is not None:
         print(f"twin-telemetry OTLP/HTTP on {http.url}", flush=True)
+        print(f"twin-telemetry remote write on {http.remote_write_url}", flush=True)
     stop.wait()
     if http is not None:
         http.stop()

@@ -12,6 +12,7 @@ Not thread-safe by itself: the telemetry service serialises access with one lock
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -65,6 +66,59 @@ def series_id(resolved: Resolved, host: str, switch: bool, identity: tuple[str, 
 def series_key_text(key: SeriesKey) -> str:
     """Series key as one string (unit/record separators cannot occur in metric names)."""
     return key[0] + _SEP + key[1] + _SEP + _RS.join(key[2])
+
+
+STATES = ("up", "degraded", "down")
+INT64_MAX = 2**63 - 1  # what SQLite INTEGER and protobuf int64 hold
+
+
+def stored_ns(value: Any, name: str = "timestamp") -> int:
+    """A stored nanosecond timestamp, checked: an integer in [0, 2^63-1]."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 <= value <= INT64_MAX or value != int(value):
+        raise ValueError(f"{name} {value!r} is not an integer in [0, 2^63-1] ns")
+    return int(value)
+
+
+def stored_float(value: Any, name: str = "value", low: float = -math.inf, high: float = math.inf) -> float:
+    """A stored number, checked: finite and in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise ValueError(f"{name} {value!r} is not a finite number in [{low}, {high}]")
+    return float(value)
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} {value!r} is not text")
+    return value
+
+
+def _restored_component(cid: str, rec: dict[str, Any]) -> Component:
+    """A component from its persisted record, every field checked (KeyError/TypeError/ValueError
+    name what is wrong), so a record written by another version or edited by hand cannot reach
+    the API with a value it cannot encode.
+    """
+    state = _text(rec["state"], "state")
+    if state not in STATES:
+        raise ValueError(f"state {state!r} is not one of {', '.join(STATES)}")
+    labels, peaks = rec["labels"], rec["peaks"]
+    if not isinstance(labels, dict) or not isinstance(peaks, dict):
+        raise TypeError("labels and peaks must be mappings")
+    evidence = []
+    for e in rec["evidence"]:
+        signal, value, rule, severity, why, *metric = e  # records before 'metric' have five fields
+        if len(metric) > 1:
+            raise ValueError(f"evidence {e!r} has more than six fields")
+        evidence.append(Evidence(_text(signal, "evidence signal"), stored_float(value, "evidence value"),
+                                 _text(rule, "evidence rule"), _text(severity, "evidence severity"),  # type: ignore[arg-type]
+                                 _text(why, "evidence why"), _text(metric[0] if metric else "", "evidence metric")))
+    return Component(
+        cid, _text(rec["kind"], "kind"), _text(rec["host"], "host"), _text(rec["tier"], "tier"),
+        {_text(k, "label"): _text(v, "label value") for k, v in labels.items()}, switch=bool(rec.get("switch")),
+        peaks={_text(k, "peak"): stored_float(v, "peak", 0.0) for k, v in peaks.items()}, state=state,
+        evidence=tuple(evidence), capacity=stored_float(rec["capacity"], "capacity", 0.0, 1.0),
+        last_seen_ns=stored_ns(rec["last_seen_ns"], "last_seen_ns"), since_ns=stored_ns(rec["since_ns"], "since_ns"))
 
 
 def series_key_parse(text: str) -> SeriesKey:
@@ -207,6 +261,8 @@ class LiveState:
         self.components: dict[str, Component] = {}
         self.observations: dict[str, deque[tuple[int, float]]] = {}
         self.events: deque[tuple[int, str, str, str, str]] = deque(maxlen=EVENTS_KEPT)
+        #: Persisted records :meth:`restore` could not use: (table, key, why).
+        self.skipped: list[tuple[str, str, str]] = []
 
     # ---------------------------------------------------------------- ingest
     def apply(self, blocks: Iterable[Block], now_ns: int, result: ApplyResult, dirty: Dirty) -> None:
@@ -342,12 +398,13 @@ class LiveState:
                 components: Iterable[tuple[str, dict[str, Any]]], observations: Iterable[tuple[str, int, float]],
                 events: Iterable[tuple[int, str, str, str, str]]) -> None:
         """Rebuild the state from what the store persisted (no reassessment: identical state)."""
-        records = dict(components)
-        for cid, rec in records.items():
-            self.components[cid] = Component(
-                cid, rec["kind"], rec["host"], rec["tier"], dict(rec["labels"]), switch=bool(rec.get("switch")),
-                peaks=dict(rec["peaks"]), state=rec["state"], evidence=tuple(Evidence(*e) for e in rec["evidence"]),
-                capacity=float(rec["capacity"]), last_seen_ns=int(rec["last_seen_ns"]), since_ns=int(rec["since_ns"]))
+        records = {}
+        for cid, rec in components:
+            try:
+                self.components[cid] = _restored_component(cid, rec)
+                records[cid] = rec
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                self.skipped.append(("components", cid[:200], f"{type(err).__name__}: {err}"[:300]))
         for text, point in series:
             key = series_key_parse(text)
             comp = self.components.get(key[1])
@@ -360,7 +417,10 @@ class LiveState:
             comp.mappings[m.signal] = m
         for cid, rec in records.items():
             # As persisted with the last acknowledged batch (series may be a checkpoint older).
-            self.components[cid].signals = {k: float(v) for k, v in rec.get("signals", {}).items()}
+            signals = rec.get("signals", {})
+            self.components[cid].signals = {str(k): float(v) for k, v in signals.items()
+                                            if isinstance(v, int | float) and math.isfinite(v)} \
+                if isinstance(signals, dict) else {}
         for job, t, v in observations:
             self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, v))
         self.events.extend(events)

@@ -23,10 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from twin.core.calibration import Adjustment
-from twin.core.errors import SpecError
+from twin.core.errors import SpecError, TwinError
 from twin.core.rates import SeriesPoint
 from twin.core.specs import Calibration
-from twin.telemetry.state import OBSERVATIONS_PER_JOB, Component
+from twin.telemetry.state import (
+    OBSERVATIONS_PER_JOB,
+    Component,
+    series_key_parse,
+    stored_float,
+    stored_ns,
+)
 
 log = logging.getLogger(__name__)
 # One encoder, made once: json.dumps with any option builds a new encoder at every call.
@@ -64,6 +70,8 @@ def pack_signals(signals: dict[str, float]) -> tuple[str, bytes]:
 def unpack_signals(names: str, vals: bytes) -> dict[str, float]:
     """Inverse of :func:`pack_signals`."""
     keys = json.loads(names)
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ValueError("signal names must be a list of text")
     return dict(zip(keys, struct.unpack(f"<{len(keys)}d", vals), strict=True))
 
 SCHEMA_VERSION = 1
@@ -92,6 +100,8 @@ class Store:
         self._lock = threading.Lock()
         #: Where a corrupted database was moved aside at start-up (None: it opened cleanly).
         self.moved_aside: Path | None = None
+        #: Rows the load_* methods could not use: (table, key, why).
+        self.skipped: list[tuple[str, str, str]] = []
         where = self.path.parent
         try:
             where.mkdir(parents=True, exist_ok=True)
@@ -216,43 +226,99 @@ class Store:
                 raise
 
     # ---------------------------------------------------------------- reads
+    # Reading back: a row this version cannot use (written by another version, edited by
+    # hand, a value out of range) is skipped and reported in ``skipped`` (table, key, why),
+    # never a crash at start-up and never an answer the API cannot encode.
+    def _skip(self, table: str, key: Any, err: BaseException | str) -> None:
+        why = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+        self.skipped.append((table, str(key)[:200], why[:300]))
+
     def load_series(self) -> list[tuple[str, SeriesPoint]]:
         """Every series' last point, by series text (:func:`twin.telemetry.state.series_key_text`)."""
         with self._lock:
             rows = self._db.execute("SELECT key, start_ns, time_ns, value, derived FROM series").fetchall()
-        return [(k, SeriesPoint(int(s), int(t), float(v), None if d is None else float(d)))
-                for k, s, t, v, d in rows]
+        out = []
+        for k, s, t, v, d in rows:
+            try:
+                series_key_parse(k)  # a key this version can read
+                out.append((k, SeriesPoint(stored_ns(s), stored_ns(t), stored_float(v),
+                                           None if d is None else stored_float(d))))
+            except (ValueError, TypeError, AttributeError) as err:
+                self._skip("series", k, err)
+        return out
 
     def load_components(self) -> list[tuple[str, dict[str, Any]]]:
-        """Every component's persisted record, with its latest signals and last-seen time."""
+        """Every component's persisted record (a mapping; its fields are checked by the state), with
+        its latest signals and last-seen time from ``component_live``.
+        """
         with self._lock:
             rows = self._db.execute("SELECT c.id, c.data, l.last_seen_ns, l.names, l.vals FROM components c "
                                     "LEFT JOIN component_live l ON l.id = c.id").fetchall()
         out = []
         for cid, data, last_seen, names, vals in rows:
-            rec = json.loads(data)
+            try:
+                rec = json.loads(data)
+            except (ValueError, TypeError) as err:
+                self._skip("components", cid, err)
+                continue
+            if not isinstance(rec, dict) or not isinstance(cid, str):
+                self._skip("components", cid, "not a component record")
+                continue
             if names is not None:  # absent in a database written before component_live existed
-                rec["last_seen_ns"], rec["signals"] = int(last_seen), unpack_signals(names, vals)
+                try:
+                    signals, seen = unpack_signals(names, vals), stored_ns(last_seen)
+                    rec["signals"], rec["last_seen_ns"] = signals, seen
+                except (ValueError, TypeError, struct.error) as err:  # the record's own, older values stand
+                    self._skip("component_live", cid, err)
             out.append((cid, rec))
         return out
 
     def load_observations(self) -> list[tuple[str, int, float]]:
         """Step-time observations, oldest first per job."""
         with self._lock:
-            return [(j, int(t), float(v)) for j, t, v in
-                    self._db.execute("SELECT job, time_ns, value FROM observations ORDER BY job, time_ns")]
+            rows = self._db.execute("SELECT job, time_ns, value FROM observations ORDER BY job, time_ns").fetchall()
+        out = []
+        for j, t, v in rows:
+            try:
+                value = stored_float(v)
+                if not isinstance(j, str) or value <= 0:
+                    raise ValueError("a step time must be a positive number of a named job")
+                out.append((j, stored_ns(t), value))
+            except (ValueError, TypeError) as err:
+                self._skip("observations", (j, t), err)
+        return out
 
     def load_events(self, limit: int = 1000) -> list[tuple[int, str, str, str, str]]:
         """The latest state-change events, oldest first."""
         with self._lock:
             rows = self._db.execute("SELECT time_ns, component, old, new, why FROM events ORDER BY seq DESC "
                                     "LIMIT ?", (limit,)).fetchall()
-        return [(int(t), c, o, n, w) for t, c, o, n, w in reversed(rows)]
+        out = []
+        for t, c, o, n, w in reversed(rows):
+            try:
+                if not all(isinstance(x, str) for x in (c, o, n, w)):
+                    raise TypeError("component, old, new and why must be text")
+                out.append((stored_ns(t), c, o, n, w))
+            except (ValueError, TypeError) as err:
+                self._skip("events", (t, c), err)
+        return out
 
     def load_jobs(self) -> dict[str, dict[str, Any]]:
         """Registered jobs and their scenario mappings."""
         with self._lock:
-            return {j: json.loads(s) for j, s in self._db.execute("SELECT job, scenario FROM jobs")}
+            rows = self._db.execute("SELECT job, scenario FROM jobs").fetchall()
+        out = {}
+        for j, text in rows:
+            try:
+                mapping = json.loads(text)
+            except (ValueError, TypeError) as err:
+                self._skip("jobs", j, err)
+                continue
+            if isinstance(j, str) and isinstance(mapping, dict):
+                out[j] = mapping
+            else:
+                self._skip("jobs", j, "not a scenario mapping")
+        return out
 
     def load_calibration(self) -> tuple[Calibration | None, list[dict[str, Any]]]:
         """The current calibration (None: never fitted) and its history, oldest first."""
@@ -262,9 +328,18 @@ class Store:
                                     "ORDER BY seq").fetchall()
         cal = None
         if row is not None:
-            cal = Calibration(**json.loads(row[0]))
-        return cal, [{"seq": s, "time_ns": t, "factor": f, "old": o, "new": n, "reason": r}
-                     for s, t, f, o, n, r in hist]
+            try:
+                cal = Calibration(**json.loads(row[0]))
+            except (ValueError, TypeError, TwinError) as err:
+                self._skip("calibration", 1, err)
+        history = []
+        for s, t, f, o, n, r in hist:
+            try:
+                history.append({"seq": int(s), "time_ns": stored_ns(t), "factor": str(f), "old": stored_float(o),
+                                "new": stored_float(n), "reason": str(r)})
+            except (ValueError, TypeError) as err:
+                self._skip("calibration_history", s, err)
+        return cal, history
 
 
 def _fault_setting() -> int:

@@ -28,7 +28,7 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 from google.protobuf.message import Message
 
 from twin.core.errors import SpecError, TooLargeError
-from twin.core.estimate import Breakdown, Estimate, LinkLoad
+from twin.core.estimate import Breakdown, Cost, Energy, Estimate, LinkLoad
 from twin.core.memory import MemoryBreakdown
 from twin.core.units import GIB
 from twin.rpc.v1 import estimate_pb2, scenario_pb2
@@ -360,9 +360,24 @@ def estimate_to_message(est: Estimate, *, fabric: bool = True) -> estimate_pb2.E
                                      utilisation=link.utilisation, stretch=link.stretch) for link in est.links],
         contention_s=est.contention_s,
     )
+    if est.energy is not None:
+        msg.energy.CopyFrom(estimate_pb2.StepEnergy(**_plain_fields(est.energy)))
+    if est.cost is not None:
+        msg.cost.CopyFrom(estimate_pb2.StepCost(**_plain_fields(est.cost)))
     if fabric and est.fabric:
         msg.fabric.MergeFromString(_cached_struct_bytes(est.fabric))
     return msg
+
+
+def _plain_fields(obj: Any) -> dict[str, Any]:
+    """A result dataclass's fields by name (the wire message has the same names)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def _from_fields(cls: type, msg: Message) -> Any:
+    """``cls`` from a wire message with the same field names (repeated fields as tuples)."""
+    return cls(**{f.name: tuple(v) if not isinstance(v := getattr(msg, f.name), float | int | str) else v
+                  for f in dataclasses.fields(cls)})
 
 
 def estimate_from_message(msg: estimate_pb2.Estimate) -> Estimate:
@@ -386,7 +401,9 @@ def estimate_from_message(msg: estimate_pb2.Estimate) -> Estimate:
                     links=tuple(LinkLoad(tier=link.tier, name=link.name, capacity_GBps=link.capacity_GBps,
                                          utilisation=dict(link.utilisation), stretch=dict(link.stretch))
                                 for link in msg.links),
-                    contention_s=msg.contention_s)
+                    contention_s=msg.contention_s,
+                    energy=_from_fields(Energy, msg.energy) if msg.HasField("energy") else None,
+                    cost=_from_fields(Cost, msg.cost) if msg.HasField("cost") else None)
 
 
 # ------------------------------------------------------------------------- sweeps

@@ -34,7 +34,8 @@ class Malformed:
         self.reason = reason
 
 
-def _parser(cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
+def safe_parser(cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
+    """A request deserializer that returns :class:`Malformed` instead of raising."""
     name = cls.DESCRIPTOR.full_name
 
     def parse(data: bytes) -> Message | Malformed:
@@ -44,6 +45,15 @@ def _parser(cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
             return Malformed(name, str(err) or type(err).__name__)
 
     return parse
+
+
+def refuse_malformed(request: Any, context: grpc.ServicerContext) -> None:
+    """Abort with INVALID_ARGUMENT naming ``request`` when it did not decode (for handlers
+    that drive a library's servicer and so cannot use :func:`method_handler`).
+    """
+    if isinstance(request, Malformed):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"request: is not a valid {request.type_name} message ({request.reason})")
 
 
 def _check(request: Any) -> None:
@@ -88,7 +98,7 @@ def method_handler(method: MethodDescriptor, impl: Callable[..., Any]) -> grpc.R
     """One method's handler with safe decoding and the error table."""
     request_cls = GetMessageClass(method.input_type)
     response_cls = GetMessageClass(method.output_type)
-    parse = _parser(request_cls)
+    parse = safe_parser(request_cls)
     serialize = response_cls.SerializeToString
     name = f"/{method.containing_service.full_name}/{method.name}"
     if method.client_streaming and method.server_streaming:

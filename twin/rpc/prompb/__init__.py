@@ -1,0 +1,1 @@
+"""Prometheus remote-write messages (``prompb``), generated from proto/twin/rpc/prompb at build time."""
