@@ -122,3 +122,20 @@ def test_the_fault_hook_fails_every_nth_commit_and_rolls_it_back(tmp_path, monke
         assert store.load_observations() == [("j", 1, 1.0), ("j", 3, 3.0)]  # the failed one rolled back
     finally:
         store.close()
+
+
+def test_an_unreadable_live_row_leaves_the_records_values_and_is_reported(tmp_path, t0) -> None:
+    svc = _service(tmp_path)
+    _push(svc, t0, 0.0, 0.0)
+    _push(svc, t0 + 10 * S, 1e9, 0.0)
+    record, _ = _rows(svc)
+    with svc.store._lock:
+        svc.store._db.execute("UPDATE component_live SET vals = x'00ff' WHERE id = ?", (CID,))
+    svc.close()
+    restored = _service(tmp_path)
+    try:
+        comp = restored.live_state()["components"][0]
+        assert comp["signals"] == record["signals"] and comp["last_seen_ns"] == record["last_seen_ns"]
+        assert [s[:2] for s in restored.store.skipped] == [("component_live", CID)]
+    finally:
+        restored.close()
