@@ -11,7 +11,7 @@ fresh state directory, then N exporter processes push for ``--seconds``:
   its rounds one after the other with fresh timestamps, as a node's exporter does. (Two
   requests in flight for the same series race: gRPC does not order concurrent calls, so the
   later round could be applied first and the earlier one then be an out-of-order
-  duplicate, dropped; that cost 40,000 "duplicate" points a run when the lanes shared one
+  duplicate, dropped: 40,000 of 698,000 points in an 8 s run when the two lanes shared one
   node's series.)
 - ``--sdk``: the OpenTelemetry SDK's OTLPMetricExporter exporting SDK-collected data,
   which also pays the SDK's own encoding on the same CPUs.

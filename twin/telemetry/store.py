@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 # One encoder, made once: json.dumps with any option builds a new encoder at every call.
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 # A component's signal names as stored (JSON), by name tuple: components of one kind share a few
-# sets, so each is encoded once (bounded, cleared when full).
+# sets, so each is encoded once. Bounded (cleared when full) at 4,096 sets, far more than the
+# combinations the built-in mappings make (a handful per component kind), so it only clears
+# under a flood of made-up names.
 _NAMES: dict[tuple[str, ...], str] = {}
 _NAMES_LIMIT = 4096
 _PACKS: dict[int, struct.Struct] = {}
