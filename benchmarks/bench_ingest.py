@@ -5,12 +5,21 @@
 Starts the telemetry server (``python -m twin.telemetry.standalone``) on 127.0.0.1 with a
 fresh state directory, then N exporter processes push for ``--seconds``:
 - default: pre-encoded OTLP/gRPC ExportMetricsServiceRequests (node_exporter InfiniBand
-  and dcgm-exporter names, ``--ports`` ports x 8 metrics per request, fresh timestamps
-  every round so nothing is a duplicate), 4 requests in flight per exporter: the
-  server's ingest rate (decode, map, rate, health, SQLite commit, acknowledgement);
+  names, ``--ports`` ports x 8 metrics per request), ``--inflight`` requests in flight per
+  exporter: the server's ingest rate (decode, map, rate, health, SQLite commit,
+  acknowledgement). Each in-flight lane is a node of its own (``bench-node-C-L``) sending
+  its rounds one after the other with fresh timestamps, as a node's exporter does. (Two
+  requests in flight for the same series race: gRPC does not order concurrent calls, so the
+  later round could be applied first and the earlier one then be an out-of-order
+  duplicate, dropped: 40,000 of 698,000 points in an 8 s run when the two lanes shared one
+  node's series.)
 - ``--sdk``: the OpenTelemetry SDK's OTLPMetricExporter exporting SDK-collected data,
   which also pays the SDK's own encoding on the same CPUs.
-Prints accepted points/s as counted by the server (its ingest stats), and the client's view.
+Prints the server's own count (its ingest stats) of points accepted, duplicate (accepted,
+changing nothing) and rejected, and the throughput of the points it applied (accepted minus
+duplicate) over the exporters' wall time; the client's view (points sent) beside it; and, on
+Linux, the server's CPU time per applied point (on a shared machine the throughput moves
+with what else runs; the CPU per point much less).
 """
 
 from __future__ import annotations
@@ -34,11 +43,13 @@ IB = ("node_infiniband_port_data_transmitted_bytes_total", "node_infiniband_port
 GAUGES = ("node_infiniband_state_id", "node_infiniband_rate_bytes_per_second")
 
 
-def build_requests(client: int, ports: int, rounds: int) -> list[bytes]:
+def build_requests(client: int, ports: int, rounds: int, lanes: int = 1) -> list[bytes]:
+    """``rounds`` requests in sending order: request k is round k // lanes of lane k % lanes."""
     from twin.telemetry.otlpbuild import request
     start = time.time_ns() - 3600 * 10**9
     out = []
-    for r in range(rounds):
+    for k in range(rounds):
+        r, lane = divmod(k, lanes)
         t = start + (r + 1) * 10**9
         metrics = []
         for i, name in enumerate(IB):
@@ -48,14 +59,16 @@ def build_requests(client: int, ports: int, rounds: int) -> list[bytes]:
                                              for p in range(ports)]))
         metrics.append((GAUGES[1], "gauge", [({"device": f"mlx5_{p % 8}", "port": str(p // 8 + 1)}, 0, t, 5e10)
                                              for p in range(ports)]))
-        out.append(request({"host.name": f"bench-node-{client}"}, metrics).SerializeToString())
+        out.append(request({"host.name": f"bench-node-{client}-{lane}"}, metrics).SerializeToString())
     return out
 
 
 def raw_exporter(addr: str, client: int, ports: int, seconds: float, inflight: int, q: mp.Queue,
                  barrier: mp.Barrier) -> None:
     rounds = max(20, 600_000 // (ports * 8))
-    reqs = build_requests(client, ports, rounds)
+    # A lane's next request leaves only once its previous one is answered (the window below is
+    # first in, first out), so each lane's series see their rounds in order.
+    reqs = build_requests(client, ports, rounds, lanes=inflight)
     per_req = ports * (len(IB) + len(GAUGES))
     ch = grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 64 << 20)])
     call = ch.unary_unary("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
@@ -106,6 +119,16 @@ def sdk_exporter(addr: str, client: int, ports: int, seconds: float, inflight: i
     q.put((sent, time.perf_counter() - t0))
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds process ``pid`` has used (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # proc(5): utime and stime are fields 14 and 15, in clock ticks; the split drops pid and comm.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_stats(addr: str) -> dict:
     sys.path.insert(0, str(ROOT))
     from twin.rpc.v1 import telemetry_pb2 as pb
@@ -142,24 +165,36 @@ def main() -> int:
             procs = [ctx.Process(target=target, args=(addr, i, args.ports, args.seconds, args.inflight, q, barrier))
                      for i in range(args.exporters)]
             before = server_stats(addr)
+            cpu_before = cpu_seconds(server.pid)
             for pr in procs:
                 pr.start()
             results = [q.get(timeout=args.seconds + 300) for _ in procs]
             for pr in procs:
                 pr.join()
             after = server_stats(addr)
+            cpu_after = cpu_seconds(server.pid)
         finally:
             server.terminate()
             server.wait(timeout=30)
     sent = sum(r[0] for r in results)
     wall = max(r[1] for r in results)
     accepted = after["accepted"] - before["accepted"]
+    duplicate = after["duplicate"] - before["duplicate"]
+    rejected = after["rejected"] - before["rejected"]
+    # The server counts a duplicate as accepted (it is acknowledged, and changes nothing).
+    applied = accepted - duplicate
     mode = "OpenTelemetry SDK OTLPMetricExporter" if args.sdk else "pre-encoded OTLP/gRPC requests"
-    print(f"mode: {mode}; exporters: {args.exporters}; points/request: {args.ports * 8}; cpus: {os.cpu_count()}")
-    print(f"server accepted {accepted:,} points ({after['rejected'] - before['rejected']} rejected, "
-          f"{after['duplicate'] - before['duplicate']} duplicate) in {wall:.2f} s, "
-          f"{after['requests'] - before['requests']} requests, {after['series']:,} live series")
-    print(f"ingest throughput: {accepted / wall:,.0f} data points/s (client-side sent {sent / wall:,.0f}/s)")
+    print(f"mode: {mode}; exporters: {args.exporters}; in flight each: {args.inflight}; "
+          f"points/request: {args.ports * 8}; cpus: {os.cpu_count()}")
+    print(f"server: {accepted:,} points accepted, of them {duplicate:,} duplicate; {rejected:,} rejected; "
+          f"{applied:,} applied in {wall:.2f} s, {after['requests'] - before['requests']} requests, "
+          f"{after['series']:,} live series")
+    print(f"ingest throughput: {applied / wall:,.0f} applied data points/s (client-side sent {sent / wall:,.0f}/s)")
+    if cpu_before is not None and cpu_after is not None and cpu_after > cpu_before:
+        # The server is idle while the exporters build their requests, so this is its ingest CPU.
+        used = cpu_after - cpu_before
+        print(f"server CPU: {used:.2f} s ({used / wall:.2f} cores on average), {used / applied * 1e6:.2f} us per "
+              f"applied point: {applied / used:,.0f} points per server CPU-second")
     return 0
 
 

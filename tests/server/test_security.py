@@ -171,7 +171,7 @@ def test_mutual_tls_and_plaintext_health_port(start_server, tmp_path, pki):
 class _AcceptAll:
     """A telemetry service stand-in that accepts every request."""
 
-    def ingest(self, request, timeout=None):
+    def ingest(self, request, timeout=None, raw=None):
         return 0, ""
 
 

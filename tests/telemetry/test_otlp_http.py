@@ -230,7 +230,7 @@ class _FakeService:
         self.error = error
         self.config = type("C", (), {"retry_after_s": 2.5})()
 
-    def ingest(self, request, timeout=None):
+    def ingest(self, request, timeout=None, raw=None):
         raise self.error
 
 

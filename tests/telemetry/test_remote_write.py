@@ -302,7 +302,7 @@ def test_transient_failures_are_retryable_5xx_and_counted_once(twin, error, code
     svc, receiver = twin
     real = svc.ingest
 
-    def failing(request, timeout=None):
+    def failing(request, timeout=None, raw=None):
         raise error
 
     svc.ingest = failing

@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
+from twin.telemetry import otlpkeys
 from twin.telemetry.mapping import MetricCatalog, Resolved
-from twin.telemetry.state import Point, SeriesId, series_id
+from twin.telemetry.state import Block, SeriesId, series_id
 
 # Where the host name comes from, in order (OTel resource semantic conventions first,
 # then the labels Prometheus exporters carry: dcgm-exporter "Hostname", "instance").
@@ -34,9 +36,12 @@ MAX_FUTURE_NS = 3600 * 10**9
 
 @dataclass
 class Decoded:
-    """Points ready to apply, and the points refused with why (reason -> count, example)."""
+    """Points ready to apply (``count`` of them, by metric), and the points refused with why
+    (reason -> count, example).
+    """
 
-    points: list[Point] = field(default_factory=list)
+    points: list[Block] = field(default_factory=list)
+    count: int = 0
     total: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
@@ -91,17 +96,23 @@ def _first(attrs: dict[str, str], res: dict[str, str], keys: tuple[str, ...]) ->
 
 
 class Decoder:
-    """Decodes requests against a catalog, remembering the series id of each attribute set.
+    """Decodes requests against a catalog, remembering the series ids of each attribute layout.
 
-    Exporters send the same attribute sets every interval, so identity extraction runs
-    once per (metric, resource, attributes) and is then a dict lookup. The memo is
-    bounded (cleared when full), like the catalog's name cache.
+    Exporters send the same attribute sets, in the same order, every interval, so the memo
+    has two levels: a metric's whole attribute layout (its points' attributes in order, as
+    :mod:`twin.telemetry.otlpkeys` reads them in C) -> the series id of each point, and on
+    a miss one point's attributes -> its series id. Identity extraction runs once per
+    (metric, resource, attributes), and a metric whose layout was seen before costs one
+    lookup. Both levels are bounded (cleared when full), like the catalog's name cache.
+    Safe to call from several threads (each memo write is one dict assignment).
     """
 
     def __init__(self, catalog: MetricCatalog, memo_limit: int = 400_000) -> None:
         self.catalog = catalog
         self.memo_limit = memo_limit
         self._memo: dict[tuple[object, ...], SeriesId | str] = {}
+        self._layouts: dict[tuple[object, ...], tuple[SeriesId | str, ...]] = {}
+        self._layout_points = 0  # points the layouts hold (their bound)
 
     def _series_id(self, resolved: Resolved, items: tuple[tuple[str, str], ...], res: dict[str, str],
                    res_host: str) -> SeriesId | str:
@@ -119,27 +130,35 @@ class Decoder:
         host = sw or _first(attrs, {}, HOST_KEYS) or res_host
         return series_id(resolved, host, sw is not None, tuple(ident), detail)
 
-    def decode(self, request: ExportMetricsServiceRequest) -> Decoded:
-        """Map every data point of ``request``; refused points are counted by reason."""
+    def decode(self, request: ExportMetricsServiceRequest, raw: bytes | None = None) -> Decoded:
+        """Map every data point of ``request``; refused points are counted by reason.
+
+        ``raw``: the wire bytes ``request`` was parsed from, when the caller has them (else
+        it is serialised once more for :func:`twin.telemetry.otlpkeys.layouts`).
+        """
         out = Decoded()
-        points = out.points
-        memo = self._memo
-        if len(memo) > self.memo_limit:
-            memo.clear()
-        for rm in request.resource_metrics:
+        if len(self._memo) > self.memo_limit:
+            self._memo.clear()
+        if self._layout_points > self.memo_limit:
+            self._layouts.clear()
+            self._layout_points = 0
+        keys = otlpkeys.layouts(request.SerializeToString() if raw is None else raw)
+        krms = _aligned(keys.resource_metrics, request.resource_metrics)
+        for i, rm in enumerate(request.resource_metrics):
             res_key = rm.resource.SerializeToString()
             res = {k.lower(): v for k, v in _attr_items(rm.resource.attributes)}
             res_host = _first(res, {}, HOST_KEYS) or ""
-            for sm in rm.scope_metrics:
+            ksms = _aligned(krms[i].scope_metrics, rm.scope_metrics) if krms else None
+            for j, sm in enumerate(rm.scope_metrics):
                 # Who sent it: the SDK's service, else the instrumentation scope (a Collector's receiver).
                 exporter = res.get("service.name") or sm.scope.name
-                for metric in sm.metrics:
-                    self._metric(metric, res_key, res, res_host, memo, points, out, exporter)
+                kms = _aligned(ksms[j].metrics, sm.metrics) if ksms else None
+                for k, metric in enumerate(sm.metrics):
+                    self._metric(metric, kms[k] if kms else None, res_key, res, res_host, out, exporter)
         return out
 
-    def _metric(self, metric: metrics_pb2.Metric, res_key: bytes, res: dict[str, str],
-                res_host: str, memo: dict[tuple[object, ...], SeriesId | str], points: list[Point],
-                out: Decoded, exporter: str = "") -> None:
+    def _metric(self, metric: metrics_pb2.Metric, kmetric: Any, res_key: bytes, res: dict[str, str],
+                res_host: str, out: Decoded, exporter: str = "") -> None:
         kind = metric.WhichOneof("data")
         if kind == "gauge":
             dps, delta, monotonic = metric.gauge.data_points, False, False
@@ -166,49 +185,80 @@ class Decoder:
         if not counter and monotonic and delta:
             out.reject("delta sum for a gauge signal", n, metric.name)
             return
+        sids = self._sids(resolved, dps, getattr(kmetric, kind) if kmetric is not None else None, res_key, res,
+                          res_host)
         scale = m.scale
-        name = resolved.key
         latest = min(MAX_TIME_NS, time.time_ns() + MAX_FUTURE_NS)
         isfinite = math.isfinite
-        append = points.append
-        for dp in dps:
-            which = dp.WhichOneof("value")
-            if which is None:
-                if not dp.flags & _NO_RECORDED_VALUE:
-                    out.reject("data point without a value", 1, metric.name)
-                continue
-            value = dp.as_double if which == "as_double" else float(dp.as_int)
+        block = Block([], [], [], [], delta)
+        add_sid, add_start, add_time, add_value = (block.sids.append, block.starts.append, block.times.append,
+                                                   block.values.append)
+        for dp, sid in zip(dps, sids, strict=True):
+            value = dp.as_double
+            if not value:  # zero: a double 0.0, an integer point, or no value at all
+                which = dp.WhichOneof("value")
+                if which == "as_int":
+                    value = float(dp.as_int)
+                elif which is None:
+                    if not dp.flags & _NO_RECORDED_VALUE:
+                        out.reject("data point without a value", 1, metric.name)
+                    continue
+            t = dp.time_unix_nano
+            start = dp.start_time_unix_nano
+            # The checks in the order their reasons take precedence; a good point passes them all.
             if not isfinite(value):
                 out.reject("non-finite value (NaN or infinity)", 1, metric.name)
-                continue
-            if counter and value < 0:
+            elif counter and value < 0:
                 out.reject("negative counter value", 1, metric.name)
-                continue
-            t = dp.time_unix_nano
-            if t <= 0:
+            elif t <= 0:
                 out.reject("data point without a timestamp", 1, metric.name)
-                continue
-            start = dp.start_time_unix_nano
-            if t > latest or start > t:
+            elif t > latest or start > t:
                 # 2^64-1 ns (and anything past now + MAX_FUTURE_NS) cannot be a sample time,
                 # and a database integer holds at most 2^63-1: refused, never stored.
                 out.reject("timestamp in the future or after its start" if t <= MAX_TIME_NS
                            else "timestamp beyond 2^63-1 ns", 1, metric.name)
-                continue
-            # The point without its times and value is its attribute set in wire form:
-            # serialising it in C is several times cheaper than walking the attributes in
-            # Python, and it is the memo key (the request is ours to modify).
-            dp.ClearField("time_unix_nano")
-            dp.ClearField("start_time_unix_nano")
-            dp.ClearField("value")
-            mkey = (name, res_key, dp.SerializeToString())
+            elif type(sid) is str:
+                out.reject(sid, 1, metric.name)
+            else:
+                add_sid(sid)  # type: ignore[arg-type]
+                add_start(start)
+                add_time(t)
+                add_value(value * scale)
+        if block.times:
+            out.points.append(block)
+            out.count += len(block.times)
+
+    def _sids(self, resolved: Resolved, dps: Any, kpoints: Any, res_key: bytes, res: dict[str, str],
+              res_host: str) -> tuple[SeriesId | str, ...]:
+        """The series id (or why there is none) of each of ``dps``; ``kpoints``: their
+        :mod:`~twin.telemetry.otlpkeys` view (None where it does not line up with ``dps``).
+        """
+        kdps = kpoints.data_points if kpoints is not None else None
+        if kdps is None or len(kdps) != len(dps):
+            # The two views differ only when the wire repeats a metric's data under both gauge
+            # and sum (the last one wins): resolve every point from its parsed attributes.
+            return tuple(self._series_id(resolved, _attr_items(dp.attributes), res, res_host) for dp in dps)
+        name = resolved.key
+        lkey = (name, res_key, kpoints.SerializeToString())
+        sids = self._layouts.get(lkey)
+        if sids is not None:
+            return sids
+        memo = self._memo
+        found = []
+        for dp, kdp in zip(dps, kdps, strict=True):
+            mkey = (name, res_key, kdp.SerializeToString())
             sid = memo.get(mkey)
             if sid is None:
                 sid = memo[mkey] = self._series_id(resolved, _attr_items(dp.attributes), res, res_host)
-            if type(sid) is str:
-                out.reject(sid, 1, metric.name)
-                continue
-            append((sid, start, t, value * scale, delta))  # type: ignore[arg-type]
+            found.append(sid)
+        sids = self._layouts[lkey] = tuple(found)
+        self._layout_points += len(sids)
+        return sids
+
+
+def _aligned(view: Any, real: Any) -> Any:
+    """``view`` where it has one element per element of ``real``, else None."""
+    return view if len(view) == len(real) else None
 
 
 def summarize(reasons: dict[str, int], examples: dict[str, str], limit: int = 512) -> str:

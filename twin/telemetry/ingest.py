@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from twin.telemetry.state import ApplyResult, Point
+from twin.telemetry.state import ApplyResult, Block
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,10 @@ class Overloaded(Exception):
 
 @dataclass
 class Item:
-    """One request's points and the future its handler waits on."""
+    """One request's points (``count`` of them) and the future its handler waits on."""
 
-    points: list[Point]
+    points: list[Block]
+    count: int
     future: Future[ApplyResult]
 
 
@@ -58,19 +59,19 @@ class IngestQueue:
         """Points queued and not yet applied."""
         return self._pending
 
-    def submit(self, points: list[Point]) -> Future[ApplyResult]:
-        """Queue ``points``; raises :class:`Overloaded` when the bound would be exceeded."""
+    def submit(self, points: list[Block], count: int) -> Future[ApplyResult]:
+        """Queue ``points`` (``count`` of them); raises :class:`Overloaded` when the bound would be exceeded."""
         fut: Future[ApplyResult] = Future()
         with self._cv:
             if self._stop:
                 raise Overloaded(self._pending, self.retry_after_s)
             # An empty queue always takes one request, however large, so a single big
             # request cannot be refused forever.
-            if self._pending and self._pending + len(points) > self.max_pending:
+            if self._pending and self._pending + count > self.max_pending:
                 self.refused += 1
                 raise Overloaded(self._pending, self.retry_after_s)
-            self._items.append(Item(points, fut))
-            self._pending += len(points)
+            self._items.append(Item(points, count, fut))
+            self._pending += count
             self._cv.notify()
         return fut
 
@@ -91,7 +92,7 @@ class IngestQueue:
                         it.future.set_exception(err)
             finally:
                 with self._cv:
-                    self._pending -= sum(len(it.points) for it in items)
+                    self._pending -= sum(it.count for it in items)
 
     def close(self, timeout: float = 10.0) -> None:
         """Apply what is queued, then stop the writer."""

@@ -62,10 +62,14 @@ class ExportOutcome:
     retry_after_s: float | None = None
 
 
-def export(service: TelemetryService, request: Request, timeout: float | None) -> ExportOutcome:
-    """Ingest one decoded request and classify the result (never raises for bad data)."""
+def export(service: TelemetryService, request: Request, timeout: float | None,
+           raw: bytes | None = None) -> ExportOutcome:
+    """Ingest one decoded request and classify the result (never raises for bad data).
+
+    ``raw``: the protobuf bytes ``request`` was parsed from, when there are any.
+    """
     try:
-        rejected, message = service.ingest(request, timeout=timeout)
+        rejected, message = service.ingest(request, timeout=timeout, raw=raw)
     except Overloaded as err:
         return ExportOutcome(code_pb2.UNAVAILABLE, str(err), retry_after_s=err.retry_after_s)
     except InvalidData as err:
@@ -98,7 +102,7 @@ def otlp_handler(service: TelemetryService) -> grpc.GenericRpcHandler:
         remaining = context.time_remaining()
         if remaining is None or remaining > 3600:  # no deadline: gRPC reports "forever"
             remaining = None
-        outcome = export(service, request, remaining)
+        outcome = export(service, request, remaining, raw)
         if outcome.retry_after_s is not None:
             context.abort_with_status(unavailable(outcome.message, outcome.retry_after_s))
         if outcome.response is None:

@@ -82,11 +82,12 @@ class TelemetryService:
         # with every batch: after a crash a counter's next rate is then taken over a longer
         # interval, which is still its true average rate. Component state, observations and
         # events are written with every batch before it is acknowledged.
-        self._unsaved_series: set[tuple[str, str, tuple[str, ...]]] = set()
+        self._unsaved_series: set[str] = set()  # series texts
         self._next_checkpoint = 0.0
         # What a failed commit did not write: it goes into the next commit, so a retried
         # request (its points now duplicates in memory) is answered OK only once they are durable.
         self._pending_components: set[str] = set()
+        self._pending_records: set[str] = set()
         self._pending_observations: list[tuple[str, int, float]] = []
         self._pending_events: list[tuple[int, str, str, str, str]] = []
         self.queue = IngestQueue(self._apply_batch, config.max_pending_points, config.retry_after_s)
@@ -119,23 +120,26 @@ class TelemetryService:
             log.info("Prometheus metrics on http://%s/metrics", self.metrics_endpoint.address)
 
     # ---------------------------------------------------------------- ingest
-    def ingest(self, request: ExportMetricsServiceRequest, timeout: float | None = None) -> tuple[int, str]:
+    def ingest(self, request: ExportMetricsServiceRequest, timeout: float | None = None,
+               raw: bytes | None = None) -> tuple[int, str]:
         """Apply one OTLP request; returns (rejected points, message) once it is committed.
 
-        Raises :class:`Overloaded` (retry later) or :class:`InvalidData` (do not retry).
+        ``raw``: the wire bytes ``request`` was parsed from, if the caller has them (decoding
+        reads them once more). Raises :class:`Overloaded` (retry later) or
+        :class:`InvalidData` (do not retry).
         """
-        decoded = self.decoder.decode(request)
+        decoded = self.decoder.decode(request, raw)
         if decoded.ignored:
             self.note_ignored(decoded.ignored)
         reasons, examples = dict(decoded.rejected), dict(decoded.examples)
-        if not decoded.points and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
+        if not decoded.count and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
             with self.lock:
                 self.stats["requests"] += 1
                 self.stats["points_rejected"] += decoded.rejected_count
             raise InvalidData(summarize(reasons, examples))
         applied = ApplyResult()
-        if decoded.points:
-            applied = self.queue.submit(decoded.points).result(timeout)
+        if decoded.count:
+            applied = self.queue.submit(decoded.points, decoded.count).result(timeout)
         for r, n in applied.reasons.items():
             reasons[r] = reasons.get(r, 0) + n
         rejected = decoded.rejected_count + applied.rejected
@@ -185,41 +189,44 @@ class TelemetryService:
 
     def _apply_batch(self, items: list[Item]) -> None:
         now = time.time_ns()
-        dirty = Dirty()
+        # The series changed are added straight to the unsaved set (the checkpoint writes them).
+        dirty = Dirty(series=self._unsaved_series)
         results = []
         with self.lock:
             for it in items:
                 res = ApplyResult()
                 self.state.apply(it.points, now, res, dirty)
                 results.append(res)
-                self.stats["points_duplicate"] += res.duplicates
-                self.stats["counter_resets"] += res.resets
-            # Accepted counts once stored: a batch whose commit fails is not counted (its
-            # exporter's retry is, when it commits).
-            accepted = sum(r.accepted for r in results)
+            components = self.state.components
             comp_ids = self._pending_components | dirty.components
-            comps = [self.state.components[c] for c in comp_ids if c in self.state.components]
+            record_ids = self._pending_records | dirty.records
+            live = [components[c] for c in comp_ids if c in components]
+            records = [components[c] for c in record_ids if c in components]
             observations = self._pending_observations + dirty.observations
             events = self._pending_events + dirty.events
-            self._unsaved_series |= dirty.series
             series = []
             if time.monotonic() >= self._next_checkpoint:
                 series = [(k, self.state.series[k]) for k in self._unsaved_series if k in self.state.series]
                 self._unsaved_series = set()
                 self._next_checkpoint = time.monotonic() + self.config.series_checkpoint_s
         try:
-            self.store.commit_batch(series, comps, observations, events)
+            self.store.commit_batch(series, records, live, observations, events)
         except Exception:
             with self.lock:  # keep all of it for the next commit (the handlers get the error)
-                self._pending_components = comp_ids
+                self._pending_components, self._pending_records = comp_ids, record_ids
                 self._pending_observations, self._pending_events = observations, events
                 self._unsaved_series |= {k for k, _ in series}
                 self._next_checkpoint = 0.0
             raise
         with self.lock:
-            self._pending_components = set()
+            self._pending_components, self._pending_records = set(), set()
             self._pending_observations, self._pending_events = [], []
-            self.stats["points_accepted"] += accepted
+            # Counted once stored: a batch whose commit fails is not counted (its exporter's
+            # retry is, when it commits).
+            for r in results:
+                self.stats["points_accepted"] += r.accepted
+                self.stats["points_duplicate"] += r.duplicates
+                self.stats["counter_resets"] += r.resets
         for it, res in zip(items, results, strict=True):
             it.future.set_result(res)
 
@@ -379,7 +386,7 @@ class TelemetryService:
         with self.lock:
             series = [(k, self.state.series[k]) for k in self._unsaved_series]
             self._unsaved_series = set()
-        self.store.commit_batch(series, [], [], [])
+        self.store.commit_batch(series, [], [], [], [])
         if self.self_metrics is not None:
             self.self_metrics.shutdown()
         if self.metrics_endpoint is not None:

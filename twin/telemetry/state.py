@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,9 @@ from twin.core.telemetry import STEP_TIME_SIGNAL, Evidence, MetricMapping
 from twin.telemetry.mapping import MetricCatalog, Resolved
 
 OBSERVATIONS_PER_JOB = 256
+# A signal's value from its series' values (MetricMapping.aggregate).
+Aggregate = Callable[[Iterable[float]], float]
+_AGGREGATES: dict[str, Aggregate] = {"sum": sum, "max": max, "min": min}
 EVENTS_KEPT = 1000
 SeriesKey = tuple[str, str, tuple[str, ...]]  # (metric key, component id, detail values)
 
@@ -32,8 +35,10 @@ SeriesKey = tuple[str, str, tuple[str, ...]]  # (metric key, component id, detai
 class SeriesId:
     """Everything about a series that its attributes determine, computed once per attribute set.
 
-    ``key``: (metric key, component id, detail values); ``text``: the same as one string
-    for the store.
+    ``key``: (metric key, component id, detail values); ``text``: the same as one string,
+    which keys the live state and the store (a string caches its hash; a tuple's is worked
+    out at every lookup). ``cid``, ``mapping`` and ``counter`` are parts of the others, kept
+    apart because applying a point reads them for every point.
     """
 
     key: SeriesKey
@@ -42,11 +47,9 @@ class SeriesId:
     host: str
     switch: bool
     labels: tuple[tuple[str, str], ...]
-
-    @property
-    def cid(self) -> str:
-        """Component id."""
-        return self.key[1]
+    cid: str
+    mapping: MetricMapping
+    counter: bool
 
 
 def series_id(resolved: Resolved, host: str, switch: bool, identity: tuple[str, ...],
@@ -56,7 +59,8 @@ def series_id(resolved: Resolved, host: str, switch: bool, identity: tuple[str, 
     cid = f"job:{identity[0]}" if m.component == "job" else f"{host}/{m.component}:{'/'.join(identity)}"
     key = (resolved.key, cid, detail)
     labels = tuple(zip((alts[0] for alts in resolved.identity), identity, strict=False))
-    return SeriesId(key, series_key_text(key), resolved, host if m.component != "job" else "", switch, labels)
+    return SeriesId(key, series_key_text(key), resolved, host if m.component != "job" else "", switch, labels,
+                    cid, m, m.kind == "counter")
 
 
 def series_key_text(key: SeriesKey) -> str:
@@ -123,8 +127,23 @@ def series_key_parse(text: str) -> SeriesKey:
     return metric, cid, tuple(detail.split(_RS)) if detail else ()
 
 
-# One decoded point: (series id, start ns, time ns, value, delta temporality).
-Point = tuple[SeriesId, int, int, float, bool]
+@dataclass(slots=True)
+class Block:
+    """Decoded points of one metric of one request, in order, column by column.
+
+    Columns of numbers rather than one tuple per point: ints and floats are not tracked by
+    the cyclic garbage collector, so a block costs it one list per column, not one object
+    per point. ``delta``: the metric's temporality is delta (OTLP ``AGGREGATION_TEMPORALITY_DELTA``).
+    """
+
+    sids: list[SeriesId]
+    starts: list[int]
+    times: list[int]
+    values: list[float]
+    delta: bool = False
+
+    def __len__(self) -> int:
+        return len(self.times)
 _SEP, _RS = "\x1f", "\x1e"
 
 
@@ -138,7 +157,8 @@ class Component:
     tier: str
     labels: dict[str, str]
     switch: bool = False
-    series: dict[str, dict[tuple[str, tuple[str, ...]], float]] = field(default_factory=dict)
+    # signal -> series text -> the series' derived value (the component's id is in every text).
+    series: dict[str, dict[str, float]] = field(default_factory=dict)
     mappings: dict[str, MetricMapping] = field(default_factory=dict)
     signals: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, float] = field(default_factory=dict)
@@ -152,6 +172,10 @@ class Component:
     # many consecutive assessments have pointed to it.
     pending: str = ""
     pending_n: int = 0
+    # How to aggregate each signal, (signal, its series, how) in series order, and the
+    # signals whose rules decide health: derived from ``series`` and ``mappings``, kept
+    # because every batch needs them (None: work them out again, after a signal was added).
+    plan: tuple[tuple[tuple[str, dict[str, float], Aggregate], ...], tuple[str, ...]] | None = None
 
     def view(self) -> ComponentView:
         """What the tier roll-up needs."""
@@ -194,12 +218,28 @@ class ApplyResult:
 
 @dataclass
 class Dirty:
-    """What a batch changed, for the store to write in one transaction."""
+    """What a batch changed, for the store to write in one transaction.
 
-    series: set[SeriesKey] = field(default_factory=set)
+    ``components``: components whose signals or last-seen time moved (every one a point
+    reached); ``records``: those whose persistent record beyond that changed too (new, or
+    reassessed: state, evidence, capacity, peaks, since).
+    """
+
+    series: set[str] = field(default_factory=set)  # series texts
     components: set[str] = field(default_factory=set)
+    records: set[str] = field(default_factory=set)
     observations: list[tuple[str, int, float]] = field(default_factory=list)
     events: list[tuple[int, str, str, str, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Series(SeriesPoint):
+    """A series' last point (:class:`~twin.core.rates.SeriesPoint`), with the component and
+    signal values it feeds: found with the series' first point instead of at every point.
+    """
+
+    comp: Component | None = None
+    per: dict[str, float] | None = None
 
 
 # Which states are worse than which (hysteresis turns worse and better at different paces).
@@ -217,7 +257,7 @@ class LiveState:
         # Consecutive assessments before a state turns worse / better (TelemetryConfig).
         self.degrade_after = degrade_after
         self.recover_after = recover_after
-        self.series: dict[SeriesKey, SeriesPoint] = {}
+        self.series: dict[str, _Series] = {}  # by series text
         self.components: dict[str, Component] = {}
         self.observations: dict[str, deque[tuple[int, float]]] = {}
         self.events: deque[tuple[int, str, str, str, str]] = deque(maxlen=EVENTS_KEPT)
@@ -225,67 +265,103 @@ class LiveState:
         self.skipped: list[tuple[str, str, str]] = []
 
     # ---------------------------------------------------------------- ingest
-    def apply(self, points: Iterable[Point], now_ns: int, result: ApplyResult, dirty: Dirty) -> None:
-        """Fold ``points`` into the state, counting outcomes in ``result`` and changes in ``dirty``."""
+    def apply(self, blocks: Iterable[Block], now_ns: int, result: ApplyResult, dirty: Dirty) -> None:
+        """Fold the points of ``blocks`` into the state, counting outcomes in ``result`` and changes in ``dirty``."""
+        touched: dict[str, Component] = {}
+        for block in blocks:
+            accepted, duplicates, resets = self._apply_block(block, now_ns, result, dirty, touched)
+            result.accepted += accepted + duplicates  # a duplicate is accepted (and changes nothing)
+            result.duplicates += duplicates
+            result.resets += resets
+        for comp in touched.values():
+            if self._reassess(comp, now_ns, dirty):
+                dirty.records.add(comp.id)
+        dirty.components.update(touched)
+
+    def _apply_block(self, block: Block, now_ns: int, result: ApplyResult, dirty: Dirty,
+                     touched: dict[str, Component]) -> tuple[int, int, int]:
+        """One block's points; returns (applied, duplicates, resets) and adds what it touched."""
         series, components = self.series, self.components
         max_series, max_components = self.max_series, self.max_components
-        touched: set[str] = set()
         dirty_series = dirty.series
-        for sid, start, t, value, delta in points:
-            skey = sid.key
-            prev = series.get(skey)
-            if prev is None and len(series) >= max_series:
-                result.reject(f"series limit ({max_series}) reached")
-                continue
-            m = sid.resolved.mapping
-            cid = skey[1]
-            comp = components.get(cid)
-            if comp is None:
-                if len(components) >= max_components:
-                    result.reject(f"component limit ({max_components}) reached")
+        delta = block.delta
+        # Counted in locals and added once: this loop runs for every point.
+        accepted = duplicates = resets = 0
+        for sid, start, t, value in zip(block.sids, block.starts, block.times, block.values, strict=True):
+            text = sid.text
+            slot = series.get(text)
+            comp = slot.comp if slot is not None else None
+            if comp is None:  # a new series, or one restored without its component
+                if slot is None and len(series) >= max_series:
+                    result.reject(f"series limit ({max_series}) reached")
                     continue
-                comp = components[cid] = Component(cid, m.component, sid.host, m.tier, dict(sid.labels),
-                                                   switch=sid.switch, since_ns=now_ns)
-            if m.kind == "counter":
-                new, outcome = update_counter(prev, start, t, value, delta)
-            elif prev is not None and t <= prev.time_ns:
-                outcome = "duplicate"
-            else:
-                new, outcome = SeriesPoint(0, t, value, value), "rate"
-            if outcome == "duplicate":
-                result.duplicates += 1
-                result.accepted += 1
+                cid = sid.cid
+                comp = components.get(cid)
+                if comp is None:
+                    if len(components) >= max_components:
+                        result.reject(f"component limit ({max_components}) reached")
+                        continue
+                    m = sid.mapping
+                    comp = components[cid] = Component(cid, m.component, sid.host, m.tier, dict(sid.labels),
+                                                       switch=sid.switch, since_ns=now_ns)
+                    dirty.records.add(cid)
+                if slot is not None:
+                    slot.comp = comp
+            if slot is None:
+                first = update_counter(None, start, t, value, delta)[0] if sid.counter else None
+                slot = series[text] = (_Series(first.start_ns, first.time_ns, first.value, first.derived, comp)
+                                       if first is not None else _Series(0, t, value, value, comp))
+            elif t <= slot.time_ns:  # not newer: a duplicate, counter or gauge (twin.core.rates)
+                duplicates += 1
                 continue
-            if outcome == "reset":
-                result.resets += 1
-            series[skey] = new  # type: ignore[assignment]
-            if new.derived is not None:  # type: ignore[union-attr]
-                per = comp.series.get(m.signal)
+            elif not sid.counter:
+                slot.start_ns, slot.time_ns, slot.value, slot.derived = 0, t, value, value
+            elif not delta and value >= slot.value and (start == slot.start_ns or not start or not slot.start_ns):
+                # update_counter's plain case (no reset, no restart), done in place: same arithmetic.
+                slot.derived = (value - slot.value) / ((t - slot.time_ns) * 1e-9)
+                slot.start_ns, slot.time_ns, slot.value = start, t, value
+            else:
+                new, outcome = update_counter(slot, start, t, value, delta)
+                if outcome == "reset":
+                    resets += 1
+                slot.start_ns, slot.time_ns, slot.value, slot.derived = (  # type: ignore[union-attr]
+                    new.start_ns, new.time_ns, new.value, new.derived)  # type: ignore[union-attr]
+            derived = slot.derived
+            if derived is not None:
+                per = slot.per
                 if per is None:
-                    per = comp.series[m.signal] = {}
-                    comp.mappings[m.signal] = m
-                per[(skey[0], skey[2])] = new.derived  # type: ignore[union-attr]
-            comp.last_seen_ns = max(comp.last_seen_ns, t)
-            dirty_series.add(skey)
-            touched.add(cid)
-            if m.signal == STEP_TIME_SIGNAL:
+                    signal = sid.mapping.signal
+                    per = comp.series.get(signal)
+                    if per is None:
+                        per = comp.series[signal] = {}
+                        comp.mappings[signal] = sid.mapping
+                        comp.plan = None
+                    slot.per = per
+                per[text] = derived
+            if t > comp.last_seen_ns:  # noqa: PLR1730 (max() costs more, and this runs for every point)
+                comp.last_seen_ns = t
+            dirty_series.add(text)
+            touched[comp.id] = comp
+            if sid.mapping.signal == STEP_TIME_SIGNAL:
                 job = comp.labels[next(iter(comp.labels))]
                 self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, value))
                 dirty.observations.append((job, t, value))
-            result.accepted += 1
-        for cid in touched:
-            self._reassess(components[cid], now_ns, dirty)
-        dirty.components |= touched
+            accepted += 1
+        return accepted, duplicates, resets
 
-    def _reassess(self, comp: Component, now_ns: int, dirty: Dirty) -> None:
-        comp.signals = signals = self._aggregate(comp)
+    def _reassess(self, comp: Component, now_ns: int, dirty: Dirty) -> bool:
+        """Aggregate ``comp``'s signals and assess it; True when its record beyond the signals changed."""
+        plan = comp.plan
+        if plan is None:
+            plan = comp.plan = self._plan(comp)
+        aggregates, names = plan
+        comp.signals = signals = {sig: how(per.values()) for sig, per, how in aggregates if per}
         mappings = comp.mappings
         # Only signals with rules decide health: when none of them moved (byte counters
         # change every interval, error counters rarely do), the assessment cannot change.
-        ruled = tuple((sig, v) for sig, v in signals.items()
-                      if sig in mappings and (mappings[sig].conditions or mappings[sig].capacity))
+        ruled = tuple([(sig, signals[sig]) for sig in names if sig in signals])
         if ruled == comp.ruled and comp.ruled is not None and not comp.pending:
-            return
+            return False
         comp.ruled = ruled
         for sig, value in ruled:
             if mappings[sig].capacity == "ratio_to_peak" and value > comp.peaks.get(sig, 0.0):
@@ -296,7 +372,7 @@ class LiveState:
             comp.pending_n = comp.pending_n + 1 if comp.pending == health.state else 1
             comp.pending = health.state
             if comp.pending_n < (self.degrade_after if worse else self.recover_after):
-                return  # not confirmed yet: the component keeps its state and evidence
+                return True  # not confirmed yet: the component keeps its state and evidence (peaks may have moved)
         comp.pending, comp.pending_n = "", 0
         if health.state != comp.state:
             why = "; ".join(e.text() for e in health.evidence if e.severity != "info") or "no rule fires any more"
@@ -305,20 +381,20 @@ class LiveState:
             dirty.events.append(event)
             comp.since_ns = now_ns
         comp.state, comp.evidence, comp.capacity = health.state, health.evidence, health.capacity
+        return True
 
     @staticmethod
-    def _aggregate(comp: Component) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for sig, per in comp.series.items():
-            values = list(per.values())
-            if not values:
-                continue
-            how = comp.mappings[sig].aggregate if sig in comp.mappings else "sum"
-            out[sig] = max(values) if how == "max" else min(values) if how == "min" else sum(values)
-        return out
+    def _plan(comp: Component) -> tuple[tuple[tuple[str, dict[str, float], Aggregate], ...], tuple[str, ...]]:
+        """How ``comp``'s signals aggregate, and which of them have rules (see ``Component.plan``)."""
+        mappings = comp.mappings
+        aggregates = tuple((sig, per, _AGGREGATES.get(mappings[sig].aggregate if sig in mappings else "sum", sum))
+                           for sig, per in comp.series.items())
+        names = tuple(sig for sig in comp.series if sig in mappings and (
+            mappings[sig].conditions or mappings[sig].capacity))
+        return aggregates, names
 
     # ---------------------------------------------------------------- restore
-    def restore(self, series: Iterable[tuple[SeriesKey, SeriesPoint]],
+    def restore(self, series: Iterable[tuple[str, SeriesPoint]],
                 components: Iterable[tuple[str, dict[str, Any]]], observations: Iterable[tuple[str, int, float]],
                 events: Iterable[tuple[int, str, str, str, str]]) -> None:
         """Rebuild the state from what the store persisted (no reassessment: identical state)."""
@@ -329,14 +405,15 @@ class LiveState:
                 records[cid] = rec
             except (KeyError, TypeError, ValueError, AttributeError) as err:
                 self.skipped.append(("components", cid[:200], f"{type(err).__name__}: {err}"[:300]))
-        for key, point in series:
-            self.series[key] = point
+        for text, point in series:
+            key = series_key_parse(text)
             comp = self.components.get(key[1])
+            self.series[text] = _Series(point.start_ns, point.time_ns, point.value, point.derived, comp)
             resolved = self.catalog.lookup(key[0])
             if comp is None or resolved is None or point.derived is None:
                 continue
             m = resolved.mapping
-            comp.series.setdefault(m.signal, {})[(key[0], key[2])] = point.derived
+            comp.series.setdefault(m.signal, {})[text] = point.derived
             comp.mappings[m.signal] = m
         for cid, rec in records.items():
             # As persisted with the last acknowledged batch (series may be a checkpoint older).

@@ -10,10 +10,12 @@ not yet acknowledged, which their exporters retry.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Iterable
@@ -27,14 +29,52 @@ from twin.core.specs import Calibration
 from twin.telemetry.state import (
     OBSERVATIONS_PER_JOB,
     Component,
-    SeriesKey,
     series_key_parse,
-    series_key_text,
     stored_float,
     stored_ns,
 )
 
 log = logging.getLogger(__name__)
+# One encoder, made once: json.dumps with any option builds a new encoder at every call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+# A component's signal names as stored (JSON), by name tuple: components of one kind share a few
+# sets, so each is encoded once. Bounded (cleared when full) at 4,096 sets, far more than the
+# combinations the built-in mappings make (a handful per component kind), so it only clears
+# under a flood of made-up names.
+_NAMES: dict[tuple[str, ...], str] = {}
+_NAMES_LIMIT = 4096
+_PACKS: dict[int, struct.Struct] = {}
+#: Fault injection, off by default: with ``TWIN_TELEMETRY_FAIL_EVERY_NTH_COMMIT=N`` every Nth
+#: ingest commit fails as a full disk fails a write (``OSError`` ENOSPC), after its rows are
+#: written and before COMMIT, so it is rolled back like a real failed write. For tests that
+#: prove a failed write is never acknowledged and kill -9 loses nothing acknowledged
+#: (tests/telemetry/test_durability.py); never set it in production.
+FAULT_ENV = "TWIN_TELEMETRY_FAIL_EVERY_NTH_COMMIT"
+
+
+def pack_signals(signals: dict[str, float]) -> tuple[str, bytes]:
+    """A component's signals as stored in ``component_live``: names (JSON) and values
+    (little-endian doubles, in name order). Packing eight doubles costs a fifth of writing
+    them as JSON text, and every batch writes every component it touched.
+    """
+    names = tuple(signals)
+    text = _NAMES.get(names)
+    if text is None:
+        if len(_NAMES) >= _NAMES_LIMIT:
+            _NAMES.clear()
+        text = _NAMES[names] = _encode(names)
+    pack = _PACKS.get(len(names))
+    if pack is None:
+        pack = _PACKS[len(names)] = struct.Struct(f"<{len(names)}d")
+    return text, pack.pack(*signals.values())
+
+
+def unpack_signals(names: str, vals: bytes) -> dict[str, float]:
+    """Inverse of :func:`pack_signals`."""
+    keys = json.loads(names)
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ValueError("signal names must be a list of text")
+    return dict(zip(keys, struct.unpack(f"<{len(keys)}d", vals), strict=True))
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -42,6 +82,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS series (key TEXT PRIMARY KEY, start_ns INTEGER, time_ns INTEGER, value REAL,
                                    derived REAL);
 CREATE TABLE IF NOT EXISTS components (id TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS component_live (id TEXT PRIMARY KEY, last_seen_ns INTEGER NOT NULL, names TEXT NOT NULL,
+                                           vals BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS observations (job TEXT, time_ns INTEGER, value REAL, PRIMARY KEY (job, time_ns));
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER, component TEXT,
                                    old TEXT, new TEXT, why TEXT);
@@ -70,6 +112,8 @@ class Store:
                                          "writable directory)") from err
         if not os.access(where, os.W_OK):
             raise SpecError("state_dir", f"{where} is not writable (pass --state-dir with a writable directory)")
+        self._fail_every = _fault_setting()
+        self._commits = 0
         try:
             self._db = self._open(synchronous)
         except sqlite3.DatabaseError as err:
@@ -113,19 +157,38 @@ class Store:
             self._db.close()
 
     # ---------------------------------------------------------------- writes
-    def commit_batch(self, series: Iterable[tuple[SeriesKey, SeriesPoint]], components: Iterable[Component],
-                     observations: Iterable[tuple[str, int, float]],
+    def commit_batch(self, series: Iterable[tuple[str, SeriesPoint]], records: Iterable[Component],
+                     live: Iterable[Component], observations: Iterable[tuple[str, int, float]],
                      events: Iterable[tuple[int, str, str, str, str]]) -> None:
-        """Everything one ingest batch changed, atomically."""
-        srows = [(series_key_text(k), p.start_ns, p.time_ns, p.value, p.derived) for k, p in series]
-        crows = [(c.id, json.dumps(c.to_record(), separators=(",", ":"))) for c in components]
+        """Everything one ingest batch changed, atomically.
+
+        ``records``: components whose whole record is written (new or reassessed);
+        ``live``: components whose signals and last-seen time are written (every one a
+        batch touched: a few hundred bytes instead of the whole record, which is most of
+        the write volume of a batch). Each of ``records`` is written in both tables.
+        """
+        srows = [(text, p.start_ns, p.time_ns, p.value, p.derived) for text, p in series]
+        written = {c.id: c for c in live}
+        crows = []
+        for c in records:
+            crows.append((c.id, _encode(c.to_record())))
+            written[c.id] = c
+        lrows = [(c.id, c.last_seen_ns, *pack_signals(c.signals)) for c in written.values()]
         orows = list(observations)
         with self._lock:
             db = self._db
             db.execute("BEGIN")
             try:
-                db.executemany("INSERT OR REPLACE INTO series VALUES (?,?,?,?,?)", srows)
-                db.executemany("INSERT OR REPLACE INTO components VALUES (?,?)", crows)
+                # Upserts, not INSERT OR REPLACE: the row is updated in place instead of deleted
+                # and re-inserted with its primary-key index entry (SQLite docs, "UPSERT").
+                db.executemany("INSERT INTO series VALUES (?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                               "start_ns = excluded.start_ns, time_ns = excluded.time_ns, value = excluded.value, "
+                               "derived = excluded.derived", srows)
+                db.executemany("INSERT INTO components VALUES (?,?) ON CONFLICT(id) DO UPDATE SET "
+                               "data = excluded.data", crows)
+                db.executemany("INSERT INTO component_live VALUES (?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
+                               "last_seen_ns = excluded.last_seen_ns, names = excluded.names, vals = excluded.vals",
+                               lrows)
                 if orows:
                     db.executemany("INSERT OR REPLACE INTO observations VALUES (?,?,?)", orows)
                     for job in {o[0] for o in orows}:
@@ -134,6 +197,9 @@ class Store:
                                    (job, job, OBSERVATIONS_PER_JOB - 1))
                 db.executemany("INSERT INTO events (time_ns, component, old, new, why) VALUES (?,?,?,?,?)",
                                list(events))
+                self._commits += 1
+                if self._fail_every and self._commits % self._fail_every == 0:
+                    raise OSError(errno.ENOSPC, f"No space left on device (injected by {FAULT_ENV})")
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -169,25 +235,29 @@ class Store:
         why = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
         self.skipped.append((table, str(key)[:200], why[:300]))
 
-    def load_series(self) -> list[tuple[SeriesKey, SeriesPoint]]:
-        """Every series' last point."""
+    def load_series(self) -> list[tuple[str, SeriesPoint]]:
+        """Every series' last point, by series text (:func:`twin.telemetry.state.series_key_text`)."""
         with self._lock:
             rows = self._db.execute("SELECT key, start_ns, time_ns, value, derived FROM series").fetchall()
         out = []
         for k, s, t, v, d in rows:
             try:
-                out.append((series_key_parse(k), SeriesPoint(stored_ns(s), stored_ns(t), stored_float(v),
-                                                              None if d is None else stored_float(d))))
+                series_key_parse(k)  # a key this version can read
+                out.append((k, SeriesPoint(stored_ns(s), stored_ns(t), stored_float(v),
+                                           None if d is None else stored_float(d))))
             except (ValueError, TypeError, AttributeError) as err:
                 self._skip("series", k, err)
         return out
 
     def load_components(self) -> list[tuple[str, dict[str, Any]]]:
-        """Every component's persisted record (a mapping; its fields are checked by the state)."""
+        """Every component's persisted record (a mapping; its fields are checked by the state), with
+        its latest signals and last-seen time from ``component_live``.
+        """
         with self._lock:
-            rows = self._db.execute("SELECT id, data FROM components").fetchall()
+            rows = self._db.execute("SELECT c.id, c.data, l.last_seen_ns, l.names, l.vals FROM components c "
+                                    "LEFT JOIN component_live l ON l.id = c.id").fetchall()
         out = []
-        for cid, data in rows:
+        for cid, data, last_seen, names, vals in rows:
             try:
                 rec = json.loads(data)
             except (ValueError, TypeError) as err:
@@ -196,6 +266,12 @@ class Store:
             if not isinstance(rec, dict) or not isinstance(cid, str):
                 self._skip("components", cid, "not a component record")
                 continue
+            if names is not None:  # absent in a database written before component_live existed
+                try:
+                    signals, seen = unpack_signals(names, vals), stored_ns(last_seen)
+                    rec["signals"], rec["last_seen_ns"] = signals, seen
+                except (ValueError, TypeError, struct.error) as err:  # the record's own, older values stand
+                    self._skip("component_live", cid, err)
             out.append((cid, rec))
         return out
 
@@ -266,3 +342,13 @@ class Store:
             except (ValueError, TypeError) as err:
                 self._skip("calibration_history", s, err)
         return cal, history
+
+
+def _fault_setting() -> int:
+    """``FAULT_ENV`` as an integer (0: off)."""
+    text = os.environ.get(FAULT_ENV, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit() or int(text) < 1:
+        raise SpecError(FAULT_ENV, f"must be a whole number >= 1 (got {text[:40]!r}); unset it to turn faults off")
+    return int(text)
