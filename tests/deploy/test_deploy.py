@@ -290,3 +290,60 @@ def test_metrics_port_off_by_default_then_served_annotated_and_monitored(tmp_pat
                 values(metrics__serviceMonitor__interval="soon")):
         with pytest.raises(jsonschema.ValidationError):
             render(bad)
+
+
+def _dockerfile_runtime() -> tuple[dict[str, str], list[str], list[str], str]:
+    """(ENV, ENTRYPOINT argv, HEALTHCHECK argv, STOPSIGNAL) of the image's final stage."""
+    text = (DEPLOY / "Dockerfile").read_text()
+    final = text[text.rindex("\nFROM "):]
+    env: dict[str, str] = {}
+    for block in re.findall(r"^ENV (.*?)(?<!\\)$", final, re.M | re.S):
+        for key, value in re.findall(r"(\w+)=(\S+)", block.replace("\\\n", " ")):
+            env[key] = value
+    entry = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", final, re.M).group(1))
+    health = json.loads(re.search(r"^HEALTHCHECK.*\n\s*CMD (\[.*\])$", final, re.M).group(1))
+    stop = re.search(r"^STOPSIGNAL (\S+)$", final, re.M).group(1)
+    return env, entry, health, stop
+
+
+def test_the_image_entry_point_and_health_check_run_as_the_container_runs_them(tmp_path):
+    """No container engine runs here, so the image's own ENTRYPOINT, ENV, HEALTHCHECK and
+    STOPSIGNAL are run as processes (issue 13 item 6): only the host is 127.0.0.1 (tests stay
+    on loopback; the image's 0.0.0.0 is checked as text), the port a free one and the state
+    directory a scratch one."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    env_image, entry, health, stop = _dockerfile_runtime()
+    assert env_image["TWIN_HOST"] == "0.0.0.0" and env_image["TWIN_PORT"] == "50051"
+    assert entry == ["twin", "serve"] and health[:3] == ["python", "-m", "twin.server.healthcheck"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bindir = os.path.dirname(sys.executable)
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), **env_image,
+           "TWIN_HOST": "127.0.0.1", "TWIN_PORT": str(port), "TWIN_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen([os.path.join(bindir, entry[0]), *entry[1:]], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            check = subprocess.run([sys.executable, *health[1:]], env=env, capture_output=True, text=True,
+                                   timeout=30, check=False)
+            if check.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert check.returncode == 0 and check.stdout.strip() == "SERVING", (check.stdout, check.stderr)
+        proc.send_signal(getattr(signal, stop))
+        assert proc.wait(30) == 0
+        after = subprocess.run([sys.executable, *health[1:]], env=env, capture_output=True, text=True,
+                               timeout=30, check=False)
+        assert after.returncode == 1                      # the check fails once the server is gone
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
