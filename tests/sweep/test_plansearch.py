@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from twin.core.errors import TwinError
 from twin.core.specs import validate_plan
 from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, PlanSource, divisors, plan_scenario, search_plans, space_for
@@ -178,3 +180,29 @@ def test_memory_headroom_keeps_hbm_free(engine):
     assert (plain.floats["memory_gib"][ok_plain & ~ok_vec] > 0.75 * 80).all()
     res = search_plans(engine, space, top=3, memory_headroom=0.25)
     assert all(e["memory"]["total_gib"] <= 60 for e in res.estimates)
+
+
+def test_plan_cli_explains_why_the_best_beats_the_runner_up():
+    """Issue 12 item 5: --explain names the plan fields that differ and the parts of the step
+    that make up the difference, which add up to it."""
+    out = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "32", "--seq-len", "4096",
+              "--top", "1", "--explain", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    ex = data["explain"]
+    best, second = data["top"][0], data["top"][1]                 # --explain asks for a runner-up
+    assert ex["step_time_s"]["difference"] == pytest.approx(
+        second["estimate"]["step_time_s"] - best["estimate"]["step_time_s"])
+    assert ex["step_time_s"]["difference"] >= 0
+    assert ex["plan_differences"] and all(best[k] == v["best"] and second[k] == v["runner_up"]
+                                          for k, v in ex["plan_differences"].items())
+    parts = sum(row["runner_up_minus_best"] for row in ex["parts_s"])
+    assert parts == pytest.approx(ex["step_time_s"]["difference"], abs=1e-6)
+    table = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "32", "--explain")
+    assert table.returncode == 0 and "Why #1 beats #2" in table.stdout, table.stderr
+
+
+def test_explain_with_a_single_plan_says_there_is_no_runner_up():
+    from twin.commands.plan import explain
+
+    assert "no runner-up" in explain([{"estimate": {}}])["reason"]

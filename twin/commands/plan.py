@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from twin.commands.render import console, print_json, table
-from twin.commands.sweep import top_table
+from twin.commands.sweep import drive, top_table
 from twin.sweep.job import EngineSettings
 from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, search_plans, space_for
 from twin.sweep.runner import EXECUTORS
@@ -50,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--executor", choices=EXECUTORS, default="inline", help="inline (default), ray or auto")
     p.add_argument("--ray-address", default=None, help="Ray cluster address")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--explain", action="store_true",
+                   help="say why the best plan beats the runner-up: how their plans differ and which parts of "
+                        "the step make up the difference")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (none is drawn off a terminal)")
     p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins")
     p.set_defaults(func=run)
 
@@ -62,10 +66,15 @@ def run(args: argparse.Namespace) -> int:
                       shardings=args.sharding, recompute=args.recompute, precisions=args.precision,
                       max_tp=args.max_tp, software=args.software,
                       plan=None if args.schedule is None else {"schedule": args.schedule})
-    res = search_plans(engine, space, top=max(1, args.top), executor=args.executor, ray_address=args.ray_address,
-                       settings=settings, memory_headroom=args.memory_headroom)
+    top = max(2 if args.explain else 1, args.top)
+    res = search_plans(engine, space, top=top, executor=args.executor, ray_address=args.ray_address,
+                       settings=settings, memory_headroom=args.memory_headroom,
+                       runner=lambda job: drive(job, engine, args))
     if args.json:
-        print_json(res.to_dict())
+        doc = res.to_dict()
+        if args.explain:
+            doc["explain"] = explain(res.plans())
+        print_json(doc)
         return 0
     out = console()
     r = res.result
@@ -96,4 +105,58 @@ def run(args: argparse.Namespace) -> int:
             if v > 0 or name == "compute":
                 t.add_row(name, f"{v:.4f}", f"{100 * v / est['step_time_s']:.1f}%")
         out.print(t)
+    if args.explain:
+        render_explain(explain(res.plans()))
     return 0
+
+
+PLAN_KEYS = ("tp", "pp", "vp", "cp", "ep", "etp", "mbs", "recompute", "sharding", "precision")
+
+
+def _parts(est: dict[str, Any]) -> dict[str, float]:
+    bd = est["breakdown"]
+    parts = {"compute": bd["compute_s"], "recompute": bd["recompute_s"], "bubble": bd["bubble_s"],
+             "optimizer": bd["optimizer_s"], "offload": bd["offload_s"],
+             "overlap interference": bd["overlap_interference_s"]}
+    parts.update({f"exposed {k}": v for k, v in bd["exposed_comm_s"].items()})
+    return parts
+
+
+def explain(plans: list[dict[str, Any]]) -> dict[str, Any]:
+    """Why the best plan beats the runner-up: the plan fields that differ, and each part of the
+    step (compute, exposed communication per dimension, bubble, ...) as the runner-up's minus
+    the best's, largest first; the parts add up to the step-time difference.
+    """
+    if len(plans) < 2:
+        return {"reason": "only one plan fits: there is no runner-up"}
+    best, second = plans[0], plans[1]
+    b, s = best["estimate"], second["estimate"]
+    pb, ps = _parts(b), _parts(s)
+    diffs = sorted(((name, ps.get(name, 0.0) - pb.get(name, 0.0)) for name in {*pb, *ps}),
+                   key=lambda kv: -abs(kv[1]))
+    return {"step_time_s": {"best": b["step_time_s"], "runner_up": s["step_time_s"],
+                            "difference": s["step_time_s"] - b["step_time_s"]},
+            "memory_gib": {"best": b["memory"]["total_gib"], "runner_up": s["memory"]["total_gib"]},
+            "plan_differences": {k: {"best": best.get(k), "runner_up": second.get(k)} for k in PLAN_KEYS
+                                 if best.get(k) != second.get(k)},
+            "parts_s": [{"part": name, "runner_up_minus_best": d} for name, d in diffs if d != 0.0]}
+
+
+def render_explain(ex: dict[str, Any]) -> None:
+    """The explanation as tables."""
+    out = console()
+    if "reason" in ex:
+        out.print(ex["reason"])
+        return
+    st = ex["step_time_s"]
+    out.print(f"\nWhy #1 beats #2: {st['best']:.3f} s vs {st['runner_up']:.3f} s "
+              f"({st['difference']:+.4f} s for #2; memory {ex['memory_gib']['best']:.1f} vs "
+              f"{ex['memory_gib']['runner_up']:.1f} GiB)")
+    t = table("How the plans differ", "field", "#1", "#2")
+    for key, v in ex["plan_differences"].items():
+        t.add_row(key, str(v["best"]), str(v["runner_up"]))
+    out.print(t)
+    t = table("Where #2 loses (+) or gains (-) time", "part", "#2 - #1, s")
+    for row in ex["parts_s"]:
+        t.add_row(row["part"], f"{row['runner_up_minus_best']:+.4f}")
+    out.print(t)

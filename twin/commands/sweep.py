@@ -78,7 +78,7 @@ def drive(job: Any, engine: Engine, args: argparse.Namespace) -> SweepResult:
     from rich.progress import Progress as Bar
 
     executor = make_executor(args.executor, engine=engine, ray_address=args.ray_address,
-                             num_cpus=args.num_cpus, total=job.total)
+                             num_cpus=getattr(args, "num_cpus", None), total=job.total)
     cancel = threading.Event()
     result: SweepResult | None = None
     show = not args.no_progress and sys.stderr.isatty()
@@ -92,7 +92,7 @@ def drive(job: Any, engine: Engine, args: argparse.Namespace) -> SweepResult:
         with bar:
             task = bar.add_task(f"{job.name} [{executor.name} x{executor.workers}]", total=job.total, rate="",
                                 best="")
-            for ev in events(job, executor, cancel=cancel, batch_points=args.batch_points):
+            for ev in events(job, executor, cancel=cancel, batch_points=getattr(args, "batch_points", None)):
                 if isinstance(ev, Progress):
                     best = ev.best[job.metric] if ev.best else None
                     bar.update(task, completed=ev.done, rate=f"{ev.points_per_s:,.0f} pts/s",

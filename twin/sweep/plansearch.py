@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -315,11 +315,19 @@ def plan_scenario(space: PlanSpace, row: Mapping[str, Any]) -> Scenario:
 
 def search_plans(engine: Engine, space: PlanSpace, *, top: int = 5, executor: Any = "inline",
                  ray_address: str | None = None, cancel: Any = None, settings: EngineSettings | None = None,
-                 metric: str = "step_time_s", order: str = "min", memory_headroom: float = 0.0) -> PlanSearchResult:
-    """Search ``space``; the best ``top`` plans re-evaluated with the full model."""
+                 metric: str = "step_time_s", order: str = "min", memory_headroom: float = 0.0,
+                 runner: Callable[[Job], SweepResult] | None = None) -> PlanSearchResult:
+    """Search ``space``; the best ``top`` plans re-evaluated with the full model.
+
+    ``runner``: runs the job instead of :func:`~twin.sweep.runner.run_job` (the CLI passes
+    one that draws a progress bar from the job's events).
+    """
     t0 = time.perf_counter()
     job = plan_job(space, top=top, metric=metric, order=order, settings=settings, memory_headroom=memory_headroom)
-    result = run_job(job, engine=engine, executor=executor, ray_address=ray_address, cancel=cancel)
+    if runner is not None:
+        result = runner(job)
+    else:
+        result = run_job(job, engine=engine, executor=executor, ray_address=ray_address, cancel=cancel)
     estimates = [engine.evaluate(plan_scenario(space, row_dict(result.top, i))).to_dict()
                  for i in range(nrows(result.top))]
     return PlanSearchResult(space=space, result=result, estimates=estimates, seconds=time.perf_counter() - t0)
