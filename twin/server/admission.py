@@ -36,6 +36,8 @@ from twin.wire.errors import retry_status
 MIN_RETRY_AFTER_S = 0.05
 # Weight of the newest run time in the pool's running mean (about the last 20 calls).
 SERVICE_TIME_WEIGHT = 0.05
+# The longest run time one call adds to that mean (unary calls take milliseconds).
+MAX_SERVICE_SAMPLE_S = 1.0
 # Marks a handler behaviour that must not wait in the pool's queue (gRPC passes the
 # behaviour to ``submit`` among its arguments).
 BYPASS_QUEUE = "_twin_bypass_queue"
@@ -79,7 +81,8 @@ class CountingExecutor(ThreadPoolExecutor):
             try:
                 return fn(*args, **kwargs)
             finally:
-                took = time.perf_counter() - t0
+                # A long stream (a sweep) is not what a queued unary call waits for: capped.
+                took = min(time.perf_counter() - t0, MAX_SERVICE_SAMPLE_S)
                 self.mean_service_s += SERVICE_TIME_WEIGHT * (took - self.mean_service_s)
 
         with self._lock:
