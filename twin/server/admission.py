@@ -72,10 +72,7 @@ class CountingExecutor(ThreadPoolExecutor):
         """Queue ``fn``, counting it until a worker takes it (a refusal goes to the side pool)."""
         if any(getattr(arg, BYPASS_QUEUE, False) for arg in args):
             return self._side.submit(fn, *args, **kwargs)
-        started = threading.Event()
-
         def run() -> Any:
-            started.set()
             self._started()
             t0 = time.perf_counter()
             try:
@@ -94,7 +91,8 @@ class CountingExecutor(ThreadPoolExecutor):
             raise
 
         def uncount_if_cancelled(f: Future[Any]) -> None:
-            if f.cancelled() and not started.is_set():
+            # A future can be cancelled only before it starts, so ``run`` never uncounted it.
+            if f.cancelled():
                 self._started()
 
         future.add_done_callback(uncount_if_cancelled)

@@ -235,6 +235,18 @@ class Store:
         why = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
         self.skipped.append((table, str(key)[:200], why[:300]))
 
+    def _json_mapping(self, table: str, key: Any, text: Any, what: str) -> dict[str, Any] | None:
+        """The JSON mapping stored under text key ``key``, or None (skipped, with why)."""
+        try:
+            value = json.loads(text)
+        except (ValueError, TypeError) as err:
+            self._skip(table, key, err)
+            return None
+        if not isinstance(value, dict) or not isinstance(key, str):
+            self._skip(table, key, what)
+            return None
+        return value
+
     def load_series(self) -> list[tuple[str, SeriesPoint]]:
         """Every series' last point, by series text (:func:`twin.telemetry.state.series_key_text`)."""
         with self._lock:
@@ -258,13 +270,8 @@ class Store:
                                     "LEFT JOIN component_live l ON l.id = c.id").fetchall()
         out = []
         for cid, data, last_seen, names, vals in rows:
-            try:
-                rec = json.loads(data)
-            except (ValueError, TypeError) as err:
-                self._skip("components", cid, err)
-                continue
-            if not isinstance(rec, dict) or not isinstance(cid, str):
-                self._skip("components", cid, "not a component record")
+            rec = self._json_mapping("components", cid, data, "not a component record")
+            if rec is None:
                 continue
             if names is not None:  # absent in a database written before component_live existed
                 try:
@@ -311,15 +318,9 @@ class Store:
             rows = self._db.execute("SELECT job, scenario FROM jobs").fetchall()
         out = {}
         for j, text in rows:
-            try:
-                mapping = json.loads(text)
-            except (ValueError, TypeError) as err:
-                self._skip("jobs", j, err)
-                continue
-            if isinstance(j, str) and isinstance(mapping, dict):
+            mapping = self._json_mapping("jobs", j, text, "not a scenario mapping")
+            if mapping is not None:
                 out[j] = mapping
-            else:
-                self._skip("jobs", j, "not a scenario mapping")
         return out
 
     def load_calibration(self) -> tuple[Calibration | None, list[dict[str, Any]]]:
