@@ -91,17 +91,12 @@ def run(args: argparse.Namespace) -> int:
     out.print(top_table(r.top, "step_time_s", f"Fastest {len(res.plans())} plans that fit"))
     for i, plan in enumerate(res.plans(), 1):
         est = plan["estimate"]
-        bd = est["breakdown"]
         out.print(f"\n#{i}: tp{plan['tp']} pp{plan['pp']} vp{plan['vp']} dp{est['dp']} cp{plan['cp']} ep{plan['ep']} "
                   f"mbs{plan['mbs']} recompute={plan['recompute']} sharding={plan['sharding']}"
                   f"{'' if args.schedule is None else ' schedule=' + space.base.schedule}: "
                   f"{est['step_time_s']:.3f} s, MFU {100 * est['mfu']:.1f}%, {est['memory']['total_gib']:.1f} GiB")
         t = table("", "part", "seconds", "share")
-        parts = [("compute", bd["compute_s"]), ("recompute", bd["recompute_s"])]
-        parts += [(f"exposed {k}", v) for k, v in sorted(bd["exposed_comm_s"].items())]
-        parts += [("bubble", bd["bubble_s"]), ("optimizer", bd["optimizer_s"]), ("offload", bd["offload_s"]),
-                  ("overlap interference", bd["overlap_interference_s"])]
-        for name, v in parts:
+        for name, v in _parts(est).items():
             if v > 0 or name == "compute":
                 t.add_row(name, f"{v:.4f}", f"{100 * v / est['step_time_s']:.1f}%")
         out.print(t)
@@ -114,11 +109,12 @@ PLAN_KEYS = ("tp", "pp", "vp", "cp", "ep", "etp", "mbs", "recompute", "sharding"
 
 
 def _parts(est: dict[str, Any]) -> dict[str, float]:
+    """The step's parts in print order: compute, recompute, exposed comm per dimension, the rest."""
     bd = est["breakdown"]
-    parts = {"compute": bd["compute_s"], "recompute": bd["recompute_s"], "bubble": bd["bubble_s"],
-             "optimizer": bd["optimizer_s"], "offload": bd["offload_s"],
-             "overlap interference": bd["overlap_interference_s"]}
-    parts.update({f"exposed {k}": v for k, v in bd["exposed_comm_s"].items()})
+    parts = {"compute": bd["compute_s"], "recompute": bd["recompute_s"]}
+    parts.update({f"exposed {k}": v for k, v in sorted(bd["exposed_comm_s"].items())})
+    parts.update({"bubble": bd["bubble_s"], "optimizer": bd["optimizer_s"], "offload": bd["offload_s"],
+                  "overlap interference": bd["overlap_interference_s"]})
     return parts
 
 
