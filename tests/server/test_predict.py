@@ -220,3 +220,13 @@ def test_estimate_links_survive_the_wire(twin_stub, local):
     want = local.evaluate(ONE_LINE)
     assert est.links == want.links and est.contention_s == want.contention_s
     assert any(link.tier == 1 for link in est.links)
+
+
+def test_strategy_details_cross_the_wire(twin_stub, local):
+    """What each strategy reports (here the pipeline schedule it ran) reaches the client."""
+    piped = {**ONE_LINE, "plan": {**ONE_LINE["plan"], "pp": 2, "vp": 1, "schedule": "zero_bubble_h1"}}
+    want = local.evaluate(piped)
+    assert want.details["pp"]["schedule"] == "zero_bubble_h1"
+    msg = twin_stub.Predict(t.PredictRequest(scenario=scenario_from_mapping(piped)), timeout=10).estimate
+    got = estimate_from_message(msg)
+    assert got.details == want.details and got.details["pp"]["schedule"] == "zero_bubble_h1"

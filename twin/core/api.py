@@ -107,7 +107,8 @@ class Terms:
     Per step: ``exposed_per_step_s`` is paid once per step (e.g. the last gradient
     bucket), ``issued_per_step_s`` and ``bytes_per_step`` as above.
     ``algorithm`` names the collective algorithm mostly used (diagnostics); ``details``
-    is free-form plain data for one scenario (ignored for batches).
+    is plain data for one scenario, reported under the strategy's dimension in
+    ``Estimate.details`` (leave it empty for a batch).
     """
 
     exposed_per_microbatch_s: Any = 0.0

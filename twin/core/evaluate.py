@@ -268,6 +268,7 @@ class _Step:
     algorithms: dict[str, str]
     notes: list[str]
     flows: _Flows = ([], [])
+    details: dict[str, dict[str, Any]] = field(default_factory=dict)
     alone_step_s: Any = None
 
 
@@ -694,7 +695,7 @@ class TwinModel:
             mfu=flops / step / n / (work.half_peak * 1e12),
             mfu_at_precision_peak=flops / step / n / (work.prec_peak * 1e12),
             model_flops_per_step=flops, microbatches=work.m, dp=work.dp, comm_issued_s=st.issued,
-            bytes_per_step=st.nbytes, algorithms=st.algorithms,
+            bytes_per_step=st.nbytes, algorithms=st.algorithms, details=st.details,
             fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes),
             links=links,
             contention_s=max(0.0, step - st.alone_step_s) if report and st.alone_step_s is not None else 0.0,
@@ -767,6 +768,7 @@ class TwinModel:
         issued: dict[str, Any] = {}
         nbytes: dict[str, Any] = {}
         algorithms: dict[str, str] = {}
+        details: dict[str, dict[str, Any]] = {}
         offload_s: Any = 0.0
         per_step: Any = 0.0
         hidden: Any = 0.0
@@ -787,12 +789,14 @@ class TwinModel:
                 hidden = hidden + ops.maximum(0.0, total - t.exposed_per_microbatch_s * m - t.exposed_per_step_s)
             if not batch and t.algorithm:
                 algorithms[dim] = str(t.algorithm)
+            if not batch and t.details:
+                details.setdefault(dim, {}).update(t.details)
         interference = OVERLAP_INTERFERENCE * hidden
         step = pipe + per_step + opt_s + offload_s + interference
         return _Step(step_s=step, compute_s=m * (stage.fwd_s + stage.bwd_s), recompute_s=m * stage.recompute_s,
                      exposed=exposed, issued=issued, nbytes=nbytes, bubble_s=bubble, optimizer_s=opt_s,
                      offload_s=offload_s, interference_s=interference, algorithms=algorithms, notes=list(ctx.notes),
-                     flows=flows)
+                     flows=flows, details=details)
 
     def _contend(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
                  rehome: Callable[[Any], Callable[..., CollectiveCost]],
