@@ -230,3 +230,16 @@ def test_strategy_details_cross_the_wire(twin_stub, local):
     msg = twin_stub.Predict(t.PredictRequest(scenario=scenario_from_mapping(piped)), timeout=10).estimate
     got = estimate_from_message(msg)
     assert got.details == want.details and got.details["pp"]["schedule"] == "zero_bubble_h1"
+
+
+def test_moe_dispatcher_crosses_the_wire(twin_stub, local):
+    """plan.moe_dispatcher on the wire: each dispatcher's prediction is the local one."""
+    steps = {}
+    for dispatcher in ("alltoall", "deepep"):
+        moe = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "qwen3-235b-a22b",
+               "plan": {"tp": 1, "ep": 16, "gbs": 256, "moe_dispatcher": dispatcher}}
+        msg = twin_stub.Predict(t.PredictRequest(scenario=scenario_from_mapping(moe)), timeout=10).estimate
+        assert msg.step_time_s == local.evaluate(moe).step_time_s
+        steps[dispatcher] = msg.comm_issued_s["ep"]
+    # An EP group over two NVLink domains: DeepEP sends fewer copies across them.
+    assert steps["deepep"] < steps["alltoall"]
