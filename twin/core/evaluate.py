@@ -443,11 +443,27 @@ class TwinModel:
                        "bw_GBps_per_gpu": t.bw_Bps / 1e9, "latency_us": t.latency_s * 1e6,
                        "oversubscription": t.oversubscription, "in_network_reduction": t.reduction}
                       for t in hierarchy.tiers]}
+        built = self._as_built(cluster)
         for fab in self.cluster_fabrics(cluster):
-            extra = fab.report(cluster, hierarchy)
+            extra = fab.report(built if fab.role == "scale_out" else cluster, hierarchy)
             if extra:
                 report[fab.role] = extra
         return report
+
+    def _as_built(self, cluster: Cluster) -> Cluster:
+        """``cluster`` with the switch radix its scale-out tiers are built with: the optics
+        model's when it forces one (co-packaged optics switches carry 144 ports), so the
+        scale-out fabric reports the tree the hierarchy has, not one at its own radix.
+        """
+        so = cluster.scale_out
+        if so is None or cluster.optics is None:
+            return cluster
+        optics = self.fabrics.get("optics", cluster.optics.kind, "cluster.optics.kind")
+        assert isinstance(optics, OpticsModel)
+        radix = optics.switch_radix(cluster)
+        if radix is None or radix == so.switch_radix:
+            return cluster
+        return dataclasses.replace(cluster, scale_out=dataclasses.replace(so, switch_radix=radix))
 
     def power_facts(self, cluster: Cluster) -> energy_model.PowerFacts:
         """What ``cluster``'s components draw (``twin.core.energy``; cached by value).
@@ -459,8 +475,9 @@ class TwinModel:
         hit = self._power.get(key)
         if hit is None:
             hierarchy = self.hierarchy_of(cluster, Calibration())
-            report = {fab.role: fab.report(cluster, hierarchy) for fab in self.cluster_fabrics(cluster)
-                      if fab.role in ("scale_out", "optics")}
+            built = self._as_built(cluster)
+            report = {fab.role: fab.report(built if fab.role == "scale_out" else cluster, hierarchy)
+                      for fab in self.cluster_fabrics(cluster) if fab.role in ("scale_out", "optics")}
             hit = energy_model.power_facts(cluster, report)
             if len(self._power) > _CACHE_LIMIT:
                 self._power.clear()
