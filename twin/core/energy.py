@@ -96,7 +96,7 @@ def _switches_per_tier(report: Mapping[str, Any]) -> list[float] | None:
     """Switches per tier (leaf first) of the scale-out fabric, or None if it reports none.
 
     The report is of the fabric as built: at the switch radix the optics force when they do
-    (``TwinModel._as_built``: co-packaged optics switches carry 144 ports).
+    (``TwinModel.as_built``: co-packaged optics switches carry 144 ports).
     """
     fabric = report.get("scale_out")
     if not isinstance(fabric, Mapping) or fabric.get("switches_per_tier") is None:

@@ -443,14 +443,33 @@ class TwinModel:
                        "bw_GBps_per_gpu": t.bw_Bps / 1e9, "latency_us": t.latency_s * 1e6,
                        "oversubscription": t.oversubscription, "in_network_reduction": t.reduction}
                       for t in hierarchy.tiers]}
-        built = self._as_built(cluster)
-        for fab in self.cluster_fabrics(cluster):
-            extra = fab.report(built if fab.role == "scale_out" else cluster, hierarchy)
+        for role, extra in self._fabric_reports(cluster, hierarchy).items():
             if extra:
-                report[fab.role] = extra
+                report[role] = extra
         return report
 
-    def _as_built(self, cluster: Cluster) -> Cluster:
+    def _fabric_reports(self, cluster: Cluster, hierarchy: Hierarchy,
+                        roles: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+        """Each fabric model's report (of ``roles``; None: all): the scale-out fabric as built
+        (:meth:`as_built`), and the optics of the links it says run over optics when it is
+        not a fat tree (``ScaleOutFabric.optical_links``).
+        """
+        out: dict[str, dict[str, Any]] = {}
+        links: int | None = None
+        for fab in self.cluster_fabrics(cluster):
+            if isinstance(fab, ScaleOutFabric):
+                links = fab.optical_links(self.as_built(cluster))
+            if roles is not None and fab.role not in roles:
+                continue
+            if isinstance(fab, ScaleOutFabric):
+                out[fab.role] = fab.report(self.as_built(cluster), hierarchy)
+            elif isinstance(fab, OpticsModel) and links is not None:
+                out[fab.role] = fab.links_report(cluster, hierarchy, links)
+            else:
+                out[fab.role] = fab.report(cluster, hierarchy)
+        return out
+
+    def as_built(self, cluster: Cluster) -> Cluster:
         """``cluster`` with the switch radix its scale-out tiers are built with: the optics
         model's when it forces one (co-packaged optics switches carry 144 ports), so the
         scale-out fabric reports the tree the hierarchy has, not one at its own radix.
@@ -475,9 +494,7 @@ class TwinModel:
         hit = self._power.get(key)
         if hit is None:
             hierarchy = self.hierarchy_of(cluster, Calibration())
-            built = self._as_built(cluster)
-            report = {fab.role: fab.report(built if fab.role == "scale_out" else cluster, hierarchy)
-                      for fab in self.cluster_fabrics(cluster) if fab.role in ("scale_out", "optics")}
+            report = self._fabric_reports(cluster, hierarchy, ("scale_out", "optics"))
             hit = energy_model.power_facts(cluster, report)
             if len(self._power) > _CACHE_LIMIT:
                 self._power.clear()
