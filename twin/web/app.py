@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from html import escape
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -48,6 +49,9 @@ POLL_S = 0.5
 KEEPALIVE_S = 15.0
 HTTP_STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429, "FAILED_PRECONDITION": 409,
                "UNAUTHENTICATED": 401}
+# A login form's body at most (a token and a path): 64 KiB, 16x the 4 KiB a browser cookie may hold
+# (RFC 6265 section 6.1), so no real token is cut.
+LOGIN_BYTES = 64 * 1024
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
@@ -117,9 +121,9 @@ def build_app(live: Live, sweeps: WebSweeps, token: str | None, *, secure: bool,
     async def login(request: Request) -> Response:
         given = request.query_params.get("token", "")
         next_path = request.query_params.get("next", "/")
-        if request.method == "POST":
-            form = await request.form()
-            given, next_path = str(form.get("token", "")), str(form.get("next", "/"))
+        if request.method == "POST":  # the form, urlencoded (read here: Starlette's parser needs python-multipart)
+            form = parse_qs((await request.body())[:LOGIN_BYTES].decode("utf-8", errors="replace"))
+            given, next_path = form.get("token", [""])[0], form.get("next", ["/"])[0]
         if token is None:
             return RedirectResponse("/", status_code=303)
         if not given:

@@ -273,11 +273,13 @@ def _parent(layout: Layout, item: Item) -> str | None:
     if item == top:
         return None
     first, _ = _gpus_of(layout, item.level, item.lo, item.hi)
-    level = -1 if item.level == "node" else int(item.level.split(":")[1])
-    parent_tier = level + 1
-    if item.level == "node" and item.hi - item.lo == 1:
-        parent_tier = 0
-    if parent_tier >= len(layout.tiers) - 1:
+    # Items at a level are the children of a group one tier up; the view above shows that
+    # group among its siblings: the children of the group two tiers up.
+    if item.level == "node":
+        parent_tier = 0 if item.hi - item.lo == 1 else 1
+    else:
+        parent_tier = int(item.level.split(":")[1]) + 2
+    if parent_tier >= len(layout.tiers):
         return _at(top.level, top.lo, top.hi)
     group = first // layout.span(parent_tier)
     up = _children_of(layout, parent_tier, group)
