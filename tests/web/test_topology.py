@@ -77,3 +77,31 @@ def test_web_config_defaults_and_errors():
     with pytest.raises(SpecError) as err:
         load_config(env={"TWIN_WEB_ADDRESS": "127.0.0.1:50051"})
     assert err.value.field == "config.web.address"
+
+
+def test_a_taken_default_port_moves_the_view_and_a_taken_address_is_an_error(monkeypatch, caplog):
+    """The default port (8080) may belong to something else on the machine: the view moves to
+    a free port rather than keep the twin from serving; an address asked for is never moved."""
+    import socket
+
+    from twin.server import config as server_config
+    from twin.web.server import listen
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        monkeypatch.setattr(server_config, "WEB_PORT", port)
+        with caplog.at_level("WARNING", logger="twin.web"):
+            sock = listen(load_config(env={}))
+        try:
+            assert sock.getsockname()[1] not in (port, 0)
+            assert f"port {port} of 127.0.0.1 is taken" in caplog.text
+        finally:
+            sock.close()
+        with pytest.raises(SpecError) as err:
+            listen(load_config(env={"TWIN_WEB_ADDRESS": f"127.0.0.1:{port}"}))
+        assert err.value.field == "config.web.address" and "cannot listen" in str(err.value)
+    finally:
+        taken.close()

@@ -98,7 +98,8 @@ class WebConfig:
     enabled: bool = spec_field(True, doc="serve the web view (twin serve --no-web: off)")
     address: str = spec_field(
         "", doc=f"host:port of the web view; empty: the server's host and port {WEB_PORT} (a free port when "
-                "port is 0, so a server asked for a free port never clashes); port 0: a free port")
+                "that one is taken, or when port is 0, so a server asked for a free port never clashes); "
+                "port 0: a free port")
 
 
 @dataclass(frozen=True, slots=True)

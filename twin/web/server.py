@@ -36,6 +36,23 @@ BACKLOG = socket.SOMAXCONN
 GRACE_S = 2.0
 
 
+def listen(config: ServerConfig) -> socket.socket:
+    """The web view's listening socket: ``web.address``, or by default the server's host at port
+    8080. A taken default port is not worth refusing to serve for: the view moves to a free
+    port (logged, and in the ``serving`` line); a taken ``web.address`` is an error naming it.
+    """
+    host, port = config.web_bind
+    try:
+        return bind(host, port)
+    except SpecError:
+        if config.web.address or port == 0:
+            raise
+        sock = bind(host, 0)
+        log.warning("web view: port %d of %s is taken; serving on free port %d instead (set web.address "
+                    "or --web-address to choose)", port, host, sock.getsockname()[1])
+        return sock
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on (host, port); SpecError naming ``config.web.address`` when it cannot be."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -89,8 +106,7 @@ class WebServer:
 def register(server: Any, ctx: ServerContext) -> None:
     """The web view as a server extension (``twin serve`` adds it unless ``web.enabled`` is false)."""
     config = ctx.config
-    host, port = config.web_bind
-    sock = bind(host, port)
+    sock = listen(config)
     live = Live(ctx.engine, ctx.extras.get("telemetry"))
     sweeps = WebSweeps(ctx.sweep_runner, config.limits.max_sweep_streams, ctx.shutdown)
     app = build_app(live, sweeps, ctx.auth_token, secure=config.tls.enabled,
