@@ -293,7 +293,9 @@ def _count(x: float) -> str:
 def _label(layout: Layout, placement: Placement, level: str, lo: int, hi: int, nodes: range) -> str:
     if level == "node":
         if hi - lo == 1:
-            return placement.hosts.get(lo, f"node {lo}")
+            # A placed host shows its name under the node's index (host "node-2" may sit on node 1).
+            host = placement.hosts.get(lo)
+            return f"node {lo}" if host is None else f"{host}\nnode {lo}"
         return f"nodes {lo}-{hi - 1}"
     name = layout.tiers[int(level.split(":")[1])]["name"]
     what = f"{name} group {lo}" if hi - lo == 1 else f"{name} groups {lo}-{hi - 1}"
