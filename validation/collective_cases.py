@@ -21,7 +21,7 @@ from twin.core.collectives import bus_factor, collective_cost, collective_option
 from twin.core.errors import TwinError
 from twin.core.scenario_io import read_mapping
 from twin.engine import Engine
-from twin.reference import PEAK_MESSAGE_BYTES, collective_setup, ep_bytes
+from twin.reference import PEAK_MESSAGE_BYTES, collective_setup, ep_predicted_GBps, ep_workload
 
 DEFAULT = Path(__file__).resolve().parent / "reference" / "collectives.yaml"
 
@@ -66,10 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for pt in setup.points:
             if op.startswith("ep_"):
-                size = ep_bytes(case, op)
-                cost = collective_cost("all_to_all", size, sp, setup.hierarchy)
-                rows.append((size, pt.busbw, cost.bottleneck_bw_Bps / 1e9, None, float(cost.time_s), 0.0,
-                             str(cost.algorithm), str(cost.protocol)))
+                wl = ep_workload(case, op)
+                pred, cost = ep_predicted_GBps(wl, sp, setup.hierarchy)
+                # DeepEP's figure is its counted bytes / kernel time, so the measured time is
+                # the counted bytes / the published figure.
+                counted = pred * 1e9 * float(cost.time_s)
+                rows.append((wl.dispatched_bytes, pt.busbw, pred, counted / (pt.busbw * 1e9), float(cost.time_s),
+                             0.0, str(cost.algorithm), str(cost.protocol)))
                 continue
             size = pt.size or PEAK_MESSAGE_BYTES
             t, lat, algo, proto = _parts(op, size, setup)

@@ -59,9 +59,11 @@ _TREE_CORRECTION = {
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
 }
 _TREE_CORRECTION_ARRAYS = {p: np.asarray((*row, 1.0)) for p, row in _TREE_CORRECTION.items()}
-# tuning.cc (2.19+) hwLat[NET][NVLS_TREE][Simple]: a network step of NVLS-tree, us; its latency
-# is intraLat + 2 * log2(nNodes) * interLat (the inter-node reduce and broadcast trees).
-_HW_LAT_NET_NVLS_TREE = 14.0
+# NCCL's hwLat[NET][NVLS_TREE][Simple], a network step of NVLS-tree, us: 20.9 in the tuner
+# constants of the releases whose tree/ring tables the twin uses (ncclTunerConstantsDefaults;
+# 14 in 2.19's tuning.cc). Its latency is intraLat + 2 log2(nNodes) interLat (the inter-node
+# reduce and broadcast trees).
+_HW_LAT_NET_NVLS_TREE = 20.9
 # NVLS and SHARP (CollNet) pipelines: chunked in-network reduction has a larger fixed cost
 # than a ring step; fitted to the DGX H100 nccl-tests curve in validation/reference
 # (mid-size all-reduce 8-64 MB) and NCCL >= 2.17 tuning.cc NVLS base latency (~25 us).
