@@ -16,7 +16,6 @@ hierarchies may hold one value per point; an algorithm a point cannot use costs 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +57,8 @@ _TREE_CORRECTION = {
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
 }
-_TREE_CORRECTION_ARRAYS = {p: np.asarray((*row, 1.0)) for p, row in _TREE_CORRECTION.items()}
+_TREE_CORRECTION_ROWS = {p: (*row, 1.0) for p, row in _TREE_CORRECTION.items()}
+_TREE_CORRECTION_ARRAYS = {p: np.asarray(row) for p, row in _TREE_CORRECTION_ROWS.items()}
 # NCCL's hwLat[NET][NVLS_TREE][Simple], a network step of NVLS-tree, us: 20.9 in the tuner
 # constants of the releases whose tree/ring tables the twin uses (ncclTunerConstantsDefaults;
 # 14 in 2.19's tuning.cc). Its latency is intraLat + 2 log2(nNodes) interLat (the inter-node
@@ -256,38 +256,47 @@ def _nccl_nodes(span: GroupSpan) -> Any:
     return ops.minimum(span.m, span.nodes)
 
 
+# Per protocol, the ring's step latencies, us (tuning.cc, ring model): NVLink step; the
+# intra-node step of an inter-node ring, which pays at least the network post overhead
+# ("Inter-node rings still have to launch nsteps * net overhead", x3 for Simple); the network
+# step, and with one rank per node the tree's network step instead ("With ppn=1 latencies
+# are fully exposed, use the Tree network latency").
+_RING_STEPS = tuple(
+    (proto, pbw, _BASE_LAT["ring"][proto], _HW_LAT_NVLINK["ring"][proto],
+     max(_HW_LAT_NVLINK["ring"][proto], _NET_OVERHEAD_US * (3 if proto == "Simple" else 1)),
+     _HW_LAT_NET["ring"][proto], _HW_LAT_NET["tree"][proto])
+    for proto, pbw in _PROTO_BW.items())
+
+
 def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     n, m = span.n, _nccl_nodes(span)
     up = h.up_bw
     multi = span.m > 1
-    net_lat = _net_latency_us(span, h)
-    if ops.any_(multi):
-        bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up)
-    else:
-        bw = up
     nsteps = 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
-    ninter = 2 * (m - 1) if op == "all_reduce" else (m - 1 if op in ("all_gather", "reduce_scatter") else m)
-    ninter = ops.minimum(ninter, nsteps)
     factor = bus_factor(op, n)
-    low_latency = _low_latency_protocols(span, h)
-    one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
+    any_multi = ops.any_(multi)
+    if any_multi:
+        bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up)
+        net_lat = _net_latency_us(span, h)
+        ninter = 2 * (m - 1) if op == "all_reduce" else (m - 1 if op in ("all_gather", "reduce_scatter") else m)
+        ninter = ops.minimum(ninter, nsteps)
+        low_latency = _low_latency_protocols(span, h)
+        one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
     out: list[Option] = []
-    for proto, pbw in _PROTO_BW.items():
-        # tuning.cc (ring model): an inter-node ring pays the network post overhead on every
-        # step ("Inter-node rings still have to launch nsteps * net overhead", x3 for Simple),
-        # and with one rank per node the network steps cost the tree's network latency ("With
-        # ppn=1 latencies are fully exposed, use the Tree network latency").
-        intra = ops.where(multi, max(_HW_LAT_NVLINK["ring"][proto], _NET_OVERHEAD_US * (3 if proto == "Simple" else 1)),
-                          _HW_LAT_NVLINK["ring"][proto])
-        net_hw = ops.where(one_per_node, _HW_LAT_NET["tree"][proto], _HW_LAT_NET["ring"][proto])
-        lat = _BASE_LAT["ring"][proto] + (nsteps - ninter) * intra + ninter * ops.maximum(net_hw, net_lat)
-        if proto == "Simple" and op == "all_reduce":
-            lat = ops.where(m > 1, lat * _RING_PLATEAU, lat)
-        busbw = bw * pbw
-        opt = _option(size * factor / busbw + lat * US, "ring", proto, busbw,
-                      True if proto == "Simple" else low_latency)
-        if opt is not None:
-            out.append(opt)
+    for proto, pbw, base, nvlink, intra_multi, net_ring, net_tree in _RING_STEPS:
+        if any_multi:
+            net = ops.maximum(ops.where(one_per_node, net_tree, net_ring), net_lat)
+            lat = base + (nsteps - ninter) * ops.where(multi, intra_multi, nvlink) + ninter * net
+            if proto == "Simple" and op == "all_reduce":
+                lat = ops.where(m > 1, lat * _RING_PLATEAU, lat)
+            busbw = bw * pbw
+            opt = _option(size * factor / busbw + lat * US, "ring", proto, busbw,
+                          True if proto == "Simple" else low_latency)
+            if opt is not None:
+                out.append(opt)
+        else:  # one domain: no network step (the same formula with ninter = 0)
+            busbw = up * pbw
+            out.append((size * factor / busbw + (base + nsteps * nvlink) * US, "ring", proto, busbw))
     return out
 
 
@@ -306,14 +315,18 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     up = h.up_bw
     bw = _TREE_BW * ops.minimum(up, _inter_bw(span, h, "tree"))
     ppn = ops.maximum(1, span.n // nodes)
-    log_nodes = ops.log2(nodes)
+    log_nodes = _log2_nodes(span, h)
     net_lat = _net_latency_us(span, h)
     low_latency = ops.logical_and(multi, _low_latency_protocols(span, h))
+    size_index = _tree_size_index(size)
     out: list[Option] = []
     for proto, pbw in _PROTO_BW.items():
         lat = _BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * _HW_LAT_NVLINK["tree"][proto]
                                               + log_nodes * ops.maximum(_HW_LAT_NET["tree"][proto], net_lat))
-        algbw = 0.5 * bw * pbw * _tree_correction(proto, size)  # tuning.cc: trees move 2x the data per byte reduced
+        # tuning.cc: trees move 2x the data per byte reduced; NCCL's medium-size correction
+        correction = _TREE_CORRECTION_ARRAYS[proto][size_index] if type(size_index) is np.ndarray \
+            else _TREE_CORRECTION_ROWS[proto][size_index]
+        algbw = 0.5 * bw * pbw * correction
         t = size / algbw + lat * US
         opt = _option(t, "tree", proto, size * bus_factor("all_reduce", span.n) / t,
                       multi if proto == "Simple" else low_latency)
@@ -322,14 +335,28 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     return out
 
 
-def _tree_correction(proto: str, size: Any) -> Any:
-    """NCCL's medium-size tree bandwidth correction for ``size`` bytes (``_TREE_CORRECTION``)."""
-    row = _TREE_CORRECTION_ARRAYS[proto]
-    if ops.is_batch(size):
-        index = np.floor(np.log2(np.maximum(np.asarray(size, np.float64), 64.0) / 64.0)).astype(np.int64)
-        return row[np.minimum(index, len(row) - 1)]
-    index = math.floor(math.log2(max(float(size), 64.0) / 64.0))
-    return float(row[min(index, len(row) - 1)])
+def _tree_size_index(size: Any) -> Any:
+    """The entry of ``_TREE_CORRECTION`` for ``size`` bytes: log2i(bytes >> 6) as
+    ncclTopoGetAlgoTime takes it, capped at the rows' trailing 1.0 (512 MiB and up).
+    """
+    cap = len(_TREE_CORRECTION_ROWS["Simple"]) - 1
+    if type(size) is np.ndarray:
+        blocks = np.floor(np.maximum(size, 64.0) / 64.0)
+        return np.minimum(np.frexp(blocks)[1] - 1, cap)
+    return min((int(max(size, 64.0)) >> 6).bit_length() - 1, cap)
+
+
+def _log2_nodes(span: GroupSpan, h: AnyHierarchy) -> Any:
+    """log2 of the group's NCCL nodes (``_nccl_nodes``), once per span of a batch."""
+    if not ops.is_batch(span.n):
+        return ops.log2(ops.maximum(_nccl_nodes(span), 1))
+    memo = h._net_memo
+    hit = memo.get((id(span), "log2_nodes"))
+    if hit is not None and hit[0] is span:
+        return hit[1]
+    got = ops.log2(ops.maximum(_nccl_nodes(span), 1))
+    memo[(id(span), "log2_nodes")] = (span, got)
+    return got
 
 
 def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
@@ -339,15 +366,15 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
         return None
     t_intra = size / nvls_bw
     multi = span.m > 1
-    # NVLS-tree: in-switch reduction inside the domain, ring/tree across.
+    # NVLS-tree: in-switch reduction inside the domain, ring/tree across; it also pays
+    # 2 log2(domains) network steps (tuning.cc, NVLS_TREE latency).
     if ops.any_(multi):
         inter = 2.0 * (span.m - 1) / span.m * size / _inter_bw(span, h, "ring")
         t_inter = ops.where(multi, inter, 0.0)
+        net_steps = ops.where(multi, 2.0 * _log2_nodes(span, h), 0.0)
+        lat = _NVLS_LAT_US + net_steps * ops.maximum(_HW_LAT_NET_NVLS_TREE, _net_latency_us(span, h))
     else:
-        t_inter = 0.0
-    # NVLS-tree also pays 2 log2(domains) network steps (tuning.cc, NVLS_TREE latency).
-    net_steps = ops.where(multi, 2.0 * ops.log2(ops.maximum(span.m, 1)), 0.0)
-    lat = _NVLS_LAT_US + net_steps * ops.maximum(_HW_LAT_NET_NVLS_TREE, _net_latency_us(span, h))
+        t_inter, lat = 0.0, _NVLS_LAT_US
     t = ops.maximum(t_intra, t_inter) + lat * US
     return _option(t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / t, available)
 

@@ -143,7 +143,10 @@ class Hierarchy:
 
     def simple_only_through(self, tier: Any) -> Any:
         """Whether a scale-out tier up to ``tier`` (inclusive) carries only NCCL's Simple protocol."""
-        return any(t.simple_only for t in self.tiers[1:tier + 1])
+        for t in self.tiers[1:tier + 1]:  # noqa: SIM110 - a loop: this runs on every scalar call
+            if t.simple_only:
+                return True
+        return False
 
     def link_capacity(self, tier: int) -> float:
         """Capacity per GPU of link class ``tier`` alone (NVLink for 0; links into tier ``j``)."""
