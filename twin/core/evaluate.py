@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import math
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,12 +79,14 @@ from twin.core.specs import (
     Rule,
     Scenario,
     Software,
+    Strategies,
     _categories,
     plan_rules,
     validate_cluster,
     validate_model,
     validate_scenario,
 )
+from twin.core.strategy_set import StrategyTable
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch, Tier, place_group
 from twin.core.units import GIB
 from twin.core.workload import Workload, build_workload
@@ -342,7 +344,12 @@ class TwinModel:
     """The performance model: fabrics + strategies (+ an optional collective-cost override)."""
 
     def __init__(self, fabrics: FabricSet, strategies: Iterable[Strategy],
-                 cost_override: CostOverride | None = None) -> None:
+                 cost_override: CostOverride | None = None, *, builtin: Iterable[str] | None = None,
+                 origins: Mapping[str, str] | None = None) -> None:
+        """``builtin``: the names of the built-in strategies, each its dimension's default (None:
+        all of ``strategies``); the others are alternatives a scenario selects
+        (``twin.core.strategy_set``). ``origins``: the plugin of each strategy, for errors.
+        """
         self.fabrics = fabrics
         order = {p: i for i, p in enumerate(PHASES)}
         strategies = list(strategies)
@@ -356,6 +363,10 @@ class TwinModel:
             if not s.dimension:
                 raise PluginError(f"strategy {s.name!r} needs a dimension (the breakdown entry it reports)")
         self.strategies: Sequence[Strategy] = sorted(strategies, key=lambda s: order[s.phase])
+        self._order = order
+        self.table = StrategyTable.of(self.strategies, builtin, origins)
+        # Resolved strategy sets by selection value (a SpecError is remembered as well).
+        self._sets: dict[int, tuple[Strategy, ...] | SpecError] = {}
         self.cost_override = cost_override
         self._key = _KeyCache()
         self._hierarchies: dict[Any, Hierarchy] = {}
@@ -372,12 +383,33 @@ class TwinModel:
 
     # ---------------------------------------------------------------- structure
     def validate(self, scenario: Scenario) -> None:
-        """Every rule: spec cross-field rules, then each fabric's own."""
+        """Every rule: spec cross-field rules, then each fabric's own, then the strategy selection."""
         validate_scenario(scenario)
         for fab in self.cluster_fabrics(scenario.cluster):
             fab.validate(scenario.cluster, "cluster")
         if scenario.cluster.power.switch_w:  # the one power rule that needs the fabric's tiers
             self.power_facts(scenario.cluster)
+        self.strategy_set(scenario.strategies)
+
+    def strategy_set(self, selection: Strategies) -> tuple[Strategy, ...]:
+        """The strategies a scenario with ``selection`` runs, in phase order (cached by value).
+
+        Raises ``SpecError`` naming the ``strategies`` field for a selection the registered
+        strategies cannot satisfy (``twin.core.strategy_set``).
+        """
+        key = self._key(selection)
+        hit = self._sets.get(key)
+        if hit is None:
+            try:
+                hit = self.table.resolve(selection, self._order)
+            except SpecError as err:
+                hit = err
+            if len(self._sets) > _CACHE_LIMIT:
+                self._sets.clear()
+            self._sets[key] = hit
+        if isinstance(hit, SpecError):
+            raise SpecError(hit.field, hit.rule)
+        return hit
 
     def cluster_fabrics(self, cluster: Cluster) -> list[Fabric]:
         """The fabric models ``cluster`` uses (scale-up, scale-out, optics, memory pool)."""
@@ -632,7 +664,7 @@ class TwinModel:
         group = None
         if self.cost_override is None:
             gkey = (self._key(model), self._key(cluster), self._key(cal), self._key(scenario.software),
-                    _GROUP_SCALARS(plan),
+                    self._key(scenario.strategies), _GROUP_SCALARS(plan),
                     self._key(plan.overlap), self._key(plan.offload))
             group = self._groups_seen.get(gkey)
             if group is None:
@@ -661,7 +693,8 @@ class TwinModel:
         def rehome(h: Hierarchy) -> Callable[..., CollectiveCost]:
             return self._cost_fn(scenario, h)
 
-        st = self._assemble(ctx, work, memo=memo, rehome=rehome, alone=report)
+        st = self._assemble(ctx, work, self.strategy_set(scenario.strategies), memo=memo, rehome=rehome,
+                            alone=report)
         links: tuple[LinkLoad, ...] = ()
         if report:
             lkey = ("links", plan.gbs, plan.vp)
@@ -701,11 +734,13 @@ class TwinModel:
             energy=energy, cost=cost)
 
     # ---------------------------------------------------------------- the assembly (both)
-    def _assemble(self, ctx: EvalContext, work: _Work, groups: tuple[EvalContext, np.ndarray] | None = None,
+    def _assemble(self, ctx: EvalContext, work: _Work, strategies: Sequence[Strategy],
+                  groups: tuple[EvalContext, np.ndarray] | None = None,
                   memo: dict[Any, Any] | None = None,
                   rehome: Callable[[Any], Callable[..., CollectiveCost]] | None = None,
                   alone: bool = False) -> _Step:
-        """The step from the strategies' terms: the schedule, per-step terms, interference.
+        """The step from the terms of ``strategies`` (the scenario's set, in phase order):
+        the schedule, per-step terms, interference.
 
         A strategy that does not read the schedule (``reads_schedule = False``) gives the
         same terms to every point of a group of points that differ only in the global batch
@@ -717,7 +752,7 @@ class TwinModel:
         ``alone``: also give the step with every strategy costed alone.
         """
         parts: list[tuple[Strategy, Terms]] = []
-        for strat in self.strategies:
+        for strat in strategies:
             if groups is not None and not strat.reads_schedule and strat.vectorized:
                 terms = self._terms(strat, groups[0])
                 if terms is not None:
@@ -951,7 +986,8 @@ class TwinModel:
                       require_fit: bool = True, errors: Sequence[str | None] | None = None) -> PointResults:
         """Predict every scenario (any mix of models, clusters and plans) on the batch path.
 
-        Scenarios are grouped by model and software stack (the structure a batch shares); the result has one
+        Scenarios are grouped by model, software stack and strategy selection (the structure a batch
+        shares); the result has one
         row per scenario, in order. ``None`` entries (with their reason in ``errors``) are
         points that could not be built and keep that reason.
         """
@@ -965,7 +1001,8 @@ class TwinModel:
                 reason = (errors[i] if errors is not None else None) or "scenario: could not be built"
                 out.reason_ix[i] = reasons.code(reason)
                 continue
-            by_model.setdefault((self._key(scn.model), self._key(scn.software)), []).append(i)
+            by_model.setdefault((self._key(scn.model), self._key(scn.software), self._key(scn.strategies)),
+                                []).append(i)
         for idx in by_model.values():
             rows = np.asarray(idx, np.int64)
             part = self.evaluate_points(PointSet.from_scenarios([scenarios[i] for i in idx]),  # type: ignore[misc]
@@ -1017,6 +1054,13 @@ class TwinModel:
         plan = ps.plan
         view = ColumnView(ps.clusters, cix)
         bad = np.zeros(n, bool)
+        try:
+            strategies: tuple[Strategy, ...] = self.strategy_set(ps.strategies)
+            unresolved = None
+        except SpecError as err:
+            if not validate:
+                raise
+            strategies, unresolved = (), reason_of(err)
         if validate:
             statics = [self._static_reasons(c, model) for c in ps.clusters]
             before = np.asarray([-1 if s[0] is None else reasons.code(s[0]) for s in statics], np.int64)[cix]
@@ -1027,6 +1071,8 @@ class TwinModel:
                 if fresh.any():
                     _code_rule(Rule(field_path, broken, template, values()), fresh, code, reasons)
             code = np.where(code < 0, after, code)
+            if unresolved is not None:  # the selection is the batch's: every point still valid gets it
+                code = np.where(code < 0, reasons.code(unresolved), code)
             out.reason_ix[:] = code
             bad = code >= 0
         # Clusters whose facts or hierarchy cannot be built: every point of theirs gets the reason.
@@ -1084,7 +1130,7 @@ class TwinModel:
         hb = self._hierarchy_batch(sub, hierarchies, pairs)
         groups = None
         first, inverse = _factorize(_group_columns(sub))
-        if len(first) < len(idx) and any(not s.reads_schedule and s.vectorized for s in self.strategies):
+        if len(first) < len(idx) and any(not s.reads_schedule and s.vectorized for s in strategies):
             # Strategies that do not read the schedule, once per group of points differing only in gbs/vp.
             grp, work_g, hb_g = sub.take(first), _take_work(work, first), hb.take(first)
             spans_g = {dim: place_group(*stride_of(grp.plan, work_g.dp, dim), hb_g) for dim in DIMENSIONS}
@@ -1109,7 +1155,7 @@ class TwinModel:
                             ColumnView(part.calibrations, part.calibration_ix), h, spans_p,
                             self._batch_cost(part, h), len(some), None, software=ps.software)
 
-        st = self._assemble(ctx, work, groups, rehome=rehome)
+        st = self._assemble(ctx, work, strategies, groups, rehome=rehome)
         out.stats["groups"] += len(first)
         self._fill(out, idx, work, st, sub, power)
         odd = ~np.isfinite(out.columns["step_time_s"][idx])
@@ -1602,7 +1648,7 @@ def _point_context(ctx: EvalContext, i: int) -> EvalContext:
                        tp_overlap=bool(_take_tree(ctx.tp_overlap, i)), cost_fn=cost,
                        offload_bw_Bps=_take_tree(ctx.offload_bw_Bps, i),
                        activation_bytes=_take_tree(ctx.activation_bytes_per_microbatch, i),
-                       points=0, scenario=scenario)
+                       points=0, scenario=scenario, software=ctx.software)
 
 
 def _zero_missing_exposed(out: PointResults) -> None:

@@ -1,7 +1,7 @@
 """A sweep batch through the step model's batch path, as the sweep's metric columns.
 
-The points of a :class:`~twin.sweep.points.PointBatch` are split by model (the structure
-a batch of the step model shares) and evaluated with ``TwinModel.evaluate_points``
+The points of a :class:`~twin.sweep.points.PointBatch` are split by model and strategy
+selection (the structure a batch of the step model shares) and evaluated with ``TwinModel.evaluate_points``
 (``twin/core/evaluate.py``): the same functions :meth:`TwinModel.evaluate` runs for one
 scenario, over numpy arrays. Nothing of the model is restated here; this module only maps
 the batch's groups to point sets and the results to the sweep's columns.
@@ -107,10 +107,13 @@ class SweepEvaluator:
 
         errs = np.asarray([code(e) for e in batch.errors] + [-1], np.int64)
         out.reason_ix[:] = errs[batch.error_ix]
+        # One point set per (model, strategy selection): the structure a batch of the step model shares.
+        strategies_ix = batch.strategy_index()
         for j in range(len(batch.models)):
-            idx = np.flatnonzero((batch.model_ix == j) & (batch.error_ix < 0))
-            if len(idx):
-                self._evaluate_model(batch, idx, out, code)
+            for k in range(len(batch.strategies)):
+                idx = np.flatnonzero((batch.model_ix == j) & (strategies_ix == k) & (batch.error_ix < 0))
+                if len(idx):
+                    self._evaluate_model(batch, idx, out, code)
         out.reasons = list(codes)
         return out
 
