@@ -107,6 +107,9 @@ DEFAULT_EFFICIENCY = ComputeEfficiency(gemm={"bf16": 0.75, "fp16": 0.75, "fp8": 
 # Reason a batch gives a point whose numbers leave the computable range.
 ARITHMETIC_REASON = "scenario: some value is outside the numeric range the model can compute"
 MEMORY_REASON = "memory: does not fit in HBM"
+PRUNED_REASON = "pruned: its step without communication already exceeds the best plans' step time"
+# Points a search costs in full before it has a bar to prune by (at least 4 x its top).
+_PRUNE_FIRST = 64
 
 # The flows of a step and, per flow, the stretch of each link class (``twin.core.contention``).
 _Flows = tuple[list[Flow], list[Any]]
@@ -340,6 +343,51 @@ class _Reasons:
         return c
 
 
+# Relative slack of the lower bound: covers the few roundings by which the bound and the
+# step, the same sums of non-negative terms in another order, can differ (a double has
+# 2**-53 ~ 1.1e-16 per rounding).
+_BOUND_SLACK = 1e-12
+
+
+def step_lower_bound(plan: Any, m: Any, stage: StageTimes, optimizer_s: Any) -> Any:
+    """A step time no plan's step is below: ``m`` micro-batches of the bottleneck stage's
+    compute, its schedule's bubble with no communication exposed, and the optimizer step.
+
+    The step (``TwinModel._finish``) adds exposed communication to the micro-batch and to the
+    mean stage's time the bubble is computed from, and only non-negative terms after that
+    (per-step communication, offload, interference); every schedule's bubble
+    (``twin.core.pipelines.bubble``) grows with that time, so leaving the communication out
+    gives a bound from below, less ``_BOUND_SLACK`` for rounding.
+    """
+    pipe, _ = pipeline_time(plan, m, stage.total_s, stage.avg_stage_s, stage)
+    return (pipe + ops.maximum(optimizer_s, stage.host_step_s)) * (1.0 - _BOUND_SLACK)
+
+
+@dataclass
+class Pruner:
+    """Branch and bound for a search of the ``top`` fastest feasible points (step time, min).
+
+    ``best``: the ``top`` smallest step times seen so far, ascending. A point's lower bound
+    is :func:`step_lower_bound` (its step without communication; strategies' terms are
+    >= 0, the conformance kit's rule). A point whose bound exceeds the ``top``-th best time
+    is slower than ``top`` points already found and is never among the best.
+    """
+
+    top: int
+    best: list[float] = field(default_factory=list)
+
+    def threshold(self) -> float:
+        """The step time a point must not exceed to be among the best (inf until ``top`` are known)."""
+        return self.best[-1] if len(self.best) >= self.top else math.inf
+
+    def offer(self, out: PointResults, idx: np.ndarray) -> None:
+        """Take the feasible step times of the points ``idx`` of ``out``."""
+        t = out.columns["step_time_s"][idx]
+        t = t[(out.reason_ix[idx] < 0) & np.isfinite(t)]
+        if len(t):
+            self.best = sorted([*self.best, *np.sort(t)[:self.top].tolist()])[:self.top]
+
+
 class TwinModel:
     """The performance model: fabrics + strategies (+ an optional collective-cost override)."""
 
@@ -379,7 +427,9 @@ class TwinModel:
         self._power: dict[Any, energy_model.PowerFacts] = {}
         self._groups_seen: dict[Any, _GroupMemo] = {}
         self._setups: dict[Any, tuple[Any, ...]] = {}
-        self._stage_cache: dict[Any, tuple[Any, ...]] = {}
+        # Stage numbers per work key: (block, row) into _stage_blocks, columns computed together.
+        self._stage_cache: dict[Any, tuple[int, int]] = {}
+        self._stage_blocks: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
 
     # ---------------------------------------------------------------- structure
     def validate(self, scenario: Scenario) -> None:
@@ -957,13 +1007,15 @@ class TwinModel:
 
     # ---------------------------------------------------------------- a batch
     def evaluate_points(self, points: PointSet, *, memory_headroom: float = 0.0, require_fit: bool = True,
-                        validate: bool = True) -> PointResults:
+                        validate: bool = True, prune: Pruner | None = None) -> PointResults:
         """Predict every point of ``points`` (one model; any mix of plans, sizes, clusters).
 
         A point that breaks a rule, does not fit in memory (leaving ``memory_headroom`` of
         HBM free; with ``require_fit=False`` it is evaluated anyway, and ``fits`` says), or
         cannot be evaluated gets a reason instead of numbers. The numbers of a feasible point
-        are those :meth:`evaluate` gives for it.
+        are those :meth:`evaluate` gives for it. ``prune``: a search for the ``prune.top``
+        fastest points (carried across calls); points that cannot be among them get
+        ``PRUNED_REASON`` instead (:class:`Pruner`).
         """
         n = len(points)
         reasons = _Reasons()
@@ -978,7 +1030,7 @@ class TwinModel:
         if n == 0:
             return out
         with np.errstate(all="ignore"):
-            self._evaluate_points(points, memory_headroom if require_fit else None, validate, reasons, out)
+            self._evaluate_points(points, memory_headroom if require_fit else None, validate, reasons, out, prune)
         _zero_missing_exposed(out)
         return out
 
@@ -1046,7 +1098,7 @@ class TwinModel:
         return before, after
 
     def _evaluate_points(self, ps: PointSet, headroom: float | None, validate: bool, reasons: _Reasons,
-                         out: PointResults) -> None:
+                         out: PointResults, prune: Pruner | None = None) -> None:
         """``headroom`` None: points that do not fit are evaluated too (``out.fits`` says)."""
         n = len(ps)
         model = ps.model
@@ -1127,6 +1179,37 @@ class TwinModel:
         if len(keep) < len(idx):
             sub, work = sub.take(keep), _take_work(work, keep)
             idx = idx[keep]
+        if prune is None:
+            self._run_points(sub, work, idx, hierarchies, pairs, strategies, reasons, out, headroom, power)
+            return
+        # Branch and bound (a search for the fastest points): a point whose step without any
+        # communication (step_lower_bound) already exceeds the prune.top fastest step times
+        # seen cannot be among them, and is not costed further.
+        bound = np.asarray(np.broadcast_to(step_lower_bound(work.plan, work.m, work.stage, work.optimizer_s),
+                                           (len(idx),)), np.float64)
+        order = np.argsort(bound, kind="stable")
+        head = order[:0]
+        if not math.isfinite(prune.threshold()):  # no bar yet: the most promising points set it
+            head = order[:max(_PRUNE_FIRST, 4 * prune.top)]
+            self._run_points(sub.take(head), _take_work(work, head), idx[head], hierarchies, pairs, strategies,
+                             reasons, out, headroom, power)
+            prune.offer(out, idx[head])
+        rest = order[len(head):]
+        cut = rest[bound[rest] > prune.threshold()]
+        if len(cut):
+            out.reason_ix[idx[cut]] = reasons.code(PRUNED_REASON)
+            out.stats["pruned"] = out.stats.get("pruned", 0) + len(cut)
+        live = np.sort(rest[bound[rest] <= prune.threshold()])
+        if len(live):
+            self._run_points(sub.take(live), _take_work(work, live), idx[live], hierarchies, pairs, strategies,
+                             reasons, out, headroom, power)
+            prune.offer(out, idx[live])
+
+    def _run_points(self, sub: PointSet, work: _Work, idx: np.ndarray, hierarchies: Sequence[Hierarchy | None],
+                    pairs: np.ndarray, strategies: Sequence[Strategy], reasons: _Reasons, out: PointResults,
+                    headroom: float | None, power: Sequence[energy_model.PowerFacts | None]) -> None:
+        """The step of the points ``idx`` (``sub``, their ``work``): strategies, schedule, results."""
+        model, ps = sub.model, sub
         hb = self._hierarchy_batch(sub, hierarchies, pairs)
         groups = None
         first, inverse = _factorize(_group_columns(sub))
@@ -1269,25 +1352,54 @@ class TwinModel:
             rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
             zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
         cache = self._stage_cache
+        blocks = self._stage_blocks
         miss = [i for i, k in enumerate(keys) if k not in cache]
         if miss:
+            if len(cache) + len(miss) > 64 * _CACHE_LIMIT:
+                cache.clear()
+                blocks.clear()
+                miss = list(range(len(keys)))
             mi = np.asarray(miss, np.int64)
             m_plan, m_dev = plan.take(mi), _take_tree(dev, mi)
             m_w = _take_tree(w, mi)
             stage = stage_times(m_plan, model, m_dev, m_w, sw)
             params, expert = stage_params(m_plan, m_w, stage.layers)
             act = activation_terms(m_plan, model, m_w, m_dev.flash)
-            if len(cache) > 64 * _CACHE_LIMIT:
-                cache.clear()
+            # One block of columns per computed set (a row per key): rows are gathered from
+            # the blocks by index, never taken out one by one.
+            k = len(mi)
+            b = len(blocks)
+            blocks.append(({f.name: _column(getattr(stage, f.name), k, np.float64)
+                            for f in dataclasses.fields(StageTimes)},
+                           _column(params, k, None), _column(expert, k, np.float64),
+                           {f.name: _column(getattr(act, f.name), k, np.float64)
+                            for f in dataclasses.fields(ActivationTerms)}))
             for j, i in enumerate(miss):
-                cache[keys[i]] = (_take_tree(stage, j), _take_tree(params, j), _take_tree(expert, j),
-                                  _take_tree(act, j))
-        hits = [cache[k] for k in keys]
-        stage_u = StageTimes(**{f.name: np.asarray([getattr(h[0], f.name) for h in hits], np.float64)
-                                for f in dataclasses.fields(StageTimes)})
-        act_u = ActivationTerms(**{f.name: np.asarray([getattr(h[3], f.name) for h in hits], np.float64)
-                                   for f in dataclasses.fields(ActivationTerms)})
-        return stage_u, np.asarray([h[1] for h in hits]), np.asarray([h[2] for h in hits], np.float64), act_u
+                cache.setdefault(keys[i], (b, j))
+        where = np.asarray([cache[k] for k in keys], np.int64).reshape(-1, 2)
+        n = len(keys)
+        used = np.unique(where[:, 0])
+        if len(used) == 1:  # one block: plain fancy indexing
+            st, pa, ex, ac = blocks[int(used[0])]
+            rows = where[:, 1]
+            return (StageTimes(**{f: v[rows] for f, v in st.items()}), pa[rows], ex[rows],
+                    ActivationTerms(**{f: v[rows] for f, v in ac.items()}))
+        first = blocks[int(used[0])]
+        st_out = {f: np.empty(n, np.float64) for f in first[0]}
+        ac_out = {f: np.empty(n, np.float64) for f in first[3]}
+        pa_out = np.empty(n, np.result_type(*(blocks[int(u)][1].dtype for u in used)))
+        ex_out = np.empty(n, np.float64)
+        for u in used.tolist():
+            sel = np.flatnonzero(where[:, 0] == u)
+            rows = where[sel, 1]
+            st, pa, ex, ac = blocks[u]
+            for f, v in st.items():
+                st_out[f][sel] = v[rows]
+            for f, v in ac.items():
+                ac_out[f][sel] = v[rows]
+            pa_out[sel] = pa[rows]
+            ex_out[sel] = ex[rows]
+        return StageTimes(**st_out), pa_out, ex_out, ActivationTerms(**ac_out)
 
     def _hierarchy_batch(self, ps: PointSet, hierarchies: Sequence[Hierarchy | None],
                          pairs: np.ndarray) -> HierarchyBatch:
@@ -1561,6 +1673,16 @@ def _expand_terms(t: Terms, inverse: np.ndarray) -> Terms:
     """A group's terms, one row per point."""
     return Terms(*(getattr(t, f)[inverse] if isinstance(getattr(t, f), np.ndarray) else getattr(t, f)
                    for f in _TERM_FIELDS), algorithm=None)
+
+
+def _column(value: Any, n: int, dtype: Any) -> np.ndarray:
+    """``value`` (a number or ``n`` values) as ``n`` values; ``dtype`` None: the values' own
+    (as ``np.asarray`` of their Python numbers gives it).
+    """
+    arr = np.asarray(value)
+    if dtype is None:
+        dtype = np.asarray(arr.reshape(-1)[:1].tolist()).dtype if arr.size else np.float64
+    return np.array(np.broadcast_to(arr, (n,)), dtype=dtype)
 
 
 def _device_batch(devices: Sequence[Device], rows: np.ndarray) -> Device:

@@ -16,7 +16,7 @@ import numpy as np
 
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
-from twin.core.evaluate import energy_values
+from twin.core.evaluate import Pruner, energy_values
 from twin.core.units import GIB
 from twin.sweep.metrics import EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
 from twin.sweep.points import PointBatch
@@ -83,13 +83,19 @@ _ENERGY_FLOATS = ("energy_j", "energy_gpu_j", "energy_nic_j", "energy_switch_j",
 class SweepEvaluator:
     """Evaluates :class:`PointBatch` es with the engine's step model (its batch path)."""
 
-    def __init__(self, engine: Engine, *, memory_headroom: float = 0.0) -> None:
+    def __init__(self, engine: Engine, *, memory_headroom: float = 0.0, prune_top: int = 0) -> None:
+        """``prune_top`` > 0: only the ``prune_top`` fastest feasible points matter (a plan
+        search by step time); points that provably cannot be among them are not costed in
+        full and get ``PRUNED_REASON`` (``twin.core.evaluate.Pruner``; the bar carries over
+        from batch to batch).
+        """
         if not 0.0 <= memory_headroom < 1.0:
             raise SpecError("memory_headroom", f"must be in [0, 1) (got {memory_headroom!r})")
         self.engine = engine
         self.model = engine.model
         # Fraction of HBM a plan must leave free to count as fitting (0: the model's own verdict).
         self.headroom = memory_headroom
+        self.pruner = Pruner(prune_top) if prune_top > 0 else None
 
     def evaluate(self, batch: PointBatch) -> Evaluated:
         """Results of every point of ``batch``."""
@@ -119,8 +125,8 @@ class SweepEvaluator:
 
     def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, out: Evaluated, code: Any) -> None:
         ps = batch.point_set(idx)
-        res = self.model.evaluate_points(ps, memory_headroom=self.headroom)
-        for key in ("evaluated", "scalar_points", "groups"):
+        res = self.model.evaluate_points(ps, memory_headroom=self.headroom, prune=self.pruner)
+        for key in ("evaluated", "scalar_points", "groups", "pruned"):
             out.stats[key] = out.stats.get(key, 0) + res.stats.get(key, 0)
         rcode = np.asarray([code(r) for r in res.reasons] + [-1], np.int64)
         out.reason_ix[idx] = rcode[res.reason_ix]
