@@ -173,13 +173,17 @@ class Engine:
         return plugin_infos(self.pm)
 
     def components(self) -> dict[str, list[dict[str, str]]]:
-        """Fabric kinds per role and strategies, with the plugin that supplied each."""
+        """Fabric kinds per role and strategies, with the plugin that supplied each (strategies
+        also with their dimension and whether a scenario must select them: ``alternative``).
+        """
         out: dict[str, list[dict[str, str]]] = {}
         for role, table in self.fabrics.by_role.items():
             out[role] = [{"kind": k, "plugin": self.origins.get(f"{role}:{k}", "?"), "summary": f.summary}
                          for k, f in sorted(table.items())]
+        table = self.model.table
         out["strategy"] = [{"kind": s.name, "plugin": self.origins.get(f"strategy:{s.name}", "?"),
-                            "summary": s.summary} for s in self.strategies]
+                            "summary": s.summary, "dimension": s.dimension, "alternative": table.alternative(s)}
+                           for s in self.strategies]
         return out
 
     def catalog_document(self) -> dict[str, Any]:

@@ -215,3 +215,13 @@ def test_a_fleet_job_takes_its_selection(alt):
                        "strategies": {"pp": {"name": PP, "config": {"forward_bits": 2, "backward_bits": 4}}}}]}
     plain, compressed = evaluate_fleet(alt, fleet).jobs
     assert compressed.alone.bytes_per_step["pp"] == plain.alone.bytes_per_step["pp"] * 6 / 32
+
+
+def test_the_listing_says_which_strategies_are_alternatives(alt):
+    rows = {r["kind"]: r for r in alt.components()["strategy"]}
+    assert rows[PP]["dimension"] == "pp" and rows[PP]["alternative"]
+    assert rows["pipeline"]["dimension"] == "pp" and not rows["pipeline"]["alternative"]
+    assert not engine_with(_Checkpoint()).components()["strategy"][-1]["alternative"]
+    two = engine_with(_Checkpoint(), _OtherCheckpoint())
+    both = {r["kind"]: r["alternative"] for r in two.components()["strategy"]}
+    assert both["checkpoint-a"] and both["checkpoint-b"]

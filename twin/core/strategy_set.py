@@ -46,6 +46,15 @@ class StrategyTable:
         names = {s.name for s in strategies} if builtin is None else set(builtin)
         return cls({d: tuple(v) for d, v in by_dim.items()}, frozenset(names), dict(origins or {}))
 
+    def alternative(self, s: Strategy) -> bool:
+        """Whether ``s`` runs only where selected: a plugin strategy on a dimension with a built-in,
+        or one of several plugin strategies on a dimension without one.
+        """
+        if s.name in self.builtin:
+            return False
+        claim = self.by_dimension.get(s.dimension, ())
+        return any(o.name in self.builtin for o in claim) or len(claim) > 1
+
     def _who(self, s: Strategy) -> str:
         origin = self.origins.get(s.name)
         return f"{s.name!r} (plugin {origin!r})" if origin else repr(s.name)
