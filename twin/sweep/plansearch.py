@@ -36,6 +36,7 @@ import numpy as np
 
 from twin.core import schema
 from twin.core.errors import SpecError
+from twin.core.evaluate import PRUNED_REASON
 from twin.core.ops import Labels
 from twin.core.points import PlanColumns
 from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model, resolve_software
@@ -335,7 +336,8 @@ class PlanSearchResult:
         r = self.result
         return {"search": self.space.name, "num_gpus": self.space.cluster.num_gpus, "gbs": self.space.base.gbs,
                 "seq_len": self.space.model.seq_len, "plans_searched": r.done, "plans_total": r.total,
-                "feasible": r.feasible, "infeasible_by_reason": dict(sorted(r.counts.items(), key=lambda kv: -kv[1])),
+                "feasible": r.feasible, "pruned": r.counts.get(PRUNED_REASON, 0),
+                "infeasible_by_reason": dict(sorted(r.counts.items(), key=lambda kv: -kv[1])),
                 "seconds": self.seconds, "cancelled": r.cancelled, "executor": r.executor,
                 "top": self.plans()}
 
