@@ -24,7 +24,7 @@ from twin.core.evaluate import FabricSet, PointResults, TwinModel
 from twin.core.scenario_io import read_mapping, scenario_from_dict
 from twin.core.schema import Interner
 from twin.core.specs import Scenario, validate_plan
-from twin.plugins import PluginInfo, make_plugin_manager, plugin_infos
+from twin.plugins import PluginInfo, is_builtin, make_plugin_manager, plugin_infos
 
 # Validated clusters and models remembered per engine: as many as the catalog keeps clusters.
 VALIDATED_SIZE = 4096
@@ -70,7 +70,10 @@ class Engine:
             def override(op, size, span, hierarchy, algorithm, scenario):  # noqa: ANN001, ANN202
                 return hook.twin_collective_cost(op=op, size_bytes=size, span=span, hierarchy=hierarchy,
                                                  algorithm=algorithm, scenario=scenario)
-        self.model = TwinModel(self.fabrics, self.strategies, cost_override=override)
+        # Built-in strategies are each dimension's default; a plugin's alternative runs where selected.
+        builtin = [s.name for s in self.strategies if is_builtin(self.pm, self.origins[f"strategy:{s.name}"])]
+        self.model = TwinModel(self.fabrics, self.strategies, cost_override=override, builtin=builtin,
+                               origins={s.name: self.origins[f"strategy:{s.name}"] for s in self.strategies})
         # Cluster and model objects (interned by the catalog) whose own rules have passed.
         self._validated_by: TwinModel | None = None
         self._valid_clusters = Interner(VALIDATED_SIZE, "engine:valid-clusters")
@@ -111,11 +114,11 @@ class Engine:
         """``self.model.validate(scn)``, skipping what was checked before for these objects.
 
         ``TwinModel.validate`` runs ``validate_scenario`` (cluster rules, model rules, plan
-        rules, in that order) and then each fabric's rules, which see the cluster only
-        (``Fabric.validate(cluster, path)``). So once a cluster object and a model object
-        have passed together, their own rules pass again and only the plan rules can fail,
-        with the error the full run would raise first. Held by strong reference, so an id
-        is never that of another object.
+        rules, in that order), then each fabric's rules, which see the cluster only
+        (``Fabric.validate(cluster, path)``), then the strategy selection. So once a cluster
+        object and a model object have passed together, their own rules pass again and only
+        the plan rules and the selection can fail, with the error the full run would raise
+        first. Held by strong reference, so an id is never that of another object.
         """
         if self._validated_by is not self.model:  # rules of a replaced model: start afresh
             self._validated_by = self.model
@@ -124,6 +127,7 @@ class Engine:
         c, m = scn.cluster, scn.model
         if self._valid_clusters.get(id(c)) is c and self._valid_models.get(id(m)) is m:
             validate_plan(scn.plan, m, c)
+            self.model.strategy_set(scn.strategies)
             return
         self.model.validate(scn)
         self._valid_clusters.add(id(c), c)
@@ -169,13 +173,17 @@ class Engine:
         return plugin_infos(self.pm)
 
     def components(self) -> dict[str, list[dict[str, str]]]:
-        """Fabric kinds per role and strategies, with the plugin that supplied each."""
+        """Fabric kinds per role and strategies, with the plugin that supplied each (strategies
+        also with their dimension and whether a scenario must select them: ``alternative``).
+        """
         out: dict[str, list[dict[str, str]]] = {}
         for role, table in self.fabrics.by_role.items():
             out[role] = [{"kind": k, "plugin": self.origins.get(f"{role}:{k}", "?"), "summary": f.summary}
                          for k, f in sorted(table.items())]
+        table = self.model.table
         out["strategy"] = [{"kind": s.name, "plugin": self.origins.get(f"strategy:{s.name}", "?"),
-                            "summary": s.summary} for s in self.strategies]
+                            "summary": s.summary, "dimension": s.dimension, "alternative": table.alternative(s)}
+                           for s in self.strategies]
         return out
 
     def catalog_document(self) -> dict[str, Any]:

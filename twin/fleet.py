@@ -41,7 +41,7 @@ from twin.core.topology import Hierarchy
 from twin.engine import Engine
 
 MAX_JOBS = 256
-_JOB_KEYS = {"name", "gpus", "first_gpu", "model", "plan", "software", "calibration"}
+_JOB_KEYS = {"name", "gpus", "first_gpu", "model", "plan", "software", "calibration", "strategies"}
 _FLEET_KEYS = {"name", "description", "cluster", "jobs"}
 # Rounds of "each job's load under the others": the first uses the loads alone.
 ROUNDS = 2
@@ -167,7 +167,7 @@ def evaluate_fleet(engine: Engine, source: Mapping[str, Any] | str | Path) -> Fl
     for i, job in enumerate(jobs):
         mapping = {"name": str(job.get("name") or f"job{i}"), "model": job["model"], "plan": job["plan"],
                    "cluster": _pinned(cluster, int(job["gpus"]), hierarchy)}
-        for key in ("software", "calibration"):
+        for key in ("software", "calibration", "strategies"):
             if job.get(key) is not None:
                 mapping[key] = job[key]
         try:

@@ -53,7 +53,10 @@ def twin_strategies() -> list[Strategy]:
     """Return parallelism strategies (``twin.api.Strategy`` instances).
 
     A strategy decides, for one evaluation, what its parallel dimension communicates and
-    how much of it the schedule hides. Names must be unique across plugins.
+    how much of it the schedule hides. Names must be unique across plugins. The built-in
+    strategies are each dimension's default; a plugin strategy on a dimension that has one
+    is an alternative that runs only where a scenario selects it (``strategies: {pp:
+    NAME}``), instead of the built-ins (``twin/core/strategy_set.py``).
     """
 
 

@@ -92,6 +92,11 @@ def make_plugin_manager(*, autoload: bool | None = None, block: Iterable[str] = 
     return pm
 
 
+def is_builtin(pm: pluggy.PluginManager, name: str) -> bool:
+    """Whether the plugin registered as ``name`` is twin's own (``BUILTIN``, from its own module)."""
+    return name in BUILTIN and getattr(pm.get_plugin(name), "__name__", "") == BUILTIN[name]
+
+
 def plugin_infos(pm: pluggy.PluginManager) -> list[PluginInfo]:
     """Every registered plugin with the distribution that supplied it."""
     dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
@@ -104,7 +109,7 @@ def plugin_infos(pm: pluggy.PluginManager) -> list[PluginInfo]:
         if plugin is None:
             continue
         dist = dists.get(id(plugin))
-        builtin = name in BUILTIN and getattr(plugin, "__name__", "") == BUILTIN[name]
+        builtin = is_builtin(pm, name)
         if dist is not None:
             dname, version = dist.metadata["name"], dist.version
         elif builtin:

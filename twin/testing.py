@@ -107,18 +107,23 @@ def assert_scale_up_fabric_conforms(fabric: ScaleUpFabric) -> None:
     assert est.step_time_s > 0 and math.isfinite(est.step_time_s)
 
 
-def assert_strategy_conforms(strategy: Strategy, scenario: Mapping[str, Any]) -> None:
-    """Check a strategy: it runs in ``scenario``, its exposed time is finite and
-    non-negative and reported under its dimension, the step time stays the sum of its
-    breakdown, and a batch of variations of ``scenario`` (global batch, micro-batch,
-    recomputation) evaluated at once (``TwinModel.evaluate_points``) gives what each
-    evaluated alone gives: the batch path and the one-scenario path agree.
+def assert_strategy_conforms(strategy: Strategy, scenario: Mapping[str, Any],
+                             config: Mapping[str, Any] | None = None) -> None:
+    """Check a strategy: it runs in ``scenario``, selected for its dimension
+    (``strategies: {DIMENSION: {name, config}}``, ``config`` its configuration block), its
+    exposed time is finite and non-negative and reported under its dimension, the step
+    time stays the sum of its breakdown, and a batch of variations of ``scenario`` (global
+    batch, micro-batch, recomputation) evaluated at once (``TwinModel.evaluate_points``)
+    gives what each evaluated alone gives: the batch path and the one-scenario path agree.
     """
     assert isinstance(strategy, Strategy), "must subclass twin.api.Strategy"
     assert strategy.name and strategy.phase in ("microbatch", "pipeline", "step")
     assert strategy.dimension, "needs a dimension: the breakdown entry its exposed time is reported under"
     engine = engine_with(strategy)
-    scn = engine.scenario(scenario)
+    choice = {"name": strategy.name, "config": dict(config or {})}
+    scn = engine.scenario({**scenario, "strategies": {**scenario.get("strategies", {}), strategy.dimension: choice}})
+    ran = engine.model.strategy_set(scn.strategies)
+    assert any(s.name == strategy.name for s in ran), "selected, the strategy must be among those that run"
     est = engine.model.evaluate(scn)
     assert math.isfinite(est.step_time_s) and est.step_time_s > 0
     assert abs(est.breakdown.total_s - est.step_time_s) <= 1e-9 * est.step_time_s, "breakdown must add up"

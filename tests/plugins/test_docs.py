@@ -27,8 +27,10 @@ DOC = ROOT / "docs" / "plugins.md"
 INCLUDE = re.compile(r"^<!-- include: (?P<path>\S+) -->\n```(?P<lang>\w*)\n(?P<body>.*?)^```$", re.M | re.S)
 EXAMPLE_MODULE = "tests/example_plugin/twin_example_dragonfly/plugin.py"
 STRATEGY_MODULE = "tests/example_plugin/twin_example_dragonfly/gradnorm.py"
+ALTERNATIVE_MODULE = "tests/example_plugin/twin_example_dragonfly/compressed_pp.py"
 EXAMPLE_FILES = {EXAMPLE_MODULE, "tests/example_plugin/pyproject.toml", "tests/example_plugin/test_dragonfly.py",
-                 STRATEGY_MODULE, "tests/example_plugin/test_gradnorm.py"}
+                 STRATEGY_MODULE, "tests/example_plugin/test_gradnorm.py", ALTERNATIVE_MODULE,
+                 "tests/example_plugin/test_compressed_pp.py"}
 
 
 def _section(text: str, heading: str) -> str:

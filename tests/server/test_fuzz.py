@@ -107,6 +107,11 @@ def fill(msg, fd: FieldDescriptor, draw, depth: int) -> None:
     mtype = fd.message_type
     if mtype is not None and mtype.GetOptions().map_entry:
         vfd = mtype.fields_by_name["value"]
+        if vfd.message_type is not None:  # a map of messages (Scenario.strategies): each value built
+            target = getattr(msg, fd.name)
+            for key in draw(st.lists(STRINGS, max_size=3, unique=True)):
+                build(target[key], draw, depth + 1)
+            return
         entries = draw(st.dictionaries(STRINGS, scalar(vfd), max_size=4))
         getattr(msg, fd.name).update(entries)
     elif mtype is not None and mtype.full_name == "google.protobuf.Struct":

@@ -8,11 +8,21 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from twin.core.errors import TwinError
 from twin.core.specs import validate_plan
-from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, PlanSource, divisors, plan_scenario, search_plans, space_for
+from twin.sweep.plansearch import (
+    RECOMPUTE,
+    SHARDINGS,
+    PlanSource,
+    divisors,
+    plan_scenario,
+    runnable_vps,
+    search_plans,
+    space_for,
+)
 from twin.sweep.reduce import nrows, row_dict
 
 
@@ -21,8 +31,30 @@ def test_divisors():
     assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
 
 
+def test_runnable_interleaving_depths_by_hand():
+    # Llama 3.1 8B, 32 layers on 4 stages: 8 per stage; vp 2, 4, 8 split them evenly, and
+    # no vp makes 4*vp divide 32, 33 or 34 otherwise (vp 3: 12; 5: 20; 6: 24; 7: 28).
+    assert runnable_vps(32, 4) == [1, 2, 4, 8]
+    # Llama 3.1 405B, 126 layers on 16 stages: with the embedding and the loss counted as
+    # layers (128), vp 2 (32 virtual stages of 4) and vp 4 (64 of 2); vp 3, 5, 6, 7 do not run.
+    assert runnable_vps(126, 16) == [1, 2, 4]
+    # DeepSeek-V3, 61 layers on 16 stages: 32 and 48 divide none of 61, 62, 63.
+    assert runnable_vps(61, 16) == [1]
+    assert runnable_vps(61, 16, "interleaved") == []
+    assert runnable_vps(61, 16, "dualpipev") == [2] and runnable_vps(61, 16, "dualpipe") == [1]
+    assert runnable_vps(32, 1) == [1] and runnable_vps(32, 1, "1f1b") == []
+
+
+def test_a_stated_uneven_interleaving_still_validates(engine):
+    """The search skips vp 3 on 4 stages of 32 layers; a plan that states it is evaluated."""
+    est = engine.evaluate({"cluster": {"system": "DGX-H100", "num_gpus": 32}, "model": "llama3.1-8b",
+                           "plan": {"tp": 8, "pp": 4, "vp": 3, "gbs": 64}})
+    assert est.step_time_s > 0
+
+
 def test_space_is_exactly_the_valid_plans(engine):
-    """Brute force over every degree combination: the valid ones are exactly the space."""
+    """Brute force over every degree combination: the valid (and, for vp > 1, runnable:
+    :func:`runnable_vps`) ones are exactly the space."""
     space = space_for(engine, "llama3.1-8b", "DGX-H100", 32, gbs=64, seq_len=2048,
                       shardings=("distributed_optimizer",), recompute=("none",))
     model, cluster = space.model, space.cluster
@@ -35,7 +67,8 @@ def test_space_is_exactly_the_valid_plans(engine):
                     validate_plan(plan, model, cluster)
                 except TwinError:
                     continue
-                valid.add((tp, pp, cp, vp, mbs))
+                if vp in runnable_vps(model.layers, pp):
+                    valid.add((tp, pp, cp, vp, mbs))
     source = PlanSource(space)
     batch = source.batch(0, space.total)
     found = set()
@@ -66,7 +99,8 @@ def test_a_stated_schedule_searches_the_plans_it_runs(engine):
                         validate_plan(plan, space.model, space.cluster)
                     except TwinError:
                         continue
-                    assert (tp, pp, cp, vp, mbs) in found, (schedule, tp, pp, cp, vp, mbs)
+                    if vp in runnable_vps(space.model.layers, pp, schedule):
+                        assert (tp, pp, cp, vp, mbs) in found, (schedule, tp, pp, cp, vp, mbs)
         res = search_plans(engine, space, top=1)
         assert res.plans()[0]["estimate"]["breakdown"]["bubble_s"] >= 0
         assert plan_scenario(space, res.plans()[0]).plan.schedule == schedule
@@ -91,7 +125,8 @@ def test_search_finds_the_brute_force_best(engine):
         if est.fits:
             fits += 1
             best = est.step_time_s if best is None else min(best, est.step_time_s)
-    assert res.result.feasible == fits
+    # pruned plans fit too: they are only not costed in full
+    assert res.result.feasible + sum(v for k, v in res.result.counts.items() if k.startswith("pruned")) == fits
     top = [row_dict(res.result.top, i) for i in range(nrows(res.result.top))]
     assert top[0]["step_time_s"] == best
     assert [t["step_time_s"] for t in top] == sorted(t["step_time_s"] for t in top)
@@ -206,3 +241,35 @@ def test_explain_with_a_single_plan_says_there_is_no_runner_up():
     from twin.commands.plan import explain
 
     assert "no runner-up" in explain([{"estimate": {}}])["reason"]
+
+
+def test_pruned_search_finds_the_same_best_plans(engine):
+    """Branch and bound (the default) against every plan costed in full: the same top plans."""
+    space = space_for(engine, "mixtral-8x7b", "DGX-H100", 64, gbs=256)
+    full = search_plans(engine, space, top=5, prune=False)
+    pruned = search_plans(engine, space, top=5)
+    assert "pruned" not in " ".join(full.result.counts)
+    cut = sum(v for k, v in pruned.result.counts.items() if k.startswith("pruned"))
+    assert cut > space.total // 10            # the bound does prune
+    keys = ("tp", "pp", "vp", "cp", "ep", "etp", "mbs", "recompute", "sharding", "step_time_s", "memory_gib")
+    assert [{k: p.get(k) for k in keys} for p in pruned.plans()] == [{k: p.get(k) for k in keys} for p in full.plans()]
+
+
+def test_a_point_at_or_below_the_bar_is_never_pruned(engine):
+    """The lower bound is below every point's step: with the bar at any point's step time,
+    every point at or below it is costed, with the numbers it has unpruned."""
+    from twin.core.evaluate import PRUNED_REASON, Pruner
+
+    space = space_for(engine, "llama3.1-70b", "DGX-H100", 256, gbs=512, shardings=("distributed_optimizer",))
+    batch = PlanSource(space).batch(0, space.total)
+    ps = batch.point_set(np.arange(len(batch)))
+    full = engine.model.evaluate_points(ps)
+    t = full.columns["step_time_s"][full.feasible]
+    for bar in np.quantile(t, [0.01, 0.2, 0.5]):
+        res = engine.model.evaluate_points(ps, prune=Pruner(top=1, best=[float(bar)]))
+        pruned = np.asarray([res.reason(i) == PRUNED_REASON for i in range(len(ps))])
+        assert pruned.any()
+        below = full.feasible & (full.columns["step_time_s"] <= bar)
+        assert below.any() and not pruned[below].any()
+        assert np.array_equal(res.columns["step_time_s"][below], full.columns["step_time_s"][below])
+        assert (full.columns["step_time_s"][pruned] > bar).all()

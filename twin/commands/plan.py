@@ -7,6 +7,7 @@ from typing import Any
 
 from twin.commands.render import console, print_json, table
 from twin.commands.sweep import drive, top_table
+from twin.core.evaluate import PRUNED_REASON
 from twin.sweep.job import EngineSettings
 from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, search_plans, space_for
 from twin.sweep.runner import EXECUTORS
@@ -46,7 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--software", default=None,
                    help="framework stack preset (default megatron-core-te; see twin plugins)")
     p.add_argument("--memory-headroom", type=float, default=0.0,
-                   help="fraction of HBM a plan must leave free to count as fitting (default 0)")
+                   help="fraction of HBM a plan must leave free to count as fitting (default 0: the twin's memory "
+                        "model over-counts, so published plans that ran already do not all fit by it; a margin "
+                        "would drop plans that run; docs/sweeps.md, Memory headroom)")
+    p.add_argument("--no-prune", action="store_true",
+                   help="cost every plan in full (default: skip plans that cannot beat the best found even "
+                        "without communication; the best plans are the same)")
     p.add_argument("--executor", choices=EXECUTORS, default="inline", help="inline (default), ray or auto")
     p.add_argument("--ray-address", default=None, help="Ray cluster address")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -68,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                       plan=None if args.schedule is None else {"schedule": args.schedule})
     top = max(2 if args.explain else 1, args.top)
     res = search_plans(engine, space, top=top, executor=args.executor, ray_address=args.ray_address,
-                       settings=settings, memory_headroom=args.memory_headroom,
+                       settings=settings, memory_headroom=args.memory_headroom, prune=not args.no_prune,
                        runner=lambda job: drive(job, engine, args))
     if args.json:
         doc = res.to_dict()
@@ -80,9 +86,15 @@ def run(args: argparse.Namespace) -> int:
     r = res.result
     head = table(f"Plan search: {space.name}, gbs {space.base.gbs}, seq {space.model.seq_len}", "", "value")
     head.add_row("plans searched", f"{r.done:,} ({len(space.groups):,} groups x interleaving depths)")
-    head.add_row("fit in memory", f"{r.feasible:,}")
+    pruned = r.counts.get(PRUNED_REASON, 0)
+    # Pruned plans fit in memory; they are slower than the best found, so not costed in full.
+    head.add_row("fit in memory", f"{r.feasible + pruned:,}")
+    if pruned:
+        head.add_row("  costed in full", f"{r.feasible:,}")
+        head.add_row("  pruned (slower than the best even without communication)", f"{pruned:,}")
     for reason, n in sorted(r.counts.items(), key=lambda kv: -kv[1]):
-        head.add_row(f"  {reason}", f"{n:,}")
+        if reason != PRUNED_REASON:
+            head.add_row(f"  {reason}", f"{n:,}")
     head.add_row("time", f"{res.seconds:.2f} s ({r.done / max(res.seconds, 1e-9):,.0f} plans/s, {r.executor})")
     out.print(head)
     if not res.plans():

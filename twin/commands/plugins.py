@@ -31,9 +31,11 @@ def run(args: argparse.Namespace) -> int:
     for i in infos:
         t.add_row(i.name, i.module, i.distribution, i.version)
     out.print(t)
-    c = table("Components", "role", "kind", "plugin")
+    c = table("Components", "role", "kind", "plugin", "dimension")
     for role, rows in comps.items():
         for row in rows:
-            c.add_row(role, row["kind"], row["plugin"])
+            dim = row.get("dimension", "")
+            c.add_row(role, row["kind"], row["plugin"], f"{dim} (alternative: select it)" if row.get("alternative")
+                      else dim)
     out.print(c)
     return 0

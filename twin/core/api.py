@@ -15,12 +15,13 @@ works on both. A strategy that can only handle Python numbers sets
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from twin.core import ops
 from twin.core.collectives import CollectiveCost
+from twin.core.errors import SpecError
 from twin.core.specs import DEFAULT_SOFTWARE, Software
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch, Tier
 
@@ -262,6 +263,19 @@ class Strategy:
     def active(self, ctx: EvalContext) -> Any:
         """Whether this strategy takes part (a bool, or one per point for a batch)."""
         return True
+
+    def configure(self, config: Mapping[str, Any], path: str) -> Strategy:
+        """The strategy configured by the scenario's block (``strategies.<dimension>.config``).
+
+        Return a strategy that applies ``config`` (a new instance; never change ``self``,
+        which every scenario shares), or raise ``SpecError`` naming the field under
+        ``path`` (``strategies.pp.config.bits``) and the rule. Called once per distinct
+        block; the result is what the scenario's points are evaluated with. The default
+        takes no configuration: an empty block gives ``self``, any key is an error.
+        """
+        for key in config:
+            raise SpecError(f"{path}.{key}", f"unknown field: strategy {self.name!r} takes no configuration")
+        return self
 
     def evaluate(self, ctx: EvalContext) -> Terms:
         """The strategy's terms for the step."""

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import math
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,12 +79,14 @@ from twin.core.specs import (
     Rule,
     Scenario,
     Software,
+    Strategies,
     _categories,
     plan_rules,
     validate_cluster,
     validate_model,
     validate_scenario,
 )
+from twin.core.strategy_set import StrategyTable
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch, Tier, place_group
 from twin.core.units import GIB
 from twin.core.workload import Workload, build_workload
@@ -105,6 +107,9 @@ DEFAULT_EFFICIENCY = ComputeEfficiency(gemm={"bf16": 0.75, "fp16": 0.75, "fp8": 
 # Reason a batch gives a point whose numbers leave the computable range.
 ARITHMETIC_REASON = "scenario: some value is outside the numeric range the model can compute"
 MEMORY_REASON = "memory: does not fit in HBM"
+PRUNED_REASON = "pruned: its step without communication already exceeds the best plans' step time"
+# Points a search costs in full before it has a bar to prune by (at least 4 x its top).
+_PRUNE_FIRST = 64
 
 # The flows of a step and, per flow, the stretch of each link class (``twin.core.contention``).
 _Flows = tuple[list[Flow], list[Any]]
@@ -339,11 +344,61 @@ class _Reasons:
         return c
 
 
+# Relative slack of the lower bound: covers the few roundings by which the bound and the
+# step, the same sums of non-negative terms in another order, can differ (a double has
+# 2**-53 ~ 1.1e-16 per rounding).
+_BOUND_SLACK = 1e-12
+
+
+def step_lower_bound(plan: Any, m: Any, stage: StageTimes, optimizer_s: Any) -> Any:
+    """A step time no plan's step is below: ``m`` micro-batches of the bottleneck stage's
+    compute, its schedule's bubble with no communication exposed, and the optimizer step.
+
+    The step (``TwinModel._finish``) adds exposed communication to the micro-batch and to the
+    mean stage's time the bubble is computed from, and only non-negative terms after that
+    (per-step communication, offload, interference); every schedule's bubble
+    (``twin.core.pipelines.bubble``) grows with that time, so leaving the communication out
+    gives a bound from below, less ``_BOUND_SLACK`` for rounding.
+    """
+    pipe, _ = pipeline_time(plan, m, stage.total_s, stage.avg_stage_s, stage)
+    return (pipe + ops.maximum(optimizer_s, stage.host_step_s)) * (1.0 - _BOUND_SLACK)
+
+
+@dataclass
+class Pruner:
+    """Branch and bound for a search of the ``top`` fastest feasible points (step time, min).
+
+    ``best``: the ``top`` smallest step times seen so far, ascending. A point's lower bound
+    is :func:`step_lower_bound` (its step without communication; strategies' terms are
+    >= 0, the conformance kit's rule). A point whose bound exceeds the ``top``-th best time
+    is slower than ``top`` points already found and is never among the best.
+    """
+
+    top: int
+    best: list[float] = field(default_factory=list)
+
+    def threshold(self) -> float:
+        """The step time a point must not exceed to be among the best (inf until ``top`` are known)."""
+        return self.best[-1] if len(self.best) >= self.top else math.inf
+
+    def offer(self, out: PointResults, idx: np.ndarray) -> None:
+        """Take the feasible step times of the points ``idx`` of ``out``."""
+        t = out.columns["step_time_s"][idx]
+        t = t[(out.reason_ix[idx] < 0) & np.isfinite(t)]
+        if len(t):
+            self.best = sorted([*self.best, *np.sort(t)[:self.top].tolist()])[:self.top]
+
+
 class TwinModel:
     """The performance model: fabrics + strategies (+ an optional collective-cost override)."""
 
     def __init__(self, fabrics: FabricSet, strategies: Iterable[Strategy],
-                 cost_override: CostOverride | None = None) -> None:
+                 cost_override: CostOverride | None = None, *, builtin: Iterable[str] | None = None,
+                 origins: Mapping[str, str] | None = None) -> None:
+        """``builtin``: the names of the built-in strategies, each its dimension's default (None:
+        all of ``strategies``); the others are alternatives a scenario selects
+        (``twin.core.strategy_set``). ``origins``: the plugin of each strategy, for errors.
+        """
         self.fabrics = fabrics
         order = {p: i for i, p in enumerate(PHASES)}
         strategies = list(strategies)
@@ -357,6 +412,10 @@ class TwinModel:
             if not s.dimension:
                 raise PluginError(f"strategy {s.name!r} needs a dimension (the breakdown entry it reports)")
         self.strategies: Sequence[Strategy] = sorted(strategies, key=lambda s: order[s.phase])
+        self._order = order
+        self.table = StrategyTable.of(self.strategies, builtin, origins)
+        # Resolved strategy sets by selection value (a SpecError is remembered as well).
+        self._sets: dict[int, tuple[Strategy, ...] | SpecError] = {}
         self.cost_override = cost_override
         self._key = _KeyCache()
         self._hierarchies: dict[Any, Hierarchy] = {}
@@ -369,16 +428,39 @@ class TwinModel:
         self._power: dict[Any, energy_model.PowerFacts] = {}
         self._groups_seen: dict[Any, _GroupMemo] = {}
         self._setups: dict[Any, tuple[Any, ...]] = {}
-        self._stage_cache: dict[Any, tuple[Any, ...]] = {}
+        # Stage numbers per work key: (block, row) into _stage_blocks, columns computed together.
+        self._stage_cache: dict[Any, tuple[int, int]] = {}
+        self._stage_blocks: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
 
     # ---------------------------------------------------------------- structure
     def validate(self, scenario: Scenario) -> None:
-        """Every rule: spec cross-field rules, then each fabric's own."""
+        """Every rule: spec cross-field rules, then each fabric's own, then the strategy selection."""
         validate_scenario(scenario)
         for fab in self.cluster_fabrics(scenario.cluster):
             fab.validate(scenario.cluster, "cluster")
         if scenario.cluster.power.switch_w:  # the one power rule that needs the fabric's tiers
             self.power_facts(scenario.cluster)
+        self.strategy_set(scenario.strategies)
+
+    def strategy_set(self, selection: Strategies) -> tuple[Strategy, ...]:
+        """The strategies a scenario with ``selection`` runs, in phase order (cached by value).
+
+        Raises ``SpecError`` naming the ``strategies`` field for a selection the registered
+        strategies cannot satisfy (``twin.core.strategy_set``).
+        """
+        key = self._key(selection)
+        hit = self._sets.get(key)
+        if hit is None:
+            try:
+                hit = self.table.resolve(selection, self._order)
+            except SpecError as err:
+                hit = err
+            if len(self._sets) > _CACHE_LIMIT:
+                self._sets.clear()
+            self._sets[key] = hit
+        if isinstance(hit, SpecError):
+            raise SpecError(hit.field, hit.rule)
+        return hit
 
     def cluster_fabrics(self, cluster: Cluster) -> list[Fabric]:
         """The fabric models ``cluster`` uses (scale-up, scale-out, optics, memory pool)."""
@@ -667,7 +749,7 @@ class TwinModel:
         group = None
         if self.cost_override is None:
             gkey = (self._key(model), self._key(cluster), self._key(cal), self._key(scenario.software),
-                    _GROUP_SCALARS(plan),
+                    self._key(scenario.strategies), _GROUP_SCALARS(plan),
                     self._key(plan.overlap), self._key(plan.offload))
             group = self._groups_seen.get(gkey)
             if group is None:
@@ -696,7 +778,8 @@ class TwinModel:
         def rehome(h: Hierarchy) -> Callable[..., CollectiveCost]:
             return self._cost_fn(scenario, h)
 
-        st = self._assemble(ctx, work, memo=memo, rehome=rehome, alone=report)
+        st = self._assemble(ctx, work, self.strategy_set(scenario.strategies), memo=memo, rehome=rehome,
+                            alone=report)
         links: tuple[LinkLoad, ...] = ()
         if report:
             lkey = ("links", plan.gbs, plan.vp)
@@ -736,11 +819,13 @@ class TwinModel:
             energy=energy, cost=cost)
 
     # ---------------------------------------------------------------- the assembly (both)
-    def _assemble(self, ctx: EvalContext, work: _Work, groups: tuple[EvalContext, np.ndarray] | None = None,
+    def _assemble(self, ctx: EvalContext, work: _Work, strategies: Sequence[Strategy],
+                  groups: tuple[EvalContext, np.ndarray] | None = None,
                   memo: dict[Any, Any] | None = None,
                   rehome: Callable[[Any], Callable[..., CollectiveCost]] | None = None,
                   alone: bool = False) -> _Step:
-        """The step from the strategies' terms: the schedule, per-step terms, interference.
+        """The step from the terms of ``strategies`` (the scenario's set, in phase order):
+        the schedule, per-step terms, interference.
 
         A strategy that does not read the schedule (``reads_schedule = False``) gives the
         same terms to every point of a group of points that differ only in the global batch
@@ -752,7 +837,7 @@ class TwinModel:
         ``alone``: also give the step with every strategy costed alone.
         """
         parts: list[tuple[Strategy, Terms]] = []
-        for strat in self.strategies:
+        for strat in strategies:
             if groups is not None and not strat.reads_schedule and strat.vectorized:
                 terms = self._terms(strat, groups[0])
                 if terms is not None:
@@ -960,13 +1045,15 @@ class TwinModel:
 
     # ---------------------------------------------------------------- a batch
     def evaluate_points(self, points: PointSet, *, memory_headroom: float = 0.0, require_fit: bool = True,
-                        validate: bool = True) -> PointResults:
+                        validate: bool = True, prune: Pruner | None = None) -> PointResults:
         """Predict every point of ``points`` (one model; any mix of plans, sizes, clusters).
 
         A point that breaks a rule, does not fit in memory (leaving ``memory_headroom`` of
         HBM free; with ``require_fit=False`` it is evaluated anyway, and ``fits`` says), or
         cannot be evaluated gets a reason instead of numbers. The numbers of a feasible point
-        are those :meth:`evaluate` gives for it.
+        are those :meth:`evaluate` gives for it. ``prune``: a search for the ``prune.top``
+        fastest points (carried across calls); points that cannot be among them get
+        ``PRUNED_REASON`` instead (:class:`Pruner`).
         """
         n = len(points)
         reasons = _Reasons()
@@ -981,7 +1068,7 @@ class TwinModel:
         if n == 0:
             return out
         with np.errstate(all="ignore"):
-            self._evaluate_points(points, memory_headroom if require_fit else None, validate, reasons, out)
+            self._evaluate_points(points, memory_headroom if require_fit else None, validate, reasons, out, prune)
         _zero_missing_exposed(out)
         return out
 
@@ -989,7 +1076,8 @@ class TwinModel:
                       require_fit: bool = True, errors: Sequence[str | None] | None = None) -> PointResults:
         """Predict every scenario (any mix of models, clusters and plans) on the batch path.
 
-        Scenarios are grouped by model and software stack (the structure a batch shares); the result has one
+        Scenarios are grouped by model, software stack and strategy selection (the structure a batch
+        shares); the result has one
         row per scenario, in order. ``None`` entries (with their reason in ``errors``) are
         points that could not be built and keep that reason.
         """
@@ -1003,7 +1091,8 @@ class TwinModel:
                 reason = (errors[i] if errors is not None else None) or "scenario: could not be built"
                 out.reason_ix[i] = reasons.code(reason)
                 continue
-            by_model.setdefault((self._key(scn.model), self._key(scn.software)), []).append(i)
+            by_model.setdefault((self._key(scn.model), self._key(scn.software), self._key(scn.strategies)),
+                                []).append(i)
         for idx in by_model.values():
             rows = np.asarray(idx, np.int64)
             part = self.evaluate_points(PointSet.from_scenarios([scenarios[i] for i in idx]),  # type: ignore[misc]
@@ -1047,7 +1136,7 @@ class TwinModel:
         return before, after
 
     def _evaluate_points(self, ps: PointSet, headroom: float | None, validate: bool, reasons: _Reasons,
-                         out: PointResults) -> None:
+                         out: PointResults, prune: Pruner | None = None) -> None:
         """``headroom`` None: points that do not fit are evaluated too (``out.fits`` says)."""
         n = len(ps)
         model = ps.model
@@ -1055,6 +1144,13 @@ class TwinModel:
         plan = ps.plan
         view = ColumnView(ps.clusters, cix)
         bad = np.zeros(n, bool)
+        try:
+            strategies: tuple[Strategy, ...] = self.strategy_set(ps.strategies)
+            unresolved = None
+        except SpecError as err:
+            if not validate:
+                raise
+            strategies, unresolved = (), reason_of(err)
         if validate:
             statics = [self._static_reasons(c, model) for c in ps.clusters]
             before = np.asarray([-1 if s[0] is None else reasons.code(s[0]) for s in statics], np.int64)[cix]
@@ -1065,6 +1161,8 @@ class TwinModel:
                 if fresh.any():
                     _code_rule(Rule(field_path, broken, template, values()), fresh, code, reasons)
             code = np.where(code < 0, after, code)
+            if unresolved is not None:  # the selection is the batch's: every point still valid gets it
+                code = np.where(code < 0, reasons.code(unresolved), code)
             out.reason_ix[:] = code
             bad = code >= 0
         # Clusters whose facts or hierarchy cannot be built: every point of theirs gets the reason.
@@ -1119,10 +1217,41 @@ class TwinModel:
         if len(keep) < len(idx):
             sub, work = sub.take(keep), _take_work(work, keep)
             idx = idx[keep]
+        if prune is None:
+            self._run_points(sub, work, idx, hierarchies, pairs, strategies, reasons, out, headroom, power)
+            return
+        # Branch and bound (a search for the fastest points): a point whose step without any
+        # communication (step_lower_bound) already exceeds the prune.top fastest step times
+        # seen cannot be among them, and is not costed further.
+        bound = np.asarray(np.broadcast_to(step_lower_bound(work.plan, work.m, work.stage, work.optimizer_s),
+                                           (len(idx),)), np.float64)
+        order = np.argsort(bound, kind="stable")
+        head = order[:0]
+        if not math.isfinite(prune.threshold()):  # no bar yet: the most promising points set it
+            head = order[:max(_PRUNE_FIRST, 4 * prune.top)]
+            self._run_points(sub.take(head), _take_work(work, head), idx[head], hierarchies, pairs, strategies,
+                             reasons, out, headroom, power)
+            prune.offer(out, idx[head])
+        rest = order[len(head):]
+        cut = rest[bound[rest] > prune.threshold()]
+        if len(cut):
+            out.reason_ix[idx[cut]] = reasons.code(PRUNED_REASON)
+            out.stats["pruned"] = out.stats.get("pruned", 0) + len(cut)
+        live = np.sort(rest[bound[rest] <= prune.threshold()])
+        if len(live):
+            self._run_points(sub.take(live), _take_work(work, live), idx[live], hierarchies, pairs, strategies,
+                             reasons, out, headroom, power)
+            prune.offer(out, idx[live])
+
+    def _run_points(self, sub: PointSet, work: _Work, idx: np.ndarray, hierarchies: Sequence[Hierarchy | None],
+                    pairs: np.ndarray, strategies: Sequence[Strategy], reasons: _Reasons, out: PointResults,
+                    headroom: float | None, power: Sequence[energy_model.PowerFacts | None]) -> None:
+        """The step of the points ``idx`` (``sub``, their ``work``): strategies, schedule, results."""
+        model, ps = sub.model, sub
         hb = self._hierarchy_batch(sub, hierarchies, pairs)
         groups = None
         first, inverse = _factorize(_group_columns(sub))
-        if len(first) < len(idx) and any(not s.reads_schedule and s.vectorized for s in self.strategies):
+        if len(first) < len(idx) and any(not s.reads_schedule and s.vectorized for s in strategies):
             # Strategies that do not read the schedule, once per group of points differing only in gbs/vp.
             grp, work_g, hb_g = sub.take(first), _take_work(work, first), hb.take(first)
             spans_g = {dim: place_group(*stride_of(grp.plan, work_g.dp, dim), hb_g) for dim in DIMENSIONS}
@@ -1147,7 +1276,7 @@ class TwinModel:
                             ColumnView(part.calibrations, part.calibration_ix), h, spans_p,
                             self._batch_cost(part, h), len(some), None, software=ps.software)
 
-        st = self._assemble(ctx, work, groups, rehome=rehome)
+        st = self._assemble(ctx, work, strategies, groups, rehome=rehome)
         out.stats["groups"] += len(first)
         self._fill(out, idx, work, st, sub, power)
         odd = ~np.isfinite(out.columns["step_time_s"][idx])
@@ -1261,25 +1390,54 @@ class TwinModel:
             rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
             zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
         cache = self._stage_cache
+        blocks = self._stage_blocks
         miss = [i for i, k in enumerate(keys) if k not in cache]
         if miss:
+            if len(cache) + len(miss) > 64 * _CACHE_LIMIT:
+                cache.clear()
+                blocks.clear()
+                miss = list(range(len(keys)))
             mi = np.asarray(miss, np.int64)
             m_plan, m_dev = plan.take(mi), _take_tree(dev, mi)
             m_w = _take_tree(w, mi)
             stage = stage_times(m_plan, model, m_dev, m_w, sw)
             params, expert = stage_params(m_plan, m_w, stage.layers)
             act = activation_terms(m_plan, model, m_w, m_dev.flash)
-            if len(cache) > 64 * _CACHE_LIMIT:
-                cache.clear()
+            # One block of columns per computed set (a row per key): rows are gathered from
+            # the blocks by index, never taken out one by one.
+            k = len(mi)
+            b = len(blocks)
+            blocks.append(({f.name: _column(getattr(stage, f.name), k, np.float64)
+                            for f in dataclasses.fields(StageTimes)},
+                           _column(params, k, None), _column(expert, k, np.float64),
+                           {f.name: _column(getattr(act, f.name), k, np.float64)
+                            for f in dataclasses.fields(ActivationTerms)}))
             for j, i in enumerate(miss):
-                cache[keys[i]] = (_take_tree(stage, j), _take_tree(params, j), _take_tree(expert, j),
-                                  _take_tree(act, j))
-        hits = [cache[k] for k in keys]
-        stage_u = StageTimes(**{f.name: np.asarray([getattr(h[0], f.name) for h in hits], np.float64)
-                                for f in dataclasses.fields(StageTimes)})
-        act_u = ActivationTerms(**{f.name: np.asarray([getattr(h[3], f.name) for h in hits], np.float64)
-                                   for f in dataclasses.fields(ActivationTerms)})
-        return stage_u, np.asarray([h[1] for h in hits]), np.asarray([h[2] for h in hits], np.float64), act_u
+                cache.setdefault(keys[i], (b, j))
+        where = np.asarray([cache[k] for k in keys], np.int64).reshape(-1, 2)
+        n = len(keys)
+        used = np.unique(where[:, 0])
+        if len(used) == 1:  # one block: plain fancy indexing
+            st, pa, ex, ac = blocks[int(used[0])]
+            rows = where[:, 1]
+            return (StageTimes(**{f: v[rows] for f, v in st.items()}), pa[rows], ex[rows],
+                    ActivationTerms(**{f: v[rows] for f, v in ac.items()}))
+        first = blocks[int(used[0])]
+        st_out = {f: np.empty(n, np.float64) for f in first[0]}
+        ac_out = {f: np.empty(n, np.float64) for f in first[3]}
+        pa_out = np.empty(n, np.result_type(*(blocks[int(u)][1].dtype for u in used)))
+        ex_out = np.empty(n, np.float64)
+        for u in used.tolist():
+            sel = np.flatnonzero(where[:, 0] == u)
+            rows = where[sel, 1]
+            st, pa, ex, ac = blocks[u]
+            for f, v in st.items():
+                st_out[f][sel] = v[rows]
+            for f, v in ac.items():
+                ac_out[f][sel] = v[rows]
+            pa_out[sel] = pa[rows]
+            ex_out[sel] = ex[rows]
+        return StageTimes(**st_out), pa_out, ex_out, ActivationTerms(**ac_out)
 
     def _hierarchy_batch(self, ps: PointSet, hierarchies: Sequence[Hierarchy | None],
                          pairs: np.ndarray) -> HierarchyBatch:
@@ -1555,6 +1713,16 @@ def _expand_terms(t: Terms, inverse: np.ndarray) -> Terms:
                    for f in _TERM_FIELDS), algorithm=None)
 
 
+def _column(value: Any, n: int, dtype: Any) -> np.ndarray:
+    """``value`` (a number or ``n`` values) as ``n`` values; ``dtype`` None: the values' own
+    (as ``np.asarray`` of their Python numbers gives it).
+    """
+    arr = np.asarray(value)
+    if dtype is None:
+        dtype = np.asarray(arr.reshape(-1)[:1].tolist()).dtype if arr.size else np.float64
+    return np.array(np.broadcast_to(arr, (n,)), dtype=dtype)
+
+
 def _device_batch(devices: Sequence[Device], rows: np.ndarray) -> Device:
     """A :class:`Device` whose fields hold, per point, those of ``devices[rows]``."""
     return Device(**{f: np.asarray([getattr(d, f) for d in devices])[rows] for f in DEVICE_FIELDS})
@@ -1640,7 +1808,7 @@ def _point_context(ctx: EvalContext, i: int) -> EvalContext:
                        tp_overlap=bool(_take_tree(ctx.tp_overlap, i)), cost_fn=cost,
                        offload_bw_Bps=_take_tree(ctx.offload_bw_Bps, i),
                        activation_bytes=_take_tree(ctx.activation_bytes_per_microbatch, i),
-                       points=0, scenario=scenario)
+                       points=0, scenario=scenario, software=ctx.software)
 
 
 def _zero_missing_exposed(out: PointResults) -> None:

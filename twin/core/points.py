@@ -25,7 +25,19 @@ import numpy as np
 
 from twin.core import ops
 from twin.core.ops import Labels
-from twin.core.specs import DEFAULT_SOFTWARE, Calibration, Cluster, Model, Offload, Overlap, Plan, Scenario, Software
+from twin.core.specs import (
+    DEFAULT_SOFTWARE,
+    DEFAULT_STRATEGIES,
+    Calibration,
+    Cluster,
+    Model,
+    Offload,
+    Overlap,
+    Plan,
+    Scenario,
+    Software,
+    Strategies,
+)
 
 # Plan fields that may be None, and what a column holds instead.
 _NONE_AS = {"dp": 0, "etp": 0, "recompute_layers": 0, "pp_first_layers": 0, "pp_last_layers": 0,
@@ -220,9 +232,10 @@ class ColumnView:
 
 @dataclass
 class PointSet:
-    """Points sharing one model and one software stack: distinct clusters and calibrations,
-    a plan per point. The software stack is structure, like the model: its numbers are
-    plain numbers for the whole batch (``evaluate_many`` groups scenarios by it).
+    """Points sharing one model, one software stack and one strategy selection: distinct
+    clusters and calibrations, a plan per point. The software stack is structure, like the
+    model: its numbers are plain numbers for the whole batch, and the selection decides which
+    strategies run (``evaluate_many`` groups scenarios by both).
 
     ``cluster_ix[i]`` / ``calibration_ix[i]``: the cluster / calibration of point ``i``.
     ``names``: optional scenario names (one per point) for the estimates built from it.
@@ -236,6 +249,7 @@ class PointSet:
     plan: PlanColumns
     names: Sequence[str] | None = None
     software: Software = DEFAULT_SOFTWARE
+    strategies: Strategies = DEFAULT_STRATEGIES
 
     def __len__(self) -> int:
         return len(self.cluster_ix)
@@ -244,21 +258,25 @@ class PointSet:
         """The points in ``index`` (same distinct clusters and calibrations)."""
         names = None if self.names is None else [self.names[int(i)] for i in index]
         return PointSet(self.model, self.clusters, self.cluster_ix[index], self.calibrations,
-                        self.calibration_ix[index], self.plan.take(index), names, self.software)
+                        self.calibration_ix[index], self.plan.take(index), names, self.software, self.strategies)
 
     def scenario(self, i: int) -> Scenario:
         """Point ``i`` as a :class:`Scenario`."""
         return Scenario(cluster=self.clusters[int(self.cluster_ix[i])], model=self.model,
                         plan=self.plan.plan(i), name="" if self.names is None else self.names[i],
-                        calibration=self.calibrations[int(self.calibration_ix[i])], software=self.software)
+                        calibration=self.calibrations[int(self.calibration_ix[i])], software=self.software,
+                        strategies=self.strategies)
 
     @classmethod
     def from_scenarios(cls, scenarios: Sequence[Scenario]) -> PointSet:
-        """The points of ``scenarios``, which must share one model and one software stack (by value)."""
+        """The points of ``scenarios``, which must share one model, one software stack and one
+        strategy selection (by value).
+        """
         if not scenarios:
             raise ValueError("a point set needs at least one scenario")
         model = scenarios[0].model
         software = scenarios[0].software
+        strategies = scenarios[0].strategies
         clusters: list[Cluster] = []
         cals: list[Calibration] = []
         cix = np.empty(len(scenarios), np.int64)
@@ -271,6 +289,8 @@ class PointSet:
                 raise ValueError("every scenario of a point set must have the same model")
             if s.software is not software and s.software != software:
                 raise ValueError("every scenario of a point set must have the same software stack")
+            if s.strategies is not strategies and s.strategies != strategies:
+                raise ValueError("every scenario of a point set must have the same strategy selection")
             c = s.cluster
             j = seen_c.get(id(c))
             if j is None:
@@ -288,4 +308,4 @@ class PointSet:
             kix[i] = k
         return cls(model=model, clusters=clusters, cluster_ix=cix, calibrations=cals, calibration_ix=kix,
                    plan=PlanColumns.from_plans([s.plan for s in scenarios]), names=[s.name for s in scenarios],
-                   software=software)
+                   software=software, strategies=strategies)

@@ -6,6 +6,7 @@ A scenario may name presets instead of spelling everything out::
     model: llama3.1-405b                              # or {preset: llama3.1-405b, seq_len: 4096}
     plan: {tp: 8, pp: 16, gbs: 2048, mbs: 1}
     software: megatron-core-te                        # or {preset: ..., dispatch_us: 12}; default
+    strategies: {pp: my-schedule}                     # or {pp: {name: ..., config: {...}}}; default: built-ins
 
 Nested mappings of a preset (``scale_out``, ``params`` ...) merge key by key with the
 overrides; everything else replaces.
@@ -13,6 +14,7 @@ overrides; everything else replaces.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +25,7 @@ from twin.core.docload import MAX_DOCUMENT_CHARS, parse_document
 from twin.core.errors import SpecError
 from twin.core.specs import (
     DEFAULT_SOFTWARE,
+    DEFAULT_STRATEGIES,
     GPU,
     Calibration,
     Cluster,
@@ -37,6 +40,8 @@ from twin.core.specs import (
     ScaleUp,
     Scenario,
     Software,
+    Strategies,
+    StrategyChoice,
     validate_scenario,
 )
 
@@ -225,8 +230,43 @@ def _build_software(value: Any, catalog: Catalog, path: str) -> Software:
     return schema.load(Software, data, path)
 
 
+_CHOICE_KEYS = ("name", "config")
+
+
+def load_strategies(data: Any, path: str = "strategies") -> Strategies:
+    """The ``strategies`` section: ``{DIMENSION: NAME}`` or ``{DIMENSION: {name: NAME, config: {...}}}``.
+
+    Only the shape is checked here; whether NAME is registered for DIMENSION, and what its
+    config may hold, is the engine's and the strategy's to say (``TwinModel.strategy_set``).
+    """
+    if data is None:
+        return DEFAULT_STRATEGIES
+    if not isinstance(data, Mapping):
+        raise SpecError(path, f"must be a mapping of dimension to strategy name (got {data!r})")
+    choices = []
+    for dim, given in data.items():
+        if not isinstance(dim, str) or not dim:
+            raise SpecError(path, f"keys must be dimension names such as 'pp' (got {dim!r})")
+        where = f"{path}.{dim}"
+        value = {"name": given} if isinstance(given, str) else given
+        if not isinstance(value, Mapping):
+            raise SpecError(where, f"must be a strategy name or a mapping {{name, config}} (got {value!r})")
+        for key in value:
+            if key not in _CHOICE_KEYS:
+                raise SpecError(f"{where}.{key}", f"unknown field; expected one of: {', '.join(_CHOICE_KEYS)}")
+        name = value.get("name")
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"{where}.name", f"is required: the registered strategy's name (got {name!r})")
+        config = value.get("config") or {}
+        if not isinstance(config, Mapping):
+            raise SpecError(f"{where}.config", f"must be a mapping (got {config!r})")
+        choices.append(StrategyChoice(dimension=dim, name=name, config=copy.deepcopy(dict(config))))
+    return Strategies(tuple(sorted(choices, key=lambda c: c.dimension)))
+
+
 # "failures" is read by twin.core.failures.spec (``twin failures``); other verbs ignore it.
-_KNOWN = frozenset({"name", "cluster", "model", "plan", "calibration", "software", "description", "failures"})
+_KNOWN = frozenset({"name", "cluster", "model", "plan", "calibration", "software", "strategies", "description",
+                    "failures"})
 _KNOWN_TEXT = ", ".join(sorted(_KNOWN))
 _DEFAULT_CALIBRATION = Calibration()
 _load_plan = schema.fast_loader(Plan)
@@ -265,7 +305,9 @@ def scenario_from_dict(data: Any, catalog: Catalog, *, validate: bool = True) ->
     name = data.get("name", "")
     if not isinstance(name, str):
         raise SpecError("name", f"must be a string (got {name!r})")
-    scenario = _new_scenario(cluster, model, plan, name, calibration, software)
+    strategies = data.get("strategies")
+    strategies = DEFAULT_STRATEGIES if strategies is None else load_strategies(strategies)
+    scenario = _new_scenario(cluster, model, plan, name, calibration, software, strategies)
     if validate:
         validate_scenario(scenario)
     return scenario

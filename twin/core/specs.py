@@ -567,8 +567,47 @@ DEFAULT_SOFTWARE = Software()
 
 
 @dataclass(frozen=True, slots=True)
+class StrategyChoice:
+    """The strategy a scenario selects for one parallel dimension, and its own configuration.
+
+    ``dimension`` is the breakdown entry the strategy reports ("pp", "dp", or a plugin's
+    own), ``name`` the registered strategy (``Strategy.name``), ``config`` the scenario's
+    configuration block for it, plain data as written (the strategy checks it:
+    ``Strategy.configure``).
+    """
+
+    dimension: str
+    name: str
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Strategies:
+    """The scenario's ``strategies`` section: the selected strategy per dimension.
+
+    A dimension without a choice runs its built-in strategies (or the one plugin strategy
+    that claims it); ``choices`` is ordered by dimension, so equal selections are equal values.
+    """
+
+    choices: tuple[StrategyChoice, ...] = ()
+
+    def get(self, dimension: str) -> StrategyChoice | None:
+        """The choice for ``dimension`` (None: its default)."""
+        for c in self.choices:
+            if c.dimension == dimension:
+                return c
+        return None
+
+    def __bool__(self) -> bool:
+        return bool(self.choices)
+
+
+DEFAULT_STRATEGIES = Strategies()
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
-    """cluster + model + plan (+ calibration, software stack): one question to the twin."""
+    """cluster + model + plan (+ calibration, software stack, strategy selection): one question to the twin."""
 
     cluster: Cluster
     model: Model
@@ -576,6 +615,8 @@ class Scenario:
     name: str = ""
     calibration: Calibration = dataclasses.field(default_factory=Calibration)
     software: Software = DEFAULT_SOFTWARE
+    # Which strategy models each parallel dimension (empty: the defaults; twin.core.evaluate resolves it).
+    strategies: Strategies = DEFAULT_STRATEGIES
 
     @property
     def dp(self) -> int:

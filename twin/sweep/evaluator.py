@@ -1,7 +1,7 @@
 """A sweep batch through the step model's batch path, as the sweep's metric columns.
 
-The points of a :class:`~twin.sweep.points.PointBatch` are split by model (the structure
-a batch of the step model shares) and evaluated with ``TwinModel.evaluate_points``
+The points of a :class:`~twin.sweep.points.PointBatch` are split by model and strategy
+selection (the structure a batch of the step model shares) and evaluated with ``TwinModel.evaluate_points``
 (``twin/core/evaluate.py``): the same functions :meth:`TwinModel.evaluate` runs for one
 scenario, over numpy arrays. Nothing of the model is restated here; this module only maps
 the batch's groups to point sets and the results to the sweep's columns.
@@ -16,7 +16,7 @@ import numpy as np
 
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
-from twin.core.evaluate import energy_values
+from twin.core.evaluate import Pruner, energy_values
 from twin.core.units import GIB
 from twin.sweep.metrics import EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
 from twin.sweep.points import PointBatch
@@ -83,13 +83,19 @@ _ENERGY_FLOATS = ("energy_j", "energy_gpu_j", "energy_nic_j", "energy_switch_j",
 class SweepEvaluator:
     """Evaluates :class:`PointBatch` es with the engine's step model (its batch path)."""
 
-    def __init__(self, engine: Engine, *, memory_headroom: float = 0.0) -> None:
+    def __init__(self, engine: Engine, *, memory_headroom: float = 0.0, prune_top: int = 0) -> None:
+        """``prune_top`` > 0: only the ``prune_top`` fastest feasible points matter (a plan
+        search by step time); points that provably cannot be among them are not costed in
+        full and get ``PRUNED_REASON`` (``twin.core.evaluate.Pruner``; the bar carries over
+        from batch to batch).
+        """
         if not 0.0 <= memory_headroom < 1.0:
             raise SpecError("memory_headroom", f"must be in [0, 1) (got {memory_headroom!r})")
         self.engine = engine
         self.model = engine.model
         # Fraction of HBM a plan must leave free to count as fitting (0: the model's own verdict).
         self.headroom = memory_headroom
+        self.pruner = Pruner(prune_top) if prune_top > 0 else None
 
     def evaluate(self, batch: PointBatch) -> Evaluated:
         """Results of every point of ``batch``."""
@@ -107,17 +113,20 @@ class SweepEvaluator:
 
         errs = np.asarray([code(e) for e in batch.errors] + [-1], np.int64)
         out.reason_ix[:] = errs[batch.error_ix]
+        # One point set per (model, strategy selection): the structure a batch of the step model shares.
+        strategies_ix = batch.strategy_index()
         for j in range(len(batch.models)):
-            idx = np.flatnonzero((batch.model_ix == j) & (batch.error_ix < 0))
-            if len(idx):
-                self._evaluate_model(batch, idx, out, code)
+            for k in range(len(batch.strategies)):
+                idx = np.flatnonzero((batch.model_ix == j) & (strategies_ix == k) & (batch.error_ix < 0))
+                if len(idx):
+                    self._evaluate_model(batch, idx, out, code)
         out.reasons = list(codes)
         return out
 
     def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, out: Evaluated, code: Any) -> None:
         ps = batch.point_set(idx)
-        res = self.model.evaluate_points(ps, memory_headroom=self.headroom)
-        for key in ("evaluated", "scalar_points", "groups"):
+        res = self.model.evaluate_points(ps, memory_headroom=self.headroom, prune=self.pruner)
+        for key in ("evaluated", "scalar_points", "groups", "pruned"):
             out.stats[key] = out.stats.get(key, 0) + res.stats.get(key, 0)
         rcode = np.asarray([code(r) for r in res.reasons] + [-1], np.int64)
         out.reason_ix[idx] = rcode[res.reason_ix]

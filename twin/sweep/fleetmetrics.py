@@ -32,7 +32,7 @@ class FleetColumns(PointColumns):
         cluster = dict(cluster) if isinstance(cluster, dict) else {"system": cluster}
         job = {"name": mapping.get("name") or "swept", "gpus": int(cluster.get("num_gpus", 0)),
                "first_gpu": fleet["first_gpu"], "model": mapping["model"], "plan": mapping["plan"]}
-        for key in ("software", "calibration"):
+        for key in ("software", "calibration", "strategies"):
             if mapping.get(key) is not None:
                 job[key] = mapping[key]
         first = evaluate_fleet(self.engine, {"name": self.spec.name,

@@ -53,6 +53,15 @@ class Job:
     name: str = "sweep"
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     memory_headroom: float = 0.0    # fraction of HBM a point must leave free to count as fitting
+    # Branch and bound for the top points by step time (plan search): points that cannot be
+    # among them are counted as pruned, not costed (only with metric step_time_s, min, no rows).
+    prune: bool = False
+
+    @property
+    def prune_top(self) -> int:
+        """How many best points pruning keeps exact (0: no pruning)."""
+        ok = self.prune and self.metric == "step_time_s" and self.order == "min" and not self.keep_rows
+        return self.top if ok else 0
 
 
 class Worker:
@@ -62,7 +71,7 @@ class Worker:
         self.job = job
         self.engine = engine
         self.source = make_source(job.recipe, engine)
-        self.evaluator = SweepEvaluator(engine, memory_headroom=job.memory_headroom)
+        self.evaluator = SweepEvaluator(engine, memory_headroom=job.memory_headroom, prune_top=job.prune_top)
         self.failures = None
         if isinstance(job.recipe, SweepSpec) and wants_failures(job.recipe):
             self.failures = FailureColumns(engine, job.recipe, self.source)

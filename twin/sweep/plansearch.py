@@ -3,18 +3,21 @@
 The space: tensor (tp), pipeline (pp) and context (cp) degrees whose product divides the
 GPU count, data parallelism dp = GPUs / (tp*pp*cp) dividing the global batch, expert
 parallelism (MoE: ep dividing the experts, expert-tensor-parallel = tp or 1), every
-micro-batch size dividing gbs/dp, every interleaving depth with pp*vp <= layers,
+micro-batch size dividing gbs/dp, every interleaving depth that runs (:func:`runnable_vps`:
+Megatron-Core's interleaved schedule needs whole, equal virtual stages),
 activation recomputation (none / selective / full) and optimizer-state sharding (none,
 distributed optimizer = ZeRO-1, FSDP with and without resharding after forward = ZeRO-3
 and ZeRO-2). A pipeline schedule stated in the base plan (``plan.schedule``) is searched
 with the pipelined plans and the interleaving depths it runs (vp 1; 2 for ZB-V and
-DualPipeV; 2 and up for interleaved). Degrees are enumerated so the divisibility rules hold by construction; every
-plan still goes through the twin's own validation, and plans that do not fit in memory
-are counted, not ranked. Precision, sequence length, gbs and overlap switches come from
-the base plan.
+DualPipeV; the runnable depths from 2 for interleaved). Degrees are enumerated so the
+divisibility rules hold by construction; every plan still goes through the twin's own
+validation, and plans that do not fit in memory are counted, not ranked. By default the
+search prunes: a plan slower than the ``top`` best found even without communication is
+counted as pruned, not costed (``twin.core.evaluate.Pruner``); the best are unchanged.
+Precision, sequence length, gbs and overlap switches come from the base plan.
 
-Points are (group, vp): a group fixes every field but vp, so the whole range of
-interleaving depths of a group is evaluated in one batch
+Points are (group, vp): a group fixes every field but vp, so the interleaving depths of a
+group are evaluated in one batch
 (``TwinModel.evaluate_points``, the same model as one scenario).
 The best plans are re-evaluated with the full model (``Engine.evaluate``) for their
 breakdowns.
@@ -33,6 +36,7 @@ import numpy as np
 
 from twin.core import schema
 from twin.core.errors import SpecError
+from twin.core.evaluate import PRUNED_REASON
 from twin.core.ops import Labels
 from twin.core.points import PlanColumns
 from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model, resolve_software
@@ -80,12 +84,13 @@ class PlanSpace:
     base: Plan
     calibration: Calibration
     groups: np.ndarray            # int64 (G, 9): tp, pp, cp, ep, etp(0 = tp), mbs, recompute, sharding, precision
-    vp_counts: np.ndarray         # int64 (G,): vp = vp_first .. vp_first + count - 1
+    vp_counts: np.ndarray         # int64 (G,): the group's interleaving depths, vp_values[vp_start[g]:][:count]
     shardings: tuple[str, ...]
     precisions: tuple[str, ...]
     start: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
     software: Software = DEFAULT_SOFTWARE
-    vp_first: int = 1             # the smallest interleaving depth the base plan's schedule runs
+    vp_values: np.ndarray = field(repr=False, default_factory=lambda: np.ones(1, np.int64))  # per pp, its depths
+    vp_start: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))  # (G,) into vp_values
 
     @property
     def total(self) -> int:
@@ -95,6 +100,31 @@ class PlanSpace:
     def source(self, engine: Engine | None = None) -> PlanSource:
         """The point source of this space (a job's recipe builds its own: ``twin.sweep.job.Recipe``)."""
         return PlanSource(self, engine)
+
+
+def runnable_vps(layers: int, pp: int, schedule: str = "auto") -> list[int]:
+    """The interleaving depths (vp) the search tries for ``pp`` stages of ``layers`` layers.
+
+    Megatron-Core's interleaved 1F1B needs the layers of every pipeline stage to be a
+    multiple of vp (NVIDIA Megatron-LM MR 2795, "flexible asymmetric VPP": "The current VPP
+    mandates that the number of layers in each pipeline stage must be divisible by the VPP
+    size"), i.e. pp*vp virtual stages of equal whole layers, the split the interleaved
+    bubble (p-1)/(m*v) assumes; ``--account-for-embedding-in-pipeline-split`` and
+    ``--account-for-loss-in-pipeline-split`` count the embedding and the loss as one layer
+    each in that split, so (layers + 0, 1 or 2) must divide by pp*vp. Only the search is
+    held to this: a stated plan (``twin predict``, a published run) keeps the permissive
+    rule pp*vp <= layers, since uneven custom layouts run too (that MR's
+    ``--pipeline-model-parallel-layout``). One-chunk schedules run vp 1; ZB-V and DualPipeV
+    vp 2 with 2*pp <= layers (their implementations take any split of the chunks).
+    """
+    if pp == 1:
+        return [1] if schedule == "auto" else []
+    if schedule in V_SCHEDULES:
+        return [2] if 2 * pp <= layers else []
+    if schedule not in ("auto", "interleaved"):
+        return [1]
+    deep = [v for v in range(2, layers // pp + 1) if any((layers + extra) % (pp * v) == 0 for extra in (0, 1, 2))]
+    return deep if schedule == "interleaved" else [1, *deep]
 
 
 def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plans",
@@ -113,23 +143,26 @@ def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plan
     precisions = tuple(precisions or (base.precision,))
     n, gbs, L, seq = cluster.num_gpus, base.gbs, model.layers, model.seq_len
     # A stated pipeline schedule (base.schedule) needs pp > 1 and fixes the interleaving
-    # depths: 1 (1F1B, ZB-H1/H2, DualPipe), 2 (ZB-V, DualPipeV) or 2.. (interleaved).
-    stated = base.schedule != "auto"
-    vp_first = 2 if base.schedule in ("interleaved", *V_SCHEDULES) else 1
+    # depths: 1 (1F1B, ZB-H1/H2, DualPipe), 2 (ZB-V, DualPipeV) or the runnable 2.. (interleaved).
     kv, heads = model.kv_head_count, model.heads
     rows: list[tuple[int, ...]] = []
     counts: list[int] = []
+    vp_values: list[int] = []
+    vp_at: dict[int, int] = {}     # pp -> where its depths start in vp_values
+    vp_start: list[int] = []
     for tp in divisors(n):
         if heads % tp or (kv % tp and tp % kv) or (max_tp and tp > max_tp):
             continue
         for pp in divisors(n // tp):
-            if pp > L or (max_pp and pp > max_pp) or (stated and pp == 1):
+            if pp > L or (max_pp and pp > max_pp):
                 continue
-            nvp = 1 if pp == 1 else L // pp
-            if stated:
-                nvp = nvp - 1 if base.schedule == "interleaved" else int(vp_first * pp <= L)
-                if nvp < 1:
-                    continue
+            vps = runnable_vps(L, pp, base.schedule)
+            if not vps:
+                continue
+            nvp = len(vps)
+            if pp not in vp_at:
+                vp_at[pp] = len(vp_values)
+                vp_values.extend(vps)
             for cp in divisors(n // (tp * pp)):
                 if (cp > 1 and seq % (2 * cp)) or (max_cp and cp > max_cp) or (cp_values and cp not in cp_values):
                     continue
@@ -154,12 +187,14 @@ def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plan
                                         rows.append((tp, pp, cp, ep, etp, mbs, RECOMPUTE.index(r),
                                                      list(SHARDINGS).index(s), precisions.index(pr)))
                                         counts.append(nvp)
+                                        vp_start.append(vp_at[pp])
     groups = np.asarray(rows, dtype=np.int64).reshape(-1, len(_GROUP_FIELDS))
     vp_counts = np.asarray(counts, dtype=np.int64)
     start = np.concatenate([[0], np.cumsum(vp_counts)[:-1]]).astype(np.int64) if counts else np.zeros(0, np.int64)
     return PlanSpace(name=name, cluster=cluster, model=model, base=base, calibration=calibration or Calibration(),
                      groups=groups, vp_counts=vp_counts, shardings=tuple(SHARDINGS), precisions=precisions,
-                     start=start, software=software, vp_first=vp_first)
+                     start=start, software=software, vp_values=np.asarray(vp_values or [1], np.int64),
+                     vp_start=np.asarray(vp_start, np.int64))
 
 
 class PlanSource:
@@ -185,7 +220,8 @@ class PlanSource:
             plan, tp=rows[:, 0].copy(), pp=rows[:, 1].copy(), cp=rows[:, 2].copy(), ep=rows[:, 3].copy(),
             etp=rows[:, 4].copy(), mbs=rows[:, 5].copy(), recompute=Labels(rows[:, 6], RECOMPUTE),
             optimizer_sharding=sharding[rows[:, 7]], fsdp_reshard_after_forward=reshards[rows[:, 7]],
-            precision=Labels(rows[:, 8], sp.precisions), dp=zeros.copy(), vp=ids - sp.start[g] + sp.vp_first)
+            precision=Labels(rows[:, 8], sp.precisions), dp=zeros.copy(),
+            vp=sp.vp_values[sp.vp_start[g] + ids - sp.start[g]])
         etp = rows[:, 4]
         columns = {"etp": np.where(etp == 0, rows[:, 0], etp)} if sp.model.moe is not None else {}
         return PointBatch(ids=ids, models=[sp.model], model_ix=zeros, clusters=[sp.cluster], cluster_ix=zeros,
@@ -263,13 +299,18 @@ def space_for(engine: Engine, model: Any, system: Any, gpus: int, *, gbs: int | 
 
 
 def plan_job(space: PlanSpace, *, top: int = 5, metric: str = "step_time_s", order: str = "min",
-             settings: EngineSettings | None = None, keep_rows: bool = False, memory_headroom: float = 0.0) -> Job:
-    """A job that searches ``space`` (``memory_headroom``: fraction of HBM a plan must leave free)."""
+             settings: EngineSettings | None = None, keep_rows: bool = False, memory_headroom: float = 0.0,
+             prune: bool = True) -> Job:
+    """A job that searches ``space`` (``memory_headroom``: fraction of HBM a plan must leave free;
+    ``prune``: skip plans that provably cannot be among the ``top`` fastest, with
+    ``metric`` step_time_s and ``order`` min: ``twin.core.evaluate.Pruner``).
+    """
     if isinstance(memory_headroom, bool) or not isinstance(memory_headroom, int | float) \
             or not 0.0 <= memory_headroom < 1.0:
         raise SpecError("memory_headroom", f"must be a fraction in [0, 1) (got {memory_headroom!r})")
     return Job(recipe=space, total=space.total, metric=metric, order=order, top=top, keep_rows=keep_rows,
-               engine=settings or EngineSettings(), name=space.name, memory_headroom=float(memory_headroom))
+               engine=settings or EngineSettings(), name=space.name, memory_headroom=float(memory_headroom),
+               prune=prune)
 
 
 @dataclass
@@ -295,7 +336,8 @@ class PlanSearchResult:
         r = self.result
         return {"search": self.space.name, "num_gpus": self.space.cluster.num_gpus, "gbs": self.space.base.gbs,
                 "seq_len": self.space.model.seq_len, "plans_searched": r.done, "plans_total": r.total,
-                "feasible": r.feasible, "infeasible_by_reason": dict(sorted(r.counts.items(), key=lambda kv: -kv[1])),
+                "feasible": r.feasible, "pruned": r.counts.get(PRUNED_REASON, 0),
+                "infeasible_by_reason": dict(sorted(r.counts.items(), key=lambda kv: -kv[1])),
                 "seconds": self.seconds, "cancelled": r.cancelled, "executor": r.executor,
                 "top": self.plans()}
 
@@ -316,14 +358,19 @@ def plan_scenario(space: PlanSpace, row: Mapping[str, Any]) -> Scenario:
 def search_plans(engine: Engine, space: PlanSpace, *, top: int = 5, executor: Any = "inline",
                  ray_address: str | None = None, cancel: Any = None, settings: EngineSettings | None = None,
                  metric: str = "step_time_s", order: str = "min", memory_headroom: float = 0.0,
-                 runner: Callable[[Job], SweepResult] | None = None) -> PlanSearchResult:
+                 runner: Callable[[Job], SweepResult] | None = None, prune: bool = True) -> PlanSearchResult:
     """Search ``space``; the best ``top`` plans re-evaluated with the full model.
+
+    ``prune`` (default): plans whose compute and optimizer step alone exceed the ``top``-th
+    best step time found are counted as pruned instead of costed in full; the best ``top``
+    are the same as without pruning (``twin.core.evaluate.Pruner``).
 
     ``runner``: runs the job instead of :func:`~twin.sweep.runner.run_job` (the CLI passes
     one that draws a progress bar from the job's events).
     """
     t0 = time.perf_counter()
-    job = plan_job(space, top=top, metric=metric, order=order, settings=settings, memory_headroom=memory_headroom)
+    job = plan_job(space, top=top, metric=metric, order=order, settings=settings, memory_headroom=memory_headroom,
+                   prune=prune)
     if runner is not None:
         result = runner(job)
     else:

@@ -25,19 +25,32 @@ import numpy as np
 from twin.core.errors import NotFoundError, SpecError
 from twin.core.evaluate import spec_key
 from twin.core.points import _NESTED, PlanColumns, PointSet, plan_column
-from twin.core.specs import DEFAULT_SOFTWARE, Calibration, Cluster, Model, Plan, Scenario, Software
+from twin.core.specs import (
+    DEFAULT_SOFTWARE,
+    DEFAULT_STRATEGIES,
+    Calibration,
+    Cluster,
+    Model,
+    Plan,
+    Scenario,
+    Software,
+    Strategies,
+)
 from twin.sweep.metrics import reason_of
 from twin.sweep.spec import Axis, SweepSpec, _from_unit, apply_values, build_section, get_path
 
-_SECTIONS = ("cluster", "model", "calibration", "plan")
+_SECTIONS = ("cluster", "model", "calibration", "strategies", "plan")
+# Sections built once per distinct combination of their axes' values, one object per point.
+_OBJECT_SECTIONS = ("cluster", "model", "calibration", "strategies")
 
 
 @dataclass
 class PointBatch:
     """A contiguous range of points, as columns.
 
-    ``models[model_ix[i]]``, ``clusters[cluster_ix[i]]``, ``calibrations[calibration_ix[i]]``
-    and row ``i`` of ``plan`` make point ``i``; ``error_ix[i]`` (-1: none) indexes
+    ``models[model_ix[i]]``, ``clusters[cluster_ix[i]]``, ``calibrations[calibration_ix[i]]``,
+    ``strategies[strategies_ix[i]]`` (the strategy selection; an axis may sweep it) and row
+    ``i`` of ``plan`` make point ``i``; ``error_ix[i]`` (-1: none) indexes
     ``errors`` when its scenario could not be built (its other columns are then
     placeholders). ``columns``: the axis values per point, for result rows.
     """
@@ -55,6 +68,14 @@ class PointBatch:
     columns: dict[str, Any] = field(default_factory=dict)
     axis_codes: list[tuple[Axis, np.ndarray]] = field(default_factory=list)
     software: Software = DEFAULT_SOFTWARE   # one stack for the whole sweep (base.software)
+    strategies: list[Strategies] = field(default_factory=lambda: [DEFAULT_STRATEGIES])
+    strategies_ix: np.ndarray | None = None   # None: every point has strategies[0]
+
+    def strategy_index(self) -> np.ndarray:
+        """Per point, the index of its strategy selection in ``strategies``."""
+        if self.strategies_ix is None:
+            return np.zeros(len(self), np.int64)
+        return self.strategies_ix
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -85,13 +106,14 @@ class PointBatch:
             raise SpecError("point", f"point {int(self.ids[i])} has no scenario: {self.errors[self.error_ix[i]]}")
         return Scenario(cluster=self.clusters[int(self.cluster_ix[i])], model=self.models[int(self.model_ix[i])],
                         plan=self.plan.plan(i), calibration=self.calibrations[int(self.calibration_ix[i])],
-                        software=self.software)
+                        software=self.software, strategies=self.strategies[int(self.strategy_index()[i])])
 
     def point_set(self, idx: np.ndarray) -> PointSet:
-        """The points in ``idx`` (which must share one model and have no error)."""
+        """The points in ``idx`` (which must share one model and one strategy selection, and have no error)."""
         return PointSet(model=self.models[int(self.model_ix[idx[0]])], clusters=self.clusters,
                         cluster_ix=self.cluster_ix[idx], calibrations=self.calibrations,
-                        calibration_ix=self.calibration_ix[idx], plan=self.plan.take(idx), software=self.software)
+                        calibration_ix=self.calibration_ix[idx], plan=self.plan.take(idx), software=self.software,
+                        strategies=self.strategies[int(self.strategy_index()[idx[0]])])
 
 
 class _Interned:
@@ -272,11 +294,11 @@ class SweepSource:
         n = len(ids)
         codes = self.codes(ids)
         objects: dict[str, tuple[list[Any], np.ndarray]] = {
-            s: self._objects(s, codes, n) for s in ("cluster", "model", "calibration")}
+            s: self._objects(s, codes, n) for s in _OBJECT_SECTIONS}
         plan, plan_objects, plan_ix = self._plan_columns(codes, n)
         errors: list[str] = []
         error_ix = np.full(n, -1, np.int64)
-        # The first section that fails to build names the point's error (cluster, model, calibration, plan).
+        # The first section that fails to build names the point's error (in _SECTIONS' order).
         for section in _SECTIONS:
             objs, ix = objects[section] if section != "plan" else (plan_objects, plan_ix)
             for k, obj in enumerate(objs):
@@ -286,7 +308,7 @@ class SweepSource:
                     error_ix[(ix == k) & (error_ix < 0)] = errors.index(obj.reason)
         lists: dict[str, list[Any]] = {}
         index: dict[str, np.ndarray] = {}
-        for section in ("cluster", "model", "calibration"):
+        for section in _OBJECT_SECTIONS:
             objs, ix = objects[section]
             # Distinct objects (interned: equal sections are one object) and each row's position.
             good: list[Any] = []
@@ -304,7 +326,8 @@ class SweepSource:
         return PointBatch(ids=ids, models=lists["model"], model_ix=index["model"], clusters=lists["cluster"],
                           cluster_ix=index["cluster"], calibrations=lists["calibration"],
                           calibration_ix=index["calibration"], plan=plan, error_ix=error_ix, errors=errors,
-                          axis_codes=list(zip(self.spec.axes, codes, strict=True)), software=self.software)
+                          axis_codes=list(zip(self.spec.axes, codes, strict=True)), software=self.software,
+                          strategies=lists["strategies"], strategies_ix=index["strategies"])
 
 
 def _grid_codes(start: int, n: int, stride: int, radix: int) -> np.ndarray:

@@ -29,7 +29,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -38,12 +38,12 @@ from twin.core import schema
 from twin.core.catalog import Catalog
 from twin.core.errors import NotFoundError, SpecError, TooLargeError, TwinError
 from twin.core.failures.spec import FailureSpec, load_failure_spec
-from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model, resolve_software
-from twin.core.specs import Calibration, Cluster, Model, Plan
+from twin.core.scenario_io import load_strategies, read_mapping, resolve_cluster, resolve_model, resolve_software
+from twin.core.specs import Calibration, Cluster, Model, Plan, Strategies
 from twin.sweep.metrics import FLEET_METRICS, METRICS, default_order
 
 MODES = ("grid", "zip", "random")
-SECTIONS = ("cluster", "model", "plan", "calibration", "failures", "software")
+SECTIONS = ("cluster", "model", "plan", "calibration", "failures", "software", "strategies")
 # Above this many points a sweep must be split (or the limit raised by the caller).
 DEFAULT_MAX_POINTS = 100_000_000
 # Values of one axis (a range, a sample's n, a list). An axis longer than the sweep's point
@@ -54,8 +54,9 @@ _AXIS_KEYS = {"path", "values", "range", "sample", "name"}
 # Fields whose value names a registered fabric model: checked against the engine's kinds.
 _KIND_FIELDS = {("scale_up", "fabric"): "scale_up", ("scale_out", "fabric"): "scale_out",
                 ("optics", "kind"): "optics", ("memory_pool", "fabric"): "memory"}
+# ``strategies`` is keyed by dimension (free-form): its loader and the engine check it.
 _ROOT_TYPES: dict[str, type] = {"cluster": Cluster, "model": Model, "plan": Plan, "calibration": Calibration,
-                                 "failures": FailureSpec}
+                                 "failures": FailureSpec, "strategies": dict}
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,9 @@ def build_section(section: str, data: Any, catalog: Catalog) -> Any:
     if section == "software":
         # One stack for the whole sweep (a batch shares its software, like its model).
         return resolve_software(data.get("preset") if set(data) == {"preset"} else data, catalog)
+    if section == "strategies":
+        # A selection per point (an axis may sweep it); the engine resolves the names.
+        return load_strategies(data)
     raise SpecError(section, "unknown section")  # pragma: no cover - paths are checked first
 
 
@@ -567,8 +571,10 @@ def apply_values(spec: SweepSpec, section: str, values: Mapping[int, Any], catal
 
 
 def check_values(spec: SweepSpec, catalog: Catalog, fabric_kinds: Mapping[str, Sequence[str]],
-                 max_points: int = DEFAULT_MAX_POINTS) -> None:
-    """Check every axis value against its field's type and bounds (and fabric kinds).
+                 max_points: int = DEFAULT_MAX_POINTS,
+                 strategies: Callable[[Strategies], Any] | None = None) -> None:
+    """Check every axis value against its field's type and bounds (and fabric kinds; and,
+    with ``strategies`` (the engine's resolver, raising ``SpecError``), strategy selections).
 
     Each value is applied to the base together with the first value of every other axis
     of the same section, so a field the base leaves to an axis (``plan.gbs``) is present.
@@ -585,7 +591,9 @@ def check_values(spec: SweepSpec, catalog: Catalog, fabric_kinds: Mapping[str, S
         idx = by_section.get(section, [])
         firsts = {i: _probe_value(spec.axes[i]) for i in idx}
         try:
-            build_section(section, apply_values(spec, section, firsts, catalog), catalog)
+            built = build_section(section, apply_values(spec, section, firsts, catalog), catalog)
+            if section == "strategies" and strategies is not None:
+                strategies(built)
         except (SpecError, NotFoundError) as err:
             if section == "model" and spec.base.get("model") is None and not idx:
                 raise SpecError("base.model", "is required") from err
@@ -607,7 +615,9 @@ def check_values(spec: SweepSpec, catalog: Catalog, fabric_kinds: Mapping[str, S
                     checked.add(key)
                 where = f"axes[{i}].values[{j}]" if j >= 0 else f"axes[{i}].sample.{'low' if j == -1 else 'high'}"
                 try:
-                    build_section(section, apply_values(spec, section, {**firsts, i: value}, catalog), catalog)
+                    built = build_section(section, apply_values(spec, section, {**firsts, i: value}, catalog), catalog)
+                    if section == "strategies" and strategies is not None:
+                        strategies(built)
                 except (SpecError, NotFoundError) as err:
                     raise SpecError(where, str(err)) from err
                 _check_kind(axis, value, fabric_kinds, where)

@@ -43,7 +43,9 @@ RENAMES: dict[str, dict[str, str]] = {
 }
 _REVERSE: dict[str, dict[str, str]] = {msg: {v: k for k, v in table.items()} for msg, table in RENAMES.items()}
 # Messages that also accept a bare preset name where the file format allows one.
-_PRESET_FIELD = {"twin.rpc.v1.Gpu": "preset", "twin.rpc.v1.Model": "preset", "twin.rpc.v1.Software": "preset"}
+# Messages a file may give as one string: the field that string fills (a preset, a strategy's name).
+_PRESET_FIELD = {"twin.rpc.v1.Gpu": "preset", "twin.rpc.v1.Model": "preset", "twin.rpc.v1.Software": "preset",
+                 "twin.rpc.v1.StrategySelection": "name"}
 _STRUCT = "google.protobuf.Struct"
 DEFAULT_MAX_ITEMS = 4096
 
@@ -297,6 +299,9 @@ def mapping_to_message(data: Any, msg: Message, path: str = "") -> Message:
             for k, v in value.items():
                 if not isinstance(k, str):
                     raise SpecError(fpath, f"keys must be strings (got {k!r})")
+                if vfd.message_type is not None:  # a map of messages (strategies: {pp: {...}})
+                    mapping_to_message(v, target[k], f"{fpath}.{k}")
+                    continue
                 _assign(lambda x, k=k, target=target: target.__setitem__(k, x),
                         _checked_scalar(vfd, v, f"{fpath}.{k}"), f"{fpath}.{k}")
         elif fd.is_repeated:

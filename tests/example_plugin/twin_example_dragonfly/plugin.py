@@ -20,11 +20,13 @@ from twin.api import (
     Hierarchy,
     ScaleOutFabric,
     SpecError,
+    Strategy,
     Tier,
     check_scale_out_params,
     gbps_to_bytes_per_s,
     hookimpl,
 )
+from twin_example_dragonfly.compressed_pp import CompressedPipeline
 
 PARAMS = {"gpus_per_group", "global_taper"}
 # Example values, not fitted to a measurement: the group size and taper are the defaults
@@ -77,3 +79,9 @@ class DragonflyFabric(ScaleOutFabric):
 def twin_fabrics() -> list[ScaleOutFabric]:
     """Register the example dragonfly fabric."""
     return [DragonflyFabric()]
+
+
+@hookimpl
+def twin_strategies() -> list[Strategy]:
+    """Register the example compressed pipeline: an alternative for "pp", run only where a scenario selects it."""
+    return [CompressedPipeline()]
