@@ -60,7 +60,7 @@ MEMORY_MISS = "memory-model miss: the published plan does not fit by the twin's 
 # default stack (megatron-core-te: NeMo, Megatron-Core and NVIDIA's performance recipes;
 # Meta's Llama 3 stack is not public and is taken as that default too).
 _SOFTWARE_BY_FAMILY = (("automodel", "nemo-automodel"), ("torchtitan", "pytorch-fsdp2"), ("fsdp2", "pytorch-fsdp2"),
-                       ("deepspeed", "megatron-deepspeed"))
+                       ("deepspeed", "megatron-deepspeed"), ("nemo megatron", "nemo-megatron"))
 # Runs published from the Megatron-LM code base before Megatron-Core and Transformer Engine
 # (a family dated 2019-2022: Shoeybi et al. 2019, Narayanan et al. 2021, Korthikanti et al.
 # 2022, the README tables of 2020-2021) ran its eager Apex kernels: megatron-deepspeed.
@@ -75,6 +75,8 @@ _PRE_TE_YEAR = re.compile(r"\b20(19|20|21|22)\b")
 # - the Megatron-LM code base of 2019-2022 (megatron-deepspeed): its published GPT scripts
 #   (examples/pretrain_gpt*.sh) pass --checkpoint-activations, i.e. full recomputation
 #   (Narayanan et al. 2021 count its FLOPs);
+# - NeMo Megatron of 2022-2023 (nemo-megatron: its GPT-3 configs set
+#   activations_checkpoint_granularity: null): no recomputation;
 # - torchtitan (activation_checkpoint.mode default "selective");
 # - NeMo AutoModel (activation_checkpointing: false in its benchmark configs);
 # FSDP's reshard_after_forward: PyTorch fully_shard's default (True) on the PyTorch stacks
@@ -84,6 +86,7 @@ STACK_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-core-te": {"recompute": "none"},
     "megatron-core-te-cudagraphs": {"recompute": "none"},
     "megatron-deepspeed": {"recompute": "full"},
+    "nemo-megatron": {"recompute": "none"},
     "pytorch-fsdp2": {"recompute": "selective", "fsdp_reshard_after_forward": True},
     "nemo-automodel": {"recompute": "none", "fsdp_reshard_after_forward": True},
 }

@@ -149,6 +149,7 @@ def test_reference_cases_take_their_stack_by_one_rule():
     assert case_software({"family": "NeMo 24.07 performance summary (pretraining)"}) == "megatron-core-te"
     assert case_software({"family": "Megatron-LM README H100 weak scaling"}) == "megatron-core-te"
     assert case_software({"family": "torchtitan Llama 3 8B"}) == "pytorch-fsdp2"
+    assert case_software({"family": "NeMo Megatron Launcher A100 GPT scaling"}) == "nemo-megatron"
     assert case_software({"family": "x", "software": "megatron-core-te-cudagraphs"}) == "megatron-core-te-cudagraphs"
 
 
@@ -192,3 +193,16 @@ def test_tp_overlap_defaults_to_what_the_stack_does(engine):
     assert dtensor.breakdown.exposed_comm_s["tp"] > te.breakdown.exposed_comm_s["tp"]
     forced = engine.model.evaluate(_scenario(engine, "pytorch-fsdp2", overlap={"tp_comm": True}, **kw))
     assert forced.breakdown.exposed_comm_s["tp"] == pytest.approx(te.breakdown.exposed_comm_s["tp"])
+
+
+def test_nemo_megatron_is_the_apex_stack_with_nemo_defaults(engine):
+    """NeMo Megatron's GPT-3 configs (2022-2023, A100): no Transformer Engine, batched-GEMM
+    attention, no TP overlap, and no recomputation unless a run sets it."""
+    from twin.reference import STACK_DEFAULTS
+
+    nemo = resolve_software("nemo-megatron", engine.catalog)
+    apex = resolve_software("megatron-deepspeed", engine.catalog)
+    assert nemo.flash_attention is False and nemo.tp_comm_overlap is False
+    assert dataclasses.replace(nemo, name=apex.name, source=apex.source) == apex
+    assert STACK_DEFAULTS["nemo-megatron"]["recompute"] == "none"
+    assert STACK_DEFAULTS["megatron-deepspeed"]["recompute"] == "full"

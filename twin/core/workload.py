@@ -164,11 +164,20 @@ def _attention(model: Model, tp: int, cp: int, mbs: int, sp: bool, tokens: int) 
         rope_units = 2.0 * (heads_gpu + kv_gpu) * d / h                             # rotary on q and k
     # Query-key pairs per sequence: causal full attention s(s+1)/2; a sliding window w gives ~s*w.
     full_pairs = s * (s + 1) / 2.0
-    pairs = full_pairs
     kv_len = (s + 1) / 2.0
+    doc = s
+    if model.packed_doc_tokens is not None:
+        # Packed documents of mean length l attend within themselves (causal mask per
+        # document, TE THD/cu_seqlens): s/l documents of l(l+1)/2 pairs = s(l+1)/2, and a
+        # query sees (l+1)/2 keys on average. Equal lengths assumed: a spread of lengths
+        # adds pairs (sum l_i^2 >= n mean^2), so this is the least attention packing leaves.
+        doc = model.packed_doc_tokens
+        full_pairs = s * (doc + 1) / 2.0
+        kv_len = (doc + 1) / 2.0
+    pairs = full_pairs
     if model.sliding_window is not None:
-        w = min(model.sliding_window.window, s)
-        win_pairs = s * w - w * (w - 1) / 2.0
+        w = min(model.sliding_window.window, doc)
+        win_pairs = s * w - (s / doc) * w * (w - 1) / 2.0     # per document: l*w - w(w-1)/2
         frac = 0.5 if model.sliding_window.every_other_layer else 1.0
         pairs = (1 - frac) * full_pairs + frac * win_pairs
         kv_len = (1 - frac) * kv_len + frac * w
