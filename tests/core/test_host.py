@@ -68,8 +68,10 @@ def test_a_large_model_is_unchanged_by_the_software_stack(engine):
     kw = {"model": "llama3.1-70b", "gpus": 64, "tp": 8, "mbs": 1, "m": 16}
     base = _step(engine, None, **kw)
     for name in engine.catalog.names("software"):
-        # The host's share only (a stack without flash attention is another matter, below).
-        same_kernels = {"preset": name, "flash_attention": True, "tp_comm_overlap": True}
+        # The host's share only (a stack without flash attention, TP or gradient-reduction
+        # overlap, or with other model states, is another matter, below).
+        same_kernels = {"preset": name, "flash_attention": True, "tp_comm_overlap": True,
+                        "grad_reduce_overlap": True, "master_weights": True}
         assert _step(engine, same_kernels, **kw) == pytest.approx(base, rel=0.005), name
     est = engine.model.evaluate(_scenario(engine, None, **kw), report=False)
     assert not any("host-bound" in n for n in est.notes)
@@ -203,6 +205,25 @@ def test_nemo_megatron_is_the_apex_stack_with_nemo_defaults(engine):
     nemo = resolve_software("nemo-megatron", engine.catalog)
     apex = resolve_software("megatron-deepspeed", engine.catalog)
     assert nemo.flash_attention is False and nemo.tp_comm_overlap is False
-    assert dataclasses.replace(nemo, name=apex.name, source=apex.source) == apex
+    # the Apex kernels of Megatron-LM, but Apex's DistributedFusedAdam overlaps the reduction
+    assert nemo.grad_reduce_overlap is True and apex.grad_reduce_overlap is False
+    assert dataclasses.replace(nemo, name=apex.name, source=apex.source, grad_reduce_overlap=False) == apex
     assert STACK_DEFAULTS["nemo-megatron"]["recompute"] == "none"
     assert STACK_DEFAULTS["megatron-deepspeed"]["recompute"] == "full"
+
+
+def test_a_stack_that_reduces_gradients_after_the_backward_exposes_all_of_it(engine):
+    """Megatron-LM's local DDP (megatron-deepspeed) all-reduces after the backward: the whole
+    data-parallel reduction is exposed; the same stack with the overlap hides it behind the
+    backward but for the last bucket."""
+    kw = {"model": "llama3.1-8b", "gpus": 16, "tp": 1, "mbs": 1, "m": 2,
+          "optimizer_sharding": "none"}
+    after = engine.model.evaluate(_scenario(engine, "megatron-deepspeed", **kw))
+    under = engine.model.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "grad_reduce_overlap": True},
+                                            **kw))
+    assert after.breakdown.exposed_comm_s["dp"] == pytest.approx(after.comm_issued_s["dp"])
+    assert under.breakdown.exposed_comm_s["dp"] < 0.5 * after.breakdown.exposed_comm_s["dp"]
+    # plan.overlap.grad_reduce false turns it off on an overlapping stack too
+    off = engine.model.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "grad_reduce_overlap": True},
+                                          overlap={"grad_reduce": False}, **kw))
+    assert off.breakdown.exposed_comm_s["dp"] == pytest.approx(after.breakdown.exposed_comm_s["dp"])

@@ -1608,7 +1608,7 @@ def _point_context(ctx: EvalContext, i: int) -> EvalContext:
                        tp_overlap=bool(_take_tree(ctx.tp_overlap, i)), cost_fn=cost,
                        offload_bw_Bps=_take_tree(ctx.offload_bw_Bps, i),
                        activation_bytes=_take_tree(ctx.activation_bytes_per_microbatch, i),
-                       points=0, scenario=scenario)
+                       points=0, scenario=scenario, software=ctx.software)
 
 
 def _zero_missing_exposed(out: PointResults) -> None:

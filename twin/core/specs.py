@@ -551,6 +551,12 @@ class Software:
     # their dtype (torch.optim.Adam's exp_avg/exp_avg_sq are zeros_like(param)); FSDP2 casts
     # each reduced gradient back to the parameter's dtype, so gradients are 16-bit too (K = 4).
     master_weights: bool = True
+    # Data-parallel gradient reduction overlapped with the backward (Megatron-Core
+    # --overlap-grad-reduce, Apex DistributedFusedAdam overlap_grad_sync, PyTorch DDP/FSDP
+    # buckets). Off: the stack all-reduces after the backward (Megatron-LM's local DDP before
+    # Megatron-Core: train_step calls model.allreduce_gradients() once the backward is done).
+    # plan.overlap.grad_reduce false turns the overlap off on any stack.
+    grad_reduce_overlap: bool = True
     cuda_graphs: bool = False
     graph_launch_us: float = spec_field(
         20.0, ge=0, le=1e5, doc="host time of one captured sub-layer's graph replay, us")
