@@ -429,6 +429,10 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         "trainable": "lora" if case.get("kind") == "lora" else "full"}
     if p.get("etp"):
         plan_kwargs["etp"] = int(p["etp"])
+    if p.get("recompute_layers"):
+        # Layers of a stage fully recomputed (Megatron --recompute-num-layers; torchtitan's
+        # selective layer AC checkpoints every n-th layer): used as given, never dropped.
+        plan_kwargs["recompute_layers"] = int(p["recompute_layers"])
     if p.get("rank_order"):
         plan_kwargs["rank_order"] = _norm_rank_order(p["rank_order"])
     schedule = _norm_schedule(p["schedule"]) if p.get("schedule") else None
@@ -484,7 +488,7 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
             # Megatron --recompute-num-layers: recompute only as many layers as memory needs.
             options += [("full", k) for k in sorted({max(1, math.ceil(layers_stage * f)) for f in (0.25, 0.5, 0.75)})
                         if k < layers_stage]
-        options.append((rc, None))
+        options.append((rc, scn.plan.recompute_layers))
     for mbs, (rc, rl), vp, rs in itertools.product(knobs.mbs, options, knobs.vp, knobs.reshard):
         reshard = scn.plan.fsdp_reshard_after_forward if rs is None else rs
         cand = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, mbs=mbs, recompute=rc, vp=vp,

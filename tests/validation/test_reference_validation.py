@@ -4,6 +4,8 @@ breaks them must be justified, not the threshold moved."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.conftest import REFERENCE
@@ -195,3 +197,24 @@ def test_deepseek_v3_dualpipe_run_is_scored_with_its_schedule(training):
     assert case.id not in training.summary()["memory_misses"]
     assert case.measured == pytest.approx(15360 * 4096 * 180_000 / 1e12 * 3600 / 2048, rel=1e-4)
     assert case.plan["pp"] == 16 and case.plan["ep"] == 64 and case.plan["vp"] == 1
+
+
+def test_a_stated_recompute_layer_count_is_used_as_given(engine):
+    """torchtitan's selective layer AC (every 2nd layer): plan.recompute_layers 16 of 32 is
+    read, kept by the plan search, and recomputes half of what full recomputation does."""
+    from twin.reference import best_plan, training_scenario
+
+    case = {"id": "t", "family": "f", "kind": "pretrain",
+            "cluster": {"gpu": "H100-SXM-80GB", "num_gpus": 8, "gpus_per_node": 8},
+            "model": {"name": "m", "layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8,
+                      "vocab": 128256, "seq_len": 8192, "gated_mlp": True},
+            "plan": {"tp": 1, "pp": 1, "dp": 8, "mbs": 1, "gbs": 8, "recompute": "full", "recompute_layers": 16,
+                     "precision": "bf16", "optimizer_sharding": "fsdp"},
+            "measured": {"step_time_s": 1.0}}
+    scn, knobs, _ = training_scenario(engine, case)
+    chosen, _, _ = best_plan(engine, scn, knobs)
+    assert chosen.plan.recompute_layers == 16
+    half = engine.model.evaluate(chosen).breakdown.recompute_s
+    every = engine.model.evaluate(dataclasses.replace(chosen, plan=dataclasses.replace(chosen.plan,
+                                                                                        recompute_layers=None)))
+    assert half == pytest.approx(every.breakdown.recompute_s / 2, rel=1e-6)
