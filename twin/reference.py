@@ -367,7 +367,7 @@ _SCHEDULE_SPELLINGS = {"1f1b": "1f1b", "interleaved": "interleaved", "interleave
                        "zerobubbleh2": "zero_bubble_h2", "zbv": "zero_bubble_v", "zerobubblev": "zero_bubble_v",
                        "dualpipe": "dualpipe", "dualpipev": "dualpipev"}
 # Plan fields a case may state in the twin's own spelling (twin extensions, CASES.md): used as given.
-_AS_GIVEN = ("recipe", "recompute_modules", "overlap", "moe_dispatcher")
+_AS_GIVEN = ("recipe", "recompute_modules", "overlap", "moe_dispatcher", "pp_first_layers", "pp_last_layers")
 # The interleaving depth a stated schedule fixes (interleaved: any vp > 1).
 _SCHEDULE_VP = {"1f1b": 1, "zero_bubble_h1": 1, "zero_bubble_h2": 1, "dualpipe": 1, "zero_bubble_v": 2,
                 "dualpipev": 2}
@@ -481,6 +481,7 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
     note: a published, running plan that does not fit is a miss of the memory model).
     """
     best: tuple[bool, float, Scenario] | None = None
+    first_error: TwinError | None = None
     layers_stage = math.ceil(scn.model.layers / scn.plan.pp)
     options = []
     for rc in knobs.recompute:
@@ -497,12 +498,15 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
         try:
             validate_scenario(cand)
             est = engine.model.evaluate(cand, validate=False, report=False)
-        except TwinError:
+        except TwinError as err:
+            first_error = first_error or err
             continue
         key = (not est.fits, est.step_time_s)
         if best is None or key < (not best[0], best[1]):
             best = (est.fits, est.step_time_s, cand)
     if best is None:
+        if isinstance(first_error, SpecError):
+            raise first_error  # a stated field breaks a rule whatever the free knobs: name it
         raise SpecError("plan", "no setting of the unstated knobs gives a valid plan")
     notes = []
     if not best[0]:

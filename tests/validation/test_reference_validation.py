@@ -218,3 +218,28 @@ def test_a_stated_recompute_layer_count_is_used_as_given(engine):
     every = engine.model.evaluate(dataclasses.replace(chosen, plan=dataclasses.replace(chosen.plan,
                                                                                         recompute_layers=None)))
     assert half == pytest.approx(every.breakdown.recompute_s / 2, rel=1e-6)
+
+
+def test_a_stated_uneven_pipeline_layout_is_used_as_given(engine):
+    """Megatron-Core's --decoder-first/last-pipeline-num-layers in a case (plan.pp_first_layers,
+    plan.pp_last_layers) reach the plan; a layout that does not split evenly is an error
+    naming the field, and the case is listed as skipped."""
+    from twin.reference import training_scenario
+
+    case = {"id": "u", "family": "f", "kind": "pretrain",
+            "cluster": {"gpu": "H100-SXM-80GB", "num_gpus": 32, "gpus_per_node": 8},
+            "model": {"name": "m", "layers": 30, "hidden": 2048, "ffn": 8192, "heads": 16, "kv_heads": 16,
+                      "vocab": 32000, "seq_len": 2048},
+            "plan": {"tp": 2, "pp": 4, "dp": 4, "gbs": 64, "pp_first_layers": 6, "pp_last_layers": 6},
+            "measured": {"step_time_s": 1.0}}
+    scn, _, _ = training_scenario(engine, case)
+    assert (scn.plan.pp_first_layers, scn.plan.pp_last_layers) == (6, 6)
+    report = validate_training_doc(engine, {**case, "plan": {**case["plan"], "pp_last_layers": 5}})
+    (skip,) = report.skipped
+    assert "pp_first_layers" in skip["reason"]
+
+
+def validate_training_doc(engine, case):
+    from twin.reference import validate_training
+
+    return validate_training(engine, {"schema": "twin-reference-cases/v1", "cases": [case]})
