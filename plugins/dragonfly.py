@@ -72,12 +72,19 @@ NOT_MODELLED = {
 }
 
 
-def shape(cluster: Cluster, path: str = "cluster") -> dict[str, int]:
-    """p, a, h, the groups g and the NICs of ``cluster``'s dragonfly (checked)."""
+def _global_links(s: dict[str, int]) -> int:
+    """Global links of a dragonfly of shape ``s``: each router's h, two ends a link (none in one group)."""
+    return s["groups"] * s["a"] * s["h"] // 2 if s["groups"] > 1 else 0
+
+
+def shape(cluster: Cluster, path: str = "cluster", radix: int | None = None) -> dict[str, int]:
+    """p, a, h, the groups g and the NICs of ``cluster``'s dragonfly (checked); ``radix``: the
+    router radix the optics force (co-packaged optics), else the fabric's own.
+    """
     so = cluster.scale_out
     assert so is not None
     base = f"{path}.scale_out.params"
-    h0 = max(1, (so.switch_radix + 1) // 4)
+    h0 = max(1, ((radix or so.switch_radix) + 1) // 4)
     h = read_param(so.params, f"{base}.global_links_per_router", h0, integer=True, minimum=1)
     p = read_param(so.params, f"{base}.nics_per_router", h, integer=True, minimum=1)
     a = read_param(so.params, f"{base}.routers_per_group", 2 * p, integer=True, minimum=1)
@@ -120,7 +127,7 @@ class DragonflyFabric(ScaleOutFabric):
         """Router, group and global tiers (module docstring)."""
         so = cluster.scale_out
         assert so is not None
-        s = shape(cluster)
+        s = shape(cluster, radix=radix)
         routing = _routing(cluster)
         gpn, nics = cluster.gpus_per_node, cluster.nics_per_node
         per_gpu = gbps_to_bytes_per_s(so.nic_gbps) * nics / gpn * nic_efficiency(cluster)
@@ -140,6 +147,14 @@ class DragonflyFabric(ScaleOutFabric):
                          oversubscription=tiers[-1].oversubscription)
         return tiers
 
+    def optical_links(self, cluster: Cluster) -> int | None:
+        """The global links: the dragonfly's long channels run over optics, its short local
+        and NIC channels over electrical cables inside a group's cabinets (Kim et al. 2008 §2,
+        the design's premise; Slingshot: copper inside a group, optical global links, De Sensi
+        et al. SC20 §II).
+        """
+        return _global_links(shape(cluster))
+
     def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:
         """The dragonfly's shape and routing."""
         s = shape(cluster)
@@ -147,7 +162,7 @@ class DragonflyFabric(ScaleOutFabric):
                 "routers_per_group": s["a"], "global_links_per_router": s["h"], "groups": s["groups"],
                 "max_groups": s["a"] * s["h"] + 1, "routers": s["groups"] * s["a"],
                 "switches_per_tier": [s["groups"] * s["a"]],  # one tier of routers (for the energy model)
-                "global_links": s["groups"] * s["a"] * s["h"] // 2}
+                "global_links": _global_links(s)}
 
 
 @hookimpl
@@ -164,22 +179,26 @@ def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int 
     so = cluster.scale_out
     if so is None or so.fabric != DragonflyFabric.kind:
         return None
-    s = shape(cluster)
+    s = shape(cluster, radix=switch_radix)
     g, a = s["groups"], s["a"]
     src = f"dragonfly of {g} group(s) x {a} routers (plugins/dragonfly.py; Kim et al. 2008)"
     kind = DragonflyFabric.kind
     groups = [ComponentGroup("nic", "nic", s["nics"], kind, tier=1,
                              attrs={"per_node": cluster.nics_per_node, "gbps": so.nic_gbps}, source=src),
               ComponentGroup("link.nic-leaf", "link", s["nics"], kind, tier=1,
-                             attrs={"lower": "nic", "upper": "router", "gbps": so.nic_gbps}, source=src),
+                             attrs={"lower": "nic", "upper": "router", "gbps": so.nic_gbps, "medium": "electrical"},
+                             source=src),
               ComponentGroup("switch.router", "switch", g * a, kind, tier=1,
-                             attrs={"nics_per_router": s["p"], "radix": so.switch_radix}, source=src)]
+                             attrs={"nics_per_router": s["p"], "radix": switch_radix or so.switch_radix},
+                             source=src)]
     if a > 1:
         groups.append(ComponentGroup("link.local", "link", g * a * (a - 1) // 2, kind, tier=2,
-                                     attrs={"per_router": a - 1, "gbps": so.nic_gbps}, source=src))
+                                     attrs={"per_router": a - 1, "gbps": so.nic_gbps, "medium": "electrical"},
+                                     source=src))
     if g > 1:
-        groups.append(ComponentGroup("link.global", "link", g * a * s["h"] // 2, kind, tier=3,
-                                     attrs={"per_group": a * s["h"], "gbps": so.nic_gbps}, source=src))
+        groups.append(ComponentGroup("link.global", "link", _global_links(s), kind, tier=3,
+                                     attrs={"per_group": a * s["h"], "gbps": so.nic_gbps, "medium": "optical"},
+                                     source=src))
     return groups
 
 
@@ -201,7 +220,7 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
         return None
     if component.name in ("nic", "link.nic-leaf"):
         return fat_tree_failure_modes(component, scenario, hierarchy, so.switch_radix)
-    s = shape(cluster)
+    s = shape(cluster, radix=switch_radix)
     per_link, per_switch, src = network_rates()
     top = len(hierarchy.tiers) - 1
     if component.name == "switch.router":

@@ -45,6 +45,16 @@ ACHIEVABLE = {
 # NVLS all-reduce algorithm bandwidth / link bandwidth: NVIDIA/nccl#1455, 8x H100,
 # NCCL_ALGO=NVLS algbw ~273 GB/s of 450 (busbw 480 GB/s).
 NVLS_ALGBW_FRACTION = 273.0 / 450.0
+# NVLS efficiency per GPU generation relative to Hopper's: NCCL's tuner (src/graph/tuning.cc,
+# 2.23+, nvlsEfficiency: Hopper 0.85, Blackwell 0.74, "busBw *= nvlsEfficiency") scales the
+# NVLS bandwidth down on Blackwell's NVSwitch; the measured Hopper fraction is scaled alike.
+NVLS_EFFICIENCY = {4: 0.85, 5: 0.74}
+
+
+def nvls_fraction(gen: int) -> float:
+    """NVLS all-reduce algbw / per-GPU link bandwidth on NVLink ``gen`` (4 = measured H100)."""
+    eff = NVLS_EFFICIENCY.get(gen, NVLS_EFFICIENCY[max(NVLS_EFFICIENCY)] if gen > 4 else NVLS_EFFICIENCY[4])
+    return NVLS_ALGBW_FRACTION * eff / NVLS_EFFICIENCY[4]
 # All-to-all (expert dispatch) over NVLink: DeepEP (deepseek-ai/DeepEP README, H800)
 # 153-158 GB/s bottleneck bandwidth of 200 GB/s per direction.
 A2A_FRACTION = 155.0 / 200.0
@@ -98,7 +108,7 @@ class NVLinkFabric(ScaleUpFabric):
         nvls = up.nvls if up.nvls is not None else gen >= 4
         return Tier(name="nvlink", fabric=self.kind, span_gpus=max(1, min(up.domain_gpus, cluster.num_gpus)),
                     bw_Bps=link * frac, latency_s=(up.latency_us or 1.0) * 1e-6,
-                    reduction="nvls" if nvls else "", nvls_bw_Bps=link * NVLS_ALGBW_FRACTION if nvls else 0.0,
+                    reduction="nvls" if nvls else "", nvls_bw_Bps=link * nvls_fraction(gen) if nvls else 0.0,
                     a2a_bw_Bps=link * A2A_FRACTION)
 
     def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:

@@ -76,18 +76,29 @@ class _Optics(OpticsModel):
         return radix or None
 
     def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:
-        p = self.params(cluster)
+        """The links of the fat tree the scale-out fabric is (at the radix these optics force)."""
         so = cluster.scale_out
         if so is None:
             return {"kind": self.kind}
         radix = self.switch_radix(cluster) or so.switch_radix
         fab = fat_tree_report(cluster, radix, so.fabric)
-        links = fab["links"]
+        return {**self._priced(cluster, fab["links"]), "switch_radix": radix, "tiers": fab["tiers"],
+                "switches": fab["switches"], "switches_per_tier": fab["switches_per_tier"]}
+
+    def links_report(self, cluster: Cluster, hierarchy: Hierarchy, links: int) -> dict[str, Any]:
+        """The optical links a torus or dragonfly counts itself (its report has its shape)."""
+        if cluster.scale_out is None:
+            return {"kind": self.kind}
+        return self._priced(cluster, links)
+
+    def _priced(self, cluster: Cluster, links: int) -> dict[str, Any]:
+        """Energy and failures of ``links`` optical links at the cluster's NIC rate."""
+        p = self.params(cluster)
+        so = cluster.scale_out
+        assert so is not None
         # Each link carries nic_gbps in both directions; energy per bit applies per direction.
         power_w = links * so.nic_gbps * 1e9 * 2 * p["pj_per_bit"] * 1e-12
-        return {"kind": self.kind, "pj_per_bit": p["pj_per_bit"], "reach_m": p["reach_m"],
-                "switch_radix": radix, "tiers": fab["tiers"], "switches": fab["switches"],
-                "switches_per_tier": fab["switches_per_tier"], "links": links,
+        return {"kind": self.kind, "pj_per_bit": p["pj_per_bit"], "reach_m": p["reach_m"], "links": links,
                 "optics_power_kw": power_w / 1e3,
                 "annual_failure_rate_per_link": p["annual_failure_rate"],
                 "expected_link_failures_per_year": links * p["annual_failure_rate"]}
@@ -129,7 +140,8 @@ def _optics_in_use(scenario: Scenario) -> str | None:
 
 
 @hookimpl
-def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None,
+                    optical_links: int | None) -> list[ComponentGroup] | None:
     """Transceivers (pluggable), optical engines and laser sources (co-packaged)."""
     kind = _optics_in_use(scenario)
     if kind is None:
@@ -137,6 +149,17 @@ def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int 
     cluster = scenario.cluster
     so = cluster.scale_out
     assert so is not None
+    if optical_links is not None:
+        # A torus or dragonfly counting its own optical links: an optical interface at each
+        # end. Laser sources are laid out per fat-tree switch level (below), which these
+        # topologies do not have: not modelled here.
+        src = f"optics plugin ({kind}); the {so.fabric} fabric's {optical_links} optical links"
+        if kind == "pluggable":
+            return [ComponentGroup("transceiver", "transceiver", 2 * optical_links, "pluggable",
+                                   attrs={"packaging": "pluggable", "per_link": 2}, source=src)]
+        return [ComponentGroup("optical_engine", "optical_engine", 2 * optical_links, "cpo",
+                               attrs={"packaging": "co-packaged", "where": "both ends of each optical link"},
+                               source=src + " (external laser sources not modelled for this topology)")]
     radix = switch_radix or so.switch_radix
     tree = fat_tree_of(cluster, radix)
     copies = cluster.nics_per_node if so.topology == "rail_optimized" else 1
@@ -160,7 +183,7 @@ def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int 
 
 @hookimpl
 def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
-                       switch_radix: int | None) -> list[FailureMode] | None:
+                       switch_radix: int | None, optical_links: int | None) -> list[FailureMode] | None:
     """Optical failures of the fabric's links (replacing the generic cable rate) and lasers."""
     kind = _optics_in_use(scenario)
     if kind is None:
@@ -169,7 +192,8 @@ def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy:
     so = cluster.scale_out
     assert so is not None and cluster.optics is not None
     afr = float({**DEFAULTS[kind], **cluster.optics.params}["annual_failure_rate"])
-    if component.kind == "link" and component.fabric == so.fabric:
+    # Electrical links of the fabric (a dragonfly's cables inside a group) keep their own rate.
+    if component.kind == "link" and component.fabric == so.fabric and component.attrs.get("medium") != "electrical":
         return [FailureMode(component.name, "optics", "down", afr,
                             f"{kind} optics annual failure rate per link (plugins/optics.py: Meta 'Optics at scale'; "
                             "CPO ~10x fewer, NVIDIA GTC 2025)", interrupts=False, same_as="down", supersedes=("down",),

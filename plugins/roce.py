@@ -75,6 +75,7 @@ class RoCEFabric(ScaleOutFabric):
     kind = "roce"
     summary = "RoCE fat tree: ECMP collision and congestion-control (PFC/ECN/DCQCN) efficiency model"
     spraying_default = False
+    params = PARAMS
 
     def validate(self, cluster: Cluster, path: str) -> None:
         so = cluster.scale_out
@@ -84,7 +85,7 @@ class RoCEFabric(ScaleOutFabric):
                 raise SpecError(f"{path}.scale_out.params.{key}", f"is not modelled ({why})")
         reject_scale_out_fields(cluster, path, self.kind, {
             "sharp": "SHARP in-network reduction needs InfiniBand (Quantum) switches"})
-        check_scale_out_params(cluster, path, PARAMS, self.kind)
+        check_scale_out_params(cluster, path, self.params, self.kind)
         cc = so.params.get("congestion_control", "dcqcn")
         if cc not in CONGESTION_EFFICIENCY:
             raise SpecError(f"{path}.scale_out.params.congestion_control",
@@ -131,12 +132,45 @@ class RoCEFabric(ScaleOutFabric):
         return out
 
 
+# EFA as NCCL drives it through the aws-ofi-nccl plugin (aws/aws-ofi-nccl):
+# - per network step, 20 us (OFI_NCCL_TUNER_NET_LATENCY's default, "Latency in usecs") plus
+#   3 us for the Simple protocol's completion ("With EFA, we expect a ~2usec cost in the device
+#   and ~1usec cost to write that completion up to the host stack", TUNER_NET_COMP_OVERHEAD):
+#   include/nccl_ofi_param.h, the figures of the plugin's own EFA cost model
+#   (src/tuner/nccl_ofi_model.c). Only Simple runs by default (below), so the step costs 23 us.
+# - LL and LL128 only where the EFA endpoint delivers 128-byte stores in order
+#   (FI_OPT_EFA_*_IN_ORDER_ALIGNED_128_BYTES); otherwise the plugin sets NCCL_PROTO=simple
+#   (src/platform-aws.c, configure_nccl_proto: "whenever we know that the LL/LL128 protocols
+#   are not safe, such as on P4d/P4e"). ``params.ll_protocols: true`` states such an endpoint.
+EFA_STEP_LATENCY_S = (20.0 + 3.0) * 1e-6
+EFA_PARAMS = PARAMS | {"ll_protocols"}
+
+
 class EFAFabric(RoCEFabric):
-    """AWS Elastic Fabric Adapter: SRD sprays packets over all paths, so no ECMP collisions."""
+    """AWS Elastic Fabric Adapter: SRD sprays packets over all paths, so no ECMP collisions;
+    NCCL runs over it through aws-ofi-nccl (its per-step latency, Simple protocol only unless
+    ``params.ll_protocols``).
+    """
 
     kind = "efa"
-    summary = "AWS EFA (SRD multipath spraying; congestion-control efficiency as RoCE)"
+    summary = "AWS EFA via aws-ofi-nccl (SRD multipath spraying, 23 us per network step, Simple protocol)"
     spraying_default = True
+    params = EFA_PARAMS
+
+    def validate(self, cluster: Cluster, path: str) -> None:
+        super().validate(cluster, path)
+        so = cluster.scale_out
+        assert so is not None
+        ll = so.params.get("ll_protocols", False)
+        if not isinstance(ll, bool):
+            raise SpecError(f"{path}.scale_out.params.ll_protocols", f"must be true or false (got {ll!r})")
+
+    def tiers(self, cluster: Cluster, radix: int | None) -> list[Tier]:
+        so = cluster.scale_out
+        assert so is not None
+        simple_only = not bool(so.params.get("ll_protocols", False))
+        return [dataclasses.replace(t, latency_s=max(t.latency_s, EFA_STEP_LATENCY_S), simple_only=simple_only)
+                for t in super().tiers(cluster, radix)]
 
 
 class EthernetFabric(RoCEFabric):

@@ -162,6 +162,13 @@ class TorusFabric(ScaleOutFabric):
                               bw_Bps=gbps_to_bytes_per_s(so.nic_gbps) * nic_efficiency(cluster), latency_s=0.0))
         return tiers
 
+    def optical_links(self, cluster: Cluster) -> int | None:
+        """Every link between nodes: with optics stated, the torus's node-to-node cables carry
+        them (the twin does not know which neighbours share a rack and could use copper).
+        """
+        dims = parse_dims(cluster)
+        return _link_count(cluster, dims) * _links(cluster, dims)
+
     def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:
         """Dimensions, links and the bisection."""
         so = cluster.scale_out

@@ -26,6 +26,7 @@ PROVIDES: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "plot": ("matplotlib",),
     "parquet": ("pyarrow",),
+    "web": ("starlette", "uvicorn"),
 }
 
 

@@ -41,6 +41,13 @@ from twin.core.units import DAY_S
 from twin.engine import Engine
 
 
+def _call(impl: Any, **kwargs: Any) -> Any:
+    """A hook implementation called with the arguments it declares (as pluggy calls hooks),
+    so a plugin written before a hook argument existed keeps working.
+    """
+    return impl.function(**{name: kwargs[name] for name in impl.argnames if name in kwargs})
+
+
 def _origin(pm: pluggy.PluginManager, impl: pluggy.HookImpl) -> str:
     return pm.get_name(impl.plugin) or getattr(impl.plugin, "__name__", "?")
 
@@ -76,16 +83,26 @@ class FailureAnalyzer:
         optics = self.engine.fabrics.get("optics", c.optics.kind, "cluster.optics.kind")
         return optics.switch_radix(c)  # type: ignore[attr-defined]
 
+    def optical_links(self, scenario: Scenario) -> int | None:
+        """The scale-out fabric's own count of links over optics (None: a fat tree, or no optics)."""
+        c = scenario.cluster
+        if c.optics is None or c.scale_out is None:
+            return None
+        fabric = self.engine.fabrics.get("scale_out", c.scale_out.fabric, "cluster.scale_out.fabric")
+        return fabric.optical_links(self.engine.model.as_built(c))  # type: ignore[attr-defined]
+
     def inventory(self, scenario: Scenario) -> Inventory:
         """Component groups and failure modes of ``scenario`` (core + every plugin)."""
         pm = self.engine.pm
         hierarchy = self.engine.model.hierarchy(scenario)
         radix = self.switch_radix(scenario)
+        optical = self.optical_links(scenario)
         groups = base_components(scenario, hierarchy)
         owners = {g.name: "core" for g in groups}
         for impl in pm.hook.twin_components.get_hookimpls():
             origin = _origin(pm, impl)
-            for g in impl.function(scenario=scenario, hierarchy=hierarchy, switch_radix=radix) or []:
+            for g in _call(impl, scenario=scenario, hierarchy=hierarchy, switch_radix=radix,
+                                   optical_links=optical) or []:
                 if not isinstance(g, ComponentGroup):
                     raise PluginError(f"plugin {origin!r} returned {g!r} from twin_components; "
                                       "expected ComponentGroup objects")
@@ -99,7 +116,8 @@ class FailureAnalyzer:
             modes.extend(base_failure_modes(g, scenario, hierarchy))
             for impl in pm.hook.twin_failure_modes.get_hookimpls():
                 origin = _origin(pm, impl)
-                for m in impl.function(component=g, scenario=scenario, hierarchy=hierarchy, switch_radix=radix) or []:
+                for m in _call(impl, component=g, scenario=scenario, hierarchy=hierarchy, switch_radix=radix,
+                                       optical_links=optical) or []:
                     if not isinstance(m, FailureMode):
                         raise PluginError(f"plugin {origin!r} returned {m!r} from twin_failure_modes; "
                                           "expected FailureMode objects")

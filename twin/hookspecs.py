@@ -78,14 +78,17 @@ def twin_collective_cost(op: str, size_bytes: float, span: GroupSpan, hierarchy:
 
 
 @hookspec
-def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None) -> list[ComponentGroup] | None:
+def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int | None,
+                    optical_links: int | None) -> list[ComponentGroup] | None:
     """Describe the components this plugin's part of ``scenario``'s cluster is made of.
 
     Return ``twin.api.ComponentGroup`` objects (identical parts
     grouped by symmetry: all leaf switches, all leaf-to-spine cables ...), or ``None``
     when the cluster does not use this plugin's fabric. ``hierarchy`` is the tier
     hierarchy the performance model evaluates (tier indices, spans); ``switch_radix`` the
-    radix forced by the optics model (``None``: the fabric's own). Group names must be
+    radix forced by the optics model (``None``: the fabric's own); ``optical_links`` the
+    scale-out fabric's own count of links over optics when it is not a fat tree
+    (``ScaleOutFabric.optical_links``; ``None``: a fat tree). Group names must be
     unique across plugins; GPUs, hosts and the job's software are the core's.
     Used by failure scenarios (``twin failures``): inventory, rates, criticality.
     """
@@ -93,7 +96,7 @@ def twin_components(scenario: Scenario, hierarchy: Hierarchy, switch_radix: int 
 
 @hookspec
 def twin_failure_modes(component: ComponentGroup, scenario: Scenario, hierarchy: Hierarchy,
-                       switch_radix: int | None) -> list[FailureMode] | None:
+                       switch_radix: int | None, optical_links: int | None) -> list[FailureMode] | None:
     """Describe how a member of ``component`` fails and what the job sees when it does.
 
     Return ``twin.api.FailureMode`` objects for groups this plugin

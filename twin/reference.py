@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.core import schema
-from twin.core.collectives import OPS, bus_factor, collective_cost
+from twin.core.collectives import OPS, bus_factor, collective_cost, dedup_dispatch_cost, domains_per_token
 from twin.core.errors import SpecError, TwinError
 from twin.core.scenario_io import read_mapping, resolve_gpu, resolve_model, resolve_software
 from twin.core.specs import (
@@ -692,8 +692,25 @@ def _node_egress(op: str, algorithm: str, size: float, n: int, nodes: int, k_nod
     return size                                      # broadcast ring, send_recv (one pair crosses)
 
 
-def _score_collective(engine: Engine, case: Any) -> CaseResult | str:
-    """One case scored, or the reason it is skipped; SpecError for a malformed case."""
+@dataclass(frozen=True)
+class CollectiveSetup:
+    """One collectives case as the twin sees it: the op (and forced algorithm), where the
+    measured group sits in the cluster's hierarchy, and its measured points.
+    """
+
+    id: str
+    op: str
+    algorithm: str | None
+    cluster: Cluster
+    hierarchy: Any
+    span: Any
+    n: int
+    points: tuple[_Point, ...]
+    notes: tuple[str, ...]
+
+
+def collective_setup(engine: Engine, case: Any) -> CollectiveSetup:
+    """Read one collectives case (SpecError names a malformed field)."""
     case = _mapping(case, "case")
     cid = str(case.get("id", "?"))
     op = collective_op(case.get("op"))
@@ -710,21 +727,85 @@ def _score_collective(engine: Engine, case: Any) -> CaseResult | str:
     if algorithm == "sharp" and not any(t.reduction == "sharp" for t in hierarchy.tiers[1:]):
         sharp_tiers = tuple(dataclasses.replace(t, reduction="sharp") for t in hierarchy.tiers[1:])
         hierarchy = dataclasses.replace(hierarchy, tiers=(hierarchy.tiers[0], *sharp_tiers))
-    parsed = [_collective_point(p, i, op, n) for i, p in enumerate(_points(case))]
+    parsed = tuple(p for p in (_collective_point(p, i, op, n) for i, p in enumerate(_points(case))) if p is not None)
+    return CollectiveSetup(cid, op, algorithm, cluster, hierarchy, span, n, parsed, tuple(notes))
+
+
+# DeepEP's benchmark (deepseek-ai/DeepEP tests/test_internode.py), which UCCL-EP reuses:
+# 4096 tokens, hidden 7168, top-8 where a case is silent; a token's bytes are hidden x 2 for
+# BF16 and hidden x 2 x (1 + 4/128) / 2 for FP8 (one FP32 scale per 128 channels).
+_EP_DEFAULTS = {"tokens_per_rank": 4096, "hidden": 7168, "top_k": 8}
+_FP8_SCALE_OVERHEAD = 1.0 + 4.0 / 128.0
+
+
+@dataclass(frozen=True)
+class EPWorkload:
+    """An expert-parallel case's workload: tokens per rank, bytes per token, experts per token
+    and the node-limited routing's group count (None: unlimited).
+    """
+
+    tokens: float
+    token_bytes: float
+    top_k: int
+    groups: int | None
+
+    @property
+    def dispatched_bytes(self) -> float:
+        """Bytes one rank sends as one all-to-all copy per expert (tokens x top_k x token bytes)."""
+        return self.tokens * self.top_k * self.token_bytes
+
+
+def ep_workload(case: Mapping[str, Any], op: str) -> EPWorkload:
+    """The workload of an ``ep_dispatch``/``ep_combine`` case (DeepEP's defaults where silent)."""
+    wl = _mapping(case.get("workload"), "workload")
+    dtype = str(wl.get("dispatch_dtype" if op == "ep_dispatch" else "combine_dtype", "bf16")).lower()
+    if dtype not in ("fp8", "bf16"):
+        raise SpecError(f"workload.{'dispatch' if op == 'ep_dispatch' else 'combine'}_dtype",
+                        f"must be fp8 or bf16 (got {dtype!r})")
+    vals = {k: float(_number(wl.get(k), f"workload.{k}") or d) for k, d in _EP_DEFAULTS.items()}
+    groups = _number(wl.get("top_k_groups"), "workload.top_k_groups", integer=True)
+    size = _FP8_SCALE_OVERHEAD if dtype == "fp8" else 2.0
+    return EPWorkload(vals["tokens_per_rank"], vals["hidden"] * size, int(vals["top_k"]), groups)
+
+
+def ep_bytes(case: Mapping[str, Any], op: str) -> float:
+    """Bytes one rank dispatches (or combines) as a plain all-to-all: tokens x top_k x token bytes."""
+    return ep_workload(case, op).dispatched_bytes
+
+
+def ep_predicted_GBps(wl: EPWorkload, span: Any, hierarchy: Any) -> tuple[float, Any]:
+    """DeepEP's reported bandwidth as the twin predicts it, and the cost behind it.
+
+    Inside one NVLink domain DeepEP reports the NVLink bandwidth (test_intranode.py), the
+    bottleneck link's. Across domains it reports RDMA bytes / kernel time with RDMA bytes =
+    ``num_rdma_token_sent`` x token bytes, the (token, node) pairs deduplicated by node *with
+    the token's own node counted* (tests/test_internode.py: ``rdma_idx.ne(-1).sum()``; DeepEP's
+    V2 README calls it a logical bandwidth that includes local traffic); the test routes over
+    ``num_topk_groups = min(num_nodes, 4)`` groups. The twin's time is its DeepEP dispatch
+    model (``dedup_dispatch_cost``).
+    """
+    if span.m <= 1:
+        cost = collective_cost("all_to_all", wl.dispatched_bytes, span, hierarchy)
+        return float(cost.bottleneck_bw_Bps) / 1e9, cost
+    cost = dedup_dispatch_cost(wl.token_bytes, wl.tokens, wl.top_k, span, hierarchy, wl.groups)
+    pairs = wl.tokens * float(domains_per_token(span.m, wl.top_k, wl.groups))
+    return pairs * wl.token_bytes / float(cost.time_s) / 1e9, cost
+
+
+def _score_collective(engine: Engine, case: Any) -> CaseResult | str:
+    """One case scored, or the reason it is skipped; SpecError for a malformed case."""
+    setup = collective_setup(engine, case)
+    cid, op, algorithm, cluster = setup.id, setup.op, setup.algorithm, setup.cluster
+    hierarchy, span, n, parsed = setup.hierarchy, setup.span, setup.n, setup.points
+    notes = list(setup.notes)
     so = cluster.scale_out
     nics_node = (so.nics_per_node if so is not None and so.nics_per_node else cluster.gpus_per_node)
     points: list[dict[str, Any]] = []
     for pt in parsed:
-        if pt is None:
-            continue
         if op in ("ep_dispatch", "ep_combine"):
-            wl = _mapping(case.get("workload"), "workload")
-            dtype = wl.get("dispatch_dtype" if op == "ep_dispatch" else "combine_dtype", "bf16")
-            size = float(_number(wl.get("tokens_per_rank"), "workload.tokens_per_rank") or 4096) \
-                * float(_number(wl.get("hidden"), "workload.hidden") or 7168) \
-                * float(_number(wl.get("top_k"), "workload.top_k") or 8) * (1.0 if dtype == "fp8" else 2.0)
-            cost = collective_cost("all_to_all", size, span, hierarchy)
-            predicted = cost.bottleneck_bw_Bps / 1e9
+            wl = ep_workload(case, op)
+            size = wl.dispatched_bytes
+            predicted, cost = ep_predicted_GBps(wl, span, hierarchy)
         else:
             size = pt.size or PEAK_MESSAGE_BYTES
             cost = collective_cost(op, size, span, hierarchy, algorithm)

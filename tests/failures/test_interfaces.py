@@ -65,7 +65,8 @@ def test_scenario_files_with_a_failures_section(tmp_path, fa):
 
 
 class _Dragonfly:
-    """A third-party plugin describing extra parts and modes."""
+    """A third-party plugin describing extra parts and modes (hooks without ``optical_links``,
+    as written before that argument existed: called with the arguments they declare)."""
 
     def __init__(self, name: str = "optical_switch", effect: str = "down") -> None:
         self.name, self.effect = name, effect

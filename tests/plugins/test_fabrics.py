@@ -56,6 +56,26 @@ def test_cpo_radix_reduces_tiers_and_power(engine):
     assert cpo["expected_link_failures_per_year"] < plug["expected_link_failures_per_year"]
 
 
+def test_the_scale_out_report_is_the_tree_the_optics_build(engine):
+    """Co-packaged optics force 144-port switches: the scale-out fabric reports that tree (one
+    switch count per cluster, the one the hierarchy and the energy model use)."""
+    def fabric(kind):
+        data = {"cluster": {"system": "DGX-B200", "num_gpus": 32768, "optics": {"kind": kind},
+                            "power": {"switch_w": [1000.0]}},
+                "model": "llama3.1-70b", "plan": {"tp": 8, "pp": 1, "gbs": 4096}}
+        est = engine.evaluate(data)
+        return est.fabric, est.energy.switch_j / est.step_time_s
+
+    (plug, plug_w), (cpo, cpo_w) = fabric("pluggable"), fabric("cpo")
+    assert plug["scale_out"]["switch_radix"] == 64 and cpo["scale_out"]["switch_radix"] == 144
+    for report in (plug, cpo):
+        assert report["scale_out"]["switches_per_tier"] == report["optics"]["switches_per_tier"]
+        assert report["scale_out"]["tiers"] == report["optics"]["tiers"] == len(report["tiers"]) - 1
+    # 1 kW a switch: the switch power is the switch count of the tree as built.
+    assert plug_w == pytest.approx(1000.0 * sum(plug["scale_out"]["switches_per_tier"]))
+    assert cpo_w == pytest.approx(1000.0 * sum(cpo["scale_out"]["switches_per_tier"])) and cpo_w < plug_w
+
+
 def test_cxl_offload_moves_optimizer_out_of_hbm_and_costs_time(engine):
     import yaml
 

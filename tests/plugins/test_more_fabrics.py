@@ -373,3 +373,46 @@ def test_roce_refuses_knobs_it_does_not_model_naming_them():
     with pytest.raises(SpecError) as err:
         engine.evaluate({**base, "cluster": {**base["cluster"], "scale_out": {"sharp": True}}})
     assert err.value.field == "cluster.scale_out.sharp" and "InfiniBand" in err.value.rule
+
+
+def _with_optics(data: dict, kind: str) -> dict:
+    out = copy.deepcopy(data)
+    out["cluster"]["optics"] = {"kind": kind}
+    return out
+
+
+def test_optics_price_the_links_a_torus_or_dragonfly_has(engine):
+    """Not a fat tree's: every torus link, and a dragonfly's global links (its local and NIC
+    cables are electrical, Kim et al. 2008); energy and transceivers follow that count."""
+    from twin.failures import FailureAnalyzer
+
+    torus = yaml.safe_load((EXAMPLES / "torus-3d.yaml").read_text())
+    dragonfly = yaml.safe_load((EXAMPLES / "dragonfly-slingshot.yaml").read_text())
+    # 4,096 NICs: two groups even of the 144-port routers co-packaged optics bring.
+    dragonfly["cluster"]["num_gpus"] = 4096
+    for data, links_of in ((torus, lambda so: so["links"]), (dragonfly, lambda so: so["global_links"])):
+        by_kind = {}
+        for kind in ("pluggable", "cpo"):
+            est = engine.evaluate(_with_optics(data, kind))
+            optics, so = est.fabric["optics"], est.fabric["scale_out"]
+            links = links_of(so)
+            assert optics["links"] == links > 0 and "switches_per_tier" not in optics
+            so_gbps = data["cluster"]["scale_out"].get("nic_gbps", 400)
+            want_w = links * so_gbps * 1e9 * 2 * optics["pj_per_bit"] * 1e-12
+            assert est.energy.optics_j == pytest.approx(want_w * est.step_time_s)
+            by_kind[kind] = est.energy.optics_j
+            inv = FailureAnalyzer(engine).inventory(engine.scenario(_with_optics(data, kind)))
+            parts = {g.name: g.count for g in inv.groups}
+            assert parts["transceiver" if kind == "pluggable" else "optical_engine"] == 2 * links
+            optical_modes = {m.component for m in inv.modes if m.name == "optics"}
+            if data is dragonfly:  # the inventory is the dragonfly the estimate has (routers of the forced radix)
+                assert optical_modes == {"link.global"} and parts["link.global"] == links
+        assert by_kind["cpo"] < by_kind["pluggable"]
+
+
+def test_one_dragonfly_group_has_no_global_links(engine):
+    data = yaml.safe_load((EXAMPLES / "dragonfly-slingshot.yaml").read_text())
+    data["cluster"]["num_gpus"] = 64  # 64 NICs: one group
+    est = engine.evaluate(_with_optics(data, "pluggable"))
+    assert est.fabric["scale_out"]["groups"] == 1
+    assert est.fabric["scale_out"]["global_links"] == est.fabric["optics"]["links"] == 0

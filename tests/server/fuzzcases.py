@@ -25,6 +25,7 @@ import http.client
 import json
 import math
 import random
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,8 +307,58 @@ def remote_write_case(rng: random.Random) -> tuple[bytes, dict[str, str]]:
     return body, headers
 
 
+# The web view's routes (twin.web.app) with hostile queries; /events is a never-ending stream,
+# which a request/response client cannot read to its end, so it gets HEAD and bad methods only.
+WEB_ROUTES = [("GET", "/"), ("GET", "/step"), ("GET", "/failures"), ("GET", "/sweeps"), ("GET", "/api/jobs"),
+              ("GET", "/api/fabric"), ("GET", "/api/step"), ("GET", "/api/failures"), ("GET", "/api/sweeps"),
+              ("POST", "/api/sweeps"), ("POST", "/api/sweeps/load"), ("GET", "/api/sweeps/s1"),
+              ("DELETE", "/api/sweeps/s1"), ("GET", "/login"), ("POST", "/login"), ("GET", "/logout"),
+              ("HEAD", "/events"), ("PUT", "/events"), ("GET", "/static/twin.js"), ("GET", "/static/../pages/x"),
+              ("GET", "/static/%2e%2e/%2e%2e/etc/passwd")]
+WEB_QUERIES = ["job", "at", "sort", "order", "limit", "name", "token", "next"]
+WEB_FILES = ["rows.csv", "rows.jsonl", "rows.parquet", "rows.txt", "", "../../x.csv", "a" * 300 + ".csv"]
+
+
+def _web_sweep_spec(rng: random.Random) -> bytes:
+    spec = {"name": "fuzz", "base": BASE, "axes": [{"path": "plan.gbs", "values": [256, 512]}]}
+    if rng.random() < 0.5:
+        spec["axes"] = [{"path": rng.choice(["plan.tp", "plan.nope", "cluster.num_gpus", ""]),
+                         "values": rng.choice([[1, 2], [], ["x"], [2**70], list(range(500))])}]
+    return json.dumps(spec).encode()
+
+
+def web_case(rng: random.Random, token: str | None) -> tuple[str, str, bytes, dict[str, str]]:
+    """(method, path, body, headers) of one hostile request to the web view."""
+    hostile = Hostile(rng)
+    method, path = rng.choice(WEB_ROUTES)
+    if rng.random() < 0.1:
+        method = rng.choice(HTTP_METHODS)
+    params = [(rng.choice(WEB_QUERIES), hostile.string()) for _ in range(rng.randrange(0, 3))]
+    if params:
+        path += "?" + urllib.parse.urlencode(params, errors="surrogatepass")
+    body = b""
+    headers: dict[str, str] = {}
+    if path.startswith("/api/sweeps/load"):
+        body = rng.choice([rng.randbytes(rng.randrange(0, 2048)), b"point_id,feasible\n1,1\n", b"{}\n[",
+                           b"\xff\xfe" * 100])
+        path = "/api/sweeps/load?" + urllib.parse.urlencode({"name": rng.choice(WEB_FILES)})
+    elif method == "POST" and path.startswith("/api/sweeps"):
+        body = _web_sweep_spec(rng) if rng.random() < 0.4 else rng.choice(HTTP_DOCS).encode("utf-8", "surrogatepass")
+        headers["Content-Type"] = rng.choice(["application/json", "application/yaml", "text/plain"])
+    elif method == "POST":
+        body = rng.choice([b"token=" + rng.randbytes(40), b"token=wrong&next=//evil.example", rng.randbytes(300)])
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    if token is not None and rng.random() < 0.9:
+        headers["Authorization"] = f"Bearer {token}"
+    elif rng.random() < 0.5:
+        headers["Cookie"] = rng.choice(["twin_session=" + "0" * 64, "twin_session=", "a=b; twin_session=x" * 50])
+    return method, path, body, headers
+
+
 def http_case(rng: random.Random, token: str | None, port: str = "otlp_http") -> tuple[str, str, bytes, dict[str, str]]:
     """(method, path, body, headers) of one hostile HTTP request to ``port``."""
+    if port == "web":
+        return web_case(rng, token)
     hostile = Hostile(rng)
     if port == "otlp_http" and rng.random() < 0.25:
         body, headers = remote_write_case(rng)

@@ -30,7 +30,8 @@ def every_port(tmp_path_factory):
 
 def test_the_server_lists_every_port_it_opened(every_port):
     _srv, listeners = every_port
-    assert set(listeners) == {"main", "health", "otlp_grpc", "otlp_http", "metrics"}
+    # web: the web view (twin.web), fuzzed with hostile requests to its routes (fuzzcases.web_case).
+    assert set(listeners) == {"main", "health", "otlp_grpc", "otlp_http", "metrics", "web"}
     assert all(address.startswith("127.0.0.1:") for address in listeners.values())
 
 
@@ -46,7 +47,8 @@ def test_seeded_hostile_requests_on_every_method_and_port(every_port):
     for port, method in [("main", "/twin.rpc.v1.TwinService/Predict"), ("main", "/twin.rpc.v1.SweepService/Sweep"),
                          ("main", "/twin.rpc.v1.FailureService/EvaluateFailures"),
                          ("otlp_grpc", "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"),
-                         ("health", "/grpc.health.v1.Health/Check"), ("otlp_http", "http"), ("metrics", "http")]:
+                         ("health", "/grpc.health.v1.Health/Check"), ("otlp_http", "http"), ("metrics", "http"),
+                         ("web", "http")]:
         assert f"{port} {method}" in answered, sorted(answered)
     # Memory: bounded caches, nothing kept per request (the 100k run shows the plateau).
     assert max(report.rss_mib) < report.rss_mib[0] + 150, report.rss_mib

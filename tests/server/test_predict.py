@@ -220,3 +220,26 @@ def test_estimate_links_survive_the_wire(twin_stub, local):
     want = local.evaluate(ONE_LINE)
     assert est.links == want.links and est.contention_s == want.contention_s
     assert any(link.tier == 1 for link in est.links)
+
+
+def test_strategy_details_cross_the_wire(twin_stub, local):
+    """What each strategy reports (here the pipeline schedule it ran) reaches the client."""
+    piped = {**ONE_LINE, "plan": {**ONE_LINE["plan"], "pp": 2, "vp": 1, "schedule": "zero_bubble_h1"}}
+    want = local.evaluate(piped)
+    assert want.details["pp"]["schedule"] == "zero_bubble_h1"
+    msg = twin_stub.Predict(t.PredictRequest(scenario=scenario_from_mapping(piped)), timeout=10).estimate
+    got = estimate_from_message(msg)
+    assert got.details == want.details and got.details["pp"]["schedule"] == "zero_bubble_h1"
+
+
+def test_moe_dispatcher_crosses_the_wire(twin_stub, local):
+    """plan.moe_dispatcher on the wire: each dispatcher's prediction is the local one."""
+    steps = {}
+    for dispatcher in ("alltoall", "deepep"):
+        moe = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "qwen3-235b-a22b",
+               "plan": {"tp": 1, "ep": 16, "gbs": 256, "moe_dispatcher": dispatcher}}
+        msg = twin_stub.Predict(t.PredictRequest(scenario=scenario_from_mapping(moe)), timeout=10).estimate
+        assert msg.step_time_s == local.evaluate(moe).step_time_s
+        steps[dispatcher] = msg.comm_issued_s["ep"]
+    # An EP group over two NVLink domains: DeepEP sends fewer copies across them.
+    assert steps["deepep"] < steps["alltoall"]

@@ -332,6 +332,12 @@ def test_ops_dispatch_on_numbers_and_arrays():
     assert ops.where(a > 2, a, 0.0).tolist() == [0.0, 5.0, 3.0] and ops.where(False, 1, 2) == 2
     assert ops.log2(8) == 3.0 and ops.log2(np.asarray([8, 2, 8])).tolist() == [3.0, 1.0, 3.0]
     assert ops.power(np.asarray([0.5, 0.5]), 3).tolist() == [0.125, 0.125] and ops.power(0.5, 3) == 0.125
+    # Per distinct value with Python's math.pow, whichever arguments vary per point.
+    base, expo = np.asarray([0.3, 0.7, 0.3, 0.9]), np.asarray([3.0, 8.0, 1.5, 3.0])
+    assert ops.power(base, 8).tolist() == [math.pow(b, 8) for b in base.tolist()]
+    assert ops.power(2.0, expo).tolist() == [math.pow(2.0, e) for e in expo.tolist()]
+    assert ops.power(np.asarray([0.3]), expo).tolist() == [math.pow(0.3, e) for e in expo.tolist()]
+    assert ops.power(base, expo).tolist() == [math.pow(b, e) for b, e in zip(base.tolist(), expo.tolist(), strict=True)]
     t, name = ops.select_min([(np.asarray([3.0, 1.0]), "ring"), (np.asarray([2.0, 4.0]), "tree")])
     assert t.tolist() == [2.0, 1.0] and name.tolist() == ["tree", "ring"]
 

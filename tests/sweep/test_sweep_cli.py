@@ -112,3 +112,21 @@ def test_bad_spec_and_bad_out_name_the_field(tmp_path):
     assert out.returncode == 2 and "out" in out.stderr
     out = twin("sweep", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "cannot read" in out.stderr
+
+
+@pytest.mark.parametrize(("suffix", "data", "says"), [
+    (".csv", b"point_id,feasible\n1,1,7\n", "more fields than the header"),
+    (".csv", b"\xff\xfe\xff", "is not UTF-8 text"),
+    (".jsonl", b"[1, 2]\n", "must be a JSON object"),
+    (".jsonl", b'{"a": ' + b"[" * 5000 + b"}\n", "is not valid JSON"),
+    (".parquet", b"not parquet at all", "rows file twin sweep --out writes"),
+])
+def test_a_file_that_is_not_a_rows_file_is_an_error_naming_it(tmp_path, suffix, data, says):
+    """Found by fuzzing the web view's results-file upload: these raised csv/json/pyarrow errors."""
+    from twin.core.errors import SpecError
+
+    path = tmp_path / f"rows{suffix}"
+    path.write_bytes(data)
+    with pytest.raises(SpecError) as err:
+        read_rows(path)
+    assert str(path) in err.value.field and says in str(err.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -19,3 +20,4 @@ def test_demo_runs_end_to_end() -> None:
     assert "DOWN     node-2/ib_port:mlx5_5/1" in text
     assert "reported; priced as failover" in text
     assert "as the cluster is now" in text
+    assert re.search(r"web view: http://127\.0\.0\.1:\d+/ ", text), text[:500]  # the twin it started serves one

@@ -70,14 +70,18 @@ def test_collectives_bus_bandwidth_error(collectives):
 
 
 def test_collectives_whole_set_does_not_regress(collectives):
-    """Today's figures on the whole set (72 cases, achieved busbw with latency): median 15.7%,
-    p90 149.8%; multi-node (44 cases) median 21.2%, p90 201.6%. Issue 11 targets median
-    <= 10% and multi-node <= 15%; these bars only stop a regression on the way there."""
+    """Today's figures on the whole set (72 cases, achieved busbw with latency): median 10.8%,
+    p90 54.6%; multi-node (44 cases) median 24.6%, p90 71.2% (docs/fidelity.md,
+    "Collectives"). Multi-node rose from 21.2% when UCCL-EP's cases were first scored by
+    their benchmark's own metric (own-node pairs counted): the NIC-rate comparison had hidden
+    that UCCL-EP on EFA runs below line rate. Issue 11 targets median <= 10% and multi-node
+    <= 15%; these bars only stop a regression on the way there."""
     s = collectives.summary()
     assert s["n"] == 72
-    assert s["median_abs_error_pct"] <= 18.0
+    assert s["median_abs_error_pct"] <= 12.0
+    assert s["p90_abs_error_pct"] <= 60.0
     assert s["multi_node"]["n"] == 44
-    assert s["multi_node"]["median_abs_error_pct"] <= 25.0
+    assert s["multi_node"]["median_abs_error_pct"] <= 26.0
 
 
 def test_every_collectives_case_is_read(collectives):

@@ -11,6 +11,7 @@ twin sees and its prediction "as designed" vs "as the cluster is now".
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import tempfile
@@ -31,18 +32,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scenario", default=str(DEFAULT_SCENARIO), help="scenario the simulated job runs")
     p.add_argument("--pushes", type=int, default=3, help="pushes per phase (default 3)")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between pushes (default 0.5)")
+    p.add_argument("--stay", action="store_true",
+                   help="after the phases, keep the twin and its web view running (Ctrl-C ends)")
     p.set_defaults(func=run)
 
 
-def _start_server(state_dir: str) -> tuple[subprocess.Popen, str]:
-    """``twin serve`` on a free loopback port (the real service, every capability on)."""
+def _start_server(state_dir: str) -> tuple[subprocess.Popen, str, str]:
+    """``twin serve`` on a free loopback port (the real service, every capability on, the web view
+    on a free port too); returns it, its gRPC address and the web view's URL ("" when it has none).
+    """
     from twin.server.process import start_serve
 
     config = Path(state_dir) / "serve.yaml"
     config.write_text(json.dumps({"host": "127.0.0.1", "port": 0, "state_dir": str(Path(state_dir) / "state"),
-                                  "log_format": "json", "telemetry": {"calibrate_interval_s": 0}}))
+                                  "log_format": "json", "telemetry": {"calibrate_interval_s": 0},
+                                  "web": {"address": "127.0.0.1:0"}}))
     proc, serving = start_serve(["--config", str(config)])
-    return proc, str(serving["address"])
+    web = (serving.get("listeners") or {}).get("web")
+    return proc, str(serving["address"]), f"http://{web}/" if web else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,8 +68,10 @@ def run(args: argparse.Namespace) -> int:
     endpoint = args.endpoint
     try:
         if endpoint is None:
-            proc, endpoint = _start_server(tmp.name)
+            proc, endpoint, url = _start_server(tmp.name)
             out.print(f"started a twin on {endpoint} (state in {tmp.name})")
+            if url:
+                out.print(f"web view: {url}  (Fabric, Step, Failures, Sweeps; live as the phases run)")
         api = pbg.TelemetryServiceStub(grpc.insecure_channel(endpoint))
         designed = api.RegisterJob(pb.RegisterJobRequest(job="demo-job",
                                                          scenario_yaml=Path(args.scenario).read_text()),
@@ -86,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
                     for a in cal.adjustments:
                         out.print(f"  calibration: {a.factor} {a.old_value:.3f} -> {a.new_value:.3f}")
                 _show(out, pb, api, title)
+            if args.stay and proc is not None:
+                out.print("the twin keeps running; Ctrl-C ends it")
+                with contextlib.suppress(KeyboardInterrupt):
+                    proc.wait()
         finally:
             sim.shutdown()
         return 0

@@ -53,10 +53,29 @@ def render(est: Estimate) -> None:
     st.add_row("MFU (16-bit peak)", f"{100 * est.mfu:.1f}%")
     st.add_row("micro-batches per step", str(est.microbatches))
     out.print(st)
+    render_strategies(est)
     render_energy(est)
     render_links(est)
     for note in est.notes:
         out.print(f"note: {note}")
+
+
+def render_strategies(est: Estimate) -> None:
+    """Per parallel dimension: the collective algorithm and what its strategy reports."""
+    dims = sorted(set(est.algorithms) | set(est.details))
+    if not dims:
+        return
+    t = table("Strategies", "dimension", "algorithm", "details")
+    for dim in dims:
+        t.add_row(dim, est.algorithms.get(dim, "-"),
+                  ", ".join(f"{k}={_detail(v)}" for k, v in est.details.get(dim, {}).items()) or "-")
+    console().print(t)
+
+
+def _detail(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
 
 
 _COMPONENT_NAMES = {"gpu": "GPUs", "nic": "NICs", "switch": "switches", "optics": "optics", "host": "hosts",

@@ -65,6 +65,15 @@ class ScaleOutFabric(Fabric):
         """Tiers above the scale-up domain. ``radix``: switch radix forced by the optics model."""
         raise NotImplementedError
 
+    def optical_links(self, cluster: Cluster) -> int | None:
+        """How many of this fabric's links run over optics (an optical interface at each end).
+
+        None (the default): the fabric is a fat tree sized from its switch radix, and the
+        optics model counts its links (``fat_tree_report``). A direct or hierarchical network
+        (torus, dragonfly) gives its own count, which the optics model prices instead.
+        """
+        return None
+
 
 class OpticsModel(Fabric):
     """Optics of the scale-out fabric (pluggable transceivers, co-packaged optics)."""
@@ -74,6 +83,13 @@ class OpticsModel(Fabric):
     def switch_radix(self, cluster: Cluster) -> int | None:
         """The switch radix this optics technology implies (None: keep the fabric's)."""
         return None
+
+    def links_report(self, cluster: Cluster, hierarchy: Hierarchy, links: int) -> dict[str, Any]:
+        """The report for a scale-out fabric that is not a fat tree and counts its own
+        ``links`` over optics (``ScaleOutFabric.optical_links``): energy and failures of
+        those links. The default, for optics models that predate it, is :meth:`report`.
+        """
+        return self.report(cluster, hierarchy)
 
 
 class MemoryFabric(Fabric):
@@ -107,7 +123,8 @@ class Terms:
     Per step: ``exposed_per_step_s`` is paid once per step (e.g. the last gradient
     bucket), ``issued_per_step_s`` and ``bytes_per_step`` as above.
     ``algorithm`` names the collective algorithm mostly used (diagnostics); ``details``
-    is free-form plain data for one scenario (ignored for batches).
+    is plain data for one scenario, reported under the strategy's dimension in
+    ``Estimate.details`` (leave it empty for a batch).
     """
 
     exposed_per_microbatch_s: Any = 0.0

@@ -23,7 +23,7 @@ import numpy as np
 
 from twin.core import ops
 from twin.core.errors import SpecError
-from twin.core.moe_routing import dispatch_fanout
+from twin.core.moe_routing import dispatch_fanout, domains_per_token
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch
 from twin.core.units import US
 
@@ -44,8 +44,27 @@ _HW_LAT_NET = {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
 _PROTO_BW = {"LL": 0.25, "LL128": 0.92, "Simple": 1.0}
 # Simple-protocol multi-node ring all-reduce latency plateau factor (tuning.cc: "lat *= 1.9").
 _RING_PLATEAU = 1.9
+# tuning.cc getNetOverhead, "Network post overhead": 1 us on Intel x86 and other hosts, 2 us on
+# AMD x86; the twin does not know the host CPU, so NCCL's default (1 us).
+_NET_OVERHEAD_US = 1.0
 # Tree bandwidth factor (tuning.cc: busBw * 0.9 for trees).
 _TREE_BW = 0.9
+# tuning.cc (2.19+) treeCorrectionFactor: "Trees are not perfectly sticking to the model for
+# medium sizes. Applying a static correction factor [...] Powers of two, 64 B to 256MB": the
+# tree's bandwidth is multiplied by entry floor(log2(bytes / 64)) of its protocol's row
+# (ncclTopoGetAlgoTime), none from 512 MiB up.
+_TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+_TREE_CORRECTION_ROWS = {p: (*row, 1.0) for p, row in _TREE_CORRECTION.items()}
+_TREE_CORRECTION_ARRAYS = {p: np.asarray(row) for p, row in _TREE_CORRECTION_ROWS.items()}
+# NCCL's hwLat[NET][NVLS_TREE][Simple], a network step of NVLS-tree, us: 20.9 in the tuner
+# constants of the releases whose tree/ring tables the twin uses (ncclTunerConstantsDefaults;
+# 14 in 2.19's tuning.cc). Its latency is intraLat + 2 log2(nNodes) interLat (the inter-node
+# reduce and broadcast trees).
+_HW_LAT_NET_NVLS_TREE = 20.9
 # NVLS and SHARP (CollNet) pipelines: chunked in-network reduction has a larger fixed cost
 # than a ring step; fitted to the DGX H100 nccl-tests curve in validation/reference
 # (mid-size all-reduce 8-64 MB) and NCCL >= 2.17 tuning.cc NVLS base latency (~25 us).
@@ -230,50 +249,115 @@ def _net_latency_us(span: GroupSpan, h: AnyHierarchy) -> Any:
     return ops.where(span.m > 1, h.latency_at(span.top) / US, 0.0)
 
 
+def _nccl_nodes(span: GroupSpan) -> Any:
+    """NCCL's nNodes for the group: its nodes, except that a multi-node NVLink domain (MNNVL,
+    e.g. an NVL72 rack) counts as one node (tuning.cc: "MNNVL support - treat as a single
+    NVLink connected node"), so the domains it spans.
+    """
+    return ops.minimum(span.m, span.nodes)
+
+
+# Per protocol, the ring's step latencies, us (tuning.cc, ring model): NVLink step; the
+# intra-node step of an inter-node ring, which pays at least the network post overhead
+# ("Inter-node rings still have to launch nsteps * net overhead", x3 for Simple); the network
+# step, and with one rank per node the tree's network step instead ("With ppn=1 latencies
+# are fully exposed, use the Tree network latency").
+_RING_STEPS = tuple(
+    (proto, pbw, _BASE_LAT["ring"][proto], _HW_LAT_NVLINK["ring"][proto],
+     max(_HW_LAT_NVLINK["ring"][proto], _NET_OVERHEAD_US * (3 if proto == "Simple" else 1)),
+     _HW_LAT_NET["ring"][proto], _HW_LAT_NET["tree"][proto])
+    for proto, pbw in _PROTO_BW.items())
+
+
 def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
-    n, m = span.n, span.nodes
+    n, m = span.n, _nccl_nodes(span)
     up = h.up_bw
     multi = span.m > 1
-    net_lat = _net_latency_us(span, h)
-    if ops.any_(multi):
-        bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up)
-    else:
-        bw = up
     nsteps = 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
-    ninter = 2 * (m - 1) if op == "all_reduce" else (m - 1 if op in ("all_gather", "reduce_scatter") else m)
-    ninter = ops.minimum(ninter, nsteps)
     factor = bus_factor(op, n)
+    any_multi = ops.any_(multi)
+    if any_multi:
+        bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up)
+        net_lat = _net_latency_us(span, h)
+        ninter = 2 * (m - 1) if op == "all_reduce" else (m - 1 if op in ("all_gather", "reduce_scatter") else m)
+        ninter = ops.minimum(ninter, nsteps)
+        low_latency = _low_latency_protocols(span, h)
+        one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
     out: list[Option] = []
-    for proto, pbw in _PROTO_BW.items():
-        lat = _BASE_LAT["ring"][proto] + (nsteps - ninter) * _HW_LAT_NVLINK["ring"][proto] \
-            + ninter * ops.maximum(_HW_LAT_NET["ring"][proto], net_lat)
-        if proto == "Simple" and op == "all_reduce":
-            lat = ops.where(m > 1, lat * _RING_PLATEAU, lat)
-        busbw = bw * pbw
-        out.append((size * factor / busbw + lat * US, "ring", proto, busbw))
+    for proto, pbw, base, nvlink, intra_multi, net_ring, net_tree in _RING_STEPS:
+        if any_multi:
+            net = ops.maximum(ops.where(one_per_node, net_tree, net_ring), net_lat)
+            lat = base + (nsteps - ninter) * ops.where(multi, intra_multi, nvlink) + ninter * net
+            if proto == "Simple" and op == "all_reduce":
+                lat = ops.where(m > 1, lat * _RING_PLATEAU, lat)
+            busbw = bw * pbw
+            opt = _option(size * factor / busbw + lat * US, "ring", proto, busbw,
+                          True if proto == "Simple" else low_latency)
+            if opt is not None:
+                out.append(opt)
+        else:  # one domain: no network step (the same formula with ninter = 0)
+            busbw = up * pbw
+            out.append((size * factor / busbw + (base + nsteps * nvlink) * US, "ring", proto, busbw))
     return out
 
 
+def _low_latency_protocols(span: GroupSpan, h: AnyHierarchy) -> Any:
+    """Whether the group may run NCCL's LL and LL128 protocols: not where its traffic crosses a
+    tier that carries only Simple (``Tier.simple_only``, e.g. EFA under aws-ofi-nccl).
+    """
+    return ops.logical_not(ops.logical_and(span.m > 1, h.simple_only_through(span.top)))
+
+
 def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
-    multi = span.nodes > 1
+    multi = _nccl_nodes(span) > 1
     if not ops.any_(multi):
         return []
-    nodes = ops.maximum(span.nodes, 1)
+    nodes = ops.maximum(_nccl_nodes(span), 1)
     up = h.up_bw
     bw = _TREE_BW * ops.minimum(up, _inter_bw(span, h, "tree"))
     ppn = ops.maximum(1, span.n // nodes)
-    log_nodes = ops.log2(nodes)
+    log_nodes = _log2_nodes(span, h)
     net_lat = _net_latency_us(span, h)
+    low_latency = ops.logical_and(multi, _low_latency_protocols(span, h))
+    size_index = _tree_size_index(size)
     out: list[Option] = []
     for proto, pbw in _PROTO_BW.items():
         lat = _BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * _HW_LAT_NVLINK["tree"][proto]
                                               + log_nodes * ops.maximum(_HW_LAT_NET["tree"][proto], net_lat))
-        algbw = 0.5 * bw * pbw  # tuning.cc: trees move 2x the data per byte reduced
+        # tuning.cc: trees move 2x the data per byte reduced; NCCL's medium-size correction
+        correction = _TREE_CORRECTION_ARRAYS[proto][size_index] if type(size_index) is np.ndarray \
+            else _TREE_CORRECTION_ROWS[proto][size_index]
+        algbw = 0.5 * bw * pbw * correction
         t = size / algbw + lat * US
-        opt = _option(t, "tree", proto, size * bus_factor("all_reduce", span.n) / t, multi)
-        assert opt is not None
-        out.append(opt)
+        opt = _option(t, "tree", proto, size * bus_factor("all_reduce", span.n) / t,
+                      multi if proto == "Simple" else low_latency)
+        if opt is not None:
+            out.append(opt)
     return out
+
+
+def _tree_size_index(size: Any) -> Any:
+    """The entry of ``_TREE_CORRECTION`` for ``size`` bytes: log2i(bytes >> 6) as
+    ncclTopoGetAlgoTime takes it, capped at the rows' trailing 1.0 (512 MiB and up).
+    """
+    cap = len(_TREE_CORRECTION_ROWS["Simple"]) - 1
+    if type(size) is np.ndarray:
+        blocks = np.floor(np.maximum(size, 64.0) / 64.0)
+        return np.minimum(np.frexp(blocks)[1] - 1, cap)
+    return min((int(max(size, 64.0)) >> 6).bit_length() - 1, cap)
+
+
+def _log2_nodes(span: GroupSpan, h: AnyHierarchy) -> Any:
+    """log2 of the group's NCCL nodes (``_nccl_nodes``), once per span of a batch."""
+    if not ops.is_batch(span.n):
+        return ops.log2(ops.maximum(_nccl_nodes(span), 1))
+    memo = h._net_memo
+    hit = memo.get((id(span), "log2_nodes"))
+    if hit is not None and hit[0] is span:
+        return hit[1]
+    got = ops.log2(ops.maximum(_nccl_nodes(span), 1))
+    memo[(id(span), "log2_nodes")] = (span, got)
+    return got
 
 
 def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
@@ -283,13 +367,16 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
         return None
     t_intra = size / nvls_bw
     multi = span.m > 1
-    # NVLS-tree: in-switch reduction inside the domain, ring/tree across.
+    # NVLS-tree: in-switch reduction inside the domain, ring/tree across; it also pays
+    # 2 log2(domains) network steps (tuning.cc, NVLS_TREE latency).
     if ops.any_(multi):
         inter = 2.0 * (span.m - 1) / span.m * size / _inter_bw(span, h, "ring")
         t_inter = ops.where(multi, inter, 0.0)
+        net_steps = ops.where(multi, 2.0 * _log2_nodes(span, h), 0.0)
+        lat = _NVLS_LAT_US + net_steps * ops.maximum(_HW_LAT_NET_NVLS_TREE, _net_latency_us(span, h))
     else:
-        t_inter = 0.0
-    t = ops.maximum(t_intra, t_inter) + _NVLS_LAT_US * US
+        t_inter, lat = 0.0, _NVLS_LAT_US
+    t = ops.maximum(t_intra, t_inter) + lat * US
     return _option(t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / t, available)
 
 
@@ -348,20 +435,22 @@ def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
 
 
 def dedup_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan,
-                        hierarchy: AnyHierarchy, experts: int = 0, routing: str = "random") -> CollectiveCost:
+                        hierarchy: AnyHierarchy, groups: Any = None, experts: int = 0,
+                        routing: str = "random") -> CollectiveCost:
     """Expert dispatch that sends each token once per destination NVLink domain and, inside
     a domain, once per destination rank, which fans it out to its local experts (DeepEP
     normal kernels, deepseek-ai/DeepEP README and ``get_dispatch_layout``; DeepSeek-V3
     report §3.2.2). The distinct destination ranks and domains per token come from
-    ``twin.core.moe_routing`` (``experts`` routed experts, the model's ``routing``; with no
-    expert count, every one of the top_k copies goes to its own rank). RDMA and NVLink
-    forwarding are pipelined, so the slower of the two sets the time.
+    ``twin.core.moe_routing`` (``experts`` routed experts and the model's ``routing``;
+    ``groups``: node-limited routing's limit, None for none; with no expert count, each of
+    the top_k copies goes to its own rank and the domains are ``domains_per_token``), (m-1)/m
+    of the domains remote. RDMA and NVLink forwarding are pipelined, so the slower of the
+    two sets the time.
     """
     if experts:
-        per_rank, per_domain = dispatch_fanout(experts, top_k, span.n, span.k, routing)
+        per_rank, per_domain = dispatch_fanout(experts, top_k, span.n, span.k, routing, groups)
     else:
-        per_rank = top_k
-        per_domain = ops.maximum(span.m, 1) * (1.0 - ops.power(1.0 - 1.0 / ops.maximum(span.m, 1), top_k))
+        per_rank, per_domain = top_k, domains_per_token(span.m, top_k, groups)
     if not ops.is_batch(tokens, span.n, token_bytes):
         if span.n <= 1 or tokens <= 0:
             return ZERO_COST
@@ -417,6 +506,24 @@ def _zero_where(mask: Any, cost: CollectiveCost) -> CollectiveCost:
                           np.where(mask, 0.0, cost.bottleneck_bw_Bps))
 
 
+def collective_options(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHierarchy) -> list[Option]:
+    """Every (time s, algorithm, protocol, asymptotic busbw B/s) candidate NCCL would weigh
+    for ``op`` (all-reduce, all-gather, reduce-scatter, broadcast); ``collective_cost`` picks
+    the fastest. Exposed so an analysis can print each candidate's parts.
+    """
+    options = _ring_times(op, size_bytes, span, hierarchy)
+    if op == "all_reduce":
+        options += _tree_times(size_bytes, span, hierarchy)
+        nvls = _nvls_time(size_bytes, span, hierarchy)
+        if nvls is not None:
+            options.append(nvls)
+    if op in ("all_reduce", "reduce_scatter", "all_gather"):
+        sharp = _sharp_time(op, size_bytes, span, hierarchy)
+        if sharp is not None:
+            options.append(sharp)
+    return options
+
+
 def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHierarchy,
                     algorithm: str | None = None) -> CollectiveCost:
     """Fastest (or forced-``algorithm``) way to run ``op`` on ``size_bytes`` per rank."""
@@ -432,16 +539,7 @@ def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHie
     elif op == "send_recv":
         cost = _send_recv(size_bytes, span, hierarchy)
     else:
-        options = _ring_times(op, size_bytes, span, hierarchy)
-        if op == "all_reduce":
-            options += _tree_times(size_bytes, span, hierarchy)
-            nvls = _nvls_time(size_bytes, span, hierarchy)
-            if nvls is not None:
-                options.append(nvls)
-        if op in ("all_reduce", "reduce_scatter", "all_gather"):
-            sharp = _sharp_time(op, size_bytes, span, hierarchy)
-            if sharp is not None:
-                options.append(sharp)
+        options = collective_options(op, size_bytes, span, hierarchy)
         best = ops.select_min(options)
         if algorithm is not None:
             forced = [o for o in options if o[1] == algorithm]

@@ -95,15 +95,12 @@ def stack(facts: Sequence[PowerFacts], index: np.ndarray) -> PowerFacts:
 def _switches_per_tier(report: Mapping[str, Any]) -> list[float] | None:
     """Switches per tier (leaf first) of the scale-out fabric, or None if it reports none.
 
-    For a fat tree sized from a switch radix (its report names ``switch_radix``) the optics
-    model's count wins when it gives one: it sizes the tree at the radix its technology
-    forces (co-packaged optics: 144 ports), as the hierarchy is built.
+    The report is of the fabric as built: at the switch radix the optics force when they do
+    (``TwinModel.as_built``: co-packaged optics switches carry 144 ports).
     """
-    fabric, optics = report.get("scale_out"), report.get("optics")
+    fabric = report.get("scale_out")
     if not isinstance(fabric, Mapping) or fabric.get("switches_per_tier") is None:
         return None
-    if isinstance(optics, Mapping) and "switch_radix" in fabric and optics.get("switches_per_tier") is not None:
-        return [float(s) for s in optics["switches_per_tier"]]
     return [float(s) for s in fabric["switches_per_tier"]]
 
 

@@ -132,6 +132,9 @@ class Estimate:
     comm_issued_s: dict[str, float] = field(default_factory=dict)
     bytes_per_step: dict[str, float] = field(default_factory=dict)
     algorithms: dict[str, str] = field(default_factory=dict)
+    # What each dimension's strategy reports about itself (``Terms.details``: the pipeline
+    # schedule it ran, the exposed share of the gradient reduction...), plain data.
+    details: dict[str, dict[str, Any]] = field(default_factory=dict)
     fabric: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     links: tuple[LinkLoad, ...] = ()
@@ -165,6 +168,7 @@ class Estimate:
             "comm_issued_s": dict(self.comm_issued_s),
             "bytes_per_step": dict(self.bytes_per_step),
             "algorithms": dict(self.algorithms),
+            "details": {k: dict(v) for k, v in self.details.items()},
             "fabric": dict(self.fabric),
             "notes": list(self.notes),
             "links": [asdict(link) for link in self.links],

@@ -271,6 +271,7 @@ class _Step:
     algorithms: dict[str, str]
     notes: list[str]
     flows: _Flows = ([], [])
+    details: dict[str, dict[str, Any]] = field(default_factory=dict)
     alone_step_s: Any = None
 
 
@@ -445,11 +446,46 @@ class TwinModel:
                        "bw_GBps_per_gpu": t.bw_Bps / 1e9, "latency_us": t.latency_s * 1e6,
                        "oversubscription": t.oversubscription, "in_network_reduction": t.reduction}
                       for t in hierarchy.tiers]}
-        for fab in self.cluster_fabrics(cluster):
-            extra = fab.report(cluster, hierarchy)
+        for role, extra in self._fabric_reports(cluster, hierarchy).items():
             if extra:
-                report[fab.role] = extra
+                report[role] = extra
         return report
+
+    def _fabric_reports(self, cluster: Cluster, hierarchy: Hierarchy,
+                        roles: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+        """Each fabric model's report (of ``roles``; None: all): the scale-out fabric as built
+        (:meth:`as_built`), and the optics of the links it says run over optics when it is
+        not a fat tree (``ScaleOutFabric.optical_links``).
+        """
+        out: dict[str, dict[str, Any]] = {}
+        links: int | None = None
+        for fab in self.cluster_fabrics(cluster):
+            if isinstance(fab, ScaleOutFabric):
+                links = fab.optical_links(self.as_built(cluster))
+            if roles is not None and fab.role not in roles:
+                continue
+            if isinstance(fab, ScaleOutFabric):
+                out[fab.role] = fab.report(self.as_built(cluster), hierarchy)
+            elif isinstance(fab, OpticsModel) and links is not None:
+                out[fab.role] = fab.links_report(cluster, hierarchy, links)
+            else:
+                out[fab.role] = fab.report(cluster, hierarchy)
+        return out
+
+    def as_built(self, cluster: Cluster) -> Cluster:
+        """``cluster`` with the switch radix its scale-out tiers are built with: the optics
+        model's when it forces one (co-packaged optics switches carry 144 ports), so the
+        scale-out fabric reports the tree the hierarchy has, not one at its own radix.
+        """
+        so = cluster.scale_out
+        if so is None or cluster.optics is None:
+            return cluster
+        optics = self.fabrics.get("optics", cluster.optics.kind, "cluster.optics.kind")
+        assert isinstance(optics, OpticsModel)
+        radix = optics.switch_radix(cluster)
+        if radix is None or radix == so.switch_radix:
+            return cluster
+        return dataclasses.replace(cluster, scale_out=dataclasses.replace(so, switch_radix=radix))
 
     def power_facts(self, cluster: Cluster) -> energy_model.PowerFacts:
         """What ``cluster``'s components draw (``twin.core.energy``; cached by value).
@@ -461,8 +497,7 @@ class TwinModel:
         hit = self._power.get(key)
         if hit is None:
             hierarchy = self.hierarchy_of(cluster, Calibration())
-            report = {fab.role: fab.report(cluster, hierarchy) for fab in self.cluster_fabrics(cluster)
-                      if fab.role in ("scale_out", "optics")}
+            report = self._fabric_reports(cluster, hierarchy, ("scale_out", "optics"))
             hit = energy_model.power_facts(cluster, report)
             if len(self._power) > _CACHE_LIMIT:
                 self._power.clear()
@@ -698,7 +733,7 @@ class TwinModel:
             mfu=flops / step / n / (work.half_peak * 1e12),
             mfu_at_precision_peak=flops / step / n / (work.prec_peak * 1e12),
             model_flops_per_step=flops, microbatches=work.m, dp=work.dp, comm_issued_s=st.issued,
-            bytes_per_step=st.nbytes, algorithms=st.algorithms,
+            bytes_per_step=st.nbytes, algorithms=st.algorithms, details=st.details,
             fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes),
             links=links,
             contention_s=max(0.0, step - st.alone_step_s) if report and st.alone_step_s is not None else 0.0,
@@ -771,6 +806,7 @@ class TwinModel:
         issued: dict[str, Any] = {}
         nbytes: dict[str, Any] = {}
         algorithms: dict[str, str] = {}
+        details: dict[str, dict[str, Any]] = {}
         offload_s: Any = 0.0
         per_step: Any = 0.0
         hidden: Any = 0.0
@@ -791,12 +827,14 @@ class TwinModel:
                 hidden = hidden + ops.maximum(0.0, total - t.exposed_per_microbatch_s * m - t.exposed_per_step_s)
             if not batch and t.algorithm:
                 algorithms[dim] = str(t.algorithm)
+            if not batch and t.details:
+                details.setdefault(dim, {}).update(t.details)
         interference = OVERLAP_INTERFERENCE * hidden
         step = pipe + per_step + opt_s + offload_s + interference
         return _Step(step_s=step, compute_s=m * (stage.fwd_s + stage.bwd_s), recompute_s=m * stage.recompute_s,
                      exposed=exposed, issued=issued, nbytes=nbytes, bubble_s=bubble, optimizer_s=opt_s,
                      offload_s=offload_s, interference_s=interference, algorithms=algorithms, notes=list(ctx.notes),
-                     flows=flows)
+                     flows=flows, details=details)
 
     def _contend(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
                  rehome: Callable[[Any], Callable[..., CollectiveCost]],

@@ -10,7 +10,8 @@ numpy and rich. The rest is an extra, imported only by the features that use it:
 - ``telemetry``: the OpenTelemetry SDK and exporters (the service's own traces and metrics,
   ``twin demo``'s simulated exporters) and prometheus-client (Prometheus scrape in,
   ``/metrics`` out);
-- ``ray``: the Ray executor; ``plot``: matplotlib; ``parquet``: pyarrow.
+- ``ray``: the Ray executor; ``plot``: matplotlib; ``parquet``: pyarrow;
+- ``web``: Starlette and uvicorn (``twin serve``'s web view).
 
 A feature wraps its imports in :func:`needs_extra`, so a missing extra is a
 :class:`~twin.core.errors.MissingExtraError` naming it (exit 2 on the command line,
@@ -34,6 +35,7 @@ EXTRA_MODULES: dict[str, frozenset[str]] = {
     "ray": frozenset({"ray"}),
     "plot": frozenset({"matplotlib"}),
     "parquet": frozenset({"pyarrow"}),
+    "web": frozenset({"starlette", "uvicorn"}),
 }
 
 

@@ -170,11 +170,24 @@ def _per_distinct(fn: Callable[..., float], *args: Any) -> Any:
     """``fn`` applied with Python math once per distinct argument tuple, spread over the batch."""
     if not is_batch(*args):
         return fn(*args)
+    varying = [i for i, a in enumerate(args) if type(a) is ndarray and a.size > 1]
+    if len(varying) <= 1:
+        # One argument varies per point (the usual case: ``power(base, k)`` with a shared k):
+        # distinct values of that one, the others as they are (a 1-D unique; the row-wise
+        # unique of stacked columns costs a sort of structured rows).
+        i = varying[0] if varying else next(j for j, a in enumerate(args) if type(a) is ndarray)
+        fixed = [float(np.asarray(a).reshape(-1)[0]) if j != i and type(a) is ndarray else a
+                 for j, a in enumerate(args)]
+        col = np.asarray(args[i], dtype=np.float64)
+        uniq, inv = np.unique(col, return_inverse=True)
+
+        def at(u: float) -> float:
+            fixed[i] = u
+            return fn(*fixed)
+
+        vals = np.fromiter((at(float(u)) for u in uniq), np.float64, len(uniq))
+        return vals[inv.reshape(col.shape)]
     arrays = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in args))
-    if len(arrays) == 1:
-        uniq, inv = np.unique(arrays[0], return_inverse=True)
-        vals = np.fromiter((fn(float(u)) for u in uniq), np.float64, len(uniq))
-        return vals[inv.reshape(arrays[0].shape)]
     stacked = np.stack([a.ravel() for a in arrays], axis=1)
     uniq, inv = np.unique(stacked, axis=0, return_inverse=True)
     vals = np.fromiter((fn(*map(float, row)) for row in uniq), np.float64, len(uniq))

@@ -48,6 +48,9 @@ class Tier:
     ``oversubscription``: cumulative down:up ratio below this tier (1 = non-blocking).
     ``reduction``: in-network reduction available here: "nvls", "sharp" or "".
     ``nvls_bw_Bps``: NVLS all-reduce algorithm bandwidth per GPU (tier 0 only).
+    ``simple_only``: the transport across this tier carries only NCCL's Simple protocol
+    (LL and LL128 need the network to deliver 8- and 128-byte stores in order; e.g. EFA
+    under aws-ofi-nccl, which sets NCCL_PROTO=simple where the endpoint cannot).
     """
 
     name: str
@@ -59,6 +62,7 @@ class Tier:
     reduction: str = ""
     nvls_bw_Bps: float = 0.0
     a2a_bw_Bps: float = 0.0
+    simple_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,13 @@ class Hierarchy:
         """Whether a scale-out tier up to ``tier`` (inclusive) reduces in the network (SHARP)."""
         return any(t.reduction == "sharp" for t in self.tiers[1:tier + 1])
 
+    def simple_only_through(self, tier: Any) -> Any:
+        """Whether a scale-out tier up to ``tier`` (inclusive) carries only NCCL's Simple protocol."""
+        for t in self.tiers[1:tier + 1]:  # noqa: SIM110 - a loop: this runs on every scalar call
+            if t.simple_only:
+                return True
+        return False
+
     def link_capacity(self, tier: int) -> float:
         """Capacity per GPU of link class ``tier`` alone (NVLink for 0; links into tier ``j``)."""
         t = self.tiers[tier]
@@ -185,20 +196,25 @@ class HierarchyBatch:
         a2a[:, 0] = 0.0  # tier 0's is the scale-up all-to-all bandwidth (up_a2a_bw)
         self._a2a_cap = np.where(a2a > 0, a2a, np.inf)
         self._span = table("span_gpus", _NO_SPAN, np.int64)
-        # Cumulative "some tier in 1..i reduces in the network".
-        sharp = np.zeros((n, width), dtype=bool)
-        for i, h in enumerate(self.hierarchies):
-            acc = False
-            for j, t in enumerate(h.tiers):
-                acc = acc or (j >= 1 and t.reduction == "sharp")
-                sharp[i, j] = acc
-        self._sharp = sharp
+        # Cumulative "some tier in 1..i reduces in the network" / "carries only Simple".
+        self._sharp = self._cumulative(lambda t: t.reduction == "sharp", width)
+        self._simple_only = self._cumulative(lambda t: t.simple_only, width)
         self._last = np.asarray([len(h.tiers) - 1 for h in self.hierarchies], np.int64)
         self.gpus_per_node = np.asarray([h.gpus_per_node for h in self.hierarchies], np.int64)[rows]
         self.domain_gpus = np.asarray([h.domain_gpus for h in self.hierarchies], np.int64)[rows]
         self.up_bw = self._bw[rows, 0]
         self.up_a2a_bw = np.asarray([h.up_a2a_bw for h in self.hierarchies])[rows]
         self.up_nvls_bw = np.asarray([h.up_nvls_bw for h in self.hierarchies])[rows]
+
+    def _cumulative(self, test: Any, width: int) -> np.ndarray:
+        """Per hierarchy and tier i, whether ``test`` holds for some scale-out tier in 1..i."""
+        out = np.zeros((len(self.hierarchies), width), dtype=bool)
+        for i, h in enumerate(self.hierarchies):
+            acc = False
+            for j, t in enumerate(h.tiers):
+                acc = acc or (j >= 1 and bool(test(t)))
+                out[i, j] = acc
+        return out
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -258,6 +274,10 @@ class HierarchyBatch:
     def sharp_through(self, tier: Any) -> np.ndarray:
         """In-network reduction in a scale-out tier up to ``tier``, per point."""
         return self._sharp[self.rows, tier]
+
+    def simple_only_through(self, tier: Any) -> np.ndarray:
+        """A scale-out tier up to ``tier`` carries only NCCL's Simple protocol, per point."""
+        return self._simple_only[self.rows, tier]
 
     def top_tier(self, footprint: Any) -> np.ndarray:
         """Per point, the first tier spanning ``footprint`` GPUs (else the last)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,8 +146,12 @@ def exposure_warning(config: ServerConfig, token: str | None) -> str | None:
             "call every RPC; set auth.token_file (or TWIN_AUTH_TOKEN) and tls, or bind 127.0.0.1")
 
 
-def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningServer:
-    """A server ready to start, bound to its port(s)."""
+def build_server(config: ServerConfig, engine: Engine | None = None,
+                 more: Sequence[extensions.Register] = ()) -> RunningServer:
+    """A server ready to start, bound to its port(s); ``more``: extensions registered after the
+    built-in ones (:data:`twin.server.extensions.EXTENSIONS`), such as the web view, which sits
+    above the server and so is handed in by the command that starts it.
+    """
     try:
         config.state_path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -182,7 +186,7 @@ def build_server(config: ServerConfig, engine: Engine | None = None) -> RunningS
     # Extensions' own servers (the dedicated OTLP port) have their own pools: auth and tracing only.
     ctx.interceptors = interceptors[1:]
     ctx.credentials = server_credentials(config.tls) if config.tls.enabled else None
-    for register in extensions.EXTENSIONS:
+    for register in (*extensions.EXTENSIONS, *more):
         register(server, ctx)
 
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
@@ -249,9 +253,11 @@ def stop(running: RunningServer) -> None:
     log.info("stopped")
 
 
-def serve(config: ServerConfig, engine: Engine | None = None) -> int:
-    """Run until SIGTERM or SIGINT, then shut down gracefully. Returns the exit status."""
-    running = build_server(config, engine)
+def serve(config: ServerConfig, engine: Engine | None = None, more: Sequence[extensions.Register] = ()) -> int:
+    """Run until SIGTERM or SIGINT, then shut down gracefully (``more``: as :func:`build_server`).
+    Returns the exit status.
+    """
+    running = build_server(config, engine, more)
     stop_requested = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -31,6 +31,7 @@ from twin.core.schema import spec_field
 ENV_PREFIX = "TWIN_"
 DEFAULT_PORT = 50051  # the customary gRPC port (grpc.io examples, grpcurl docs)
 OTLP_HTTP_PORT = 4318  # the OTLP/HTTP default port (OTLP specification, "OTLP/HTTP Default Port")
+WEB_PORT = 8080  # the web view's default port: IANA's registered alternative HTTP port ("http-alt", 8080/tcp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,17 @@ class OtelConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class WebConfig:
+    """The web view (``twin.web``): its own HTTP port, the main port's token and TLS."""
+
+    enabled: bool = spec_field(True, doc="serve the web view (twin serve --no-web: off)")
+    address: str = spec_field(
+        "", doc=f"host:port of the web view; empty: the server's host and port {WEB_PORT} (a free port when "
+                "that one is taken, or when port is 0, so a server asked for a free port never clashes); "
+                "port 0: a free port")
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     """Everything ``twin serve`` needs."""
 
@@ -112,6 +124,7 @@ class ServerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     otel: OtelConfig = field(default_factory=OtelConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     telemetry: dict[str, typing.Any] = field(
         default_factory=dict, metadata={"doc": "OTLP ingest settings (twin.telemetry.config.TelemetryConfig fields)"})
 
@@ -125,6 +138,22 @@ class ServerConfig:
         """``host:port`` as gRPC wants it (IPv6 literals bracketed)."""
         host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
         return f"{host}:{self.port}"
+
+    @property
+    def web_bind(self) -> tuple[str, int]:
+        """(host, port) the web view binds: ``web.address``, or the default it stands for when empty."""
+        if not self.web.address:
+            return self.host.strip("[]"), WEB_PORT if self.port else 0
+        return parse_host_port(self.web.address, "config.web.address")
+
+
+def parse_host_port(text: str, key: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets) as (host, port); errors name ``key``."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SpecError(key, f"must be host:port with a port in 0..65535, e.g. 127.0.0.1:{WEB_PORT} (got {text!r})")
+    return host, int(port)
 
 
 def _coerce(text: str, tp: Any, key: str) -> Any:
@@ -205,4 +234,8 @@ def load_config(file: str | Path | None = None, *, env: Mapping[str, str] | None
         raise SpecError("config.health_port", "must differ from port")
     if config.otlp_http_port and config.otlp_http_port in (config.port, config.health_port):
         raise SpecError("config.otlp_http_port", "must differ from port and health_port")
+    if config.web.enabled:
+        web_port = config.web_bind[1]
+        if web_port and web_port in (config.port, config.health_port, config.otlp_http_port):
+            raise SpecError("config.web.address", "its port must differ from port, health_port and otlp_http_port")
     return config

@@ -74,24 +74,48 @@ def read_rows(path: str | Path) -> Rows:
     fmt = _format(p)
     if not p.is_file():
         raise SpecError(str(path), "cannot read file: no such file")
-    if fmt == ".parquet":
-        pa = _pyarrow(p, "reading")
-        table = pa.parquet.read_table(p)
-        return {name: _column(table.column(name).to_pylist()) for name in table.column_names}
+    try:
+        if fmt == ".parquet":
+            pa = _pyarrow(p, "reading")
+            table = pa.parquet.read_table(p)
+            return {name: _column(table.column(name).to_pylist()) for name in table.column_names}
+        records = _csv_records(p) if fmt == ".csv" else _jsonl_records(p)
+        keys: list[str] = list(records[0]) if records else []
+        return {k: _column([r.get(k) for r in records]) for k in keys}
+    except SpecError:
+        raise
+    except UnicodeDecodeError as err:
+        raise SpecError(str(path), f"is not UTF-8 text (byte {err.start}): not a rows file of twin sweep "
+                                   "--out") from err
+    except (ValueError, TypeError, OSError, csv.Error) as err:  # pyarrow's errors are ValueError / OSError
+        raise SpecError(str(path), f"is not a {fmt} rows file twin sweep --out writes: "
+                                   f"{type(err).__name__}: {str(err)[:200]}") from err
+
+
+def _csv_records(p: Path) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     with p.open(encoding="utf-8", newline="") as f:
-        if fmt == ".csv":
-            for rec in csv.DictReader(f):
-                records.append({k: _parse(v) for k, v in rec.items()})
-        else:
-            for line_no, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError as err:
-                        raise SpecError(f"{path}:{line_no}", f"is not valid JSON: {err}") from err
-    keys: list[str] = list(records[0]) if records else []
-    return {k: _column([r.get(k) for r in records]) for k in keys}
+        for line_no, rec in enumerate(csv.DictReader(f), 2):
+            if None in rec:  # more fields than the header names
+                raise SpecError(f"{p}:{line_no}", "has more fields than the header")
+            records.append({k: _parse(v) for k, v in rec.items()})
+    return records
+
+
+def _jsonl_records(p: Path) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    with p.open(encoding="utf-8", newline="") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as err:
+                raise SpecError(f"{p}:{line_no}", f"is not valid JSON: {err}") from err
+            if not isinstance(rec, dict):
+                raise SpecError(f"{p}:{line_no}", f"must be a JSON object, one row (got {type(rec).__name__})")
+            records.append(rec)
+    return records
 
 
 def _parse(v: str) -> Any:

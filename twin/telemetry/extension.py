@@ -100,6 +100,10 @@ def register(server: grpc.Server, ctx: Any) -> None:
             dedicated.stop(0)
         service.close()
         raise
+    # The in-process state, for readers in the same process that are not gRPC (the web view).
+    extras = getattr(ctx, "extras", None)
+    if isinstance(extras, dict):
+        extras["telemetry"] = service
     listeners = getattr(ctx, "listeners", {})
     if http is not None:
         listeners["otlp_http"] = http.address

@@ -366,6 +366,8 @@ def estimate_to_message(est: Estimate, *, fabric: bool = True) -> estimate_pb2.E
         msg.cost.CopyFrom(estimate_pb2.StepCost(**_plain_fields(est.cost)))
     if fabric and est.fabric:
         msg.fabric.MergeFromString(_cached_struct_bytes(est.fabric))
+    if est.details:
+        dict_to_struct(est.details, msg.details)
     return msg
 
 
@@ -397,6 +399,7 @@ def estimate_from_message(msg: estimate_pb2.Estimate) -> Estimate:
                     mfu_at_precision_peak=msg.mfu_at_precision_peak, model_flops_per_step=msg.model_flops_per_step,
                     microbatches=msg.microbatches, dp=msg.dp, comm_issued_s=dict(msg.comm_issued_s),
                     bytes_per_step=dict(msg.bytes_per_step), algorithms=dict(msg.algorithms),
+                    details=struct_to_dict(msg.details, "details", Limits(max_items=1 << 30)),
                     fabric=struct_to_dict(msg.fabric, "fabric", Limits(max_items=1 << 30)), notes=tuple(msg.notes),
                     links=tuple(LinkLoad(tier=link.tier, name=link.name, capacity_GBps=link.capacity_GBps,
                                          utilisation=dict(link.utilisation), stretch=dict(link.stretch))

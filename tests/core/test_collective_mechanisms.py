@@ -1,0 +1,206 @@
+"""The collective mechanisms behind the published multi-node measurements (issue 11):
+NCCL's ring-latency rules (net post overhead, ppn=1, MNNVL as one node), tree's medium-size
+correction, NVLS-tree's network steps, Blackwell's NVLS efficiency, EFA through aws-ofi-nccl
+(Simple only, its per-step latency), node-limited expert dispatch and DeepEP's own metric.
+Each test works the number out by hand from the source the code cites.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from twin_plugins.nvlink import NVLS_ALGBW_FRACTION
+from twin_plugins.roce import EFA_STEP_LATENCY_S
+
+from tests.core.test_formulas import GB, flat_hierarchy
+from twin.core.collectives import collective_cost, collective_options, dedup_dispatch_cost, domains_per_token
+from twin.core.errors import SpecError
+from twin.core.topology import HierarchyBatch, place_group
+from twin.engine import Engine
+from twin.reference import EPWorkload, ep_predicted_GBps, validate_collectives
+
+US = 1e-6
+
+
+def _cluster(fabric: str, nodes: int = 2, **params: object) -> dict:
+    so: dict = {"fabric": fabric, "nic_gbps": 400}
+    if params:
+        so["params"] = dict(params)
+    return {"cluster": {"system": "DGX-H100", "num_gpus": 8 * nodes, "scale_out": so},
+            "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 8 * nodes}}
+
+
+def _hierarchy(engine: Engine, data: dict):
+    return engine.model.hierarchy(engine.scenario(data))
+
+
+def _option(op: str, size: float, span, h, algo: str, proto: str) -> float:
+    return next(float(t) for t, a, p, _ in collective_options(op, size, span, h) if a == algo and p == proto)
+
+
+# ----------------------------------------------------------------- NCCL ring latency
+def test_inter_node_ring_steps_pay_the_net_post_overhead():
+    h = flat_hierarchy()
+    span = place_group(16, 1, h)  # 2 nodes x 8 GPUs
+    # all-gather, LL: base 6.6 + (15 - 1) steps x max(NVLink 0.6, net overhead 1.0) + 1 x NET 2.7 us
+    t = _option("all_gather", 8.0, span, h, "ring", "LL")
+    assert t == pytest.approx((6.6 + 14 * 1.0 + 2.7) * US + 8 * 15 / 16 / (0.25 * 370 * GB), rel=1e-6)
+    # Simple: the overhead is x3 (3.0 us) but NVLink's Simple step (3.4 us) is already longer.
+    single = place_group(8, 1, h)
+    lat_single = _option("all_gather", 1.0, single, h, "ring", "Simple")
+    assert lat_single == pytest.approx((8.4 + 7 * 3.4) * US, rel=1e-3)
+
+
+def test_one_rank_per_node_rings_pay_the_tree_network_latency():
+    h = flat_hierarchy()
+    span = place_group(2, 8, h)  # one GPU on each of 2 nodes (nccl-tests -N 1)
+    # one network step at NET tree LL latency 5.0 us (not the ring's 2.7)
+    t = _option("all_gather", 1.0, span, h, "ring", "LL")
+    assert t == pytest.approx((6.6 + 5.0) * US, rel=1e-3)
+    eight = place_group(16, 1, h)
+    assert _option("all_gather", 1.0, eight, h, "ring", "LL") == pytest.approx((6.6 + 14 * 1.0 + 2.7) * US, rel=1e-3)
+
+
+def test_a_multi_node_nvlink_domain_is_one_nccl_node(engine):
+    rack = engine.model.hierarchy(engine.scenario({"cluster": {"system": "GB200-NVL72", "num_gpus": 72},
+                                                   "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 72}}))
+    span = place_group(72, 1, rack)
+    assert span.nodes == 18 and span.m == 1
+    # No network step, no tree (NCCL: MNNVL "treat as a single NVLink connected node").
+    algos = {a for _, a, _, _ in collective_options("all_reduce", 1024.0, span, rack)}
+    assert "tree" not in algos
+    t = _option("all_gather", 1.0, span, rack, "ring", "LL")
+    assert t == pytest.approx((6.6 + 71 * 0.6) * US, rel=1e-3)
+
+
+# --------------------------------------------------------------- tree and NVLS-tree
+def test_tree_bandwidth_takes_nccls_medium_size_correction():
+    h = flat_hierarchy()
+    span = place_group(32, 1, h)  # 4 nodes
+    lat = _option("all_reduce", 64.0, span, h, "tree", "Simple") - 64 / (0.5 * 0.9 * 0.9 * 370 * GB)
+
+    def bw_term(size: float) -> float:
+        return _option("all_reduce", size, span, h, "tree", "Simple") - lat
+
+    # 1 MiB: floor(log2(2^20 / 64)) = 14 -> Simple factor 0.5; 1 GiB (index 24 >= 23) -> none.
+    assert bw_term(2**20) / 2**20 == pytest.approx(bw_term(2**30) / 2**30 / 0.5, rel=1e-6)
+    # 64 MiB: index 20 -> 0.8
+    assert bw_term(2**26) / 2**26 == pytest.approx(bw_term(2**30) / 2**30 / 0.8, rel=1e-6)
+
+
+def test_nvls_tree_pays_two_network_steps_per_tree_level():
+    h = flat_hierarchy(nvls=273.0)
+    one = collective_cost("all_reduce", 8.0, place_group(8, 1, h), h, algorithm="nvls")
+    two = collective_cost("all_reduce", 8.0, place_group(16, 1, h), h, algorithm="nvls")
+    four = collective_cost("all_reduce", 8.0, place_group(32, 1, h), h, algorithm="nvls")
+    assert one.algorithm == two.algorithm == four.algorithm == "nvls"
+    # 2 log2(domains) steps of max(NVLSTree NET 20.9 us, the tier's 1 us)
+    assert float(two.time_s) - float(one.time_s) == pytest.approx(2 * 1 * 20.9 * US, rel=1e-3)
+    assert float(four.time_s) - float(one.time_s) == pytest.approx(2 * 2 * 20.9 * US, rel=1e-3)
+
+
+def test_blackwell_nvls_runs_at_nccls_lower_nvls_efficiency(engine):
+    def nvls_fraction(system: str) -> float:
+        h = engine.model.hierarchy(engine.scenario({"cluster": {"system": system, "num_gpus": 8},
+                                                    "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 8}}))
+        up = h.scale_up
+        return up.nvls_bw_Bps / (up.bw_Bps / (0.82))  # the link bandwidth before the ring fraction
+
+    assert nvls_fraction("DGX-H100") == pytest.approx(NVLS_ALGBW_FRACTION, rel=1e-9)
+    assert nvls_fraction("DGX-B200") == pytest.approx(NVLS_ALGBW_FRACTION * 0.74 / 0.85, rel=1e-9)
+
+
+# ------------------------------------------------------------------------ EFA
+def test_efa_runs_only_simple_across_nodes_unless_stated(engine):
+    h = _hierarchy(engine, _cluster("efa"))
+    span = place_group(16, 1, h)
+    for size in (8.0, 4096.0, 2.0**20, 2.0**30):
+        assert collective_cost("all_reduce", size, span, h).protocol in ("Simple",)
+        assert collective_cost("all_gather", size, span, h).protocol == "Simple"
+    ll = _hierarchy(engine, _cluster("efa", ll_protocols=True))
+    assert collective_cost("all_reduce", 8.0, place_group(16, 1, ll), ll).protocol != "Simple"
+    # Inside one node nothing crosses EFA: LL stays available.
+    assert collective_cost("all_reduce", 8.0, place_group(8, 1, h), h).protocol == "LL"
+
+
+def test_efa_network_steps_cost_the_plugins_step_latency(engine):
+    h = _hierarchy(engine, _cluster("efa"))
+    assert all(t.latency_s >= EFA_STEP_LATENCY_S for t in h.tiers[1:])
+    span = place_group(16, 1, h)
+    # tree Simple on 2 nodes: base 8.4 + 2 x ((8 - 1) x 4.0 + log2(2) x max(14, 23)) us
+    t = _option("all_reduce", 1.0, span, h, "tree", "Simple")
+    assert t == pytest.approx((8.4 + 2 * (7 * 4.0 + 23.0)) * US, rel=1e-3)
+    ib = _hierarchy(engine, _cluster("infiniband"))
+    assert collective_cost("all_reduce", 8.0, span, h).time_s > 3 * collective_cost("all_reduce", 8.0, span, ib).time_s
+
+
+def test_efa_rejects_a_non_boolean_ll_protocols(engine):
+    with pytest.raises(SpecError) as info:
+        engine.evaluate(_cluster("efa", ll_protocols="yes"))
+    assert info.value.field == "cluster.scale_out.params.ll_protocols"
+    with pytest.raises(SpecError) as info:
+        engine.evaluate(_cluster("roce", ll_protocols=True))
+    assert info.value.field == "cluster.scale_out.params.ll_protocols"
+
+
+def test_efa_batch_equals_scalar(engine):
+    hs = [_hierarchy(engine, _cluster("efa")), _hierarchy(engine, _cluster("efa", ll_protocols=True)),
+          _hierarchy(engine, _cluster("infiniband"))]
+    rows = np.array([0, 1, 2, 0, 1, 2, 0, 2])
+    batch = HierarchyBatch(hs, rows)
+    n = np.array([16, 16, 16, 8, 8, 2, 16, 16])
+    stride = np.array([1, 1, 1, 1, 1, 8, 1, 1])
+    size = np.array([8.0, 8.0, 8.0, 1e6, 1e6, 1024.0, 3e7, 2.0**30])
+    spans = place_group(n, stride, batch)
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        got = collective_cost(op, size, spans, batch)
+        for i in range(len(rows)):
+            one = collective_cost(op, float(size[i]), place_group(int(n[i]), int(stride[i]), hs[rows[i]]), hs[rows[i]])
+            assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), (op, i)
+            assert str(got.protocol[i]) == str(one.protocol) and str(got.algorithm[i]) == str(one.algorithm)
+
+
+# -------------------------------------------------------------- expert dispatch
+def test_node_limited_routing_reaches_fewer_domains():
+    assert domains_per_token(2, 8) == pytest.approx(2 * (1 - 0.5**8))
+    assert domains_per_token(8, 8) == pytest.approx(8 * (1 - (7 / 8) ** 8))
+    assert domains_per_token(8, 8, 4) == pytest.approx(4 * (1 - (3 / 4) ** 8))
+    assert domains_per_token(2, 8, 4) == domains_per_token(2, 8)  # the limit only bites above it
+
+
+def test_node_limited_dispatch_sends_less_across_domains():
+    h = flat_hierarchy(nic_GBps=47.0)
+    span = place_group(64, 1, h)  # 8 nodes
+    free = dedup_dispatch_cost(7392.0, 4096.0, 8, span, h)
+    limited = dedup_dispatch_cost(7392.0, 4096.0, 8, span, h, groups=4)
+    assert float(limited.time_s) < float(free.time_s)
+    # RDMA-bound: tokens x bytes x remote domains / one GPU's NIC (47 GB/s), plus the p2p
+    # latency: 8 us + 63 peers x 0.5 us + one network step (max(14, 1) us)
+    remote = 7 / 8 * domains_per_token(8, 8, 4)
+    expected = 4096 * 7392 * remote / (47 * GB) + (8 + 63 * 0.5 + 14) * US
+    assert float(limited.time_s) == pytest.approx(expected, rel=1e-9)
+
+
+def test_deepep_metric_counts_the_tokens_own_node():
+    h = flat_hierarchy(up_GBps=370.0, nic_GBps=47.0)
+    span = place_group(32, 1, h)  # 4 nodes
+    wl = EPWorkload(tokens=4096.0, token_bytes=7168 * (1 + 4 / 128), top_k=8, groups=4)
+    got, cost = ep_predicted_GBps(wl, span, h)
+    pairs = 4096 * domains_per_token(4, 8, 4)  # (token, node) pairs, own node included
+    assert got == pytest.approx(pairs * wl.token_bytes / float(cost.time_s) / GB, rel=1e-9)
+    # RDMA-bound, so the reported figure exceeds the NIC by m/(m-1) (less the latency)
+    assert 47 < got < 47 * 4 / 3
+
+
+def test_ep_case_with_a_bad_dtype_is_that_cases_error(engine):
+    case = {"id": "bad", "op": "ep_dispatch", "cluster": {"gpu": "H800-SXM-80GB", "num_gpus": 16, "gpus_per_node": 8,
+                                                          "scale_out": {"fabric": "infiniband", "gbps_per_gpu": 400}},
+            "points": [{"busbw_GBps": 43}], "workload": {"dispatch_dtype": "int4"}}
+    good = copy.deepcopy(case)
+    good["id"] = "good"
+    good["workload"] = {"dispatch_dtype": "fp8", "top_k_groups": 4}
+    report = validate_collectives(engine, {"cases": [case, good]})
+    assert [r.id for r in report.cases] == ["good"]
+    assert report.skipped[0]["id"] == "bad" and "workload.dispatch_dtype" in report.skipped[0]["reason"]

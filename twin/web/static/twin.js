@@ -1,0 +1,119 @@
+// Fabric Twin web view: what every page shares (fetching JSON, the event stream, tables, numbers).
+"use strict";
+const twin = (() => {
+  const params = new URLSearchParams(location.search);
+  const listeners = { live: [], sweep: [] };
+  let source = null;
+
+  async function api(path, options) {
+    const response = await fetch(path, Object.assign({ credentials: "same-origin" }, options || {}));
+    const text = await response.text();
+    let body = null;
+    try { body = text ? JSON.parse(text) : null; } catch (e) { body = { error: { rule: text } }; }
+    if (!response.ok) {
+      const err = (body && body.error) || {};
+      const e = new Error((err.field ? err.field + ": " : "") + (err.rule || response.statusText));
+      e.status = response.status;
+      throw e;
+    }
+    return body;
+  }
+
+  function connect() {
+    if (source) return;
+    source = new EventSource("/events");
+    const dot = document.getElementById("live-dot");
+    source.onopen = () => dot && dot.classList.add("on");
+    source.onerror = () => dot && dot.classList.remove("on");
+    for (const kind of Object.keys(listeners)) {
+      source.addEventListener(kind, (ev) => {
+        const data = JSON.parse(ev.data);
+        for (const fn of listeners[kind]) fn(data);
+      });
+    }
+  }
+
+  function on(kind, fn) { listeners[kind].push(fn); connect(); }
+
+  function fmt(x, digits) {
+    if (x === null || x === undefined || x === "") return "–";
+    if (typeof x !== "number") return String(x);
+    const d = digits === undefined ? 3 : digits;
+    if (Math.abs(x) >= 1e6) return x.toExponential(2);
+    if (Math.abs(x) >= 1000) return x.toLocaleString("en-US", { maximumFractionDigits: 0 });
+    return Number(x.toPrecision(Math.max(1, d))).toString();
+  }
+  function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%"; }
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") node.className = v; else if (k === "text") node.textContent = v; else node.setAttribute(k, v);
+    }
+    for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return node;
+  }
+
+  // A table from rows: columns [{key, label, num, fmt}], optional sort state and a header click handler.
+  function table(target, columns, rows, sort, onSort) {
+    const t = el("table");
+    const head = el("tr");
+    for (const c of columns) {
+      const th = el("th", { class: (c.num ? "num " : "") + (onSort ? "sortable" : ""), "data-key": c.key }, c.label);
+      if (sort && sort.key === c.key) th.classList.add("sorted-" + sort.order);
+      if (onSort) th.addEventListener("click", () => onSort(c.key));
+      head.append(th);
+    }
+    t.append(el("thead", {}, head));
+    const body = el("tbody");
+    for (const r of rows) {
+      const tr = el("tr");
+      for (const c of columns) {
+        const v = typeof c.value === "function" ? c.value(r) : r[c.key];
+        const td = el("td", { class: c.num ? "num" : "" });
+        if (v instanceof Node) td.append(v); else td.textContent = c.fmt ? c.fmt(v, r) : fmt(v);
+        tr.append(td);
+      }
+      body.append(tr);
+    }
+    t.append(body);
+    target.replaceChildren(t);
+    return t;
+  }
+
+  function badge(state) { return el("span", { class: "badge " + state }, state); }
+
+  // The job selector shared by the pages that show one job (?job=NAME, default the first).
+  function jobSelect(jobs, current, onChange) {
+    const box = document.getElementById("job");
+    if (!box) return;
+    box.replaceChildren(...jobs.map((j) => el("option", { value: j }, j)));
+    box.value = current;
+    box.onchange = () => {
+      params.set("job", box.value);
+      history.replaceState(null, "", "?" + params.toString());
+      onChange(box.value);
+    };
+  }
+
+  function showError(err) {
+    const box = document.getElementById("error");
+    if (box) box.textContent = err ? String(err.message || err) : "";
+  }
+
+  // fn as a loader that never runs twice at once: a call while it runs runs it once more after.
+  function serial(fn) {
+    let busy = false, again = false;
+    const run = async () => {
+      if (busy) { again = true; return; }
+      busy = true;
+      try { await fn(); } finally {
+        busy = false;
+        if (again) { again = false; run(); }
+      }
+    };
+    return run;
+  }
+
+  return { api, on, serial, fmt, pct, el, table, badge, params, jobSelect, showError };
+})();
