@@ -46,23 +46,36 @@ def _contiguous(experts: int, top_k: int, ranks: int, ranks_per_domain: int) -> 
     return hit_ranks / n, hit_domains / n
 
 
-def _random(top_k: int, ranks: Any, domains: Any) -> tuple[Any, Any]:
-    return (ranks * (1.0 - ops.power(1.0 - 1.0 / ranks, top_k)),
-            domains * (1.0 - ops.power(1.0 - 1.0 / domains, top_k)))
+def domains_per_token(m: Any, top_k: int, groups: Any = None) -> Any:
+    """Distinct NVLink domains (own included) one token's ``top_k`` experts lie in, with experts
+    chosen uniformly over ``m`` domains, or over ``groups`` of them under node-limited routing
+    (DeepSeek-V3 report §2.1.2: each token goes to at most M nodes): g (1 - (1 - 1/g)^top_k),
+    g = min(m, groups). By symmetry a share 1/m of them is the token's own domain.
+    """
+    g = ops.maximum(m if groups is None else ops.minimum(m, groups), 1)
+    return g * (1.0 - ops.power(1.0 - 1.0 / g, top_k))
+
+
+def _random(top_k: int, ranks: Any, domains: Any, per_domain: Any, groups: Any) -> tuple[Any, Any]:
+    # Node-limited routing keeps a token's experts inside g domains, so on g x k ranks.
+    reach = ranks if groups is None else ops.minimum(ranks, ops.minimum(domains, groups) * per_domain)
+    return (reach * (1.0 - ops.power(1.0 - 1.0 / reach, top_k)), domains_per_token(domains, top_k, groups))
 
 
 def dispatch_fanout(experts: int, top_k: int, ranks: Any, ranks_per_domain: Any,
-                    routing: str = "random") -> tuple[Any, Any]:
+                    routing: str = "random", groups: Any = None) -> tuple[Any, Any]:
     """(distinct destination ranks, distinct destination domains) of one token's dispatch.
 
     ``ranks``: the expert-parallel group size n; ``ranks_per_domain``: its ranks in one
-    NVLink domain (k of ``GroupSpan``); domains m = ceil(n / k). Contiguous routing needs
-    the experts to split evenly over the ranks; otherwise the random figures are used.
+    NVLink domain (k of ``GroupSpan``); domains m = ceil(n / k); ``groups``: node-limited
+    routing's limit on a token's domains (random routing only; None for none). Contiguous
+    routing needs the experts to split evenly over the ranks; otherwise the random figures
+    are used.
     """
     ranks_a = ops.maximum(ranks, 1)
     per_dom = ops.maximum(ops.minimum(ranks_per_domain, ranks_a), 1)
     domains = -(-ranks_a // per_dom)
-    rand = _random(top_k, ranks_a, domains)
+    rand = _random(top_k, ranks_a, domains, per_dom, groups)
     if routing != "contiguous":
         return rand
     if not ops.is_batch(ranks_a, per_dom):
