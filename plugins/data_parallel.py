@@ -76,7 +76,9 @@ class DataParallel(Strategy):
             t_gather, first = ops.where(sharded, t_gather, 0.0), ops.where(sharded, first, 0.0)
             last = ops.where(sharded, last, ctx.cost("all_reduce", bucket * grad_bytes, dim).time_s)
             nbytes = ops.where(sharded, nbytes, params * grad_bytes * bus_factor("all_reduce", n))
-        exp_red = ops.where(plan.overlap.grad_reduce, ops.maximum(t_red - stage.bwd_s, last), t_red)
+        # Hidden behind the backward only where the plan asks and the stack can (Software).
+        overlap = ops.logical_and(plan.overlap.grad_reduce, ctx.software.grad_reduce_overlap)
+        exp_red = ops.where(overlap, ops.maximum(t_red - stage.bwd_s, last), t_red)
         exp_gather = ops.where(ops.logical_and(sharded, plan.overlap.param_gather),
                                ops.maximum(t_gather - stage.fwd_s, first), t_gather)
         issued = t_red + t_gather

@@ -13,7 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin.api import ACT_BYTES, EvalContext, Strategy, Terms, bus_factor, dedup_dispatch_cost, hookimpl, ops
+from twin.api import (
+    ACT_BYTES,
+    EvalContext,
+    Strategy,
+    Terms,
+    bus_factor,
+    dedup_dispatch_cost,
+    dispatch_fanout,
+    hookimpl,
+    ops,
+)
 
 # Share of expert all-to-all that DualPipe-style overlap hides (DeepSeek-V3 report §3.2.1:
 # "computation-communication overlap ... nearly full"); the rest is pipeline edges.
@@ -52,7 +62,8 @@ class ExpertParallel(Strategy):
         busbw: Any = 0.0
         algo: Any = None
         if ops.any_(deepep):
-            a2a = dedup_dispatch_cost(token_bytes, tokens, moe.top_k, ctx.spans["ep"], ctx.hierarchy)
+            a2a = dedup_dispatch_cost(token_bytes, tokens, moe.top_k, ctx.spans["ep"], ctx.hierarchy,
+                                      experts=moe.experts, routing=moe.routing)
             t, busbw, algo = a2a.time_s, a2a.busbw_Bps, a2a.algorithm
         if not ops.all_(deepep):
             a2a = ctx.cost("all_to_all", size, "ep")
@@ -62,6 +73,10 @@ class ExpertParallel(Strategy):
         passes = 4.0 + ops.where(plan.recompute == "full", 2.0, 0.0)
         comm = t * moe_layers * passes
         exposed = ops.where(plan.overlap.ep_comm, comm * (1.0 - EP_OVERLAP_HIDDEN), comm)
+        if ops.any_(deepep):
+            # DeepEP sends a token once per destination rank (twin.core.moe_routing), not per expert.
+            per_rank = dispatch_fanout(moe.experts, moe.top_k, ctx.spans["ep"].n, ctx.spans["ep"].k, moe.routing)[0]
+            size = ops.where(deepep, tokens * per_rank * token_bytes, size)
         nbytes = size * bus_factor("all_to_all", plan.ep) * moe_layers * passes
         details = {} if ctx.batch else {"busbw_GBps": busbw / 1e9,
                                         "over": "nvlink" if ctx.spans["ep"].m == 1 else "scale-out"}

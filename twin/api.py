@@ -48,7 +48,8 @@ Index (each group in the order of ``__all__``):
   ``ops`` (``where``, ``maximum``, ``minimum``, ``logical_and``, ``any_`` ...: arithmetic
   that works on one scenario's numbers and on a batch's arrays alike), and the model
   facts strategies use: ``ACT_BYTES``, ``ADAM_STATE_BYTES``, ``lora_trainable_fraction``,
-  ``weights_sharded``, ``dedup_dispatch_cost``, ``resolved_schedule`` (the pipeline
+  ``weights_sharded``, ``dedup_dispatch_cost``, ``dispatch_fanout`` (distinct ranks and
+  domains a token's expert dispatch reaches), ``resolved_schedule`` (the pipeline
   schedule one plan runs: ``plan.schedule`` with "auto" resolved by vp).
 
 The conformance kit is ``twin.testing`` (``assert_scale_out_fabric_conforms``,
@@ -94,6 +95,7 @@ from twin.core.fattree import (
     tiers_needed,
 )
 from twin.core.memory import ADAM_STATE_BYTES, lora_trainable_fraction, weights_sharded
+from twin.core.moe_routing import dispatch_fanout
 from twin.core.nic import NIC_EFFICIENCY, nic_efficiency
 from twin.core.pipelines import resolved as resolved_schedule
 from twin.core.points import PlanColumns
@@ -131,5 +133,6 @@ __all__ = [  # noqa: RUF022
     "CollectiveCost", "collective_cost", "bus_factor", "OPS", "ALGORITHMS",
     # parallelism strategies
     "Strategy", "Terms", "EvalContext", "StageTimes", "Workload", "PlanColumns", "ops", "ACT_BYTES",
-    "ADAM_STATE_BYTES", "lora_trainable_fraction", "weights_sharded", "dedup_dispatch_cost", "resolved_schedule",
+    "ADAM_STATE_BYTES", "lora_trainable_fraction", "weights_sharded", "dedup_dispatch_cost", "dispatch_fanout",
+    "resolved_schedule",
 ]

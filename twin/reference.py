@@ -60,7 +60,7 @@ MEMORY_MISS = "memory-model miss: the published plan does not fit by the twin's 
 # default stack (megatron-core-te: NeMo, Megatron-Core and NVIDIA's performance recipes;
 # Meta's Llama 3 stack is not public and is taken as that default too).
 _SOFTWARE_BY_FAMILY = (("automodel", "nemo-automodel"), ("torchtitan", "pytorch-fsdp2"), ("fsdp2", "pytorch-fsdp2"),
-                       ("deepspeed", "megatron-deepspeed"))
+                       ("deepspeed", "megatron-deepspeed"), ("nemo megatron", "nemo-megatron"))
 # Runs published from the Megatron-LM code base before Megatron-Core and Transformer Engine
 # (a family dated 2019-2022: Shoeybi et al. 2019, Narayanan et al. 2021, Korthikanti et al.
 # 2022, the README tables of 2020-2021) ran its eager Apex kernels: megatron-deepspeed.
@@ -75,6 +75,8 @@ _PRE_TE_YEAR = re.compile(r"\b20(19|20|21|22)\b")
 # - the Megatron-LM code base of 2019-2022 (megatron-deepspeed): its published GPT scripts
 #   (examples/pretrain_gpt*.sh) pass --checkpoint-activations, i.e. full recomputation
 #   (Narayanan et al. 2021 count its FLOPs);
+# - NeMo Megatron of 2022-2023 (nemo-megatron: its GPT-3 configs set
+#   activations_checkpoint_granularity: null): no recomputation;
 # - torchtitan (activation_checkpoint.mode default "selective");
 # - NeMo AutoModel (activation_checkpointing: false in its benchmark configs);
 # FSDP's reshard_after_forward: PyTorch fully_shard's default (True) on the PyTorch stacks
@@ -84,6 +86,7 @@ STACK_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-core-te": {"recompute": "none"},
     "megatron-core-te-cudagraphs": {"recompute": "none"},
     "megatron-deepspeed": {"recompute": "full"},
+    "nemo-megatron": {"recompute": "none"},
     "pytorch-fsdp2": {"recompute": "selective", "fsdp_reshard_after_forward": True},
     "nemo-automodel": {"recompute": "none", "fsdp_reshard_after_forward": True},
 }
@@ -364,7 +367,7 @@ _SCHEDULE_SPELLINGS = {"1f1b": "1f1b", "interleaved": "interleaved", "interleave
                        "zerobubbleh2": "zero_bubble_h2", "zbv": "zero_bubble_v", "zerobubblev": "zero_bubble_v",
                        "dualpipe": "dualpipe", "dualpipev": "dualpipev"}
 # Plan fields a case may state in the twin's own spelling (twin extensions, CASES.md): used as given.
-_AS_GIVEN = ("recipe", "recompute_modules", "overlap", "moe_dispatcher")
+_AS_GIVEN = ("recipe", "recompute_modules", "overlap", "moe_dispatcher", "pp_first_layers", "pp_last_layers")
 # The interleaving depth a stated schedule fixes (interleaved: any vp > 1).
 _SCHEDULE_VP = {"1f1b": 1, "zero_bubble_h1": 1, "zero_bubble_h2": 1, "dualpipe": 1, "zero_bubble_v": 2,
                 "dualpipev": 2}
@@ -426,6 +429,10 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         "trainable": "lora" if case.get("kind") == "lora" else "full"}
     if p.get("etp"):
         plan_kwargs["etp"] = int(p["etp"])
+    if p.get("recompute_layers"):
+        # Layers of a stage fully recomputed (Megatron --recompute-num-layers; torchtitan's
+        # selective layer AC checkpoints every n-th layer): used as given, never dropped.
+        plan_kwargs["recompute_layers"] = int(p["recompute_layers"])
     if p.get("rank_order"):
         plan_kwargs["rank_order"] = _norm_rank_order(p["rank_order"])
     schedule = _norm_schedule(p["schedule"]) if p.get("schedule") else None
@@ -474,6 +481,7 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
     note: a published, running plan that does not fit is a miss of the memory model).
     """
     best: tuple[bool, float, Scenario] | None = None
+    first_error: TwinError | None = None
     layers_stage = math.ceil(scn.model.layers / scn.plan.pp)
     options = []
     for rc in knobs.recompute:
@@ -481,7 +489,7 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
             # Megatron --recompute-num-layers: recompute only as many layers as memory needs.
             options += [("full", k) for k in sorted({max(1, math.ceil(layers_stage * f)) for f in (0.25, 0.5, 0.75)})
                         if k < layers_stage]
-        options.append((rc, None))
+        options.append((rc, scn.plan.recompute_layers))
     for mbs, (rc, rl), vp, rs in itertools.product(knobs.mbs, options, knobs.vp, knobs.reshard):
         reshard = scn.plan.fsdp_reshard_after_forward if rs is None else rs
         cand = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, mbs=mbs, recompute=rc, vp=vp,
@@ -490,12 +498,15 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
         try:
             validate_scenario(cand)
             est = engine.model.evaluate(cand, validate=False, report=False)
-        except TwinError:
+        except TwinError as err:
+            first_error = first_error or err
             continue
         key = (not est.fits, est.step_time_s)
         if best is None or key < (not best[0], best[1]):
             best = (est.fits, est.step_time_s, cand)
     if best is None:
+        if isinstance(first_error, SpecError):
+            raise first_error  # a stated field breaks a rule whatever the free knobs: name it
         raise SpecError("plan", "no setting of the unstated knobs gives a valid plan")
     notes = []
     if not best[0]:

@@ -68,8 +68,10 @@ def test_a_large_model_is_unchanged_by_the_software_stack(engine):
     kw = {"model": "llama3.1-70b", "gpus": 64, "tp": 8, "mbs": 1, "m": 16}
     base = _step(engine, None, **kw)
     for name in engine.catalog.names("software"):
-        # The host's share only (a stack without flash attention is another matter, below).
-        same_kernels = {"preset": name, "flash_attention": True, "tp_comm_overlap": True}
+        # The host's share only (a stack without flash attention, TP or gradient-reduction
+        # overlap, or with other model states, is another matter, below).
+        same_kernels = {"preset": name, "flash_attention": True, "tp_comm_overlap": True,
+                        "grad_reduce_overlap": True, "master_weights": True}
         assert _step(engine, same_kernels, **kw) == pytest.approx(base, rel=0.005), name
     est = engine.model.evaluate(_scenario(engine, None, **kw), report=False)
     assert not any("host-bound" in n for n in est.notes)
@@ -149,6 +151,7 @@ def test_reference_cases_take_their_stack_by_one_rule():
     assert case_software({"family": "NeMo 24.07 performance summary (pretraining)"}) == "megatron-core-te"
     assert case_software({"family": "Megatron-LM README H100 weak scaling"}) == "megatron-core-te"
     assert case_software({"family": "torchtitan Llama 3 8B"}) == "pytorch-fsdp2"
+    assert case_software({"family": "NeMo Megatron Launcher A100 GPT scaling"}) == "nemo-megatron"
     assert case_software({"family": "x", "software": "megatron-core-te-cudagraphs"}) == "megatron-core-te-cudagraphs"
 
 
@@ -192,3 +195,35 @@ def test_tp_overlap_defaults_to_what_the_stack_does(engine):
     assert dtensor.breakdown.exposed_comm_s["tp"] > te.breakdown.exposed_comm_s["tp"]
     forced = engine.model.evaluate(_scenario(engine, "pytorch-fsdp2", overlap={"tp_comm": True}, **kw))
     assert forced.breakdown.exposed_comm_s["tp"] == pytest.approx(te.breakdown.exposed_comm_s["tp"])
+
+
+def test_nemo_megatron_is_the_apex_stack_with_nemo_defaults(engine):
+    """NeMo Megatron's GPT-3 configs (2022-2023, A100): no Transformer Engine, batched-GEMM
+    attention, no TP overlap, and no recomputation unless a run sets it."""
+    from twin.reference import STACK_DEFAULTS
+
+    nemo = resolve_software("nemo-megatron", engine.catalog)
+    apex = resolve_software("megatron-deepspeed", engine.catalog)
+    assert nemo.flash_attention is False and nemo.tp_comm_overlap is False
+    # the Apex kernels of Megatron-LM, but Apex's DistributedFusedAdam overlaps the reduction
+    assert nemo.grad_reduce_overlap is True and apex.grad_reduce_overlap is False
+    assert dataclasses.replace(nemo, name=apex.name, source=apex.source, grad_reduce_overlap=False) == apex
+    assert STACK_DEFAULTS["nemo-megatron"]["recompute"] == "none"
+    assert STACK_DEFAULTS["megatron-deepspeed"]["recompute"] == "full"
+
+
+def test_a_stack_that_reduces_gradients_after_the_backward_exposes_all_of_it(engine):
+    """Megatron-LM's local DDP (megatron-deepspeed) all-reduces after the backward: the whole
+    data-parallel reduction is exposed; the same stack with the overlap hides it behind the
+    backward but for the last bucket."""
+    kw = {"model": "llama3.1-8b", "gpus": 16, "tp": 1, "mbs": 1, "m": 2,
+          "optimizer_sharding": "none"}
+    after = engine.model.evaluate(_scenario(engine, "megatron-deepspeed", **kw))
+    under = engine.model.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "grad_reduce_overlap": True},
+                                            **kw))
+    assert after.breakdown.exposed_comm_s["dp"] == pytest.approx(after.comm_issued_s["dp"])
+    assert under.breakdown.exposed_comm_s["dp"] < 0.5 * after.breakdown.exposed_comm_s["dp"]
+    # plan.overlap.grad_reduce false turns it off on an overlapping stack too
+    off = engine.model.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "grad_reduce_overlap": True},
+                                          overlap={"grad_reduce": False}, **kw))
+    assert off.breakdown.exposed_comm_s["dp"] == pytest.approx(after.breakdown.exposed_comm_s["dp"])

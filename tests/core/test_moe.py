@@ -138,9 +138,18 @@ def test_router_and_permute_run_as_floored_kernels(engine):
     tiny = dataclasses.replace(base.model, seq_len=8)
     fwd_t, _ = kernel_times(dev, build_workload(tiny, 1, 1, 1, False, 8, 1).sublayers["moe"].kernels)
     assert fwd_t == pytest.approx(6 * dev.kernel_min_s)
-    # More than one local expert behind an all-to-all: two sort-chunks kernels more.
+    # More than one local expert behind Megatron's all-to-all: two sort-chunks kernels more;
+    # DeepEP lays out its send buffers in the dispatch kernel and regroups nothing, so it keeps
+    # one permute and one unpermute of the received copies (Megatron-Core _DeepepManager).
+    tiny2 = build_workload(tiny, 1, 1, 1, False, 2, 1).sublayers["moe"]
+    assert kernel_times(dev, tiny2.kernels, "alltoall")[0] == pytest.approx(8 * dev.kernel_min_s)
+    assert kernel_times(dev, tiny2.kernels, "deepep")[0] == pytest.approx(6 * dev.kernel_min_s)
+    # Large: DeepEP moves each routed copy through HBM twice (permute, unpermute), the
+    # all-to-all dispatcher four times (permute, sort-chunks, sort-chunks back, unpermute).
     sl2 = build_workload(base.model, 1, 1, 1, False, 2, 1).sublayers["moe"]
-    assert kernel_times(dev, sl2.kernels)[0] > fwd
+    a2a, dpe = kernel_times(dev, sl2.kernels, "alltoall")[0], kernel_times(dev, sl2.kernels, "deepep")[0]
+    router = 4 * max(sl2.kernels[0].bytes_each / dev.hbm_Bps, dev.kernel_min_s)
+    assert (a2a - router) == pytest.approx(2 * (dpe - router), rel=1e-9)
 
 
 def test_ssd_is_priced_as_matmuls_and_memory_not_attention(engine):

@@ -23,6 +23,7 @@ import numpy as np
 
 from twin.core import ops
 from twin.core.errors import SpecError
+from twin.core.moe_routing import dispatch_fanout, domains_per_token
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch
 from twin.core.units import US
 
@@ -433,57 +434,53 @@ def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", n) / t, bottleneck)
 
 
-def domains_per_token(m: Any, top_k: int, groups: Any = None) -> Any:
-    """Distinct NVLink domains (own included) one token's ``top_k`` experts lie in, with experts
-    chosen uniformly over ``m`` domains, or over ``groups`` of them under node-limited routing
-    (DeepSeek-V3 report §2.1.2: each token goes to at most M nodes): g (1 - (1 - 1/g)^top_k),
-    g = min(m, groups). By symmetry a share 1/m of them is the token's own domain.
-    """
-    g = ops.maximum(m if groups is None else ops.minimum(m, groups), 1)
-    return g * (1.0 - ops.power(1.0 - 1.0 / g, top_k))
-
-
 def dedup_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan,
-                        hierarchy: AnyHierarchy, groups: Any = None) -> CollectiveCost:
-    """Expert dispatch that sends each token once per destination NVLink domain and
-    forwards it to the chosen experts inside the domain over NVLink (DeepEP normal kernels,
-    deepseek-ai/DeepEP README; DeepSeek-V3 report §3.2.2). A token reaches
-    ``domains_per_token`` domains, (m-1)/m of them remote (``groups``: node-limited routing's
-    limit, None for none). RDMA and NVLink forwarding are pipelined, so the slower of the two
-    sets the time.
+                        hierarchy: AnyHierarchy, groups: Any = None, experts: int = 0,
+                        routing: str = "random") -> CollectiveCost:
+    """Expert dispatch that sends each token once per destination NVLink domain and, inside
+    a domain, once per destination rank, which fans it out to its local experts (DeepEP
+    normal kernels, deepseek-ai/DeepEP README and ``get_dispatch_layout``; DeepSeek-V3
+    report §3.2.2). The distinct destination ranks and domains per token come from
+    ``twin.core.moe_routing`` (``experts`` routed experts and the model's ``routing``;
+    ``groups``: node-limited routing's limit, None for none; with no expert count, each of
+    the top_k copies goes to its own rank and the domains are ``domains_per_token``), (m-1)/m
+    of the domains remote. RDMA and NVLink forwarding are pipelined, so the slower of the
+    two sets the time.
     """
+    if experts:
+        per_rank, per_domain = dispatch_fanout(experts, top_k, span.n, span.k, routing, groups)
+    else:
+        per_rank, per_domain = top_k, domains_per_token(span.m, top_k, groups)
     if not ops.is_batch(tokens, span.n, token_bytes):
         if span.n <= 1 or tokens <= 0:
             return ZERO_COST
         if span.m <= 1:
-            return _all_to_all(token_bytes * tokens * top_k, span, hierarchy)
-        return _dedup(token_bytes, tokens, top_k, span, hierarchy, groups)
-    flat = _all_to_all(token_bytes * tokens * top_k, span, hierarchy)
+            return _all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
+        return _dedup(token_bytes, tokens, per_rank, per_domain, span, hierarchy)
+    flat = _all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
     multi = span.m > 1
     if not ops.any_(multi):
         return _zero_where(ops.logical_or(span.n <= 1, tokens <= 0), flat)
-    dedup = _dedup(token_bytes, tokens, top_k, span, hierarchy, groups)
+    dedup = _dedup(token_bytes, tokens, per_rank, per_domain, span, hierarchy)
     picked = CollectiveCost(*(np.where(multi, d, f) for d, f in zip(
         (dedup.time_s, dedup.algorithm, dedup.protocol, dedup.busbw_Bps, dedup.bottleneck_bw_Bps),
         (flat.time_s, flat.algorithm, flat.protocol, flat.busbw_Bps, flat.bottleneck_bw_Bps), strict=True)))
     return _zero_where(ops.logical_or(span.n <= 1, tokens <= 0), picked)
 
 
-def _dedup(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan, h: AnyHierarchy,
-           groups: Any = None) -> CollectiveCost:
+def _dedup(token_bytes: Any, tokens: Any, per_rank: Any, per_domain: Any, span: GroupSpan,
+           h: AnyHierarchy) -> CollectiveCost:
     per_token = token_bytes
     m = ops.maximum(span.m, 1)
     a2a_up = h.up_a2a_bw
-    if groups is None:  # (m-1)/m of domains_per_token(m, top_k), in the order it was always computed
-        remote_copies = (m - 1) * (1.0 - ops.power(1.0 - 1.0 / m, top_k))
-    else:
-        remote_copies = (m - 1) / m * domains_per_token(m, top_k, groups)
+    # Every source rank routes alike, so a destination domain is its own one time in m.
+    remote_copies = per_domain * (m - 1) / m
     inter_bw = _cross_domain_bw(span, h)
     t_inter = tokens * per_token * remote_copies / inter_bw
-    # Inside each domain every received token is fanned out to its local experts.
-    t_intra = ops.where(span.k > 1, tokens * per_token * top_k * (span.k - 1) / span.k / a2a_up, 0.0)
+    # Inside each domain a received token goes once to each destination rank over NVLink.
+    t_intra = ops.where(span.k > 1, tokens * per_token * per_rank * (span.k - 1) / span.k / a2a_up, 0.0)
     t = ops.maximum(t_inter, t_intra) + _p2p_latency(span.n, span, h)
-    nbytes = tokens * per_token * top_k
+    nbytes = tokens * per_token * per_rank
     bottleneck = ops.where(t_inter >= t_intra, inter_bw, a2a_up)
     return CollectiveCost(t, "deepep", "Simple", nbytes * bus_factor("all_to_all", span.n) / t, bottleneck)
 

@@ -289,8 +289,11 @@ def attention_times(dev: Device, sl: SubLayer) -> tuple[Any, Any]:
     return fwd, bwd
 
 
-def sublayer_times(dev: Device, sl: SubLayer, frozen: Any = False) -> tuple[Any, Any, Any, Any]:
-    """(forward, backward, attention-core forward, attention-core backward) seconds of one sub-layer."""
+def sublayer_times(dev: Device, sl: SubLayer, frozen: Any = False,
+                   dispatcher: Any = "deepep") -> tuple[Any, Any, Any, Any]:
+    """(forward, backward, attention-core forward, attention-core backward) seconds of one
+    sub-layer (``dispatcher``: the plan's MoE token dispatcher, see :func:`kernel_times`).
+    """
     fwd = bwd = 0.0
     # Elements quantized for the low-precision GEMMs: each activation input in forward,
     # each output gradient in backward (weights are quantized once per step: not here).
@@ -308,22 +311,26 @@ def sublayer_times(dev: Device, sl: SubLayer, frozen: Any = False) -> tuple[Any,
         s_fwd, s_bwd = ssd_times(dev, sl)
         a_fwd, a_bwd = a_fwd + s_fwd, a_bwd + s_bwd
     mem_fwd = sl.elementwise_bytes / dev.hbm_Bps
-    k_fwd, k_bwd = kernel_times(dev, sl.kernels)
+    k_fwd, k_bwd = kernel_times(dev, sl.kernels, dispatcher)
     fwd += a_fwd + mem_fwd + k_fwd + dev.quant_bytes * q_fwd / dev.hbm_Bps
     bwd += a_bwd + 2.0 * mem_fwd + k_bwd + dev.quant_bytes * q_bwd / dev.hbm_Bps
     return fwd, bwd, a_fwd, a_bwd
 
 
-def kernel_times(dev: Device, kernels: tuple[MemKernel, ...]) -> tuple[Any, Any]:
+def kernel_times(dev: Device, kernels: tuple[MemKernel, ...], dispatcher: Any = "deepep") -> tuple[Any, Any]:
     """(forward, backward) seconds of small memory-bound kernels, each at least ``kernel_min_s``.
 
     A kernel that moves few bytes still costs a launch and a ramp: cuBLAS/TE kernels on
-    Hopper take a few microseconds at minimum (the device's ``kernel_min_us``).
+    Hopper take a few microseconds at minimum (the device's ``kernel_min_us``). A kernel of
+    some MoE dispatchers only (``MemKernel.dispatchers``) runs where ``dispatcher`` (the
+    plan's ``moe_dispatcher``, one per point in a batch) is one of them.
     """
     fwd: Any = 0.0
     bwd: Any = 0.0
     for kn in kernels:
         one = ops.maximum(kn.bytes_each / dev.hbm_Bps, dev.kernel_min_s)
+        if kn.dispatchers:
+            one = ops.where(ops.isin(dispatcher, kn.dispatchers), one, 0.0)
         fwd = fwd + kn.count * one
         bwd = bwd + kn.bwd_count * one
     return fwd, bwd

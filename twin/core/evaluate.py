@@ -95,6 +95,9 @@ from twin.core.workload import Workload, build_workload
 # write master, m, v (12 B) and the 16-bit weight (2 B) = 30 B (MODELING.md: optimizer
 # step is memory-bound); grad-norm clipping reads the gradient once more (4 B).
 OPTIMIZER_BYTES_PER_PARAM = 34.0
+# The same on 16-bit parameters without a master copy (Software.master_weights off): read
+# weight, m, v and grad (8 B), write weight, m, v (6 B), and the clipping read (2 B) = 16 B.
+PURE_16BIT_OPTIMIZER_BYTES_PER_PARAM = 16.0
 # Compute slowdown per second of communication hidden under it: NCCL runs one CTA per
 # channel and uses up to ~32 channels on NVLink systems (NCCL_MAX_NCHANNELS), i.e. ~20-25%
 # of an H100's 132 SMs, which the overlapped GEMMs lose for that time.
@@ -695,7 +698,7 @@ class TwinModel:
         key = (self._key(dev), self._key(model), self._key(sw), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep,
                plan.expert_tp, plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision,
                plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers,
-               plan.recompute_modules, plan.recipe)
+               plan.recompute_modules, plan.recipe, plan.moe_dispatcher)
         hit = self._stages.get(key)
         if hit is None:
             stage = stage_times(plan, model, dev, w, sw)
@@ -759,7 +762,8 @@ class TwinModel:
                 if len(self._groups_seen) > 16 * _CACHE_LIMIT:
                     self._groups_seen.clear()
                 group = self._groups_seen[gkey] = _GroupMemo(
-                    setup, _shared(plan, model, w, scenario.dp, dev, facts, cluster.gpus_per_node, params, expert), {})
+                    setup, _shared(plan, model, w, scenario.dp, dev, facts, cluster.gpus_per_node, params, expert,
+                                   scenario.software), {})
             setup = group.setup
         else:
             setup = self._setup(scenario)
@@ -770,7 +774,7 @@ class TwinModel:
             group = None  # its terms differ from the scenario's on its own share
         work = _work(plan, model, scenario.dp, dev, w, stage, facts, prec_peak, cluster.num_gpus,
                      cluster.gpus_per_node, fwd_flops, params, expert, act,
-                     group.shared if group is not None else None)
+                     group.shared if group is not None else None, scenario.software)
         ctx = _context(work, model, cluster, cal, hierarchy, spans, self._cost_fn(scenario, hierarchy), 0, scenario,
                        software=scenario.software)
         memo = group.terms if group is not None else None
@@ -1346,7 +1350,8 @@ class TwinModel:
         _, tr = _categories(plan.trainable)
         uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
                                 rc, plan.recompute_layers, tr, drow, plan.bf16_layers_start, plan.bf16_layers_end,
-                                plan.pp_first_layers, plan.pp_last_layers, _categories(plan.recompute_modules)[1]])
+                                plan.pp_first_layers, plan.pp_last_layers, _categories(plan.recompute_modules)[1],
+                                _categories(plan.moe_dispatcher)[1]])
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
@@ -1370,7 +1375,8 @@ class TwinModel:
         gpn = np.asarray([c.gpus_per_node for c in ps.clusters], np.int64)[cix]
         params, expert = rank0_params(plan, params_u[inv], expert_u[inv], w)
         return _work(plan, model, dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus, gpn,  # type: ignore[arg-type]
-                     model_fwd_flops(model), params=params, expert=expert, act=act)  # type: ignore[arg-type]
+                     model_fwd_flops(model), params=params, expert=expert, act=act,  # type: ignore[arg-type]
+                     software=ps.software)
 
     def _stage_rows(self, plan: PlanColumns, model: Model, dev: Device, w: Workload, devs: Sequence[Device],
                     rows: np.ndarray, sw: Software = DEFAULT_SOFTWARE,
@@ -1385,7 +1391,8 @@ class TwinModel:
         d_keys = [self._key(d) for d in devs]
         cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers,
                 plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers)
-        labels = (plan.recompute, plan.trainable, plan.precision, plan.recompute_modules, plan.recipe)
+        labels = (plan.recompute, plan.trainable, plan.precision, plan.recompute_modules, plan.recipe,
+                  plan.moe_dispatcher)
         keys = [(m_key, d_keys[r], *vals, *names) for r, vals, names in zip(
             rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
             zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
@@ -1523,7 +1530,7 @@ _TERM_FIELDS = ("exposed_per_microbatch_s", "issued_per_microbatch_s", "bytes_pe
 
 
 def _shared(plan: Any, model: Model, w: Workload, dp: Any, dev: Device, facts: Any, gpus_per_node: Any,
-            params: Any, expert: Any) -> _Shared:
+            params: Any, expert: Any, software: Software = DEFAULT_SOFTWARE) -> _Shared:
     """:class:`_Shared` of one scenario or of a batch (``facts``: see :func:`_work`)."""
     offload_bw, pool_capacity = facts.offload_bw_Bps, facts.pool_capacity_bytes
     o = plan.offload
@@ -1533,15 +1540,16 @@ def _shared(plan: Any, model: Model, w: Workload, dp: Any, dev: Device, facts: A
         offload_bw = ops.where(host, ops.where(offload_bw != 0, offload_bw, facts.host_bw_Bps), offload_bw)
         pool_capacity = ops.where(host, ops.where(pool_capacity != 0, pool_capacity, facts.host_capacity_bytes),
                                   pool_capacity)
-    states = model_states(plan, model, w, dp, params, expert)
-    opt_s = optimizer_time(plan, params, expert, states.divisors, offload_bw, dev.hbm_Bps)
+    states = model_states(plan, model, w, dp, params, expert, master_weights=software.master_weights)
+    opt_s = optimizer_time(plan, params, expert, states.divisors, offload_bw, dev.hbm_Bps, software.master_weights)
     return _Shared(states=states, offload_bw=offload_bw, pool_capacity=pool_capacity, optimizer_s=opt_s,
                    passes=ops.where(plan.trainable == "lora", 2.0, 3.0))
 
 
 def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: StageTimes, facts: Any,
           prec_peak: Any, num_gpus: Any, gpus_per_node: Any, fwd_flops: float, params: Any = None,
-          expert: Any = None, act: ActivationTerms | None = None, shared: _Shared | None = None) -> _Work:
+          expert: Any = None, act: ActivationTerms | None = None, shared: _Shared | None = None,
+          software: Software = DEFAULT_SOFTWARE) -> _Work:
     """The memory and the derived numbers of one scenario or of a batch.
 
     ``facts`` holds the cluster facts (a :class:`ClusterFacts`, or per-point arrays of its
@@ -1553,7 +1561,7 @@ def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: Sta
     if act is None:
         act = activation_terms(plan, model, w, dev.flash)
     if shared is None:
-        shared = _shared(plan, model, w, dp, dev, facts, gpus_per_node, params, expert)
+        shared = _shared(plan, model, w, dp, dev, facts, gpus_per_node, params, expert, software)
     states = shared.states
     mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, shared.pool_capacity,
                          dev.flash, act, states)
@@ -1566,7 +1574,7 @@ def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: Sta
 
 
 def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, divisors: StateDivisors, offload_bw: Any,
-                   hbm_Bps: Any) -> Any:
+                   hbm_Bps: Any, master_weights: bool = True) -> Any:
     """The optimizer step: the local (sharded) optimizer state streamed through HBM once.
 
     Zero for LoRA's frozen base (the adapters are negligible) and when the optimizer state
@@ -1574,7 +1582,7 @@ def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, divisors: StateD
     ``divisors``: how the states are sharded (``memory.state_divisors``).
     """
     local = (params_gpu - expert_gpu) / divisors.optimizer + expert_gpu / divisors.expert_optimizer
-    t = local * OPTIMIZER_BYTES_PER_PARAM / hbm_Bps
+    t = local * (OPTIMIZER_BYTES_PER_PARAM if master_weights else PURE_16BIT_OPTIMIZER_BYTES_PER_PARAM) / hbm_Bps
     offloaded = ops.logical_and(plan.offload.optimizer != "none", offload_bw > 0)
     return ops.where(ops.logical_or(plan.trainable == "lora", offloaded), 0.0, t)
 
@@ -1679,7 +1687,7 @@ _SCHEDULE_FIELDS = ("gbs", "vp")
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
                                    "recompute_layers", "recompute_modules", "precision", "recipe", "bf16_layers_start",
                                    "bf16_layers_end", "pp_first_layers", "pp_last_layers", "trainable",
-                                   "rank_order", "dp_shard")
+                                   "rank_order", "dp_shard", "moe_dispatcher")
 # The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))

@@ -37,6 +37,10 @@ FRAGMENTATION = 0.07
 # Mixed-precision Adam keeps an fp32 master copy, momentum and variance: 4 + 4 + 4 bytes a
 # parameter (Rajbhandari et al. 2020, ZeRO §3.1: K = 12).
 ADAM_STATE_BYTES = 12.0
+# Adam on 16-bit parameters without a master copy (torch.optim.Adam on a bf16 model, as
+# NeMo AutoModel trains: its models are cast to bf16 and its benchmark configs use
+# torch.optim.Adam): momentum and variance in the parameter's dtype, 2 + 2 bytes.
+PURE_16BIT_ADAM_BYTES = 4.0
 
 
 def lora_trainable_fraction(model: Model, plan: Any) -> Any:
@@ -268,12 +272,19 @@ class ModelStates:
 
 
 def model_states(plan: Any, model: Model, w: Workload, dp: Any, params_gpu: Any, expert_params_gpu: Any,
-                 divisors: StateDivisors | None = None) -> ModelStates:
-    """Weights, gradients and optimizer state of the most loaded GPU (ZeRO §3, §5)."""
+                 divisors: StateDivisors | None = None, master_weights: bool = True) -> ModelStates:
+    """Weights, gradients and optimizer state of the most loaded GPU (ZeRO §3, §5).
+
+    ``master_weights`` (the stack's ``Software.master_weights``): mixed-precision Adam with
+    an fp32 master copy and fp32 moments (12 B a parameter) and fp32 main gradients when
+    they are reduced in fp32; off, 16-bit parameters whose optimizer moments and gradients
+    share their dtype (``PURE_16BIT_ADAM_BYTES``, 2-byte gradients).
+    """
     d = divisors if divisors is not None else state_divisors(plan, dp)
     dense = params_gpu - expert_params_gpu
     weight_bytes = 2.0 + ops.where(_low_precision(plan.precision), 1.0, 0.0)  # + fp8 weight copy
-    grad_bytes = ops.where(plan.grad_reduce_dtype == "fp32", 4.0, 2.0)
+    grad_bytes = ops.where(plan.grad_reduce_dtype == "fp32", 4.0, 2.0) if master_weights else 2.0
+    adam_bytes = ADAM_STATE_BYTES if master_weights else PURE_16BIT_ADAM_BYTES
     weights = weight_bytes * (dense / d.weights + expert_params_gpu / d.expert_weights)
     # FSDP/ZeRO-3 gathers about two layers at a time (current + prefetch)
     weights = ops.where(d.weights > 1, weights + weight_bytes * 2 * params_gpu / ops.maximum(1.0, w.layers / plan.pp),
@@ -282,8 +293,8 @@ def model_states(plan: Any, model: Model, w: Workload, dp: Any, params_gpu: Any,
     trainable = lora_trainable_fraction(model, plan) * params_gpu
     grads = ops.where(lora, grad_bytes * trainable,
                       grad_bytes * (dense / d.gradients + expert_params_gpu / d.expert_gradients))
-    optim = ops.where(lora, ADAM_STATE_BYTES * trainable,
-                      ADAM_STATE_BYTES * (dense / d.optimizer + expert_params_gpu / d.expert_optimizer))
+    optim = ops.where(lora, adam_bytes * trainable,
+                      adam_bytes * (dense / d.optimizer + expert_params_gpu / d.expert_optimizer))
     return ModelStates(weights=weights, gradients=grads, optimizer=optim, weight_bytes=weight_bytes, divisors=d)
 
 

@@ -75,13 +75,13 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     frozen = plan.trainable == "lora"
     fwd_l = bwd_l = attn_l = attn_bl = 0.0
     for kind, count in w.counts.items():
-        f, b, a, ab = sublayer_times(dev, w.sublayers[kind], frozen)
+        f, b, a, ab = sublayer_times(dev, w.sublayers[kind], frozen, plan.moe_dispatcher)
         fwd_l += f * count
         bwd_l += b * count
         attn_l += a * count
         attn_bl += ab * count
     ef, eb, _, _ = sublayer_times(dev, w.embedding, frozen)
-    hf, hb, _, _ = sublayer_times(dev, w.head, frozen)
+    hf, hb, _, _ = sublayer_times(dev, w.head, frozen, plan.moe_dispatcher)   # MTP blocks hold MoE layers
     L, p = model.layers, plan.pp
     host_f, host_b = host_layer_s(sw, w)
     t_layer_f, t_layer_b = ops.maximum(fwd_l / L, host_f), ops.maximum(bwd_l / L, host_b)
@@ -102,7 +102,7 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     if ops.any_(kept_start + kept_end > 0):
         dev16 = high_precision(dev)
         for kind, count in w.counts.items():
-            f, b, _, _ = sublayer_times(dev16, w.sublayers[kind], frozen)
+            f, b, _, _ = sublayer_times(dev16, w.sublayers[kind], frozen, plan.moe_dispatcher)
             d_f += f * count
             d_b += b * count
         d_f, d_b = ops.maximum(d_f / L, host_f) - t_layer_f, ops.maximum(d_b / L, host_b) - t_layer_b

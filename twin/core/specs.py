@@ -270,6 +270,11 @@ class MoE:
     pad_to_capacity: bool = spec_field(
         False, doc="pad every expert's input to its capacity (Megatron moe_pad_expert_input_to_capacity; "
                    "needs capacity_factor)")
+    # How a token's top-k experts are laid out (twin.core.moe_routing): "random", each
+    # uniform and independent (balanced routing); "contiguous", experts (t*k + j) mod E, as
+    # NeMo AutoModel's FakeBalancedGate (fake_balanced_gate: true) assigns them, so a token
+    # reaches only the few ranks its consecutive experts span.
+    routing: Literal["random", "contiguous"] = "random"
 
     @property
     def kept_fraction(self) -> float:
@@ -360,6 +365,12 @@ class Model:
     mtp_layers: int = spec_field(
         0, ge=0, le=1_000, doc="multi-token-prediction modules on the last pipeline stage (DeepSeek-V3 §2.2)")
     tied_embeddings: bool = False
+    # Sequence packing (fine-tuning on short examples): each seq_len-token sequence holds
+    # several documents of this mean length, and fused attention attends within each
+    # document only (Transformer Engine THD format with cu_seqlens; NeMo "Sequence Packing
+    # for SFT/PEFT"). None: one document per sequence.
+    packed_doc_tokens: int | None = spec_field(
+        None, ge=1, le=1_000_000_000, doc="mean tokens per packed document (None: no packing)")
 
     @property
     def ffn_size(self) -> int:
@@ -539,6 +550,18 @@ class Software:
     # stack issues TP collectives between its GEMMs (PyTorch DTensor TP without async-TP,
     # Megatron-LM before TE). plan.overlap.tp_comm overrides it either way.
     tp_comm_overlap: bool = True
+    # Model states in mixed precision (ZeRO §3.1): 16-bit weights, fp32 main gradients and an
+    # fp32 master copy with fp32 Adam moments (K = 12), as Megatron and Apex/TE optimizers keep
+    # them. Off: the parameters themselves are 16-bit and the optimizer keeps its moments in
+    # their dtype (torch.optim.Adam's exp_avg/exp_avg_sq are zeros_like(param)); FSDP2 casts
+    # each reduced gradient back to the parameter's dtype, so gradients are 16-bit too (K = 4).
+    master_weights: bool = True
+    # Data-parallel gradient reduction overlapped with the backward (Megatron-Core
+    # --overlap-grad-reduce, Apex DistributedFusedAdam overlap_grad_sync, PyTorch DDP/FSDP
+    # buckets). Off: the stack all-reduces after the backward (Megatron-LM's local DDP before
+    # Megatron-Core: train_step calls model.allreduce_gradients() once the backward is done).
+    # plan.overlap.grad_reduce false turns the overlap off on any stack.
+    grad_reduce_overlap: bool = True
     cuda_graphs: bool = False
     graph_launch_us: float = spec_field(
         20.0, ge=0, le=1e5, doc="host time of one captured sub-layer's graph replay, us")
@@ -642,6 +665,10 @@ def validate_model(model: Model, path: str = "model") -> None:
         raise SpecError(f"{path}.kv_heads", f"must divide heads ({model.heads}) (got {model.kv_head_count})")
     if model.attention == "mla" and model.mla is None:
         raise SpecError(f"{path}.mla", "is required when attention is 'mla'")
+    if model.packed_doc_tokens is not None and model.packed_doc_tokens > model.seq_len:
+        raise SpecError(f"{path}.packed_doc_tokens",
+                        f"must be <= seq_len ({model.seq_len}): a packed document fits in its sequence "
+                        f"(got {model.packed_doc_tokens})")
     if model.moe is not None:
         moe = model.moe
         if moe.top_k > moe.experts:

@@ -84,6 +84,8 @@ class MemKernel:
     bytes_each: Any
     count: int = 1
     bwd_count: int = 1
+    # The MoE token dispatchers (``Plan.moe_dispatcher``) that launch it; empty: all of them.
+    dispatchers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +166,20 @@ def _attention(model: Model, tp: int, cp: int, mbs: int, sp: bool, tokens: int) 
         rope_units = 2.0 * (heads_gpu + kv_gpu) * d / h                             # rotary on q and k
     # Query-key pairs per sequence: causal full attention s(s+1)/2; a sliding window w gives ~s*w.
     full_pairs = s * (s + 1) / 2.0
-    pairs = full_pairs
     kv_len = (s + 1) / 2.0
+    doc = s
+    if model.packed_doc_tokens is not None:
+        # Packed documents of mean length l attend within themselves (causal mask per
+        # document, TE THD/cu_seqlens): s/l documents of l(l+1)/2 pairs = s(l+1)/2, and a
+        # query sees (l+1)/2 keys on average. Equal lengths assumed: a spread of lengths
+        # adds pairs (sum l_i^2 >= n mean^2), so this is the least attention packing leaves.
+        doc = model.packed_doc_tokens
+        full_pairs = s * (doc + 1) / 2.0
+        kv_len = (doc + 1) / 2.0
+    pairs = full_pairs
     if model.sliding_window is not None:
-        w = min(model.sliding_window.window, s)
-        win_pairs = s * w - w * (w - 1) / 2.0
+        w = min(model.sliding_window.window, doc)
+        win_pairs = s * w - (s / doc) * w * (w - 1) / 2.0     # per document: l*w - w(w-1)/2
         frac = 0.5 if model.sliding_window.every_other_layer else 1.0
         pairs = (1 - frac) * full_pairs + frac * win_pairs
         kv_len = (1 - frac) * kv_len + frac * w
@@ -250,17 +261,24 @@ def _moe(model: Model, tp: int, ep: int, etp: int, sp: bool, tokens: int) -> Sub
     elementwise = ACT_BYTES * (NORM_RESIDUAL_UNITS * h * t_sp + act)
     # Router, permute and unpermute as the kernels they are (Megatron-Core ``TopKRouter``
     # and ``moe_utils.permute``/``unpermute``/``sort_chunks_by_idxs`` with TE fusions):
-    # the four router kernels over the [tokens, experts] scores; ``fused_permute_with_probs``
-    # before the all-to-all and ``fused_unpermute`` after it, each reading and writing one
-    # row per sent copy (padded rows too with drop_and_pad); with more than one local expert
-    # behind an all-to-all, ``fused_sort_chunks_by_index`` regroups the received copies by
-    # expert on dispatch and back on combine (the busiest rank's copies).
+    # the four router kernels over the [tokens, experts] scores, then per dispatcher:
+    # - alltoall (``MoEAlltoAllTokenDispatcher``): ``fused_permute_with_probs`` before the
+    #   all-to-all and ``fused_unpermute`` after it, each reading and writing one row per
+    #   sent copy (padded rows too with drop_and_pad); with more than one local expert
+    #   behind an all-to-all, ``fused_sort_chunks_by_index`` regroups the received copies
+    #   by expert on dispatch and back on combine (the busiest rank's copies);
+    # - deepep (``MoEFlexTokenDispatcher`` / ``_DeepepManager``, the same code in NeMo
+    #   AutoModel's moe/megatron/token_dispatcher.py): DeepEP's dispatch kernel lays the
+    #   send buffers out itself ("permute tokens and perform all-to-all communication in
+    #   single step"), so only ``get_permuted_hidden_states_by_experts`` (one permute of
+    #   the received copies) and its ``unpermute`` before the fused combine remain.
     sent = moe.capacity_factor if moe.pad_to_capacity else moe.kept_fraction
     regroup = ops.where(ops.logical_and(ep > 1, local_experts > 1), 2, 0)
     kernels = (MemKernel(ROUTER_SCORE_BYTES / ROUTER_KERNELS * t_sp * moe.experts, ROUTER_KERNELS,
                          ROUTER_KERNELS - 1),
-               MemKernel(2.0 * ACT_BYTES * inner * t_sp * moe.top_k * sent, 2, 2),
-               MemKernel(2.0 * ACT_BYTES * inner * routed, regroup, regroup))
+               MemKernel(2.0 * ACT_BYTES * inner * t_sp * moe.top_k * sent, 2, 2, dispatchers=("alltoall",)),
+               MemKernel(2.0 * ACT_BYTES * inner * routed, regroup, regroup, dispatchers=("alltoall",)),
+               MemKernel(2.0 * ACT_BYTES * inner * routed, 2, 2, dispatchers=("deepep",)))
     return SubLayer(kind="moe", gemms=tuple(gemms), elementwise_bytes=elementwise, kernels=kernels,
                     model_flops=model_flops, params=params_gpu + h,
                     params_total=params_total + h, expert_params=expert_gpu)
@@ -331,7 +349,7 @@ def _with_mtp(model: Model, head: SubLayer, sub: dict[str, SubLayer], tokens: in
         attn_scores=n * sum(sl.attn_scores for sl in attn),
         attn_flops_dense=n * sum(sl.attn_flops_dense for sl in attn),
         elementwise_bytes=head.elementwise_bytes * (1 + n) + n * sum(sl.elementwise_bytes for sl in block),
-        kernels=head.kernels + tuple(MemKernel(k.bytes_each, k.count * n, k.bwd_count * n)
+        kernels=head.kernels + tuple(MemKernel(k.bytes_each, k.count * n, k.bwd_count * n, k.dispatchers)
                                      for sl in block for k in sl.kernels),
         model_flops=head.model_flops * (1 + n) + n * (sum(sl.model_flops for sl in block) + proj.flops),
         params=head.params + n * block_params, params_total=head.params_total + n * block_total,
