@@ -243,3 +243,16 @@ def test_moe_dispatcher_crosses_the_wire(twin_stub, local):
         steps[dispatcher] = msg.comm_issued_s["ep"]
     # An EP group over two NVLink domains: DeepEP sends fewer copies across them.
     assert steps["deepep"] < steps["alltoall"]
+
+
+def test_every_software_switch_crosses_the_wire(twin_stub, local):
+    """software.flash_attention and tp_comm_overlap in a structured scenario: the local prediction."""
+    base = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b",
+            "plan": {"tp": 4, "gbs": 256}}
+    steps = set()
+    for switches in ({}, {"flash_attention": False}, {"tp_comm_overlap": False}):
+        scn = {**base, "software": {"preset": "megatron-core-te", **switches}}
+        msg = twin_stub.Predict(t.PredictRequest(scenario=scenario_from_mapping(scn)), timeout=10).estimate
+        assert msg.step_time_s == local.evaluate(scn).step_time_s
+        steps.add(msg.step_time_s)
+    assert len(steps) == 3  # each switch changes the answer
