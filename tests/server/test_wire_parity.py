@@ -1,0 +1,47 @@
+"""The wire carries every field a scenario file takes: a core spec field with no wire field
+would be a knob gRPC clients cannot turn (found this way: plan.recompute_layers, gpu.sfu_exp_per_clk,
+software.flash_attention and tp_comm_overlap, plan.moe_dispatcher)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from twin.core import specs
+from twin.rpc.v1 import scenario_pb2
+from twin.wire.convert import RENAMES, scenario_from_mapping, scenario_to_mapping
+
+# core spec class -> wire message (same name unless the acronym is spelled differently)
+PAIRS = {"GPU": "Gpu", "MLA": "Mla", "MoE": "Moe", **{n: n for n in (
+    "Calibration", "Cluster", "ComputeEfficiency", "Hybrid", "MemoryPool", "Model", "Offload", "Optics",
+    "Overlap", "Plan", "Power", "Prices", "ScaleOut", "ScaleUp", "Scenario", "SlidingWindow", "Software")}}
+# wire-only fields: preset names, the scale-out switch-off, Scenario.description (documentation)
+WIRE_ONLY = {"preset", "system", "scale_out_disabled", "description"}
+
+
+@pytest.mark.parametrize(("core", "wire"), sorted(PAIRS.items()))
+def test_every_core_field_has_a_wire_field(core, wire):
+    msg = getattr(scenario_pb2, wire).DESCRIPTOR
+    renames = RENAMES.get(msg.full_name, {})
+    on_wire = {renames.get(f.name, f.name) for f in msg.fields}
+    fields = {f.name for f in dataclasses.fields(getattr(specs, core))}
+    assert fields - on_wire == set(), f"{core} fields missing from the wire message {wire}"
+    assert on_wire - fields <= WIRE_ONLY, f"{wire} fields the core {core} does not have"
+
+
+def test_the_new_fields_round_trip():
+    data = {"cluster": {"gpu": {"preset": "B300-SXM-288GB", "sfu_exp_per_clk": 32.0}, "num_gpus": 64},
+            "model": "llama3.1-8b", "plan": {"recompute": "full", "recompute_layers": 2, "gbs": 64}}
+    back = scenario_to_mapping(scenario_from_mapping(data))
+    assert back["cluster"]["gpu"]["sfu_exp_per_clk"] == 32.0 and back["plan"]["recompute_layers"] == 2
+
+
+def test_every_spec_with_a_wire_message_is_checked():
+    spelled = {v: k for k, v in PAIRS.items()}
+    classes = {n for n in dir(specs)
+               if isinstance(getattr(specs, n), type) and dataclasses.is_dataclass(getattr(specs, n))}
+    messages = {n for n in dir(scenario_pb2) if hasattr(getattr(scenario_pb2, n), "DESCRIPTOR")
+                and hasattr(getattr(scenario_pb2, n).DESCRIPTOR, "fields")}
+    both = {n for n in classes if n in messages or n in PAIRS} | {spelled[m] for m in messages if m in spelled}
+    assert both <= set(PAIRS), sorted(both - set(PAIRS))
