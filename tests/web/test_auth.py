@@ -98,3 +98,43 @@ def test_token_checks():
     assert authorised({"headers": [(b"cookie", f"a=1; {COOKIE}={session_value('abc')}".encode())]}, "abc")
     assert not authorised({"headers": [(b"cookie", f"{COOKIE}=abc".encode())]}, "abc")  # the raw token is no session
     assert token_matches("x", "x") and not token_matches("x", "y")
+
+
+def test_event_streams_beyond_the_limit_are_refused_with_retry_after(guarded):
+    """Each stream polls on a thread that shares the interpreter with gRPC: a client opening many
+    gets 429 with Retry-After past MAX_EVENT_STREAMS, and a closed stream frees its place."""
+    import time
+
+    from twin.web.app import MAX_EVENT_STREAMS
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    host, port = guarded.serving["listeners"]["web"].rsplit(":", 1)
+
+    def open_stream() -> tuple[http.client.HTTPConnection, int]:
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("GET", "/events", headers=auth)
+        return conn, conn.getresponse().status  # the headers only: the body never ends
+
+    conns = []
+    try:
+        for _ in range(MAX_EVENT_STREAMS):
+            conn, status = open_stream()
+            conns.append(conn)
+            assert status == 200
+        status, body, headers = guarded.get("/events", auth)
+        assert status == 429 and b"event streams are open" in body
+        assert {k.lower(): v for k, v in headers.items()}.get("retry-after") == "5"
+        assert guarded.get("/api/jobs", auth)[0] == 200  # the rest of the view still answers
+        conns.pop().close()
+        deadline = time.monotonic() + 10
+        while True:  # the server sees the close within a poll
+            conn, status = open_stream()
+            conns.append(conn)
+            if status == 200:
+                break
+            assert status == 429 and time.monotonic() < deadline, "a closed stream never freed its place"
+            conns.pop().close()
+            time.sleep(0.2)
+    finally:
+        for conn in conns:
+            conn.close()

@@ -47,6 +47,11 @@ POLL_S = 0.5
 # A comment line this often keeps proxies and the browser from closing an idle stream (the
 # WHATWG HTML standard, "server-sent events": "a comment line ... every 15 seconds or so").
 KEEPALIVE_S = 15.0
+# Event streams open at once. Each one polls twice a second on a worker thread that shares the
+# interpreter with the gRPC service, so a client opening thousands must not slow it: beyond this
+# (a few operators' browsers, one stream per open page) a new one is 429 with Retry-After.
+MAX_EVENT_STREAMS = 32
+EVENT_RETRY_S = 5
 HTTP_STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429, "FAILED_PRECONDITION": 409,
                "UNAUTHENTICATED": 401}
 # A login form's body at most (a token and a path): 64 KiB, 16x the 4 KiB a browser cookie may hold
@@ -197,8 +202,24 @@ def build_app(live: Live, sweeps: WebSweeps, token: str | None, *, secure: bool,
         job = sweeps.get(job_id)
         return _json(await run_in_threadpool(job.table, q.get("sort", job.metric), q.get("order", "asc"), limit))
 
+    streams = [0]  # event streams open now (only the event loop's thread touches it)
+
     async def events(request: Request) -> Response:
-        return StreamingResponse(_stream(request, live, sweeps, shutdown), media_type="text/event-stream",
+        if streams[0] >= MAX_EVENT_STREAMS:
+            return JSONResponse({"error": {"code": "RESOURCE_EXHAUSTED", "field": "events",
+                                           "rule": f"{MAX_EVENT_STREAMS} event streams are open (the limit); "
+                                                   f"retry in {EVENT_RETRY_S} s"}},
+                                status_code=429, headers={"Retry-After": str(EVENT_RETRY_S)})
+        streams[0] += 1
+
+        async def counted() -> AsyncIterator[str]:
+            try:
+                async for chunk in _stream(request, live, sweeps, shutdown):
+                    yield chunk
+            finally:
+                streams[0] -= 1
+
+        return StreamingResponse(counted(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     routes = [Route(path, page) for path in PAGES]
