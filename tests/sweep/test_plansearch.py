@@ -179,6 +179,26 @@ def test_plan_cli_searches_with_a_schedule():
     assert bad.returncode == 2 and "plan.schedule" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_plan_cli_searches_several_schedules_and_ranks_them_together():
+    """--schedule a,b (or all): each schedule searched with the plans it runs, the best of all ranked
+    together by step time; the best is the best of the single-schedule searches."""
+    common = ("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "16", "--gbs", "64", "--seq-len", "4096",
+              "--top", "4", "--json")
+    both = cli(*common, "--schedule", "1f1b,zero_bubble_h1")
+    assert both.returncode == 0, both.stderr
+    data = json.loads(both.stdout)
+    assert [s["schedule"] for s in data["searches"]] == ["1f1b", "zero_bubble_h1"]
+    steps = [p["estimate"]["step_time_s"] for p in data["top"]]
+    assert steps == sorted(steps) and {p["schedule"] for p in data["top"]} <= {"1f1b", "zero_bubble_h1"}
+    alone = [json.loads(cli(*common, "--schedule", s).stdout)["top"][0]["estimate"]["step_time_s"]
+             for s in ("1f1b", "zero_bubble_h1")]
+    assert steps[0] == min(alone)
+    every = cli(*common[:-1], "--schedule", "all", "--no-progress")
+    assert every.returncode == 0 and "7 schedules" in every.stdout and "dualpipev" in every.stdout, every.stderr
+    bad = cli(*common, "--schedule", "1f1b,zigzag")
+    assert bad.returncode == 2 and "plan.schedule" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_plan_cli_bad_input_names_the_field(tmp_path):
     out = cli("--model", "llama3.1-8b", "--system", "DGX-H100", "--gpus", "0")
     assert out.returncode == 2 and "gpus" in out.stderr and "Traceback" not in out.stderr

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import typing
 from typing import Any
 
 from twin.commands.render import console, print_json, table
 from twin.commands.sweep import drive, top_table
+from twin.core.errors import SpecError
 from twin.core.evaluate import PRUNED_REASON
+from twin.core.specs import Schedule
 from twin.sweep.job import EngineSettings
-from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, search_plans, space_for
+from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, PlanSearchResult, search_plans, space_for
 from twin.sweep.runner import EXECUTORS
 
 
@@ -41,9 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", type=_csv(str, "recompute"), default=RECOMPUTE,
                    help="comma-separated recompute settings (default none,selective,full)")
     p.add_argument("--max-tp", type=int, default=None, help="largest tensor-parallel degree to try")
-    p.add_argument("--schedule", default=None,
-                   help="pipeline schedule of every plan (plan.schedule: 1f1b, interleaved, zero_bubble_h1, "
-                        "zero_bubble_h2, zero_bubble_v, dualpipe, dualpipev; default auto: interleaved when vp > 1)")
+    p.add_argument("--schedule", type=_csv(str, "schedule"), default=None,
+                   help="pipeline schedules to search, comma-separated (plan.schedule: 1f1b, interleaved, "
+                        "zero_bubble_h1, zero_bubble_h2, zero_bubble_v, dualpipe, dualpipev), or 'all' for every "
+                        "one of them; each is searched with the pipelined plans and interleaving depths it runs, "
+                        "and the best of all are ranked together (default auto: interleaved when vp > 1)")
     p.add_argument("--software", default=None,
                    help="framework stack preset (default megatron-core-te; see twin plugins)")
     p.add_argument("--memory-headroom", type=float, default=0.0,
@@ -64,18 +69,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def schedules_of(stated: tuple[str, ...] | None) -> list[str | None]:
+    """The schedules ``--schedule`` asks for (None: the base plan's auto); 'all': every named one."""
+    if stated is None:
+        return [None]
+    names = list(typing.get_args(Schedule))
+    if "all" in stated:
+        return [s for s in names if s != "auto"]
+    unknown = [s for s in stated if s not in names]
+    if unknown:
+        raise SpecError("plan.schedule", f"must be one of {', '.join(names)} or all (got {unknown[0]!r})")
+    return list(dict.fromkeys(stated))
+
+
 def run(args: argparse.Namespace) -> int:
     """Search and print."""
     settings = EngineSettings(autoload=False if args.no_plugins else None)
     engine = settings.build()
-    space = space_for(engine, args.model, args.system, args.gpus, gbs=args.gbs, seq_len=args.seq_len,
-                      shardings=args.sharding, recompute=args.recompute, precisions=args.precision,
-                      max_tp=args.max_tp, software=args.software,
-                      plan=None if args.schedule is None else {"schedule": args.schedule})
     top = max(2 if args.explain else 1, args.top)
-    res = search_plans(engine, space, top=top, executor=args.executor, ray_address=args.ray_address,
-                       settings=settings, memory_headroom=args.memory_headroom, prune=not args.no_prune,
-                       runner=lambda job: drive(job, engine, args))
+    searches = []
+    for schedule in schedules_of(args.schedule):
+        space = space_for(engine, args.model, args.system, args.gpus, gbs=args.gbs, seq_len=args.seq_len,
+                          shardings=args.sharding, recompute=args.recompute, precisions=args.precision,
+                          max_tp=args.max_tp, software=args.software,
+                          plan=None if schedule is None else {"schedule": schedule})
+        searches.append(search_plans(engine, space, top=top, executor=args.executor, ray_address=args.ray_address,
+                                     settings=settings, memory_headroom=args.memory_headroom,
+                                     prune=not args.no_prune, runner=lambda job: drive(job, engine, args)))
+    if len(searches) > 1:
+        return _render_many(searches, args, top)
+    res = searches[0]
+    space = res.space
     if args.json:
         doc = res.to_dict()
         if args.explain:
@@ -117,7 +141,52 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-PLAN_KEYS = ("tp", "pp", "vp", "cp", "ep", "etp", "mbs", "recompute", "sharding", "precision")
+PLAN_KEYS = ("schedule", "tp", "pp", "vp", "cp", "ep", "etp", "mbs", "recompute", "sharding", "precision")
+
+
+def merged_plans(searches: list[PlanSearchResult], top: int) -> list[dict[str, Any]]:
+    """The best ``top`` plans of several searches (one per schedule), each with its ``schedule``:
+    by step time, ties to the plan with more memory free (as one search ranks them).
+    """
+    rows = [{**row, "schedule": res.space.base.schedule} for res in searches for row in res.plans()
+            if row.get("estimate")]
+    rows.sort(key=lambda r: (r["estimate"]["step_time_s"], r["estimate"]["memory"]["total_gib"]))
+    return rows[:top]
+
+
+def _render_many(searches: list[PlanSearchResult], args: argparse.Namespace, top: int) -> int:
+    """Several schedules' searches: their counts, then the best plans of all of them together."""
+    plans = merged_plans(searches, top)
+    if args.json:
+        doc: dict[str, Any] = {"searches": [{k: v for k, v in r.to_dict().items() if k != "top"} | {
+            "schedule": r.space.base.schedule} for r in searches], "top": plans}
+        if args.explain:
+            doc["explain"] = explain(plans)
+        print_json(doc)
+        return 0
+    out = console()
+    first = searches[0].space
+    head = table(f"Plan search: {first.name}, gbs {first.base.gbs}, seq {first.model.seq_len}, "
+                 f"{len(searches)} schedules", "schedule", "plans", "fit in memory", "seconds")
+    for r in searches:
+        res = r.result
+        head.add_row(r.space.base.schedule, f"{res.done:,}", f"{res.feasible + res.counts.get(PRUNED_REASON, 0):,}",
+                     f"{r.seconds:.2f}")
+    out.print(head)
+    if not plans:
+        out.print("no plan fits in memory")
+        return 0
+    t = table(f"Fastest {len(plans)} plans that fit, over every schedule", "#", "schedule", "tp", "pp", "vp", "cp",
+              "ep", "mbs", "recompute", "sharding", "step s", "MFU", "GiB")
+    for i, plan in enumerate(plans, 1):
+        est = plan["estimate"]
+        t.add_row(str(i), plan["schedule"], *(str(plan[k]) for k in ("tp", "pp", "vp", "cp", "ep", "mbs")),
+                  str(plan["recompute"]), str(plan["sharding"]), f"{est['step_time_s']:.3f}",
+                  f"{100 * est['mfu']:.1f}%", f"{est['memory']['total_gib']:.1f}")
+    out.print(t)
+    if args.explain:
+        render_explain(explain(plans))
+    return 0
 
 
 def _parts(est: dict[str, Any]) -> dict[str, float]:
