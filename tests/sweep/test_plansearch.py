@@ -137,6 +137,31 @@ def test_search_finds_the_brute_force_best(engine):
         assert engine.evaluate(plan_scenario(space, row)).step_time_s == row["step_time_s"]
 
 
+def test_hybrid_sharding_is_searched_within_each_nvlink_domain(engine):
+    """'hsdp': FSDP sharded over the data-parallel ranks of one NVLink domain (8 H100s: 8/tp of
+    them), replicated across domains; only where that is a proper hybrid. Its rows are 'hsdp'
+    and their full re-evaluation (plan.dp_shard) is the ranked figure."""
+    space = space_for(engine, "llama3.1-8b", "DGX-H100", 64, gbs=128, seq_len=4096,
+                      shardings=("fsdp", "hsdp"), recompute=("none",))
+    batch = PlanSource(space).batch(0, space.total)
+    hybrid = 0
+    for i in range(len(batch)):
+        p = batch.scenario(i).plan
+        dpcp = 64 // (p.tp * p.pp * p.cp) * p.cp
+        if p.dp_shard:
+            hybrid += 1
+            assert p.optimizer_sharding == "fsdp" and p.dp_shard == 8 // p.tp and p.dp_shard < dpcp
+    assert hybrid > 0
+    res = search_plans(engine, space, top=40, prune=False)
+    top = [row_dict(res.result.top, i) for i in range(nrows(res.result.top))]
+    rows = [r for r in top if r["sharding"] == "hsdp"]
+    assert rows, sorted({r["sharding"] for r in top})
+    for row in rows[:3]:
+        scn = plan_scenario(space, row)
+        assert scn.plan.dp_shard == 8 // row["tp"]
+        assert engine.evaluate(scn).step_time_s == row["step_time_s"]
+
+
 def test_moe_space_includes_expert_parallel_plans(engine):
     space = space_for(engine, "mixtral-8x7b", "DGX-H100", 64, gbs=256, shardings=("distributed_optimizer",),
                       recompute=("selective",))

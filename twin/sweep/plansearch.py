@@ -7,7 +7,8 @@ micro-batch size dividing gbs/dp, every interleaving depth that runs (:func:`run
 Megatron-Core's interleaved schedule needs whole, equal virtual stages),
 activation recomputation (none / selective / full) and optimizer-state sharding (none,
 distributed optimizer = ZeRO-1, FSDP with and without resharding after forward = ZeRO-3
-and ZeRO-2). A pipeline schedule stated in the base plan (``plan.schedule``) is searched
+and ZeRO-2, and hybrid sharding: FSDP within each NVLink domain, :func:`hybrid_shard`).
+A pipeline schedule stated in the base plan (``plan.schedule``) is searched
 with the pipelined plans and the interleaving depths it runs (vp 1; 2 for ZB-V and
 DualPipeV; the runnable depths from 2 for interleaved). Degrees are enumerated so the
 divisibility rules hold by construction; every plan still goes through the twin's own
@@ -53,8 +54,21 @@ RECOMPUTE = ("none", "selective", "full")
 # name -> (optimizer_sharding, fsdp_reshard_after_forward)
 SHARDINGS: dict[str, tuple[str, bool]] = {
     "none": ("none", True), "distributed_optimizer": ("distributed_optimizer", True),
-    "fsdp": ("fsdp", True), "fsdp-noreshard": ("fsdp", False),
+    "fsdp": ("fsdp", True), "fsdp-noreshard": ("fsdp", False), "hsdp": ("fsdp", True),
 }
+# Hybrid sharding (FSDP HYBRID_SHARD; Zhao et al., "PyTorch FSDP", VLDB 2023, §3.2): each state sharded over the
+# data-parallel ranks of one scale-up domain, replicated across domains (plan.dp_shard).
+HYBRID = "hsdp"
+
+
+def hybrid_shard(tp: Any, cp: Any, dp: Any, domain_gpus: int) -> Any:
+    """``plan.dp_shard`` of the search's hybrid sharding: the data-parallel ranks (of dp*cp) in
+    one scale-up domain (ranks run tp innermost, then cp and dp), 0 where that is not a proper
+    hybrid (one domain holds every replica's shards, or none): then it is plain FSDP.
+    """
+    k = np.maximum(domain_gpus // np.asarray(tp), 1)
+    dpcp = np.asarray(dp) * np.asarray(cp)
+    return np.where((k > 1) & (k < dpcp) & (dpcp % k == 0), k, 0)
 # Tokens per step when no global batch is given: 4 Mi tokens, the order of magnitude of
 # published large-model runs (GPT-3 3.2M, Llama 2 4M; Llama 3 405B 16M at 8K).
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
@@ -180,9 +194,12 @@ def build_space(cluster: Cluster, model: Model, base: Plan, *, name: str = "plan
                     for etp in etps:
                         if (tp * cp * dp) % (ep * (etp or tp)):
                             continue
+                        hybrid = bool(hybrid_shard(tp, cp, dp, cluster.scale_up.domain_gpus))
                         for mbs in divisors(gbs // dp):
                             for r in recompute:
                                 for s in shardings:
+                                    if s == HYBRID and not hybrid:
+                                        continue
                                     for pr in precisions:
                                         rows.append((tp, pp, cp, ep, etp, mbs, RECOMPUTE.index(r),
                                                      list(SHARDINGS).index(s), precisions.index(pr)))
@@ -222,6 +239,11 @@ class PlanSource:
             optimizer_sharding=sharding[rows[:, 7]], fsdp_reshard_after_forward=reshards[rows[:, 7]],
             precision=Labels(rows[:, 8], sp.precisions), dp=zeros.copy(),
             vp=sp.vp_values[sp.vp_start[g] + ids - sp.start[g]])
+        hsdp = np.asarray([s == HYBRID for s in sp.shardings])[rows[:, 7]]
+        if hsdp.any():
+            dp = sp.cluster.num_gpus // (rows[:, 0] * rows[:, 1] * rows[:, 2])
+            k = hybrid_shard(rows[:, 0], rows[:, 2], dp, sp.cluster.scale_up.domain_gpus)
+            plan = dataclasses.replace(plan, dp_shard=np.where(hsdp, k, 0).astype(np.int64))
         etp = rows[:, 4]
         columns = {"etp": np.where(etp == 0, rows[:, 0], etp)} if sp.model.moe is not None else {}
         return PointBatch(ids=ids, models=[sp.model], model_ix=zeros, clusters=[sp.cluster], cluster_ix=zeros,
@@ -345,11 +367,16 @@ class PlanSearchResult:
 def plan_scenario(space: PlanSpace, row: Mapping[str, Any]) -> Scenario:
     """The full scenario of one result row."""
     sharding, reshard = SHARDINGS.get(str(row["sharding"]), (str(row["sharding"]), True))
+    dp_shard = 0
+    if str(row["sharding"]) == HYBRID:
+        dp = space.cluster.num_gpus // (int(row["tp"]) * int(row["pp"]) * int(row["cp"]))
+        dp_shard = int(hybrid_shard(int(row["tp"]), int(row["cp"]), dp, space.cluster.scale_up.domain_gpus))
     etp = row.get("etp")
     plan = dataclasses.replace(space.base, tp=int(row["tp"]), pp=int(row["pp"]), vp=int(row["vp"]),
                                cp=int(row["cp"]), ep=int(row["ep"]), mbs=int(row["mbs"]), gbs=int(row["gbs"]),
                                recompute=str(row["recompute"]), precision=str(row["precision"]),
                                optimizer_sharding=sharding, fsdp_reshard_after_forward=reshard, dp=None,
+                               dp_shard=dp_shard,
                                etp=None if etp is None or int(etp) == int(row["tp"]) else int(etp))
     return Scenario(cluster=space.cluster, model=space.model, plan=plan, calibration=space.calibration,
                     name=space.name, software=space.software)

@@ -58,7 +58,10 @@ def _descriptors(batch: PointBatch, sel: np.ndarray) -> dict[str, np.ndarray]:
         out[name] = np.where(err, None, _names(getattr(plan, name)[sel]))
     sharding = _names(plan.optimizer_sharding[sel])
     noreshard = (plan.optimizer_sharding[sel] == "fsdp") & ~plan.fsdp_reshard_after_forward[sel].astype(bool)
-    out["sharding"] = np.where(err, None, np.where(noreshard, "fsdp-noreshard", sharding))
+    named = np.where(noreshard, "fsdp-noreshard", sharding)
+    # hybrid sharding (plan.dp_shard > 0) over FSDP: the plan search's "hsdp"
+    hybrid = (np.asarray(plan.dp_shard)[sel] > 0) & (plan.optimizer_sharding[sel] == "fsdp")
+    out["sharding"] = np.where(err, None, np.where(hybrid, "hsdp", named))
     return out
 
 
