@@ -81,7 +81,10 @@ def compare_case(engine: Engine, case: dict[str, Any], headroom: float = 0.0,
         options["cp_values"] = (pub["cp"],)
     if "ep" in hold:
         options["ep_values"] = (pub["ep"],)
-    space = build_space(published.cluster, published.model, base, name=cid, **options)
+    # the published run's software stack and calibration: the search asks which plan is best on
+    # the stack the run used (an old stack's costs, e.g. gradients reduced after the backward)
+    space = build_space(published.cluster, published.model, base, name=cid, software=published.software,
+                        calibration=published.calibration, **options)
     res = search_plans(engine, space, top=1, memory_headroom=headroom)
     row: dict[str, Any] = {"id": cid, "family": case.get("family"), "gpus": published.cluster.num_gpus,
                            "plans_searched": res.result.done,
