@@ -83,20 +83,12 @@ class FailureAnalyzer:
         optics = self.engine.fabrics.get("optics", c.optics.kind, "cluster.optics.kind")
         return optics.switch_radix(c)  # type: ignore[attr-defined]
 
-    def optical_links(self, scenario: Scenario) -> int | None:
-        """The scale-out fabric's own count of links over optics (None: a fat tree, or no optics)."""
-        c = scenario.cluster
-        if c.optics is None or c.scale_out is None:
-            return None
-        fabric = self.engine.fabrics.get("scale_out", c.scale_out.fabric, "cluster.scale_out.fabric")
-        return fabric.optical_links(self.engine.model.as_built(c))  # type: ignore[attr-defined]
-
     def inventory(self, scenario: Scenario) -> Inventory:
         """Component groups and failure modes of ``scenario`` (core + every plugin)."""
         pm = self.engine.pm
         hierarchy = self.engine.model.hierarchy(scenario)
         radix = self.switch_radix(scenario)
-        optical = self.optical_links(scenario)
+        optical = self.engine.model.optical_links(scenario.cluster)
         groups = base_components(scenario, hierarchy)
         owners = {g.name: "core" for g in groups}
         for impl in pm.hook.twin_components.get_hookimpls():

@@ -540,19 +540,30 @@ class TwinModel:
         not a fat tree (``ScaleOutFabric.optical_links``).
         """
         out: dict[str, dict[str, Any]] = {}
-        links: int | None = None
+        built = self.as_built(cluster)
+        links = self.optical_links(cluster)
         for fab in self.cluster_fabrics(cluster):
-            if isinstance(fab, ScaleOutFabric):
-                links = fab.optical_links(self.as_built(cluster))
             if roles is not None and fab.role not in roles:
                 continue
             if isinstance(fab, ScaleOutFabric):
-                out[fab.role] = fab.report(self.as_built(cluster), hierarchy)
+                out[fab.role] = fab.report(built, hierarchy)
             elif isinstance(fab, OpticsModel) and links is not None:
                 out[fab.role] = fab.links_report(cluster, hierarchy, links)
             else:
                 out[fab.role] = fab.report(cluster, hierarchy)
         return out
+
+    def optical_links(self, cluster: Cluster) -> int | None:
+        """How many scale-out links run over optics when the scale-out fabric counts them itself
+        (``ScaleOutFabric.optical_links`` of the cluster as built); None: no optics, no scale-out
+        fabric, or a fat tree whose links the optics model counts.
+        """
+        so = cluster.scale_out
+        if so is None or cluster.optics is None:
+            return None
+        fabric = self.fabrics.get("scale_out", so.fabric, "cluster.scale_out.fabric")
+        assert isinstance(fabric, ScaleOutFabric)
+        return fabric.optical_links(self.as_built(cluster))
 
     def as_built(self, cluster: Cluster) -> Cluster:
         """``cluster`` with the switch radix its scale-out tiers are built with: the optics
