@@ -79,16 +79,21 @@ def test_a_reassessment_that_changes_health_rewrites_the_record(tmp_path, t0) ->
         svc.close()
 
 
-def test_a_database_without_live_rows_restores_from_the_records(tmp_path, t0) -> None:
-    """A state directory written before component_live existed holds everything in the record."""
+def _restart_after(tmp_path, t0, sql: str, *params: object) -> tuple[dict, TelemetryService]:
+    """Two pushes, ``sql`` run on the state database, and a restart: (the record before, the service after)."""
     svc = _service(tmp_path)
     _push(svc, t0, 0.0, 0.0)
     _push(svc, t0 + 10 * S, 1e9, 0.0)
     record, _ = _rows(svc)
     with svc.store._lock:
-        svc.store._db.execute("DELETE FROM component_live")
+        svc.store._db.execute(sql, params)
     svc.close()
-    restored = _service(tmp_path)
+    return record, _service(tmp_path)
+
+
+def test_a_database_without_live_rows_restores_from_the_records(tmp_path, t0) -> None:
+    """A state directory written before component_live existed holds everything in the record."""
+    record, restored = _restart_after(tmp_path, t0, "DELETE FROM component_live")
     try:
         comp = restored.live_state()["components"][0]
         assert comp["signals"] == record["signals"] and comp["last_seen_ns"] == record["last_seen_ns"]
@@ -125,14 +130,7 @@ def test_the_fault_hook_fails_every_nth_commit_and_rolls_it_back(tmp_path, monke
 
 
 def test_an_unreadable_live_row_leaves_the_records_values_and_is_reported(tmp_path, t0) -> None:
-    svc = _service(tmp_path)
-    _push(svc, t0, 0.0, 0.0)
-    _push(svc, t0 + 10 * S, 1e9, 0.0)
-    record, _ = _rows(svc)
-    with svc.store._lock:
-        svc.store._db.execute("UPDATE component_live SET vals = x'00ff' WHERE id = ?", (CID,))
-    svc.close()
-    restored = _service(tmp_path)
+    record, restored = _restart_after(tmp_path, t0, "UPDATE component_live SET vals = x'00ff' WHERE id = ?", CID)
     try:
         comp = restored.live_state()["components"][0]
         assert comp["signals"] == record["signals"] and comp["last_seen_ns"] == record["last_seen_ns"]
