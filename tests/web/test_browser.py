@@ -139,3 +139,31 @@ def test_pages_load_nothing_from_outside_the_twin(browser, live):
     outside = [u for u in urls if not u.startswith(live.url + "/") and not u.startswith("data:")]
     assert outside == []
     page.close()
+
+
+def test_a_page_refused_an_event_stream_connects_once_there_is_room(browser, live):
+    """Past the server's stream limit the page's EventSource gets 429, which browsers never
+    retry by themselves: the page opens a new stream after the Retry-After and goes live."""
+    import http.client
+
+    from twin.web.app import MAX_EVENT_STREAMS
+
+    host, port = live.serving["listeners"]["web"].rsplit(":", 1)
+    held = []
+    try:
+        for _ in range(MAX_EVENT_STREAMS):
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("GET", "/events")
+            if conn.getresponse().status != 200:  # the other tests' pages may hold a few
+                conn.close()
+                break
+            held.append(conn)
+        page, errors = open_page(browser, live, "/failures", "document.readyState === 'complete'")
+        page.wait_for_timeout(1500)
+        assert not page.evaluate("document.getElementById('live-dot').classList.contains('on')")
+    finally:
+        for conn in held:
+            conn.close()
+    page.wait_for_function("document.getElementById('live-dot').classList.contains('on')", timeout=15_000)
+    assert not errors, errors
+    page.close()

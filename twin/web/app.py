@@ -51,6 +51,8 @@ KEEPALIVE_S = 15.0
 # interpreter with the gRPC service, so a client opening thousands must not slow it: beyond this
 # (a few operators' browsers, one stream per open page) a new one is 429 with Retry-After.
 MAX_EVENT_STREAMS = 32
+# Retry-After of a refused stream: ten of the streams' polls, long enough for a closed page's
+# stream to be noticed (within one poll) and freed; the page's script waits as long (twin.js).
 EVENT_RETRY_S = 5
 HTTP_STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429, "FAILED_PRECONDITION": 409,
                "UNAUTHENTICATED": 401}

@@ -19,12 +19,22 @@ const twin = (() => {
     return body;
   }
 
+  const RETRY_MS = 5000;  // twin.web.app.EVENT_RETRY_S
+
   function connect() {
     if (source) return;
     source = new EventSource("/events");
     const dot = document.getElementById("live-dot");
     source.onopen = () => dot && dot.classList.add("on");
-    source.onerror = () => dot && dot.classList.remove("on");
+    source.onerror = () => {
+      if (dot) dot.classList.remove("on");
+      // A refused stream (429 past the server's stream limit, or the server restarting) is
+      // closed for good by the browser: open a new one after the Retry-After the server sends.
+      if (source.readyState === EventSource.CLOSED) {
+        source = null;
+        setTimeout(connect, RETRY_MS);
+      }
+    };
     for (const kind of Object.keys(listeners)) {
       source.addEventListener(kind, (ev) => {
         const data = JSON.parse(ev.data);
