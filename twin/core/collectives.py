@@ -468,20 +468,47 @@ def dedup_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSp
     return _zero_where(ops.logical_or(span.n <= 1, tokens <= 0), picked)
 
 
-def _dedup(token_bytes: Any, tokens: Any, per_rank: Any, per_domain: Any, span: GroupSpan,
-           h: AnyHierarchy) -> CollectiveCost:
-    per_token = token_bytes
+@dataclass(frozen=True, slots=True)
+class DispatchStages:
+    """The two pipelined stages of a cross-domain expert dispatch and its fixed latency, s:
+    the RDMA stage (each token once per remote destination domain, at the cross-domain
+    bandwidth) and the NVLink stage (each received token to its destination ranks).
+    """
+
+    rdma_s: Any
+    nvlink_s: Any
+    latency_s: Any
+    rdma_bw_Bps: Any
+    nvlink_bw_Bps: Any
+
+
+def _dispatch_stages(token_bytes: Any, tokens: Any, per_rank: Any, per_domain: Any, span: GroupSpan,
+                     h: AnyHierarchy) -> DispatchStages:
     m = ops.maximum(span.m, 1)
     a2a_up = h.up_a2a_bw
     # Every source rank routes alike, so a destination domain is its own one time in m.
     remote_copies = per_domain * (m - 1) / m
     inter_bw = _cross_domain_bw(span, h)
-    t_inter = tokens * per_token * remote_copies / inter_bw
+    t_inter = tokens * token_bytes * remote_copies / inter_bw
     # Inside each domain a received token goes once to each destination rank over NVLink.
-    t_intra = ops.where(span.k > 1, tokens * per_token * per_rank * (span.k - 1) / span.k / a2a_up, 0.0)
-    t = ops.maximum(t_inter, t_intra) + _p2p_latency(span.n, span, h)
-    nbytes = tokens * per_token * per_rank
-    bottleneck = ops.where(t_inter >= t_intra, inter_bw, a2a_up)
+    t_intra = ops.where(span.k > 1, tokens * token_bytes * per_rank * (span.k - 1) / span.k / a2a_up, 0.0)
+    return DispatchStages(t_inter, t_intra, _p2p_latency(span.n, span, h), inter_bw, a2a_up)
+
+
+def dispatch_stages(token_bytes: float, tokens: float, top_k: int, span: GroupSpan, hierarchy: AnyHierarchy,
+                    groups: Any = None) -> DispatchStages:
+    """The stages ``dedup_dispatch_cost`` weighs for a dispatch with no expert count (each
+    of the ``top_k`` copies to its own rank), for an analysis to print each part.
+    """
+    return _dispatch_stages(token_bytes, tokens, top_k, domains_per_token(span.m, top_k, groups), span, hierarchy)
+
+
+def _dedup(token_bytes: Any, tokens: Any, per_rank: Any, per_domain: Any, span: GroupSpan,
+           h: AnyHierarchy) -> CollectiveCost:
+    st = _dispatch_stages(token_bytes, tokens, per_rank, per_domain, span, h)
+    t = ops.maximum(st.rdma_s, st.nvlink_s) + st.latency_s
+    nbytes = tokens * token_bytes * per_rank
+    bottleneck = ops.where(st.rdma_s >= st.nvlink_s, st.rdma_bw_Bps, st.nvlink_bw_Bps)
     return CollectiveCost(t, "deepep", "Simple", nbytes * bus_factor("all_to_all", span.n) / t, bottleneck)
 
 
