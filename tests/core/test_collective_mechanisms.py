@@ -63,6 +63,22 @@ def test_one_rank_per_node_rings_pay_the_tree_network_latency():
     assert _option("all_gather", 1.0, eight, h, "ring", "LL") == pytest.approx((6.6 + 14 * 1.0 + 2.7) * US, rel=1e-3)
 
 
+def test_one_rank_per_node_rings_take_nccls_ll128_discount():
+    """tuning.cc, ring LL128: with ppn < 2 a GPU sends and receives through the same NIC, so
+    LL128 runs at 0.7 of the link instead of 0.92."""
+    h = flat_hierarchy()
+    size = 64 * 2**20
+    one = place_group(2, 8, h)  # one GPU on each of 2 nodes
+    # base LL128 14.0 + one network step at NET tree LL128 8.5 us; S (n-1)/n over 0.7 x 47 GB/s
+    t = _option("all_gather", size, one, h, "ring", "LL128")
+    assert t == pytest.approx((14.0 + 8.5) * US + size / 2 / (0.7 * 47 * GB), rel=1e-6)
+    # 8 per node: the usual 0.92 of min(NVLink 370, 8 NICs x 47) GB/s; 14 NVLink LL128 steps
+    # (1.9 us) and one at the ring's NET LL128 4.0 us
+    eight = place_group(16, 1, h)
+    t8 = _option("all_gather", size, eight, h, "ring", "LL128")
+    assert t8 == pytest.approx((14.0 + 14 * 1.9 + 4.0) * US + size * 15 / 16 / (0.92 * 370 * GB), rel=1e-6)
+
+
 def test_a_multi_node_nvlink_domain_is_one_nccl_node(engine):
     rack = engine.model.hierarchy(engine.scenario({"cluster": {"system": "GB200-NVL72", "num_gpus": 72},
                                                    "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 72}}))

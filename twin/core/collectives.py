@@ -42,6 +42,9 @@ _HW_LAT_NET = {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
 # Fraction of the link bandwidth each protocol delivers (tuning.cc: LL carries 8 bytes of
 # payload per 16-byte line and NCCL models it at 1/4 for all-reduce; LL128 120/128).
 _PROTO_BW = {"LL": 0.25, "LL128": 0.92, "Simple": 1.0}
+# tuning.cc, ring LL128: "if ppn < 2, then we are sending/receiving at the same GPU through
+# the NIC, apply some bw discount": busBw * (ppn < 2 ? 0.7 : 0.92) for a ring across nodes.
+_LL128_ONE_PER_NODE = 0.7
 # Simple-protocol multi-node ring all-reduce latency plateau factor (tuning.cc: "lat *= 1.9").
 _RING_PLATEAU = 1.9
 # tuning.cc getNetOverhead, "Network post overhead": 1 us on Intel x86 and other hosts, 2 us on
@@ -290,7 +293,7 @@ def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Op
             lat = base + (nsteps - ninter) * ops.where(multi, intra_multi, nvlink) + ninter * net
             if proto == "Simple" and op == "all_reduce":
                 lat = ops.where(m > 1, lat * _RING_PLATEAU, lat)
-            busbw = bw * pbw
+            busbw = bw * (ops.where(one_per_node, _LL128_ONE_PER_NODE, pbw) if proto == "LL128" else pbw)
             opt = _option(size * factor / busbw + lat * US, "ring", proto, busbw,
                           True if proto == "Simple" else low_latency)
             if opt is not None:
