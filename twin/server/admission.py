@@ -14,9 +14,12 @@ takes to drain at the pool's recent service time.
 A refusal is answered on the thread that accepts calls, as it arrives (:class:`InlineRefusals`):
 gRPC's sync server hands every call to a pool, and a pool thread would first wait for the
 request message (a round trip through the accepting thread) and then compete for the GIL
-with the busy workers, so past capacity the refusals themselves would queue; measured on 2
-shared cores, a refusal at 4x capacity took 1-2 s that way. Here the refusal sends its status
-at once, without reading the request (as gRPC's own ``maximum_concurrent_rpcs`` rejection does).
+with the busy workers, and a side pool of its own would be one more queue without a bound.
+Here the refusal sends its status at once, without reading the request (as gRPC's own
+``maximum_concurrent_rpcs`` rejection does): 0.29-0.34 ms of server CPU per refusal against
+0.42-0.63 ms through a pool thread (``benchmarks/bench_refusals.py``, 2 shared cores). It does
+not help calls still waiting in gRPC core for the accepting thread: far past capacity (about
+4x on 2 cores) refusing alone needs more GIL time than there is, and those calls wait seconds.
 
 Health and reflection are never refused (a busy server is not a dead one: a refused liveness
 probe would get the pod restarted), and streams have their own limit
