@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import grpc
+from proccpu import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 IB = ("node_infiniband_port_data_transmitted_bytes_total", "node_infiniband_port_data_received_bytes_total",
@@ -117,16 +118,6 @@ def sdk_exporter(addr: str, client: int, ports: int, seconds: float, inflight: i
         exporter.export(reader.get_metrics_data())
         sent += ports * (len(IB) + len(GAUGES))
     q.put((sent, time.perf_counter() - t0))
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds process ``pid`` has used (Linux /proc; None elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    # proc(5): utime and stime are fields 14 and 15, in clock ticks; the split drops pid and comm.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def server_stats(addr: str) -> dict:

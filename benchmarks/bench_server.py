@@ -18,7 +18,9 @@ grpc.aio channels:
 
 The client sends pre-serialized bytes and does not decode replies, so the figures are the
 server's (the client still shares the machine's cores). Prints p50/p90/p99/max latency
-of the answered requests, requests/s, the status codes, and how fast refusals came back.
+of the answered requests, requests/s, the status codes, how fast refusals came back, and
+(for a server started here, on Linux) the server's CPU time per call, from ``/proc``: unlike
+latency it is not inflated by other work sharing the machine's cores.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from proccpu import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -147,6 +150,11 @@ def report(label: str, r: dict[str, float]) -> None:
     if r["shed"]:
         print(f"  refused (load shed) {r['shed']:.0f}: answered in p50 {r['shed_p50_ms']:.2f} ms, "
               f"p99 {r['shed_p99_ms']:.2f} ms")
+    if "CANCELLED" in r["codes"]:
+        print("  CANCELLED: calls gRPC core dropped before the server's Python code saw them (its own bound on "
+              "calls waiting to be taken, grpc.server.max_pending_requests): the server fell behind even at refusing")
+    if r.get("server_cpu_ms") is not None:
+        print(f"  server CPU {r['server_cpu_ms']:.2f} ms per call (all {r['calls']:.0f} calls, warm-up included)")
 
 
 def main() -> None:
@@ -172,7 +180,12 @@ def main() -> None:
         kind = "one repeated request" if args.repeat else "distinct requests"
         print(f"server {address}, {args.clients} clients, {kind}, {os.cpu_count()} CPUs on this machine")
         for rate in rates:
+            c0 = cpu_seconds(proc.pid) if proc is not None else None
             r = asyncio.run(run(address, args.clients, args.requests, rate, args.warmup, not args.repeat))
+            c1 = cpu_seconds(proc.pid) if proc is not None else None
+            calls = args.requests + args.clients * max(1, args.warmup // args.clients)
+            r["calls"] = calls
+            r["server_cpu_ms"] = (c1 - c0) * 1e3 / calls if c0 is not None and c1 is not None else None
             report(f"open loop at {rate:.0f} req/s" if rate else "closed loop", r)
     finally:
         if proc is not None:

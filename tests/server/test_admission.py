@@ -14,7 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
 from twin.core.errors import SpecError
-from twin.server.admission import AdmissionInterceptor, CountingExecutor
+from twin.server.admission import POOL_ATTRIBUTE, AdmissionInterceptor, CountingExecutor, InlineRefusals
 from twin.server.config import load_config
 
 SLOW = "/test.Slow/Call"
@@ -81,6 +81,9 @@ def test_past_the_queue_bound_a_call_is_refused_at_once_with_retry_info(slow_ser
     trailers = dict(err.value.trailing_metadata())
     assert float(trailers["retry-after-s"]) >= 0.05
     assert admission.refused == 1
+    # Answered on the accepting thread, the request never read (not on a pool thread): if a
+    # gRPC upgrade changed how it hands calls to a pool, this is what would show it.
+    assert admission.refusals.inline == 1
     release.set()
     assert [f.result(timeout=10) for f in (running, *waiting)] == [b"a", b"b", b"c"]
     _wait_for(lambda: executor.queued == 0)
@@ -126,3 +129,32 @@ def test_max_queued_rpcs_is_validated_and_read_from_the_environment():
     with pytest.raises(SpecError) as err:
         load_config(None, env={"TWIN_LIMITS_MAX_QUEUED_RPCS": "0"})
     assert "max_queued_rpcs" in str(err.value)
+
+
+def test_inline_refusals_run_a_refusal_now_with_a_placeholder_request_and_anything_else_on_a_thread():
+    pool = InlineRefusals()
+    seen: list[object] = []
+
+    def behaviour(request: object, context: object) -> None:
+        raise AssertionError("gRPC calls the behaviour, not the pool")
+
+    setattr(behaviour, POOL_ATTRIBUTE, pool)
+
+    def blocking_thunk() -> object:
+        raise AssertionError("the request thunk would block on the accepting thread")
+
+    def in_pool(event: str, behaviour_: object, thunk, serializer: object) -> str:
+        seen.append(thunk())
+        return threading.current_thread().name
+
+    caller = threading.current_thread().name
+    ran = pool.submit(in_pool, "event", behaviour, blocking_thunk, None)
+    assert ran.done() and ran.result() == caller and pool.inline == 1
+    assert seen and seen[0] is not None                     # a placeholder, never None (None: "cancelled")
+    # Not laid out as a refusal: run by the pool's own thread, counted apart.
+    other = pool.submit(lambda: threading.current_thread().name)
+    assert other.result(timeout=10).startswith("twin-refusals") and pool.inline == 1
+    failing = pool.submit(lambda *a: 1 / 0, behaviour, blocking_thunk)
+    with pytest.raises(ZeroDivisionError):
+        failing.result()
+    pool.shutdown()

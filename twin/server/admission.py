@@ -9,10 +9,17 @@ and an interceptor, which gRPC runs on its polling thread as a call arrives (bef
 call is queued), refuses a unary call when ``limits.max_queued_rpcs`` calls already wait:
 RESOURCE_EXHAUSTED naming that field, with ``google.rpc.RetryInfo`` (and a plain
 ``retry-after-s`` trailer, as the sweep stream limit sends) set to the time the backlog
-takes to drain at the pool's recent service time. gRPC still runs the refusal through the
-pool it was given (it reads the request and sends the status there), so the pool sends
-work it recognises as a refusal to a one-thread side pool: a refusal never waits behind
-the backlog it is refusing, even when every worker is held by a slow call.
+takes to drain at the pool's recent service time.
+
+A refusal is answered on the thread that accepts calls, as it arrives (:class:`InlineRefusals`):
+gRPC's sync server hands every call to a pool, and a pool thread would first wait for the
+request message (a round trip through the accepting thread) and then compete for the GIL
+with the busy workers, and a side pool of its own would be one more queue without a bound.
+Here the refusal sends its status at once, without reading the request (as gRPC's own
+``maximum_concurrent_rpcs`` rejection does): 0.29-0.34 ms of server CPU per refusal against
+0.42-0.63 ms through a pool thread (``benchmarks/bench_refusals.py``, 2 shared cores). It does
+not help calls still waiting in gRPC core for the accepting thread: far past capacity (about
+4x on 2 cores) refusing alone needs more GIL time than there is, and those calls wait seconds.
 
 Health and reflection are never refused (a busy server is not a dead one: a refused liveness
 probe would get the pod restarted), and streams have their own limit
@@ -38,9 +45,9 @@ MIN_RETRY_AFTER_S = 0.05
 SERVICE_TIME_WEIGHT = 0.05
 # The longest run time one call adds to that mean (unary calls take milliseconds).
 MAX_SERVICE_SAMPLE_S = 1.0
-# Marks a handler behaviour that must not wait in the pool's queue (gRPC passes the
-# behaviour to ``submit`` among its arguments).
-BYPASS_QUEUE = "_twin_bypass_queue"
+# Where gRPC's sync server looks for a behaviour's own pool (``grpc._server``,
+# ``_select_thread_pool_for_behavior``: an attribute holding a ThreadPoolExecutor).
+POOL_ATTRIBUTE = "experimental_thread_pool"
 
 
 class CountingExecutor(ThreadPoolExecutor):
@@ -56,8 +63,6 @@ class CountingExecutor(ThreadPoolExecutor):
         self._lock = threading.Lock()
         self._queued = 0
         self.mean_service_s = 0.0
-        # Refusals take microseconds; one thread answers thousands a second.
-        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{thread_name_prefix}-refusals")
 
     @property
     def queued(self) -> int:
@@ -69,9 +74,8 @@ class CountingExecutor(ThreadPoolExecutor):
             self._queued -= 1
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        """Queue ``fn``, counting it until a worker takes it (a refusal goes to the side pool)."""
-        if any(getattr(arg, BYPASS_QUEUE, False) for arg in args):
-            return self._side.submit(fn, *args, **kwargs)
+        """Queue ``fn``, counting it until a worker takes it."""
+
         def run() -> Any:
             self._started()
             t0 = time.perf_counter()
@@ -98,21 +102,56 @@ class CountingExecutor(ThreadPoolExecutor):
         future.add_done_callback(uncount_if_cancelled)
         return future
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Shut down the workers and the side pool."""
-        super().shutdown(wait=wait, cancel_futures=cancel_futures)
-        self._side.shutdown(wait=wait, cancel_futures=cancel_futures)
-
     def drain_time_s(self) -> float:
         """How long the current backlog takes to start, at the recent service time."""
         return self._queued * self.mean_service_s / self.workers
 
 
-def _refuse(handler: grpc.RpcMethodHandler, status: grpc.Status) -> grpc.RpcMethodHandler:
+class _NoRequest:
+    """Stands for the request a refusal never reads."""
+
+
+_NO_REQUEST = _NoRequest()
+
+
+def _no_request() -> _NoRequest:
+    return _NO_REQUEST
+
+
+class InlineRefusals(ThreadPoolExecutor):
+    """The pool of the refusal behaviour: runs it at once on the submitting thread (gRPC's
+    accepting thread), without waiting for the request message.
+
+    gRPC submits ``(..., behaviour, request_thunk, ...)``; the thunk would block until the
+    accepting thread itself delivers the message, so it is replaced by one returning a
+    placeholder (the refusal ignores its request). Were the arguments ever laid out otherwise
+    (a gRPC change), the call goes to this pool's one thread instead: slower, still correct.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="twin-refusals")
+        self.inline = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Run a refusal now (see the class); anything else on the pool's thread."""
+        at = next((i for i, arg in enumerate(args) if getattr(arg, POOL_ATTRIBUTE, None) is self), -1)
+        if at < 0 or at + 1 >= len(args) or not callable(args[at + 1]):
+            return super().submit(fn, *args, **kwargs)
+        call = (*args[:at + 1], _no_request, *args[at + 2:])
+        future: Future[Any] = Future()
+        self.inline += 1  # before the call: the client may see the status before it returns
+        try:
+            future.set_result(fn(*call, **kwargs))
+        except BaseException as err:  # handed to the future, as a pool thread would
+            future.set_exception(err)
+        return future
+
+
+def _refuse(handler: grpc.RpcMethodHandler, status: grpc.Status, pool: InlineRefusals) -> grpc.RpcMethodHandler:
     def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
         context.abort_with_status(status)
 
-    setattr(refuse, BYPASS_QUEUE, True)
+    setattr(refuse, POOL_ATTRIBUTE, pool)
     return grpc.unary_unary_rpc_method_handler(
         refuse, request_deserializer=None, response_serializer=handler.response_serializer)
 
@@ -126,6 +165,7 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         self._max_queued = max_queued
         self._open = tuple(f"/{s}/" for s in open_services)
         self.refused = 0
+        self.refusals = InlineRefusals()
 
     def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
                           handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
@@ -139,4 +179,8 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         message = (f"limits.max_queued_rpcs: {queued} calls already wait for one of {self._executor.workers} "
                    f"workers (the limit is {self._max_queued}); retry in {wait:.2f} s")
         return _refuse(handler, retry_status(grpc.StatusCode.RESOURCE_EXHAUSTED, message, wait,
-                                             field="limits.max_queued_rpcs"))
+                                             field="limits.max_queued_rpcs"), self.refusals)
+
+    def shutdown(self) -> None:
+        """Stop the refusal pool's thread (started only if a refusal ever fell back to it)."""
+        self.refusals.shutdown(wait=False, cancel_futures=True)

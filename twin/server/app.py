@@ -167,7 +167,9 @@ def build_server(config: ServerConfig, engine: Engine | None = None,
     executor = CountingExecutor(max_workers=config.workers, thread_name_prefix="twin-rpc")
     ctx.on_shutdown.append(lambda: executor.shutdown(wait=False, cancel_futures=True))
     # Shedding comes first: a refused call costs no auth check, no span, no decode.
-    interceptors: list[grpc.ServerInterceptor] = [AdmissionInterceptor(executor, config.limits.max_queued_rpcs)]
+    admission = AdmissionInterceptor(executor, config.limits.max_queued_rpcs)
+    ctx.on_shutdown.append(admission.shutdown)
+    interceptors: list[grpc.ServerInterceptor] = [admission]
     otel = setup_otel(__version__) if otel_requested(config.otel.enabled) else None
     if otel is not None:
         interceptors.append(TelemetryInterceptor(otel))
