@@ -119,7 +119,7 @@ class ServerConfig:
     log_level: str = "INFO"
     log_format: typing.Literal["json", "text"] = "json"
     plugins_autoload: bool = True
-    scenario_cache: int = spec_field(1024, ge=0, doc="checked scenarios kept for repeated requests; 0: off")
+    scenario_cache: int = spec_field(1024, ge=0, doc="checked scenarios and Predict answers kept for repeats; 0: off")
     tls: TlsConfig = field(default_factory=TlsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
