@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import yaml
 
 from tests.conftest import ROOT
+from tests.validation import load_script
 from twin.engine import Engine
 
 
 def _script():
-    path = ROOT / "validation" / "plan_search_vs_published.py"
-    spec = importlib.util.spec_from_file_location("plan_search_vs_published", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("plan_search_vs_published")
 
 
 def test_an_old_stack_run_is_searched_on_its_own_stack(monkeypatch):
