@@ -256,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             p = fold_params(engine, train, params)
             e = errors(engine, test, p)
             all_errs += e
-            print(f"  LOFO {fam[:60]:60s} {summary(e)}")
+            fitted = identified(train)
+            priors = ", ".join(f"{g}<-{prior_generation(g, fitted)}" for g in GENERATIONS
+                               if g not in fitted and prior_generation(g, fitted))
+            print(f"  LOFO {fam[:60]:60s} {summary(e)}" + (f"  (priors: {priors})" if priors else ""))
         print("LOFO overall:", summary(all_errs))
     if args.write:
         text = PRESET.read_text()
