@@ -8,6 +8,7 @@ Each test works the number out by hand from the source the code cites.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -77,6 +78,31 @@ def test_one_rank_per_node_rings_take_nccls_ll128_discount():
     eight = place_group(16, 1, h)
     t8 = _option("all_gather", size, eight, h, "ring", "LL128")
     assert t8 == pytest.approx((14.0 + 14 * 1.9 + 4.0) * US + size * 15 / 16 / (0.92 * 370 * GB), rel=1e-6)
+
+
+def test_the_ring_plateau_depends_on_the_gpus_compute_capability(engine):
+    """tuning.cc: a multi-node Simple ring all-reduce's latency is x1.9 below compute
+    capability 8.0 and x1.4 from it; the hierarchy of a cluster carries its GPUs' factor."""
+    size = 1.0
+    h = flat_hierarchy()
+    span = place_group(16, 1, h)
+    # base Simple 8.4 + 2 x (15 - 1) steps x max(NVLink 3.4, 3 x net overhead 1.0) + 2 x NET 14.0 us
+    raw = 8.4 + 28 * 3.4 + 2 * 14.0
+    volta = _option("all_reduce", size, span, h, "ring", "Simple")      # the default: 1.9
+    ampere = _option("all_reduce", size, span, dataclasses.replace(h, ring_plateau=1.4), "ring", "Simple")
+    assert volta == pytest.approx(raw * 1.9 * US + size * 2 * 15 / 16 / (370 * GB), rel=1e-9)
+    assert ampere == pytest.approx(raw * 1.4 * US + size * 2 * 15 / 16 / (370 * GB), rel=1e-9)
+    # One node: no plateau at all; all-gather: none either (NCCL applies it to all-reduce only).
+    one = place_group(8, 1, h)
+    assert _option("all_reduce", size, one, h, "ring", "Simple") == pytest.approx((8.4 + 14 * 3.4) * US, rel=1e-6)
+    # From the presets: V100 clusters get 1.9, A100 / H100 / B200 1.4, on both paths.
+    for system, want in (("DGX-2", 1.9), ("DGX-A100", 1.4), ("DGX-H100", 1.4), ("DGX-B200", 1.4)):
+        plan = {"tp": 8, "gbs": 16, "precision": "fp16" if system == "DGX-2" else "bf16"}
+        data = {"cluster": {"system": system, "num_gpus": 16}, "model": "llama3.1-8b", "plan": plan}
+        got = _hierarchy(engine, data)
+        assert got.ring_plateau == want, system
+        batch = HierarchyBatch([got], np.zeros(3, dtype=np.int64))
+        assert list(batch.ring_plateau) == [want] * 3
 
 
 def test_a_multi_node_nvlink_domain_is_one_nccl_node(engine):

@@ -45,8 +45,12 @@ _PROTO_BW = {"LL": 0.25, "LL128": 0.92, "Simple": 1.0}
 # tuning.cc, ring LL128: "if ppn < 2, then we are sending/receiving at the same GPU through
 # the NIC, apply some bw discount": busBw * (ppn < 2 ? 0.7 : 0.92) for a ring across nodes.
 _LL128_ONE_PER_NODE = 0.7
-# Simple-protocol multi-node ring all-reduce latency plateau factor (tuning.cc: "lat *= 1.9").
-_RING_PLATEAU = 1.9
+# Multi-node Simple-protocol ring all-reduce latency factor by GPU generation (tuning.cc,
+# ncclTopoGetAlgoTime, 2.19 and later: "lat *= minCompCap < 80 ? 1.9 : 1.4; // Plateau effect
+# of ring"; compute capability 7.0 Volta, 8.0 Ampere, 9.0 Hopper, 10.0 Blackwell: NVIDIA CUDA
+# C++ Programming Guide, compute capabilities table). NCCL applies it from 64 bytes per
+# channel and rank; the twin, which does not count NCCL's channels, applies it at every size.
+RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # tuning.cc getNetOverhead, "Network post overhead": 1 us on Intel x86 and other hosts, 2 us on
 # AMD x86; the twin does not know the host CPU, so NCCL's default (1 us).
 _NET_OVERHEAD_US = 1.0
@@ -292,7 +296,7 @@ def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Op
             net = ops.maximum(ops.where(one_per_node, net_tree, net_ring), net_lat)
             lat = base + (nsteps - ninter) * ops.where(multi, intra_multi, nvlink) + ninter * net
             if proto == "Simple" and op == "all_reduce":
-                lat = ops.where(m > 1, lat * _RING_PLATEAU, lat)
+                lat = ops.where(m > 1, lat * h.ring_plateau, lat)  # Hierarchy.ring_plateau
             busbw = bw * (ops.where(one_per_node, _LL128_ONE_PER_NODE, pbw) if proto == "LL128" else pbw)
             opt = _option(size * factor / busbw + lat * US, "ring", proto, busbw,
                           True if proto == "Simple" else low_latency)

@@ -41,7 +41,7 @@ from twin.core.api import (
     Terms,
     stride_of,
 )
-from twin.core.collectives import CollectiveCost, collective_cost, link_seconds_per_byte
+from twin.core.collectives import RING_PLATEAU, CollectiveCost, collective_cost, link_seconds_per_byte
 from twin.core.compute import DEVICE_FIELDS, Device, device_for
 from twin.core.contention import (
     DEFAULT_PATTERNS,
@@ -509,7 +509,8 @@ class TwinModel:
             tiers += [_scaled(t, cal.scale_out_bandwidth) for t in out.tiers(c, radix)]
         else:
             notes.append("no scale-out fabric: groups larger than the scale-up domain are not possible")
-        return Hierarchy(tiers=tuple(tiers), gpus_per_node=c.gpus_per_node, notes=tuple(notes))
+        return Hierarchy(tiers=tuple(tiers), gpus_per_node=c.gpus_per_node, notes=tuple(notes),
+                         ring_plateau=RING_PLATEAU[c.gpu.generation])
 
     def fabric_report(self, scenario: Scenario, hierarchy: Hierarchy) -> dict[str, object]:
         """Facts each fabric model reports (power, switches, tiers), cached per cluster and hierarchy."""

@@ -74,6 +74,10 @@ class Hierarchy:
     nic_share: float = 1.0
     notes: tuple[str, ...] = field(default_factory=tuple)
     shares: tuple[float, ...] = ()
+    # NCCL's latency factor for a multi-node Simple-protocol ring all-reduce, which depends on
+    # the GPUs' compute capability (tuning.cc, ncclTopoGetAlgoTime: "lat *= minCompCap < 80 ?
+    # 1.9 : 1.4; // Plateau effect of ring"); the default is the pre-Ampere figure.
+    ring_plateau: float = 1.9
 
     def share_at(self, tier: Any) -> Any:
         """Fraction of link class ``tier``'s capacity this traffic gets (1: it has it alone)."""
@@ -87,7 +91,7 @@ class Hierarchy:
         mine = self.shares
         got = tuple(float(x) * (mine[j] if j < len(mine) else 1.0) for j, x in enumerate(shares))
         return Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
-                         notes=self.notes, shares=got)
+                         notes=self.notes, shares=got, ring_plateau=self.ring_plateau)
 
     @property
     def scale_up(self) -> Tier:
@@ -205,6 +209,7 @@ class HierarchyBatch:
         self.up_bw = self._bw[rows, 0]
         self.up_a2a_bw = np.asarray([h.up_a2a_bw for h in self.hierarchies])[rows]
         self.up_nvls_bw = np.asarray([h.up_nvls_bw for h in self.hierarchies])[rows]
+        self.ring_plateau = np.asarray([h.ring_plateau for h in self.hierarchies])[rows]
 
     def _cumulative(self, test: Any, width: int) -> np.ndarray:
         """Per hierarchy and tier i, whether ``test`` holds for some scale-out tier in 1..i."""
@@ -305,7 +310,7 @@ class HierarchyBatch:
         out._per_point = {}
         out._net_memo = {}
         out.rows = self.rows[index]
-        for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw"):
+        for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau"):
             setattr(out, name, getattr(self, name)[index])
         if self.shares is not None:
             out.shares = self.shares[index]
