@@ -78,6 +78,8 @@ class Engine:
         self._validated_by: TwinModel | None = None
         self._valid_clusters = Interner(VALIDATED_SIZE, "engine:valid-clusters")
         self._valid_models = Interner(VALIDATED_SIZE, "engine:valid-models")
+        # (plan, model, cluster) triples whose plan rules passed, by their ids (held: never reused).
+        self._valid_plans = Interner(VALIDATED_SIZE, "engine:valid-plans")
 
     def _build_catalog(self) -> Catalog:
         catalog = Catalog()
@@ -118,20 +120,28 @@ class Engine:
         (``Fabric.validate(cluster, path)``), then the strategy selection. So once a cluster
         object and a model object have passed together, their own rules pass again and only
         the plan rules and the selection can fail, with the error the full run would raise
-        first. Held by strong reference, so an id is never that of another object.
+        first; the plan rules are a function of plan, model and cluster, so a triple that
+        passed them passes again (the specs are immutable). Held by strong reference, so an id
+        is never that of another object.
         """
         if self._validated_by is not self.model:  # rules of a replaced model: start afresh
             self._validated_by = self.model
             self._valid_clusters.clear()
             self._valid_models.clear()
-        c, m = scn.cluster, scn.model
+            self._valid_plans.clear()
+        c, m, p = scn.cluster, scn.model, scn.plan
         if self._valid_clusters.get(id(c)) is c and self._valid_models.get(id(m)) is m:
-            validate_plan(scn.plan, m, c)
+            key = (id(p), id(m), id(c))
+            seen = self._valid_plans.get(key)
+            if seen is None or seen[0] is not p or seen[1] is not m or seen[2] is not c:
+                validate_plan(p, m, c)
+                self._valid_plans.add(key, (p, m, c))
             self.model.strategy_set(scn.strategies)
             return
         self.model.validate(scn)
         self._valid_clusters.add(id(c), c)
         self._valid_models.add(id(m), m)
+        self._valid_plans.add((id(p), id(m), id(c)), (p, m, c))
 
     def evaluate(self, source: Scenario | Mapping[str, Any] | str | Path) -> Estimate:
         """Predict one training step."""

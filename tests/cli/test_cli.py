@@ -99,8 +99,11 @@ def test_fleet_prints_each_job_and_the_links_they_share():
     assert [j["name"] for j in data["jobs"]] == ["llama-70b", "llama-8b"]
     for job in data["jobs"]:
         assert job["step_time_shared_s"] >= job["step_time_alone_s"] > 0
-    assert data["jobs"][0]["contended"][0]["shared_with"] == {"llama-8b": pytest.approx(
-        data["jobs"][1]["contended"][0]["busy"])}
+    # Who a job shares a link class with, and how busy they keep it under the sharing: the
+    # other job's own (shared) utilisation of that class.
+    link = data["jobs"][0]["contended"][0]
+    other = {row["tier"]: row["utilisation"] for row in data["jobs"][1]["shared"]["links"]}[link["tier"]]
+    assert link["shared_with"] == {"llama-8b": pytest.approx(sum(other.values()))}
     table = twin("fleet", str(EXAMPLES / "fleets" / "two-jobs-roce.yaml"))
     assert table.returncode == 0 and "Links the jobs share" in table.stdout
 

@@ -191,3 +191,21 @@ def test_fleet_errors_name_the_job_and_field(engine):
     with pytest.raises(SpecError) as e:
         evaluate_fleet(engine, {**FLEET, "jobs": [FLEET["jobs"][0], {**FLEET["jobs"][1], "name": "a"}]})
     assert e.value.field == "jobs[1].name"
+
+
+def test_a_capacity_view_is_costed_on_its_own_links_whatever_was_evaluated_before():
+    # The link profiles are cached with the hierarchy, which its views (here a fleet's
+    # capacity) share: a view must not get the profile of the plain hierarchy evaluated
+    # first (it did: the NIC utilisation came out as the alone one's).
+    scenario = {"cluster": {"system": "DGX-H100", "num_gpus": 256}, "model": "llama3.1-70b",
+                "plan": {"tp": 8, "pp": 4, "vp": 2, "gbs": 512}}
+    capacity = (1.0, 0.5, 0.5)
+    cold = Engine(autoload=False)
+    only_view = cold.model.evaluate(cold.scenario(scenario), validate=False, capacity=capacity)
+    warm = Engine(autoload=False)
+    scn = warm.scenario(scenario)
+    alone = warm.model.evaluate(scn, validate=False)
+    after_alone = warm.model.evaluate(scn, validate=False, capacity=capacity)
+    assert after_alone.step_time_s == only_view.step_time_s
+    assert [link.utilisation for link in after_alone.links] == [link.utilisation for link in only_view.links]
+    assert after_alone.links[1].utilisation != alone.links[1].utilisation  # half the NIC capacity: busier

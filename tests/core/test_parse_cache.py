@@ -372,3 +372,20 @@ def test_catalog_get_still_hands_out_independent_copies(fresh: Engine) -> None:
     assert b["scale_out"]["nic_gbps"] != 1.0 and b["gpus_per_node"] != 3
     assert type(b) is dict and type(b["scale_out"]) is dict
     assert fresh.scenario(base_scenario()).cluster.gpus_per_node == 8
+
+
+def test_a_plan_that_passed_on_one_cluster_is_checked_again_on_another(fresh: Engine) -> None:
+    # The validation shortcut keeps (plan, model, cluster) triples that passed the plan
+    # rules: the same plan object (interned) on another cluster, both already validated,
+    # must still meet the rules there (tp x pp = 64 does not divide 32 GPUs).
+    def scenario(gpus: int, **plan: object) -> dict:
+        return {"cluster": {"system": "DGX-H100", "num_gpus": gpus}, "model": "llama3.1-70b",
+                "plan": {"gbs": 512, **plan}}
+
+    big = fresh.scenario(scenario(64, tp=8, pp=8))
+    fresh.scenario(scenario(32, tp=8, pp=4))  # the 32-GPU cluster passes once
+    again = fresh.scenario(scenario(64, tp=8, pp=8))
+    assert again.plan is big.plan
+    first, second = outcome(fresh, scenario(32, tp=8, pp=8)), outcome(fresh, scenario(32, tp=8, pp=8))
+    assert first[0] == "error" and first == second
+    assert first == outcome(Engine(autoload=False), scenario(32, tp=8, pp=8))

@@ -147,6 +147,12 @@ def _uplink_coeff(pattern: str, span: GroupSpan, below: Any) -> Any:
     return (span.n - below) / ops.maximum(span.n - span.k, 1)  # a2a
 
 
+# net_seconds_per_byte of one scenario's groups: (hierarchy view, span, seconds per byte)
+# by (id of the view, id of the span, pattern). Bounded: cleared when full.
+_NET_MEMO: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]] = {}
+_NET_MEMO_LIMIT = 8192
+
+
 def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     """Seconds per byte of a group's per-GPU traffic at the busiest link class above its
     domain: the NIC link (at the leaf tier's efficiency: NIC links are not hashed), or the
@@ -155,7 +161,20 @@ def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     Only meaningful where the group spans domains.
     """
     if not ops.is_batch(span.n, span.top):
-        return max(_nic_seconds(span, h, pattern), *_uplink_seconds(span, h, pattern).values(), 0.0)
+        # One scenario's collectives ask this of the same group and hierarchy view several
+        # times (each option of each collective; a strategy's collectives share a group):
+        # kept per (view, group, pattern), holding both so that an id is never another's.
+        if type(h) is not Hierarchy:
+            return max(_nic_seconds(span, h, pattern), *_uplink_seconds(span, h, pattern).values(), 0.0)
+        key = (id(h), id(span), pattern)
+        hit = _NET_MEMO.get(key)
+        if hit is not None and hit[0] is h and hit[1] is span:
+            return hit[2]
+        got = max(_nic_seconds(span, h, pattern), *_uplink_seconds(span, h, pattern).values(), 0.0)
+        if len(_NET_MEMO) > _NET_MEMO_LIMIT:
+            _NET_MEMO.clear()
+        _NET_MEMO[key] = (h, span, got)
+        return got
     memo = h._net_memo
     hit = memo.get((id(span), pattern))
     if hit is not None and hit[0] is span:
@@ -277,6 +296,40 @@ _RING_STEPS = tuple(
 
 
 def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
+    out: list[Option] = []
+    for proto, factor, busbw, lat_s, available in _ring_steps(op, span, h):
+        opt = _option(size * factor / busbw + lat_s, "ring", proto, busbw, available)
+        if opt is not None:
+            out.append(opt)
+    return out
+
+
+# _ring_setup of one scenario's groups: (hierarchy view, span, steps) by (id of the view,
+# id of the span, op); its collectives of one op on one group differ only in size.
+_RING_MEMO: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]] = {}
+
+
+def _ring_steps(op: str, span: GroupSpan, h: AnyHierarchy) -> list[tuple[str, Any, Any, Any, Any]]:
+    """The size-independent part of the ring's options (see :func:`_ring_setup`), kept per
+    hierarchy view, group and op for one scenario (a batch's are computed anew).
+    """
+    if type(h) is not Hierarchy or ops.is_batch(span.n, span.m, span.top):
+        return _ring_setup(op, span, h)
+    key = (id(h), id(span), op)
+    hit = _RING_MEMO.get(key)
+    if hit is not None and hit[0] is h and hit[1] is span:
+        return hit[2]  # type: ignore[no-any-return]
+    got = _ring_setup(op, span, h)
+    if len(_RING_MEMO) > _NET_MEMO_LIMIT:
+        _RING_MEMO.clear()
+    _RING_MEMO[key] = (h, span, got)
+    return got
+
+
+def _ring_setup(op: str, span: GroupSpan, h: AnyHierarchy) -> list[tuple[str, Any, Any, Any, Any]]:
+    """Per protocol (protocol, bus factor, busbw, latency s, available): a ring option's
+    time is ``size * factor / busbw + latency`` (``_ring_times``).
+    """
     n, m = span.n, _nccl_nodes(span)
     up = h.up_bw
     multi = span.m > 1
@@ -290,7 +343,7 @@ def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Op
         ninter = ops.minimum(ninter, nsteps)
         low_latency = _low_latency_protocols(span, h)
         one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
-    out: list[Option] = []
+    out: list[tuple[str, Any, Any, Any, Any]] = []
     for proto, pbw, base, nvlink, intra_multi, net_ring, net_tree in _RING_STEPS:
         if any_multi:
             net = ops.maximum(ops.where(one_per_node, net_tree, net_ring), net_lat)
@@ -298,13 +351,9 @@ def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Op
             if proto == "Simple" and op == "all_reduce":
                 lat = ops.where(m > 1, lat * h.ring_plateau, lat)  # Hierarchy.ring_plateau
             busbw = bw * (ops.where(one_per_node, _LL128_ONE_PER_NODE, pbw) if proto == "LL128" else pbw)
-            opt = _option(size * factor / busbw + lat * US, "ring", proto, busbw,
-                          True if proto == "Simple" else low_latency)
-            if opt is not None:
-                out.append(opt)
+            out.append((proto, factor, busbw, lat * US, True if proto == "Simple" else low_latency))
         else:  # one domain: no network step (the same formula with ninter = 0)
-            busbw = up * pbw
-            out.append((size * factor / busbw + (base + nsteps * nvlink) * US, "ring", proto, busbw))
+            out.append((proto, factor, up * pbw, (base + nsteps * nvlink) * US, True))
     return out
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -69,16 +69,25 @@ class Flow:
     window_s: Any
     phase: str
     overlapped: bool
+    # utilisation(), computed once: the stretches and the link report both read it.
+    _rho: Any = field(default=None, init=False, repr=False, compare=False)
 
     def utilisation(self) -> Any:
         """Busy fraction of each link class in its window (alone), at most 1: the time its
         bytes hold each link (a strategy that reports no bytes: its issued time, on its
         busiest link).
         """
+        if self._rho is None:
+            self._rho = self._utilisation()
+        return self._rho
+
+    def _utilisation(self) -> Any:
         window = ops.maximum(self.window_s, 1e-30)
         if isinstance(self.profile, tuple):
+            # ``u if u < 1.0 else 1.0`` is ``min(1.0, u)`` (NaN included) without the call.
             if self.nbytes > 0:
-                return tuple(min(1.0, self.nbytes * p / window) for p in self.profile)
+                nb = self.nbytes
+                return tuple(u if (u := nb * p / window) < 1.0 else 1.0 for p in self.profile)
             worst = max(self.profile) or 1.0
             return tuple(min(1.0, self.issued_s * p / worst / window) for p in self.profile)
         worst = self.profile.max(axis=1, keepdims=True)
@@ -106,7 +115,7 @@ def traffic_profile(traffic: Sequence[tuple[str, str]], spans: dict[str, GroupSp
         if profile is None:
             profile = p
         elif isinstance(p, tuple):
-            profile = tuple(max(a, b) for a, b in zip(profile, p, strict=True))
+            profile = tuple(b if b > a else a for a, b in zip(profile, p, strict=True))  # max(a, b)
         else:
             profile = np.maximum(profile, p)
     return profile
@@ -132,7 +141,8 @@ def stretches(flows: Sequence[Flow]) -> list[Any]:
             for r, ov in others:
                 for j, used in enumerate(f.profile):
                     if used > 0 and r[j] > 0:
-                        s[j] += min(1.0, r[j] * ov)
+                        u = r[j] * ov
+                        s[j] += u if u < 1.0 else 1.0  # min(1.0, u)
             out.append(tuple(s))
         else:
             s_arr = np.ones_like(f.profile)

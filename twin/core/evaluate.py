@@ -692,9 +692,12 @@ class TwinModel:
         return cached
 
     def _profile(self, span: GroupSpan, h: Hierarchy, pattern: str) -> Any:
-        """``collectives.link_seconds_per_byte`` of a group (cached with the hierarchy's costs)."""
+        """``collectives.link_seconds_per_byte`` of a group (cached with the hierarchy's costs;
+        keyed by the view's shares too: the costs are shared by a hierarchy's views, and a
+        fleet's capacity view prices the links otherwise).
+        """
         _, costs = self._hcache(h)
-        key = ("profile", span, pattern)
+        key = ("profile", span, pattern, h.shares)
         got = costs.get(key)
         if got is None:
             got = costs[key] = link_seconds_per_byte(span, h, pattern)

@@ -25,6 +25,7 @@ Written once for one scenario and for a batch (``twin.core.ops``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -73,26 +74,15 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     every stage end costs the larger of its device and its host time (module docstring).
     """
     frozen = plan.trainable == "lora"
-    fwd_l = bwd_l = attn_l = attn_bl = 0.0
-    for kind, count in w.counts.items():
-        f, b, a, ab = sublayer_times(dev, w.sublayers[kind], frozen, plan.moe_dispatcher)
-        fwd_l += f * count
-        bwd_l += b * count
-        attn_l += a * count
-        attn_bl += ab * count
-    ef, eb, _, _ = sublayer_times(dev, w.embedding, frozen)
-    hf, hb, _, _ = sublayer_times(dev, w.head, frozen, plan.moe_dispatcher)   # MTP blocks hold MoE layers
+    fwd_l, bwd_l, attn_l, attn_bl, ef, eb, hf, hb, wgrad_l, ends_w, gemm_f_l = \
+        _layer_passes(dev, w, frozen, plan.moe_dispatcher)
     L, p = model.layers, plan.pp
     host_f, host_b = host_layer_s(sw, w)
     t_layer_f, t_layer_b = ops.maximum(fwd_l / L, host_f), ops.maximum(bwd_l / L, host_b)
     t_attn = attn_l / L
     per_layer = t_layer_f + t_layer_b
     # The weight-gradient GEMMs of a layer and of the stage ends (no longer than the pass they belong to).
-    wgrad_l: Any = 0.0
-    for kind, count in w.counts.items():
-        wgrad_l = wgrad_l + sublayer_wgrad_time(dev, w.sublayers[kind], frozen) * count
     t_layer_w = ops.minimum(wgrad_l / L, t_layer_b)
-    ends_w = sublayer_wgrad_time(dev, w.embedding, frozen) + sublayer_wgrad_time(dev, w.head, frozen)
     # Layers a low-precision recipe keeps in bf16 (Megatron-Core --first-last-layers-bf16:
     # the first and the last layers of the model, so on the first and the last stage):
     # what each costs over a low-precision layer.
@@ -100,11 +90,7 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     d_f: Any = 0.0
     d_b: Any = 0.0
     if ops.any_(kept_start + kept_end > 0):
-        dev16 = high_precision(dev)
-        for kind, count in w.counts.items():
-            f, b, _, _ = sublayer_times(dev16, w.sublayers[kind], frozen, plan.moe_dispatcher)
-            d_f += f * count
-            d_b += b * count
+        d_f, d_b = _kept_passes(dev, w, frozen, plan.moe_dispatcher)
         d_f, d_b = ops.maximum(d_f / L, host_f) - t_layer_f, ops.maximum(d_b / L, host_b) - t_layer_b
     piped = p > 1
     # Host work at a stage's ends per micro-batch and pass: the edge kernels (embedding,
@@ -159,7 +145,7 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
         _selective_layer_s(plan, model, dev, w, t_attn)
     recompute = ops.where(rc == "full", recomputed_layers("full", plan.recompute_layers, layers) * t_layer_f,
                           ops.where(rc == "selective", layers * selective, 0.0))
-    gemm_f = sum(sum(gemm_fwd_time(dev, g) for g in w.sublayers[k].gemms) * c for k, c in w.counts.items()) / L
+    gemm_f = gemm_f_l / L
     # The step's host tail (grad-norm and inf-check syncs, optimizer launches): see Software.
     host_step = 1e-6 * (sw.step_us + sw.optimizer_us_per_layer * layers)
     return StageTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, attn_fwd_s=t_attn * layers,
@@ -167,6 +153,75 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
                       layers=layers, layer_fwd_s=t_layer_f, layer_bwd_s=t_layer_b, gemm_fwd_s=gemm_f,
                       avg_stage_s=avg + ops.where(piped, recompute, 0.0), host_step_s=host_step,
                       avg_fwd_s=avg_f, avg_wgrad_s=avg_w)
+
+
+# The layer passes of stage_times by (device, workload, frozen, dispatcher): they do not
+# depend on the pipeline split, the recomputation or the batch, which scenarios of one
+# workload vary. Keyed by the workload's identity (workloads are cached by value,
+# ``workload.build_workload``) and holding it, so an id is never that of another object.
+_PASSES: dict[Any, tuple[Workload, tuple[Any, ...]]] = {}
+_PASSES_LIMIT = 4096
+
+
+def _passes_key(kind: str, dev: Device, w: Workload, frozen: Any, dispatcher: Any) -> Any:
+    """The cache key of one scenario's passes; None for a batch's (built anew)."""
+    if ops.is_batch(frozen, dispatcher, w.tokens):
+        return None
+    return (kind, dev, id(w), frozen, dispatcher)
+
+
+def _memo_passes(key: Any, w: Workload, build: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+    if key is None:
+        return build()
+    try:
+        hit = _PASSES.get(key)
+    except TypeError:  # a batch's device (array fields) is not hashable
+        return build()
+    if hit is not None and hit[0] is w:
+        return hit[1]
+    got = build()
+    if len(_PASSES) > _PASSES_LIMIT:
+        _PASSES.clear()
+    _PASSES[key] = (w, got)
+    return got
+
+
+def _layer_passes(dev: Device, w: Workload, frozen: Any, dispatcher: Any) -> tuple[Any, ...]:
+    """Summed over the layers of ``w`` and for its ends: (forward, backward, attention-core
+    forward, attention-core backward, embedding forward, embedding backward, head forward,
+    head backward, layers' weight gradient, ends' weight gradient, layers' GEMM forward).
+    """
+    def build() -> tuple[Any, ...]:
+        fwd_l = bwd_l = attn_l = attn_bl = 0.0
+        for kind, count in w.counts.items():
+            f, b, a, ab = sublayer_times(dev, w.sublayers[kind], frozen, dispatcher)
+            fwd_l += f * count
+            bwd_l += b * count
+            attn_l += a * count
+            attn_bl += ab * count
+        ef, eb, _, _ = sublayer_times(dev, w.embedding, frozen)
+        hf, hb, _, _ = sublayer_times(dev, w.head, frozen, dispatcher)   # MTP blocks hold MoE layers
+        wgrad_l: Any = 0.0
+        for kind, count in w.counts.items():
+            wgrad_l = wgrad_l + sublayer_wgrad_time(dev, w.sublayers[kind], frozen) * count
+        ends_w = sublayer_wgrad_time(dev, w.embedding, frozen) + sublayer_wgrad_time(dev, w.head, frozen)
+        gemm_f = sum(sum(gemm_fwd_time(dev, g) for g in w.sublayers[k].gemms) * c for k, c in w.counts.items())
+        return fwd_l, bwd_l, attn_l, attn_bl, ef, eb, hf, hb, wgrad_l, ends_w, gemm_f
+    return _memo_passes(_passes_key("layers", dev, w, frozen, dispatcher), w, build)
+
+
+def _kept_passes(dev: Device, w: Workload, frozen: Any, dispatcher: Any) -> tuple[Any, ...]:
+    """(forward, backward) summed over the layers of ``w`` kept in bf16 (``high_precision``)."""
+    def build() -> tuple[Any, ...]:
+        d_f: Any = 0.0
+        d_b: Any = 0.0
+        dev16 = high_precision(dev)
+        for kind, count in w.counts.items():
+            f, b, _, _ = sublayer_times(dev16, w.sublayers[kind], frozen, dispatcher)
+            d_f += f * count
+            d_b += b * count
+        return d_f, d_b
+    return _memo_passes(_passes_key("kept", dev, w, frozen, dispatcher), w, build)
 
 
 def _selective_layer_s(plan: Any, model: Model, dev: Device, w: Workload, t_attn: Any) -> Any:
