@@ -134,3 +134,17 @@ def test_the_frozen_report_is_cached_by_identity():
     assert convert._STRUCT_CACHE[id(report)][0] is report  # keyed by the object, which the entry holds
     twin = freeze({"tiers": [{"name": "a", "span_gpus": 8}]})
     assert convert._cached_struct_bytes(twin) == convert._cached_struct_bytes(report)
+
+
+def test_every_corpus_scenario_reads_back_from_the_wire_as_the_same_scenario(engine):
+    # scenario_to_mapping reads fields by a per-message plan: every kind of field it meets
+    # (maps of messages, enums, lists, Structs) must come back as the file gave it.
+    checked = 0
+    for label, mapping in scenarios(engine):
+        try:
+            want = engine.scenario(mapping)
+        except SpecError:  # a preset pair the rules refuse
+            continue
+        assert engine.scenario(convert.scenario_to_mapping(convert.scenario_from_mapping(mapping))) == want, label
+        checked += 1
+    assert checked > 40
