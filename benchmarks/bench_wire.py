@@ -8,7 +8,9 @@ Every request differs by name (Llama 3.1 70B on 1,024 H100s, the scenario of
 benchmarks/bench_server.py), so the answer cache misses and every call does the full work.
 Prints process CPU time per call (``time.process_time``, not inflated by other work sharing
 the cores the way wall time is), the median over rounds, and the same split by stage
-(decode + scenario, evaluate, wire message, serialize). gRPC's own cost per call comes on
+(decode + scenario, evaluate, wire message, serialize; approximate: a garbage collection
+is charged to whichever stage sets it off, so the stages add up to more than the whole
+call). gRPC's own cost per call comes on
 top (benchmarks/bench_server.py measures both together).
 """
 

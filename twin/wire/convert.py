@@ -234,7 +234,7 @@ def _cached_struct_bytes(data: Mapping[str, Any]) -> bytes:
             return hit[1]
     encoded = dict_to_struct(data).SerializeToString()
     with _STRUCT_LOCK:
-        _STRUCT_CACHE[key] = (data, encoded)
+        _STRUCT_CACHE[key] = (data if isinstance(key, int) else None, encoded)  # a repr key holds no object
         if len(_STRUCT_CACHE) > _STRUCT_CACHE_SIZE:
             _STRUCT_CACHE.popitem(last=False)
     return encoded
