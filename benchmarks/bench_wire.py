@@ -9,7 +9,7 @@ benchmarks/bench_server.py), so the answer cache misses and every call does the 
 Prints process CPU time per call (``time.process_time``, not inflated by other work sharing
 the cores the way wall time is), the median over rounds, and the same split by stage
 (decode + scenario, evaluate, wire message, serialize; approximate: a garbage collection
-is charged to whichever stage sets it off, so the stages add up to more than the whole
+is charged to whichever stage sets it off, so the stages can add up to more than the whole
 call). gRPC's own cost per call comes on
 top (benchmarks/bench_server.py measures both together).
 """
