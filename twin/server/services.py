@@ -135,7 +135,9 @@ class TwinServicer:
     def _predict(self, source: str | None, key: bytes | str, report: bool
                  ) -> tuple[Estimate, twin_service_pb2.PredictResponse]:
         est = guard.evaluate(self.engine, self._scenario_of(source, key), report=report)
-        return est, twin_service_pb2.PredictResponse(estimate=convert.estimate_to_message(est))
+        response = twin_service_pb2.PredictResponse()
+        convert.estimate_to_message(est, out=response.estimate)  # in place: no copy into the response
+        return est, response
 
     def Validate(self, request: twin_service_pb2.ValidateRequest, context: grpc.ServicerContext
                  ) -> twin_service_pb2.ValidateResponse:
@@ -174,7 +176,7 @@ class TwinServicer:
 def _row_message(row: sweeps.Row) -> sweep_service_pb2.SweepRow:
     msg = sweep_service_pb2.SweepRow(index=row.index, assignment=convert.dict_to_struct(row.assignment))
     if row.estimate is not None:
-        msg.estimate.CopyFrom(convert.estimate_to_message(row.estimate, fabric=False))
+        convert.estimate_to_message(row.estimate, fabric=False, out=msg.estimate)
     elif row.error is not None:
         msg.error.CopyFrom(sweep_service_pb2.PointError(code=code_for(row.error).name, field=field_of(row.error),
                                                         description=rule_of(row.error)))
