@@ -16,6 +16,7 @@ hierarchies may hold one value per point; an algorithm a point cannot use costs 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,10 +148,31 @@ def _uplink_coeff(pattern: str, span: GroupSpan, below: Any) -> Any:
     return (span.n - below) / ops.maximum(span.n - span.k, 1)  # a2a
 
 
-# net_seconds_per_byte of one scenario's groups: (hierarchy view, span, seconds per byte)
-# by (id of the view, id of the span, pattern). Bounded: cleared when full.
-_NET_MEMO: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]] = {}
-_NET_MEMO_LIMIT = 8192
+# What one scenario's collectives ask again and again of the same group and hierarchy view
+# (each option of each collective; a strategy's collectives share a group), by (id of the
+# view, id of the group, pattern or op). Each entry holds the view and the group, so an id
+# is never another object's (``_by_view``); bounded: cleared when full.
+_NET_MEMO: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]] = {}   # net_seconds_per_byte
+_RING_MEMO: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]] = {}  # _ring_setup
+_MEMO_LIMIT = 8192
+
+
+def _by_view(memo: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]], tag: str, span: GroupSpan,
+             h: Hierarchy, build: Callable[[GroupSpan, Hierarchy, str], Any]) -> Any:
+    """``build(span, h, tag)``, kept in ``memo`` for this hierarchy view and group."""
+    key = (id(h), id(span), tag)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is h and hit[1] is span:
+        return hit[2]
+    got = build(span, h, tag)
+    if len(memo) > _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = (h, span, got)
+    return got
+
+
+def _net_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
+    return max(_nic_seconds(span, h, pattern), *_uplink_seconds(span, h, pattern).values(), 0.0)
 
 
 def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
@@ -161,20 +183,9 @@ def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     Only meaningful where the group spans domains.
     """
     if not ops.is_batch(span.n, span.top):
-        # One scenario's collectives ask this of the same group and hierarchy view several
-        # times (each option of each collective; a strategy's collectives share a group):
-        # kept per (view, group, pattern), holding both so that an id is never another's.
         if type(h) is not Hierarchy:
-            return max(_nic_seconds(span, h, pattern), *_uplink_seconds(span, h, pattern).values(), 0.0)
-        key = (id(h), id(span), pattern)
-        hit = _NET_MEMO.get(key)
-        if hit is not None and hit[0] is h and hit[1] is span:
-            return hit[2]
-        got = max(_nic_seconds(span, h, pattern), *_uplink_seconds(span, h, pattern).values(), 0.0)
-        if len(_NET_MEMO) > _NET_MEMO_LIMIT:
-            _NET_MEMO.clear()
-        _NET_MEMO[key] = (h, span, got)
-        return got
+            return _net_seconds(span, h, pattern)
+        return _by_view(_NET_MEMO, pattern, span, h, _net_seconds)
     memo = h._net_memo
     hit = memo.get((id(span), pattern))
     if hit is not None and hit[0] is span:
@@ -304,29 +315,17 @@ def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Op
     return out
 
 
-# _ring_setup of one scenario's groups: (hierarchy view, span, steps) by (id of the view,
-# id of the span, op); its collectives of one op on one group differ only in size.
-_RING_MEMO: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]] = {}
-
-
 def _ring_steps(op: str, span: GroupSpan, h: AnyHierarchy) -> list[tuple[str, Any, Any, Any, Any]]:
     """The size-independent part of the ring's options (see :func:`_ring_setup`), kept per
-    hierarchy view, group and op for one scenario (a batch's are computed anew).
+    hierarchy view, group and op for one scenario (its collectives of one op on one group
+    differ only in size; a batch's are computed anew).
     """
     if type(h) is not Hierarchy or ops.is_batch(span.n, span.m, span.top):
-        return _ring_setup(op, span, h)
-    key = (id(h), id(span), op)
-    hit = _RING_MEMO.get(key)
-    if hit is not None and hit[0] is h and hit[1] is span:
-        return hit[2]  # type: ignore[no-any-return]
-    got = _ring_setup(op, span, h)
-    if len(_RING_MEMO) > _NET_MEMO_LIMIT:
-        _RING_MEMO.clear()
-    _RING_MEMO[key] = (h, span, got)
-    return got
+        return _ring_setup(span, h, op)
+    return _by_view(_RING_MEMO, op, span, h, _ring_setup)  # type: ignore[no-any-return]
 
 
-def _ring_setup(op: str, span: GroupSpan, h: AnyHierarchy) -> list[tuple[str, Any, Any, Any, Any]]:
+def _ring_setup(span: GroupSpan, h: AnyHierarchy, op: str) -> list[tuple[str, Any, Any, Any, Any]]:
     """Per protocol (protocol, bus factor, busbw, latency s, available): a ring option's
     time is ``size * factor / busbw + latency`` (``_ring_times``).
     """
