@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import typing
 
 import numpy as np
 import pytest
@@ -16,8 +17,15 @@ from twin_plugins.nvlink import NVLS_ALGBW_FRACTION
 from twin_plugins.roce import EFA_STEP_LATENCY_S
 
 from tests.core.test_formulas import GB, flat_hierarchy
-from twin.core.collectives import collective_cost, collective_options, dedup_dispatch_cost, domains_per_token
+from twin.core.collectives import (
+    RING_PLATEAU,
+    collective_cost,
+    collective_options,
+    dedup_dispatch_cost,
+    domains_per_token,
+)
 from twin.core.errors import SpecError
+from twin.core.specs import Generation
 from twin.core.topology import HierarchyBatch, place_group
 from twin.engine import Engine
 from twin.reference import EPWorkload, ep_predicted_GBps, validate_collectives
@@ -95,6 +103,8 @@ def test_the_ring_plateau_depends_on_the_gpus_compute_capability(engine):
     # One node: no plateau at all; all-gather: none either (NCCL applies it to all-reduce only).
     one = place_group(8, 1, h)
     assert _option("all_reduce", size, one, h, "ring", "Simple") == pytest.approx((8.4 + 14 * 3.4) * US, rel=1e-6)
+    # Every generation the schema accepts has its factor (a new one must state it).
+    assert set(RING_PLATEAU) == set(typing.get_args(Generation))
     # From the presets: V100 clusters get 1.9, A100 / H100 / B200 1.4, on both paths.
     for system, want in (("DGX-2", 1.9), ("DGX-A100", 1.4), ("DGX-H100", 1.4), ("DGX-B200", 1.4)):
         plan = {"tp": 8, "gbs": 16, "precision": "fp16" if system == "DGX-2" else "bf16"}
