@@ -12,10 +12,10 @@ every candidate algorithm's time at each printed point.
 
 ``--terms`` prints one line per case instead: which of the twin's terms dominates it
 (latency or bandwidth, at the point ``twin validate`` shows), and what the measurement itself
-says about each term: for a curve, the slope between its two largest sizes (the achieved
-asymptotic busbw) and the intercept (the fixed time) against the twin's asymptote and
-latency; for an expert dispatch/combine, the twin's RDMA and NVLink stage times against the
-measured kernel time.
+says about each term: for a curve, the alpha-beta least-squares fit over its sizes from
+1/16 of the largest up (slope: the achieved asymptotic busbw; intercept: the fixed time),
+of the measured times and of the twin's at the same sizes; for an expert dispatch/combine,
+the twin's RDMA and NVLink stage times against the measured kernel time.
 """
 
 from __future__ import annotations
