@@ -253,6 +253,42 @@ def test_efa_batch_equals_scalar(engine):
             assert str(got.protocol[i]) == str(one.protocol) and str(got.algorithm[i]) == str(one.algorithm)
 
 
+def test_nccl_2_28_tables_give_one_answer_on_both_paths():
+    """The LL cap per GPU generation, the tree's protocol factors, NVLS and CollNet latencies:
+    a batch mixing hierarchies of different generations answers each point as the scalar
+    path does (the scalar and batch paths are one model)."""
+    base = flat_hierarchy(nvls=273.0, sharp=True)
+    hs = [dataclasses.replace(base, ll_max_bw=g * GB) for g in (39.0, 87.7, 141.0, 282.0)]
+    rows = np.array([0, 1, 2, 3, 2, 1, 3, 0, 2])
+    batch = HierarchyBatch(hs, rows)
+    n = np.array([8, 8, 8, 8, 16, 32, 24, 2, 64])
+    stride = np.array([1, 1, 1, 1, 1, 1, 1, 8, 1])
+    size = np.array([4096.0, 2.0**20, 2.0**20, 2.0**20, 65536.0, 2.0**22, 8.0, 1024.0, 2.0**30])
+    spans = place_group(n, stride, batch)
+    # 1 MiB all-gathers on one node (points 1-3: Ampere, Hopper, Blackwell caps) run LL at
+    # min(0.5 x 370, llMaxBw): each generation's cap gives its own time
+    ag = collective_cost("all_gather", size, spans, batch)
+    assert list(ag.protocol[1:4]) == ["LL"] * 3 and len({float(t) for t in ag.time_s[1:4]}) == 3
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        got = collective_cost(op, size, spans, batch)
+        for i in range(len(rows)):
+            h = hs[rows[i]]
+            one = collective_cost(op, float(size[i]), place_group(int(n[i]), int(stride[i]), h), h)
+            assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), (op, i)
+            assert str(got.protocol[i]) == str(one.protocol) and str(got.algorithm[i]) == str(one.algorithm)
+
+
+def test_sharp_pays_nccls_collnet_direct_latency():
+    """NCCL 2.28.3, CollNet Direct: 2 (min(1, ppn-1) 3.7 + (ppn-1) 0.4) + 31 us; with 8 GPUs
+    per node 2 (3.7 + 2.8) + 31 = 44 us, with one 31 us."""
+    h = flat_hierarchy(sharp=True)
+    eight = collective_cost("all_reduce", 1.0, place_group(32, 1, h), h, algorithm="sharp")
+    one = collective_cost("all_reduce", 1.0, place_group(4, 8, h), h, algorithm="sharp")
+    assert eight.algorithm == one.algorithm == "sharp"
+    assert float(eight.time_s) == pytest.approx(44.0 * US, rel=1e-3)
+    assert float(one.time_s) == pytest.approx(31.0 * US, rel=1e-3)
+
+
 # -------------------------------------------------------------- expert dispatch
 def test_node_limited_routing_reaches_fewer_domains():
     assert domains_per_token(2, 8) == pytest.approx(2 * (1 - 0.5**8))
