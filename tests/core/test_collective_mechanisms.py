@@ -25,6 +25,7 @@ from twin.core.collectives import (
     domains_per_token,
 )
 from twin.core.errors import SpecError
+from twin.core.nccl_tuning import LL_MAX_BW_ONE_NODE_GBPS
 from twin.core.specs import Generation
 from twin.core.topology import HierarchyBatch, place_group
 from twin.engine import Engine
@@ -53,9 +54,10 @@ def _option(op: str, size: float, span, h, algo: str, proto: str) -> float:
 def test_inter_node_ring_steps_pay_the_net_post_overhead():
     h = flat_hierarchy()
     span = place_group(16, 1, h)  # 2 nodes x 8 GPUs
-    # all-gather, LL: base 6.6 + (15 - 1) steps x max(NVLink 0.6, net overhead 1.0) + 1 x NET 2.7 us
+    # all-gather, LL: base 6.6 + (15 - 1) steps x max(NVLink 0.6, net overhead 1.0) + 1 x NET 2.7 us;
+    # LL's bandwidth min(0.5 x 370, llMaxBw) = NCCL 2.28.3's 2-node cap, 39 GB/s
     t = _option("all_gather", 8.0, span, h, "ring", "LL")
-    assert t == pytest.approx((6.6 + 14 * 1.0 + 2.7) * US + 8 * 15 / 16 / (0.25 * 370 * GB), rel=1e-6)
+    assert t == pytest.approx((6.6 + 14 * 1.0 + 2.7) * US + 8 * 15 / 16 / (39.0 * GB), rel=1e-6)
     # Simple: the overhead is x3 (3.0 us) but NVLink's Simple step (3.4 us) is already longer.
     single = place_group(8, 1, h)
     lat_single = _option("all_gather", 1.0, single, h, "ring", "Simple")
@@ -72,20 +74,47 @@ def test_one_rank_per_node_rings_pay_the_tree_network_latency():
     assert _option("all_gather", 1.0, eight, h, "ring", "LL") == pytest.approx((6.6 + 14 * 1.0 + 2.7) * US, rel=1e-3)
 
 
-def test_one_rank_per_node_rings_take_nccls_ll128_discount():
-    """tuning.cc, ring LL128: with ppn < 2 a GPU sends and receives through the same NIC, so
-    LL128 runs at 0.7 of the link instead of 0.92."""
+def test_ring_protocol_bandwidths_are_nccl_2_28s():
+    """NCCL 2.28.3 tuning.cc, ring: LL128 at 0.92 of the link whatever the ranks per node (the
+    0.7 discount for ppn < 2 of older releases is gone); LL at 0.5 under llMaxBw, which is the
+    GPU generation's on one node and the Intel/other row's (39.0 GB/s for 2 nodes, 20.4 beyond)
+    across nodes."""
     h = flat_hierarchy()
     size = 64 * 2**20
     one = place_group(2, 8, h)  # one GPU on each of 2 nodes
-    # base LL128 14.0 + one network step at NET tree LL128 8.5 us; S (n-1)/n over 0.7 x 47 GB/s
+    # base LL128 14.0 + one network step at NET tree LL128 8.5 us; S (n-1)/n over 0.92 x 47 GB/s
     t = _option("all_gather", size, one, h, "ring", "LL128")
-    assert t == pytest.approx((14.0 + 8.5) * US + size / 2 / (0.7 * 47 * GB), rel=1e-6)
-    # 8 per node: the usual 0.92 of min(NVLink 370, 8 NICs x 47) GB/s; 14 NVLink LL128 steps
-    # (1.9 us) and one at the ring's NET LL128 4.0 us
+    assert t == pytest.approx((14.0 + 8.5) * US + size / 2 / (0.92 * 47 * GB), rel=1e-6)
+    # 8 per node: 0.92 of min(NVLink 370, 8 NICs x 47) GB/s; 14 NVLink LL128 steps (1.9 us) and
+    # one at the ring's NET LL128 4.0 us
     eight = place_group(16, 1, h)
     t8 = _option("all_gather", size, eight, h, "ring", "LL128")
     assert t8 == pytest.approx((14.0 + 14 * 1.9 + 4.0) * US + size * 15 / 16 / (0.92 * 370 * GB), rel=1e-6)
+    # LL on 4 nodes: min(0.5 x 370, 20.4) GB/s; 31 steps, 3 of them network steps
+    four = place_group(32, 1, h)
+    t4 = _option("all_gather", size, four, h, "ring", "LL")
+    assert t4 == pytest.approx((6.6 + 28 * 1.0 + 3 * 2.7) * US + size * 31 / 32 / (20.4 * GB), rel=1e-6)
+    # LL on one node: the hierarchy's own cap (Hopper's 141 GB/s) binds below 0.5 x 370
+    node = place_group(8, 1, h)
+    hopper = dataclasses.replace(h, ll_max_bw=141.0 * GB)
+    t1 = _option("all_gather", size, node, hopper, "ring", "LL")
+    assert t1 == pytest.approx((6.6 + 7 * 0.6) * US + size * 7 / 8 / (141.0 * GB), rel=1e-6)
+    blackwell = dataclasses.replace(h, ll_max_bw=282.0 * GB)  # 2 x 141 > 0.5 x 370: the link binds
+    assert _option("all_gather", size, node, blackwell, "ring", "LL") == pytest.approx(
+        (6.6 + 7 * 0.6) * US + size * 7 / 8 / (0.5 * 370 * GB), rel=1e-6)
+
+
+def test_the_ll_cap_follows_the_gpu_generation(engine):
+    """The hierarchy of a cluster carries NCCL 2.28.3's one-node llMaxBw for its GPUs, on the
+    scalar and the batch path."""
+    assert set(LL_MAX_BW_ONE_NODE_GBPS) == set(typing.get_args(Generation))
+    for system, want in (("DGX-2", 39.0), ("DGX-A100", 87.7), ("DGX-H100", 141.0), ("DGX-B200", 282.0)):
+        plan = {"tp": 8, "gbs": 16, "precision": "fp16" if system == "DGX-2" else "bf16"}
+        data = {"cluster": {"system": system, "num_gpus": 16}, "model": "llama3.1-8b", "plan": plan}
+        got = _hierarchy(engine, data)
+        assert got.ll_max_bw == pytest.approx(want * GB), system
+        batch = HierarchyBatch([got], np.zeros(3, dtype=np.int64))
+        assert list(batch.ll_max_bw) == pytest.approx([want * GB] * 3)
 
 
 def test_the_ring_plateau_depends_on_the_gpus_compute_capability(engine):
@@ -131,7 +160,7 @@ def test_a_multi_node_nvlink_domain_is_one_nccl_node(engine):
 def test_tree_bandwidth_takes_nccls_medium_size_correction():
     h = flat_hierarchy()
     span = place_group(32, 1, h)  # 4 nodes
-    lat = _option("all_reduce", 64.0, span, h, "tree", "Simple") - 64 / (0.5 * 0.9 * 0.9 * 370 * GB)
+    lat = _option("all_reduce", 64.0, span, h, "tree", "Simple") - 64 / (0.5 * 0.9 * 0.92 * 370 * GB)
 
     def bw_term(size: float) -> float:
         return _option("all_reduce", size, span, h, "tree", "Simple") - lat
@@ -148,9 +177,14 @@ def test_nvls_tree_pays_two_network_steps_per_tree_level():
     two = collective_cost("all_reduce", 8.0, place_group(16, 1, h), h, algorithm="nvls")
     four = collective_cost("all_reduce", 8.0, place_group(32, 1, h), h, algorithm="nvls")
     assert one.algorithm == two.algorithm == four.algorithm == "nvls"
-    # 2 log2(domains) steps of max(NVLSTree NET 20.9 us, the tier's 1 us)
-    assert float(two.time_s) - float(one.time_s) == pytest.approx(2 * 1 * 20.9 * US, rel=1e-3)
-    assert float(four.time_s) - float(one.time_s) == pytest.approx(2 * 2 * 20.9 * US, rel=1e-3)
+    # one node: NCCL 2.28.3's NVLS latency, hwLatencies[NVLINK][NVLS][Simple] = 25 us
+    assert float(one.time_s) == pytest.approx(25.0 * US, rel=1e-3)
+    # 2 log2i(domains) steps of max(NVLSTree NET 14 us, the tier's 1 us)
+    assert float(two.time_s) - float(one.time_s) == pytest.approx(2 * 1 * 14.0 * US, rel=1e-3)
+    assert float(four.time_s) - float(one.time_s) == pytest.approx(2 * 2 * 14.0 * US, rel=1e-3)
+    # log2i is NCCL's integer log2: 3 domains take the steps of 2
+    three = collective_cost("all_reduce", 8.0, place_group(24, 1, h), h, algorithm="nvls")
+    assert float(three.time_s) - float(one.time_s) == pytest.approx(2 * 1 * 14.0 * US, rel=1e-3)
 
 
 def test_blackwell_nvls_runs_at_nccls_lower_nvls_efficiency(engine):
@@ -184,8 +218,13 @@ def test_efa_network_steps_cost_the_plugins_step_latency(engine):
     # tree Simple on 2 nodes: base 8.4 + 2 x ((8 - 1) x 4.0 + log2(2) x max(14, 23)) us
     t = _option("all_reduce", 1.0, span, h, "tree", "Simple")
     assert t == pytest.approx((8.4 + 2 * (7 * 4.0 + 23.0)) * US, rel=1e-3)
-    ib = _hierarchy(engine, _cluster("infiniband"))
-    assert collective_cost("all_reduce", 8.0, span, h).time_s > 3 * collective_cost("all_reduce", 8.0, span, ib).time_s
+    # 8 bytes on EFA (Simple only): NVLS-tree, 25 us + 2 log2i(2) x max(NVLSTree NET 14, 23) us;
+    # on InfiniBand: tree LL, 6.8 + 2 x ((8 - 1) x 0.6 + 1 x 5.0) us
+    efa = collective_cost("all_reduce", 8.0, span, h)
+    assert (efa.algorithm, float(efa.time_s)) == ("nvls", pytest.approx((25.0 + 2 * 23.0) * US, rel=1e-3))
+    ib = collective_cost("all_reduce", 8.0, span, _hierarchy(engine, _cluster("infiniband")))
+    assert (ib.algorithm, ib.protocol) == ("tree", "LL")
+    assert float(ib.time_s) == pytest.approx((6.8 + 2 * (7 * 0.6 + 5.0)) * US, rel=1e-3)
 
 
 def test_efa_rejects_a_non_boolean_ll_protocols(engine):
@@ -212,6 +251,42 @@ def test_efa_batch_equals_scalar(engine):
             one = collective_cost(op, float(size[i]), place_group(int(n[i]), int(stride[i]), hs[rows[i]]), hs[rows[i]])
             assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), (op, i)
             assert str(got.protocol[i]) == str(one.protocol) and str(got.algorithm[i]) == str(one.algorithm)
+
+
+def test_nccl_2_28_tables_give_one_answer_on_both_paths():
+    """The LL cap per GPU generation, the tree's protocol factors, NVLS and CollNet latencies:
+    a batch mixing hierarchies of different generations answers each point as the scalar
+    path does (the scalar and batch paths are one model)."""
+    base = flat_hierarchy(nvls=273.0, sharp=True)
+    hs = [dataclasses.replace(base, ll_max_bw=g * GB) for g in (39.0, 87.7, 141.0, 282.0)]
+    rows = np.array([0, 1, 2, 3, 2, 1, 3, 0, 2])
+    batch = HierarchyBatch(hs, rows)
+    n = np.array([8, 8, 8, 8, 16, 32, 24, 2, 64])
+    stride = np.array([1, 1, 1, 1, 1, 1, 1, 8, 1])
+    size = np.array([4096.0, 2.0**20, 2.0**20, 2.0**20, 65536.0, 2.0**22, 8.0, 1024.0, 2.0**30])
+    spans = place_group(n, stride, batch)
+    # 1 MiB all-gathers on one node (points 1-3: Ampere, Hopper, Blackwell caps) run LL at
+    # min(0.5 x 370, llMaxBw): each generation's cap gives its own time
+    ag = collective_cost("all_gather", size, spans, batch)
+    assert list(ag.protocol[1:4]) == ["LL"] * 3 and len({float(t) for t in ag.time_s[1:4]}) == 3
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        got = collective_cost(op, size, spans, batch)
+        for i in range(len(rows)):
+            h = hs[rows[i]]
+            one = collective_cost(op, float(size[i]), place_group(int(n[i]), int(stride[i]), h), h)
+            assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), (op, i)
+            assert str(got.protocol[i]) == str(one.protocol) and str(got.algorithm[i]) == str(one.algorithm)
+
+
+def test_sharp_pays_nccls_collnet_direct_latency():
+    """NCCL 2.28.3, CollNet Direct: 2 (min(1, ppn-1) 3.7 + (ppn-1) 0.4) + 31 us; with 8 GPUs
+    per node 2 (3.7 + 2.8) + 31 = 44 us, with one 31 us."""
+    h = flat_hierarchy(sharp=True)
+    eight = collective_cost("all_reduce", 1.0, place_group(32, 1, h), h, algorithm="sharp")
+    one = collective_cost("all_reduce", 1.0, place_group(4, 8, h), h, algorithm="sharp")
+    assert eight.algorithm == one.algorithm == "sharp"
+    assert float(eight.time_s) == pytest.approx(44.0 * US, rel=1e-3)
+    assert float(one.time_s) == pytest.approx(31.0 * US, rel=1e-3)
 
 
 # -------------------------------------------------------------- expert dispatch

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from twin.core import nccl_tuning as nccl
 from twin.core import ops
 from twin.core.errors import SpecError
 from twin.core.moe_routing import dispatch_fanout, domains_per_token
@@ -31,21 +32,14 @@ from twin.core.units import US
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 ALGORITHMS = ("ring", "tree", "nvls", "sharp", "direct")
 
-# NCCL src/graph/tuning.cc as of the 2.19-2.2x releases (baseLat, hwLat; the tables the
-# NCCL a current framework container ships): base latency per algorithm/protocol and
-# per-step hardware latency for NVLink and network hops, in us.
-_BASE_LAT = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
-             "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4}}
-_HW_LAT_NVLINK = {"ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
-                  "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}}
-_HW_LAT_NET = {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
-               "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}}
-# Fraction of the link bandwidth each protocol delivers (tuning.cc: LL carries 8 bytes of
-# payload per 16-byte line and NCCL models it at 1/4 for all-reduce; LL128 120/128).
-_PROTO_BW = {"LL": 0.25, "LL128": 0.92, "Simple": 1.0}
-# tuning.cc, ring LL128: "if ppn < 2, then we are sending/receiving at the same GPU through
-# the NIC, apply some bw discount": busBw * (ppn < 2 ? 0.7 : 0.92) for a ring across nodes.
-_LL128_ONE_PER_NODE = 0.7
+# NCCL's tuning tables, all from NCCL 2.28.3-1's src/graph/tuning.cc (``twin.core.nccl_tuning``
+# names the lines): base latency per algorithm/protocol, per-step NVLink and network latency
+# (us), and each protocol's fraction of the link bandwidth (ring LL 0.5 under the llMaxBw cap,
+# LL128 0.92; tree x0.92, then LL 1/3.8 and LL128 120/128).
+_BASE_LAT = nccl.BASE_LAT
+_HW_LAT_NVLINK = nccl.HW_LAT_NVLINK
+_HW_LAT_NET = nccl.HW_LAT_NET
+_PROTO_BW = nccl.RING_PROTO_BW
 # Multi-node Simple-protocol ring all-reduce latency factor by GPU generation (tuning.cc,
 # ncclTopoGetAlgoTime, 2.19 and later: "lat *= minCompCap < 80 ? 1.9 : 1.4; // Plateau effect
 # of ring"; compute capability 7.0 Volta, 8.0 Ampere, 9.0 Hopper, 10.0 Blackwell: NVIDIA CUDA
@@ -55,12 +49,12 @@ RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # tuning.cc getNetOverhead, "Network post overhead": 1 us on Intel x86 and other hosts, 2 us on
 # AMD x86; the twin does not know the host CPU, so NCCL's default (1 us).
 _NET_OVERHEAD_US = 1.0
-# Tree bandwidth factor (tuning.cc: busBw * 0.9 for trees).
-_TREE_BW = 0.9
-# tuning.cc (2.19+) treeCorrectionFactor: "Trees are not perfectly sticking to the model for
-# medium sizes. Applying a static correction factor [...] Powers of two, 64 B to 256MB": the
-# tree's bandwidth is multiplied by entry floor(log2(bytes / 64)) of its protocol's row
-# (ncclTopoGetAlgoTime), none from 512 MiB up.
+# Tree bandwidth factor (2.28.3: "busBw = min(busBw*.92, ...)").
+_TREE_BW = nccl.TREE_BW
+# tuning.cc treeCorrectionFactor (2.19+; these 23 entries are 2.28.3's): "Trees are not
+# perfectly sticking to the model for medium sizes. Applying a static correction factor
+# [...] Powers of two, 64 B to 256MB": the tree's bandwidth is multiplied by entry
+# floor(log2(bytes / 64)) of its protocol's row (ncclTopoGetAlgoTime), none from 512 MiB up.
 _TREE_CORRECTION = {
     "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
@@ -68,17 +62,15 @@ _TREE_CORRECTION = {
 }
 _TREE_CORRECTION_ROWS = {p: (*row, 1.0) for p, row in _TREE_CORRECTION.items()}
 _TREE_CORRECTION_ARRAYS = {p: np.asarray(row) for p, row in _TREE_CORRECTION_ROWS.items()}
-# NCCL's hwLat[NET][NVLS_TREE][Simple], a network step of NVLS-tree, us: 20.9 in the tuner
-# constants of the releases whose tree/ring tables the twin uses (ncclTunerConstantsDefaults;
-# 14 in 2.19's tuning.cc). Its latency is intraLat + 2 log2(nNodes) interLat (the inter-node
-# reduce and broadcast trees).
-_HW_LAT_NET_NVLS_TREE = 20.9
-# NVLS and SHARP (CollNet) pipelines: chunked in-network reduction has a larger fixed cost
-# than a ring step; fitted to the DGX H100 nccl-tests curve in validation/reference
-# (mid-size all-reduce 8-64 MB) and NCCL >= 2.17 tuning.cc NVLS base latency (~25 us).
-_NVLS_LAT_US = 50.0
-_SHARP_LAT_US = 30.0
-# All-to-all / send-recv: one message per peer; NCCL p2p base latency per peer operation.
+# NVLS: 2.28.3's latency is hwLatencies[NVLINK][NVLS][Simple] (25 us, its base latency being 0);
+# NVLS-tree adds 2 log2(nNodes) network steps of hwLatencies[NET][NVLS_TREE][Simple] (14 us), the
+# inter-node reduce and broadcast trees. (Before: a 50 us NVLS latency fitted to the DGX H100
+# curve and a 20.9 us network step from another release's tuner constants.)
+_NVLS_LAT_US = nccl.NVLS_LAT_US
+_HW_LAT_NET_NVLS_TREE = nccl.NVLS_TREE_NET_LAT_US
+# All-to-all / send-recv: one message per peer, a per-operation base and a per-peer cost. Not
+# NCCL's: tuning.cc costs collectives only (p2p operations never go through ncclTopoGetAlgoTime),
+# and no source at hand gives these; the twin's own figures, a known gap (docs/fidelity.md).
 _P2P_BASE_US = 8.0
 _P2P_PER_PEER_US = 0.5
 
@@ -342,6 +334,7 @@ def _ring_setup(span: GroupSpan, h: AnyHierarchy, op: str) -> list[tuple[str, An
         ninter = ops.minimum(ninter, nsteps)
         low_latency = _low_latency_protocols(span, h)
         one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
+    ll_cap = nccl.ll_max_bw(m, h.ll_max_bw)  # LL: "busBw = min(llMaxBw, busBw * .5)"
     out: list[tuple[str, Any, Any, Any, Any]] = []
     for proto, pbw, base, nvlink, intra_multi, net_ring, net_tree in _RING_STEPS:
         if any_multi:
@@ -349,10 +342,11 @@ def _ring_setup(span: GroupSpan, h: AnyHierarchy, op: str) -> list[tuple[str, An
             lat = base + (nsteps - ninter) * ops.where(multi, intra_multi, nvlink) + ninter * net
             if proto == "Simple" and op == "all_reduce":
                 lat = ops.where(m > 1, lat * h.ring_plateau, lat)  # Hierarchy.ring_plateau
-            busbw = bw * (ops.where(one_per_node, _LL128_ONE_PER_NODE, pbw) if proto == "LL128" else pbw)
+            busbw = ops.minimum(bw * pbw, ll_cap) if proto == "LL" else bw * pbw
             out.append((proto, factor, busbw, lat * US, True if proto == "Simple" else low_latency))
         else:  # one domain: no network step (the same formula with ninter = 0)
-            out.append((proto, factor, up * pbw, (base + nsteps * nvlink) * US, True))
+            busbw = ops.minimum(up * pbw, ll_cap) if proto == "LL" else up * pbw
+            out.append((proto, factor, busbw, (base + nsteps * nvlink) * US, True))
     return out
 
 
@@ -376,13 +370,15 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     low_latency = ops.logical_and(multi, _low_latency_protocols(span, h))
     size_index = _tree_size_index(size)
     out: list[Option] = []
-    for proto, pbw in _PROTO_BW.items():
+    ll_cap = nccl.ll_max_bw(nodes, h.ll_max_bw)
+    for proto, pbw in nccl.TREE_PROTO_BW.items():
         lat = _BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * _HW_LAT_NVLINK["tree"][proto]
                                               + log_nodes * ops.maximum(_HW_LAT_NET["tree"][proto], net_lat))
         # tuning.cc: trees move 2x the data per byte reduced; NCCL's medium-size correction
         correction = _TREE_CORRECTION_ARRAYS[proto][size_index] if type(size_index) is np.ndarray \
             else _TREE_CORRECTION_ROWS[proto][size_index]
-        algbw = 0.5 * bw * pbw * correction
+        busbw = ops.minimum(bw * pbw, ll_cap) if proto == "LL" else bw * pbw  # LL: "min(busBw*1.0/3.8, llMaxBw)"
+        algbw = 0.5 * busbw * correction
         t = size / algbw + lat * US
         opt = _option(t, "tree", proto, size * bus_factor("all_reduce", span.n) / t,
                       multi if proto == "Simple" else low_latency)
@@ -403,14 +399,16 @@ def _tree_size_index(size: Any) -> Any:
 
 
 def _log2_nodes(span: GroupSpan, h: AnyHierarchy) -> Any:
-    """log2 of the group's NCCL nodes (``_nccl_nodes``), once per span of a batch."""
+    """log2i of the group's NCCL nodes (``_nccl_nodes``; NCCL's integer log2, which tuning.cc's
+    tree and NVLS-tree latencies use), once per span of a batch.
+    """
     if not ops.is_batch(span.n):
-        return ops.log2(ops.maximum(_nccl_nodes(span), 1))
+        return ops.trunc(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
     memo = h._net_memo
     hit = memo.get((id(span), "log2_nodes"))
     if hit is not None and hit[0] is span:
         return hit[1]
-    got = ops.log2(ops.maximum(_nccl_nodes(span), 1))
+    got = ops.trunc(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
     memo[(id(span), "log2_nodes")] = (span, got)
     return got
 
@@ -455,7 +453,8 @@ def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option 
     # In-network reduction: each GPU sends its 1/k share up once and receives it once
     # (reduce-scatter receives less, all-gather sends less: the up or down direction paces it).
     t_inter = size / _inter_bw(span, h, "sharp")
-    t = ops.maximum(t_intra, t_inter) + _SHARP_LAT_US * US
+    # NCCL 2.28.3's CollNet Direct latency (``nccl_tuning.collnet_direct_latency_us``).
+    t = ops.maximum(t_intra, t_inter) + nccl.collnet_direct_latency_us(k) * US
     return _option(t, "sharp", "Simple", size * bus_factor(op, span.n) / t, available)
 
 

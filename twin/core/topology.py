@@ -78,6 +78,9 @@ class Hierarchy:
     # the GPUs' compute capability (tuning.cc, ncclTopoGetAlgoTime: "lat *= minCompCap < 80 ?
     # 1.9 : 1.4; // Plateau effect of ring"); the default is the pre-Ampere figure.
     ring_plateau: float = 1.9
+    # NCCL's LL busBw cap on one node for the GPUs' generation, B/s (``nccl_tuning``,
+    # llMaxBws N1: "for single node, we look at GPU type"); the default is Volta's, as above.
+    ll_max_bw: float = 39.0e9
 
     def share_at(self, tier: Any) -> Any:
         """Fraction of link class ``tier``'s capacity this traffic gets (1: it has it alone)."""
@@ -91,7 +94,8 @@ class Hierarchy:
         mine = self.shares
         got = tuple(float(x) * (mine[j] if j < len(mine) else 1.0) for j, x in enumerate(shares))
         return Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
-                         notes=self.notes, shares=got, ring_plateau=self.ring_plateau)
+                         notes=self.notes, shares=got, ring_plateau=self.ring_plateau,
+                         ll_max_bw=self.ll_max_bw)
 
     @property
     def scale_up(self) -> Tier:
@@ -210,6 +214,7 @@ class HierarchyBatch:
         self.up_a2a_bw = np.asarray([h.up_a2a_bw for h in self.hierarchies])[rows]
         self.up_nvls_bw = np.asarray([h.up_nvls_bw for h in self.hierarchies])[rows]
         self.ring_plateau = np.asarray([h.ring_plateau for h in self.hierarchies])[rows]
+        self.ll_max_bw = np.asarray([h.ll_max_bw for h in self.hierarchies])[rows]
 
     def _cumulative(self, test: Any, width: int) -> np.ndarray:
         """Per hierarchy and tier i, whether ``test`` holds for some scale-out tier in 1..i."""
@@ -310,7 +315,7 @@ class HierarchyBatch:
         out._per_point = {}
         out._net_memo = {}
         out.rows = self.rows[index]
-        for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau"):
+        for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw"):
             setattr(out, name, getattr(self, name)[index])
         if self.shares is not None:
             out.shares = self.shares[index]
