@@ -26,6 +26,14 @@ Timed, one process on one core (pinned where the OS allows), each the fastest of
   at a realistic batch size and reported per evaluation). All three must give the same
   step times.
 
+Repeating 24 configurations lets the twin's value caches (presets, parsed scenarios,
+hierarchies, collective costs) answer most of every pass after the first, while
+llm-analysis recomputes each call. So the same figures are then taken on
+``DISTINCT_COPIES`` x 24 *distinct* configurations (:func:`distinct_configs`: each
+configuration's global batch grown by one micro-batch per data-parallel rank at a time,
+a batch-size sweep), both tools on the same list: the twin's first pass over them is on
+scenarios it has never seen; its best pass is warm.
+
 Prints evaluations/s for each and the ratio twin/llm-analysis, then the step time each
 tool predicts per configuration. Those are shown, not compared: llm-analysis runs at 100%
 of the datasheet peak unless told otherwise (``FLOPS_EFFICIENCY = 1`` in its
@@ -35,6 +43,7 @@ of the datasheet peak unless told otherwise (``FLOPS_EFFICIENCY = 1`` in its
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -108,6 +117,19 @@ CONFIGS: list[Config] = [
     Config("gpt3-175b", "A100", 8, 16, 8, 1, 1536, 2048, "full"),
     Config("gpt3-175b", "A100", 8, 8, 16, 1, 1024, 2048),
 ]
+
+
+# Distinct variants per configuration in the distinct-configuration figures (2,400 in all,
+# the batch size of the repeated figures).
+DISTINCT_COPIES = 100
+
+
+def distinct_configs(configs: list[Config], copies: int = DISTINCT_COPIES) -> list[Config]:
+    """``copies`` distinct variants of each configuration: the global batch grown by one
+    micro-batch per data-parallel rank at a time (``gbs + k * mbs * dp``, k = 0 .. copies-1),
+    so every variant is a valid plan both tools accept and no two are the same.
+    """
+    return [dataclasses.replace(c, gbs=c.gbs + k * c.mbs * c.dp) for c in configs for k in range(copies)]
 
 
 def twin_mapping(c: Config) -> dict[str, Any]:
@@ -229,6 +251,36 @@ def best_seconds(run: Callable[[], Any], repeats: int) -> float:
     return best
 
 
+def distinct_figures(engine: Engine, repeats: int) -> None:
+    """Both tools on the same :func:`distinct_configs` list: llm-analysis, the twin one by one
+    and ``evaluate_many`` on the whole list, each with the same step times asserted.
+    """
+    configs = distinct_configs(CONFIGS)
+    n = len(configs)
+    mappings = [twin_mapping(c) for c in configs]
+    calls = llm_analysis_calls(engine, configs)
+    print(f"\n{n:,} distinct configurations ({DISTINCT_COPIES} batch sizes of each), evaluations/s")
+    la_rate = n / best_seconds(lambda: [call() for call in calls], repeats)
+    print(f"  llm-analysis 0.2.2, LLMAnalysis(...).training(...) : {la_rate:>9,.0f}")
+    twin_answers: list[float] = []
+    timings: dict[str, Callable[[], list[float]]] = {
+        "Engine.evaluate(mapping), one by one": lambda: twin_one_by_one(engine, mappings),
+        "Engine.evaluate_many(mappings)": lambda: [float(t) for t in engine.evaluate_many(mappings)
+                                                   .columns["step_time_s"]],
+    }
+    for label, timing in timings.items():
+        t0 = time.perf_counter()
+        answers = timing()  # the first pass: every scenario new to this engine
+        first = n / (time.perf_counter() - t0)
+        if twin_answers:
+            assert answers == twin_answers, f"{label} disagrees with the one-by-one answers"
+        else:
+            twin_answers = answers
+        rate = n / best_seconds(timing, repeats)
+        print(f"  twin, {label:<45}: {rate:>9,.0f}   (first pass {first:,.0f}/s, "
+              f"{first / la_rate:.2f}x)   twin/llm-analysis {rate / la_rate:.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -272,6 +324,8 @@ def main() -> int:
         rate = n * copies / best_seconds(lambda timing=timing: timing(engine, mappings), args.repeats)
         print(f"  twin, {label:<45}: {rate:>9,.0f}   (first pass {cold:,.0f}/s)   "
               f"twin/llm-analysis {rate / la_rate:.2f} ({rate / bare:.2f} vs the stubbed figure)")
+
+    distinct_figures(engine, args.repeats)
 
     print("\nstep time per configuration, s (twin | llm-analysis latency_per_iter)")
     for c, t, la in zip(CONFIGS, twin_answers, la_answers, strict=True):
