@@ -1,0 +1,214 @@
+"""Shedding past capacity (issue 15, "under load"): calls waiting in gRPC core, unseen by the
+worker pool, count towards the bound, and once over it every unary call is refused until a
+fresh count shows the queue drained. The decision logic runs on fake clocks and counters here;
+one test drives a real server whose accepting thread is held while calls pile up in core."""
+
+from __future__ import annotations
+
+import threading
+from concurrent import futures
+
+import grpc
+import pytest
+
+from twin.server.admission import AdmissionInterceptor, CountingExecutor
+from twin.server.shedding import CoreArrivals, StandingQueueGate
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Core:
+    """What channelz would say: calls gRPC core has received."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def __call__(self) -> int:
+        return self.started
+
+
+def gate_with(core: Core, clock: Clock, high: int = 8, low: int = 2) -> StandingQueueGate:
+    gate = StandingQueueGate(high=high, low=low, probe_s=0.01, idle_s=0.05, wall=clock)
+    gate.watch(core)
+    return gate
+
+
+def arrive(gate: StandingQueueGate, core: Core, clock: Clock, *, pool_backlog: int = 0, pool_idle: bool = False,
+           new_in_core: int = 1) -> bool:
+    """One call arrives in core (with ``new_in_core - 1`` more behind it) and reaches Python."""
+    core.started += new_in_core
+    gate.arrived(pool_idle)
+    return gate.refuse(pool_backlog)
+
+
+def decide(gate: StandingQueueGate, pool_idle: bool, pool_backlog: int) -> bool:
+    """A call that reached Python with nothing new in core."""
+    gate.arrived(pool_idle)
+    return gate.refuse(pool_backlog)
+
+
+def test_a_queue_in_core_trips_the_gate_though_the_pool_has_no_backlog():
+    clock, core = Clock(), Core()
+    gate = gate_with(core, clock)
+    assert not arrive(gate, core, clock)                         # nothing waits: admitted
+    clock.t += 0.01
+    assert arrive(gate, core, clock, new_in_core=9)              # 8 more wait in core: the bound
+    assert gate.shedding and gate.trips == 1 and gate.in_core() == 8
+    # The pool bound alone still trips it as before (no calls in core).
+    other_core = Core()
+    other = gate_with(other_core, clock)
+    assert arrive(other, other_core, clock, pool_backlog=8) and other.waiting == 8
+
+
+def test_shedding_refuses_every_call_until_a_fresh_count_shows_the_queue_drained():
+    clock, core = Clock(), Core()
+    gate = gate_with(core, clock)
+    assert arrive(gate, core, clock, new_in_core=20)             # 19 behind it: shedding
+    # Python takes the waiting calls; none new arrive. Between reads the count says the queue
+    # fell to the low-water mark, but a stale count never reopens the gate.
+    for _ in range(17):
+        clock.t += 0.0001
+        assert decide(gate, False, 0)
+    assert gate.in_core() == 2 and gate.shedding
+    clock.t += 0.01                                              # a fresh read: 1 left, below low
+    assert not decide(gate, False, 0)
+    assert not gate.shedding and gate.trips == 1
+    # While shedding, a queue still above the low-water mark keeps it shedding at every read.
+    clock.t += 0.01
+    assert arrive(gate, core, clock, new_in_core=12)
+    for _ in range(3):
+        clock.t += 0.01
+        assert arrive(gate, core, clock, new_in_core=1)          # as many arrive as are taken
+    assert gate.trips == 2
+
+
+def test_the_pool_backlog_counts_towards_the_low_water_mark():
+    clock, core = Clock(), Core()
+    gate = gate_with(core, clock)
+    assert arrive(gate, core, clock, pool_backlog=8)
+    clock.t += 0.02
+    assert arrive(gate, core, clock, pool_backlog=3)             # core empty, 3 wait for a worker
+    clock.t += 0.02
+    assert not arrive(gate, core, clock, pool_backlog=2)
+
+
+def test_without_a_core_count_the_gate_is_the_pool_bound_with_hysteresis():
+    clock = Clock()
+    gate = StandingQueueGate(high=8, low=2, wall=clock)
+    gate.watch(None)
+    assert not decide(gate, False, 7)
+    assert decide(gate, False, 8)
+    assert decide(gate, False, 3)                   # still shedding above low
+    assert not decide(gate, False, 2)
+
+
+def test_calls_core_ended_unseen_are_forgotten_after_an_idle_spell():
+    clock, core = Clock(), Core()
+    gate = gate_with(core, clock)
+    core.started += 30                                           # e.g. cancelled while waiting in core
+    clock.t += 0.001
+    assert arrive(gate, core, clock, pool_idle=False)            # the pool was busy: they count
+    clock.t += 0.2                                               # no call for idle_s, pool idle
+    assert not arrive(gate, core, clock, pool_idle=True)
+    assert gate.in_core() == 0 and not gate.shedding
+    # A quiet spell while the pool still runs work proves nothing: the count stands.
+    core.started += 30
+    clock.t += 0.2
+    assert arrive(gate, core, clock, pool_idle=False)
+
+
+def test_gate_bounds_are_checked():
+    with pytest.raises(ValueError, match="low"):
+        StandingQueueGate(high=4, low=4)
+
+
+def test_core_arrivals_counts_the_calls_a_real_server_received():
+    server, arrivals = CoreArrivals.around(lambda: grpc.server(futures.ThreadPoolExecutor(2)))
+    assert arrivals is not None and arrivals() == 0
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        "test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(lambda r, c: r)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/test.Echo/Call")
+            assert [call(b"x", timeout=10) for _ in range(3)] == [b"x"] * 3
+        assert arrivals() == 3
+    finally:
+        server.stop(None).wait(10)
+
+
+class HoldSecond(grpc.ServerInterceptor):
+    """Holds gRPC's accepting thread on the second call until ``count`` calls reached core
+    (what a GIL-starved accepting thread does while the workers are busy)."""
+
+    def __init__(self, arrivals: list, count: int) -> None:
+        self.arrivals = arrivals
+        self.count = count
+        self.calls = 0
+
+    def intercept_service(self, continuation, handler_call_details):
+        self.calls += 1
+        if self.calls == 2:
+            done = threading.Event()
+            for _ in range(1000):                                # at most ~10 s
+                if (self.arrivals[0]() or 0) >= self.count or done.wait(0.01):
+                    break
+        return continuation(handler_call_details)
+
+
+def test_calls_piled_up_in_core_are_refused_though_the_pool_never_filled():
+    executor = CountingExecutor(max_workers=2, thread_name_prefix="test-shedding")
+    # Read core's count at every call (probe_s 0): how long the hold lasts does not matter.
+    admission = AdmissionInterceptor(executor, max_queued=4, gate=StandingQueueGate(high=4, low=1, probe_s=0.0))
+    arrivals: list = [None]
+    hold = HoldSecond(arrivals, count=13)
+    server, counter = CoreArrivals.around(lambda: grpc.server(executor, interceptors=[admission, hold]))
+    assert counter is not None
+    arrivals[0] = counter
+    admission.watch(counter)
+    release = threading.Event()
+
+    def slow(request: bytes, context: grpc.ServicerContext) -> bytes:
+        release.wait(20)
+        return request
+
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", {
+        "Call": grpc.unary_unary_rpc_method_handler(lambda r, c: r),
+        "Slow": grpc.unary_unary_rpc_method_handler(slow)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            busy = channel.unary_unary("/test.Echo/Slow").future(b"s", timeout=20)
+            for _ in range(1000):                                # the worker holds the slow call
+                if not executor.idle:
+                    break
+                release.wait(0.01)
+            call = channel.unary_unary("/test.Echo/Call")
+            pending = [call.future(b"x", timeout=20) for _ in range(12)]
+            codes = []
+            for f in pending:
+                try:
+                    f.result()
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as err:
+                    codes.append(err.code())
+                    assert "limits.max_queued_rpcs" in err.details()
+            release.set()
+            assert busy.result() == b"s"
+        # The pool never had 4 calls waiting (one slow call ran; the rest are echoes), yet the
+        # 11 calls that waited behind the held thread were over the bound: refused, not queued.
+        refused = codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert refused >= 9, codes
+        assert admission.gate.trips >= 1 and admission.refused == refused
+    finally:
+        release.set()
+        server.stop(None).wait(10)
+        executor.shutdown()

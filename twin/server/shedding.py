@@ -1,0 +1,187 @@
+"""When to refuse every unary call: a standing queue in front of gRPC's accepting thread.
+
+gRPC's synchronous server has one thread that accepts calls (its completion-queue poller).
+Past capacity that thread competes for the GIL with the busy workers and falls behind; the
+calls it has not taken yet wait in gRPC core, where the worker pool's backlog does not see
+them, and the pool's bound (``limits.max_queued_rpcs``) stops being hit: the workers keep up
+with the trickle the starved thread hands them while the queue in core grows to gRPC's own
+bound (1,000 calls; past it core answers CANCELLED). Measured before this gate
+(``benchmarks/bench_server.py --rate 2000``, 2 shared cores): 7 trips of the pool bound in the
+first 0.4 s, none after, accepted calls and refusals both answered after 0.7-1.5 s at p50.
+
+gRPC core counts every call it receives (channelz ``callsStarted``, counted as a call
+arrives, before the application takes it); the calls the accepting thread has handed to
+Python so far are counted here, so the difference is the queue in core. :class:`CoreArrivals`
+reads that count; :class:`StandingQueueGate` adds the pool's backlog and, CoDel-like (Nichols
+& Jacobson, "Controlling Queue Delay", ACM Queue 10(5), 2012: a queue that does not drain is
+shed until it does), refuses every unary call from the moment the calls waiting reach the
+bound until a fresh count shows them down to a low-water mark. Refusing everything leaves the workers nothing
+new: they drain, the GIL goes to the accepting thread, and it refuses what waits in core at
+its own pace (a server refusing every call answered 2,000 calls/s in 2.3 ms at p50,
+``bench_server.py --rate 2000``, 2 shared cores).
+
+Calls core ends on its own before the application takes them (a client cancels while its
+call waits, core's own bound) are counted by core and never seen here, so the difference
+can drift up. It is re-anchored to zero when it cannot be much else: a call arrives after
+the accepting thread saw none for ``idle_s`` while the pool was empty (no worker competed
+with that thread for the GIL). Were calls waiting after all (another thread held the GIL),
+they show up as more calls seen than counted, and the next fresh count lowers the anchor
+to match.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+log = logging.getLogger("twin.server")
+
+# How often the count in core is read. Each read is one channelz query: 0.18 ms of CPU on a
+# quiet machine, 0.41 ms on average on the accepting thread under load (376 reads during
+# bench_server.py --rate 2000, 2 shared cores); read every 5 ms that was ~8% of the thread and
+# refusals came back in 30-120 ms at p50, every 20 ms ~2% and 20 ms at p50 (same bench).
+PROBE_S = 0.02
+# A quiet spell long enough to show that nothing waits in core (see the module docstring):
+# ten probe periods, an age no accepted call is allowed near (``max_queued_rpcs`` is ~30 ms).
+IDLE_S = 0.05
+T = TypeVar("T")
+_STARTED = re.compile(rb'"callsStarted":"(\d+)"')
+
+
+def _channelz_server_ids() -> set[int]:
+    """Ids of every gRPC server of this process, as channelz lists them (empty if unavailable)."""
+    try:
+        from grpc._cython import cygrpc  # gRPC's own channelz service reads these the same way
+    except ImportError:  # pragma: no cover - part of every grpcio build
+        return set()
+    ids: set[int] = set()
+    start = 0
+    while True:
+        try:
+            page = json.loads(cygrpc.channelz_get_servers(start))
+        except Exception:  # channelz off or changed: no core signal, the pool bound still holds
+            return set()
+        servers = page.get("server", [])
+        ids.update(int(s["ref"]["serverId"]) for s in servers)
+        if page.get("end", True) or not servers:
+            return ids
+        start = max(ids) + 1
+
+
+class CoreArrivals:
+    """The number of calls gRPC core has received for one server (channelz ``callsStarted``)."""
+
+    def __init__(self, server_id: int) -> None:
+        from grpc._cython import cygrpc
+
+        self._get = cygrpc.channelz_get_server
+        self.server_id = server_id
+
+    @classmethod
+    def around(cls, make: Callable[[], T]) -> tuple[T, CoreArrivals | None]:
+        """Run ``make`` (which creates one gRPC server) and find that server in channelz:
+        the server, and its counter (None when it cannot be told apart: channelz off, or
+        another server created at the same moment).
+        """
+        before = _channelz_server_ids()
+        made = make()
+        new = _channelz_server_ids() - before
+        if len(new) != 1:
+            log.info("load shedding without the count of calls waiting in gRPC core (channelz: %d new servers)",
+                     len(new))
+            return made, None
+        arrivals = cls(new.pop())
+        return made, arrivals if arrivals() is not None else None
+
+    def __call__(self) -> int | None:
+        """Calls received so far, or None when channelz no longer answers."""
+        try:
+            found = _STARTED.search(self._get(self.server_id))
+        except Exception:  # the server is gone, or channelz changed
+            return None
+        return int(found.group(1)) if found else None
+
+
+class StandingQueueGate:
+    """Refuse-everything state of the admission interceptor, driven from the accepting thread.
+
+    ``high``: calls waiting (in core, and for a worker) at which shedding starts; ``low``: at
+    or below which it stops. ``wall`` is a monotonic clock; all methods run on gRPC's accepting
+    thread, one call at a time.
+    """
+
+    def __init__(self, high: int, low: int, probe_s: float = PROBE_S, idle_s: float = IDLE_S,
+                 wall: Callable[[], float] = time.perf_counter) -> None:
+        if not 0 <= low < high:
+            raise ValueError(f"need 0 <= low < high (got low {low}, high {high})")
+        self.high = high
+        self.low = low
+        self.probe_s = probe_s
+        self.idle_s = idle_s
+        self._wall = wall
+        self._arrivals: Callable[[], int | None] | None = None
+        self.shedding = False
+        self.trips = 0           # episodes of shedding
+        self.seen = 0            # calls the accepting thread has handed to Python
+        self._base = 0           # calls core counted that never reached Python
+        self._core_count = 0     # core's count at the last read
+        self._probed = float("-inf")
+        self._last_arrival = float("-inf")
+        self.waiting = 0         # calls waiting, as the last decision saw them
+
+    def watch(self, arrivals: Callable[[], int | None] | None) -> None:
+        """Read the server's count of received calls from ``arrivals`` (None: the pool's backlog alone)."""
+        self._arrivals = arrivals
+        count = arrivals() if arrivals is not None else None
+        self._core_count = count or 0
+        self._base = self._core_count - self.seen
+
+    def arrived(self, pool_idle: bool) -> None:
+        """Count one call handed to Python (every call, refused or not); ``pool_idle``: no call
+        queued or running in the worker pool.
+        """
+        now = self._wall()
+        self.seen += 1
+        if pool_idle and now - self._last_arrival >= self.idle_s:
+            # Nothing ran and nothing was taken for idle_s: nothing can be waiting in core
+            # but this call (see the module docstring); what the count says beyond is drift.
+            self._probe(now)
+            self._base = self._core_count - self.seen
+        self._last_arrival = now
+
+    def in_core(self) -> int:
+        """Calls received by core and not yet handed to Python, as of the last read."""
+        return max(0, self._core_count - self.seen - self._base)
+
+    def _probe(self, now: float) -> None:
+        self._probed = now
+        count = self._arrivals() if self._arrivals is not None else None
+        if count is None:
+            return
+        self._core_count = count
+        # Every call handed to Python was counted by core before: a fresh count below what was
+        # seen means an earlier re-anchoring forgot calls that did wait; lower the base to match.
+        self._base = min(self._base, count - self.seen)
+
+    def refuse(self, pool_backlog: int) -> bool:
+        """Whether the unary call arriving now is refused; ``pool_backlog``: calls waiting for a worker."""
+        now = self._wall()
+        if self._arrivals is not None and now - self._probed >= self.probe_s:
+            self._probe(now)
+        fresh = self._arrivals is None or self._probed == now  # read for this very call
+        self.waiting = self.in_core() + pool_backlog
+        if self.shedding:
+            # Between two reads the count in core only falls (arrivals since are not counted
+            # yet): the gate reopens on a fresh count, never on a stale one.
+            if not fresh or self.waiting > self.low:
+                return True
+            self.shedding = False
+        if self.waiting >= self.high:
+            self.shedding = True
+            self.trips += 1
+            return True
+        return False
