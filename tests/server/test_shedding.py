@@ -34,7 +34,8 @@ class Core:
 
 
 def gate_with(core: Core, clock: Clock, high: int = 8, low: int = 2) -> StandingQueueGate:
-    gate = StandingQueueGate(high=high, low=low, probe_s=0.01, idle_s=0.05, wall=clock)
+    gate = StandingQueueGate(high=high, low=low, probe_s=0.01, idle_s=0.05, quiet_probe_s=0.1, quiet_after_s=1.0,
+                             wall=clock)
     gate.watch(core)
     return gate
 
@@ -57,7 +58,7 @@ def test_a_queue_in_core_trips_the_gate_though_the_pool_has_no_backlog():
     clock, core = Clock(), Core()
     gate = gate_with(core, clock)
     assert not arrive(gate, core, clock)                         # nothing waits: admitted
-    clock.t += 0.01
+    clock.t += 0.11
     assert arrive(gate, core, clock, new_in_core=9)              # 8 more wait in core: the bound
     assert gate.shedding and gate.trips == 1 and gate.in_core() == 8
     # The pool bound alone still trips it as before (no calls in core).
@@ -86,6 +87,41 @@ def test_shedding_refuses_every_call_until_a_fresh_count_shows_the_queue_drained
         clock.t += 0.01
         assert arrive(gate, core, clock, new_in_core=1)          # as many arrive as are taken
     assert gate.trips == 2
+
+
+def test_core_is_read_rarely_until_shedding_and_often_for_a_while_after():
+    clock, core = Clock(), Core()
+    reads: list[float] = []
+
+    def counted() -> int:
+        reads.append(clock.t)
+        return core.started
+
+    gate = StandingQueueGate(high=8, low=2, probe_s=0.01, quiet_probe_s=0.1, quiet_after_s=1.0, wall=clock)
+    gate.watch(counted)
+    reads.clear()
+    for _ in range(100):                                         # 0.5 s of calls, nothing waiting
+        clock.t += 0.005
+        assert not arrive(gate, core, clock)
+    assert 4 <= len(reads) <= 5                                  # one read per 0.1 s
+    clock.t += 0.11
+    assert arrive(gate, core, clock, new_in_core=10)             # trips
+    reads.clear()
+    for _ in range(10):                                          # shedding: a read each 0.01 s
+        clock.t += 0.011
+        arrive(gate, core, clock, new_in_core=0)
+    assert len(reads) == 10 and not gate.shedding                # drained and reopened
+    reads.clear()
+    for _ in range(10):                                          # just after: still each 0.01 s
+        clock.t += 0.011
+        assert not arrive(gate, core, clock)
+    assert len(reads) == 10
+    clock.t += 2.0                                               # long after: rare again
+    reads.clear()
+    for _ in range(10):
+        clock.t += 0.011
+        assert not arrive(gate, core, clock)
+    assert len(reads) == 1
 
 
 def test_the_pool_backlog_counts_towards_the_low_water_mark():
@@ -166,7 +202,8 @@ class HoldSecond(grpc.ServerInterceptor):
 def test_calls_piled_up_in_core_are_refused_though_the_pool_never_filled():
     executor = CountingExecutor(max_workers=2, thread_name_prefix="test-shedding")
     # Read core's count at every call (probe_s 0): how long the hold lasts does not matter.
-    admission = AdmissionInterceptor(executor, max_queued=4, gate=StandingQueueGate(high=4, low=1, probe_s=0.0))
+    admission = AdmissionInterceptor(executor, max_queued=4, gate=StandingQueueGate(
+        high=4, low=1, probe_s=0.0, quiet_probe_s=0.0))
     arrivals: list = [None]
     hold = HoldSecond(arrivals, count=13)
     server, counter = CoreArrivals.around(lambda: grpc.server(executor, interceptors=[admission, hold]))

@@ -40,11 +40,18 @@ from typing import TypeVar
 
 log = logging.getLogger("twin.server")
 
-# How often the count in core is read. Each read is one channelz query: 0.18 ms of CPU on a
-# quiet machine, 0.41 ms on average on the accepting thread under load (376 reads during
-# bench_server.py --rate 2000, 2 shared cores); read every 5 ms that was ~8% of the thread and
-# refusals came back in 30-120 ms at p50, every 20 ms ~2% and 20 ms at p50 (same bench).
+# How often the count in core is read. Each read is one channelz query, which holds the GIL:
+# 0.18 ms on a quiet machine, 0.41 ms on average under load (376 reads during
+# bench_server.py --rate 2000, 2 shared cores), and ~1.3 ms in a closed loop at capacity
+# (6.5% of the GIL-holding samples of py-spy --gil at 50 reads/s). Read every 5 ms, refusals
+# came back in 30-120 ms at p50; every 20 ms, in 20 ms (bench_server.py --rate 2000). So: every
+# 20 ms while shedding or within QUIET_AFTER_S of it, every QUIET_PROBE_S otherwise, where
+# a read finds nothing and costs the closed loop ~1% of the GIL.
 PROBE_S = 0.02
+QUIET_PROBE_S = 0.1
+# After shedding stops, overload usually goes on: reads stay frequent this long (many
+# episodes of tens of ms each, bench_server.py --rate 1300 to 3400).
+QUIET_AFTER_S = 1.0
 # A quiet spell long enough to show that nothing waits in core (see the module docstring):
 # ten probe periods, an age no accepted call is allowed near (``max_queued_rpcs`` is ~30 ms).
 IDLE_S = 0.05
@@ -115,12 +122,16 @@ class StandingQueueGate:
     """
 
     def __init__(self, high: int, low: int, probe_s: float = PROBE_S, idle_s: float = IDLE_S,
+                 quiet_probe_s: float = QUIET_PROBE_S, quiet_after_s: float = QUIET_AFTER_S,
                  wall: Callable[[], float] = time.perf_counter) -> None:
         if not 0 <= low < high:
             raise ValueError(f"need 0 <= low < high (got low {low}, high {high})")
         self.high = high
         self.low = low
         self.probe_s = probe_s
+        self.quiet_probe_s = max(probe_s, quiet_probe_s)
+        self.quiet_after_s = quiet_after_s
+        self._last_shed = float("-inf")
         self.idle_s = idle_s
         self._wall = wall
         self._arrivals: Callable[[], int | None] | None = None
@@ -170,8 +181,10 @@ class StandingQueueGate:
     def refuse(self, pool_backlog: int) -> bool:
         """Whether the unary call arriving now is refused; ``pool_backlog``: calls waiting for a worker."""
         now = self._wall()
-        if self._arrivals is not None and now - self._probed >= self.probe_s:
-            self._probe(now)
+        if self._arrivals is not None:
+            busy = self.shedding or now - self._last_shed < self.quiet_after_s
+            if now - self._probed >= (self.probe_s if busy else self.quiet_probe_s):
+                self._probe(now)
         fresh = self._arrivals is None or self._probed == now  # read for this very call
         self.waiting = self.in_core() + pool_backlog
         if self.shedding:
@@ -180,6 +193,7 @@ class StandingQueueGate:
             if not fresh or self.waiting > self.low:
                 return True
             self.shedding = False
+            self._last_shed = now
         if self.waiting >= self.high:
             self.shedding = True
             self.trips += 1
