@@ -33,9 +33,10 @@ class Core:
         return self.started
 
 
-def gate_with(core: Core, clock: Clock, high: int = 8, low: int = 2) -> StandingQueueGate:
+def gate_with(core: Core, clock: Clock, high: int = 8, low: int = 2, persist_s: float = 0.0) -> StandingQueueGate:
+    """A gate on fake clocks; ``persist_s`` 0: a queue in core trips it at the first read that sees it."""
     gate = StandingQueueGate(high=high, low=low, probe_s=0.01, idle_s=0.05, quiet_probe_s=0.1, quiet_after_s=1.0,
-                             wall=clock)
+                             persist_s=persist_s, wall=clock)
     gate.watch(core)
     return gate
 
@@ -65,6 +66,32 @@ def test_a_queue_in_core_trips_the_gate_though_the_pool_has_no_backlog():
     other_core = Core()
     other = gate_with(other_core, clock)
     assert arrive(other, other_core, clock, pool_backlog=8) and other.waiting == 8
+
+
+def test_a_burst_in_core_that_drains_within_persist_s_is_not_shed_a_standing_queue_is():
+    clock, core = Clock(), Core()
+    gate = gate_with(core, clock, persist_s=0.1)
+    assert not arrive(gate, core, clock, new_in_core=12)         # over the bound: noted, not shed
+    for _ in range(11):                                          # Python catches up within 0.05 s
+        clock.t += 0.005
+        assert not arrive(gate, core, clock, new_in_core=0)
+    assert gate.trips == 0
+    clock.t += 0.011
+    assert not arrive(gate, core, clock)                         # a fresh read under the bound: forgotten
+    clock.t += 0.011
+    assert not arrive(gate, core, clock, new_in_core=20)         # a new queue: noted
+    refused = []
+    for _ in range(20):                                          # it stands: one arrives per one taken
+        clock.t += 0.011
+        refused.append(arrive(gate, core, clock, new_in_core=1))
+    # Seen at the next read (quiet: within 0.1 s), shed once it stood persist_s (0.1 s) more.
+    first = refused.index(True)
+    assert 9 <= first <= 19 and all(refused[first:])
+    assert gate.trips == 1 and gate.shedding
+    # The workers' own backlog at the bound is refused at once, as before.
+    other_core = Core()
+    other = gate_with(other_core, clock, persist_s=0.1)
+    assert arrive(other, other_core, clock, pool_backlog=8)
 
 
 def test_shedding_refuses_every_call_until_a_fresh_count_shows_the_queue_drained():
@@ -97,7 +124,8 @@ def test_core_is_read_rarely_until_shedding_and_often_for_a_while_after():
         reads.append(clock.t)
         return core.started
 
-    gate = StandingQueueGate(high=8, low=2, probe_s=0.01, quiet_probe_s=0.1, quiet_after_s=1.0, wall=clock)
+    gate = StandingQueueGate(high=8, low=2, probe_s=0.01, quiet_probe_s=0.1, quiet_after_s=1.0, persist_s=0.0,
+                             wall=clock)
     gate.watch(counted)
     reads.clear()
     for _ in range(100):                                         # 0.5 s of calls, nothing waiting
@@ -203,7 +231,7 @@ def test_calls_piled_up_in_core_are_refused_though_the_pool_never_filled():
     executor = CountingExecutor(max_workers=2, thread_name_prefix="test-shedding")
     # Read core's count at every call (probe_s 0): how long the hold lasts does not matter.
     admission = AdmissionInterceptor(executor, max_queued=4, gate=StandingQueueGate(
-        high=4, low=1, probe_s=0.0, quiet_probe_s=0.0))
+        high=4, low=1, probe_s=0.0, quiet_probe_s=0.0, persist_s=0.0))
     arrivals: list = [None]
     hold = HoldSecond(arrivals, count=13)
     server, counter = CoreArrivals.around(lambda: grpc.server(executor, interceptors=[admission, hold]))

@@ -52,6 +52,10 @@ QUIET_PROBE_S = 0.1
 # After shedding stops, overload usually goes on: reads stay frequent this long (many
 # episodes of tens of ms each, bench_server.py --rate 1300 to 3400).
 QUIET_AFTER_S = 1.0
+# How long a queue in core must stand before the gate trips: CoDel's interval (Nichols &
+# Jacobson recommend 100 ms). A burst of 32 calls at 500 calls/s (the goal load, well under the
+# ~1,000/s capacity) drains in ~64 ms by itself; a standing queue does not.
+PERSIST_S = 0.1
 # A quiet spell long enough to show that nothing waits in core (see the module docstring):
 # ten probe periods, an age no accepted call is allowed near (``max_queued_rpcs`` is ~30 ms).
 IDLE_S = 0.05
@@ -123,7 +127,7 @@ class StandingQueueGate:
 
     def __init__(self, high: int, low: int, probe_s: float = PROBE_S, idle_s: float = IDLE_S,
                  quiet_probe_s: float = QUIET_PROBE_S, quiet_after_s: float = QUIET_AFTER_S,
-                 wall: Callable[[], float] = time.perf_counter) -> None:
+                 persist_s: float = PERSIST_S, wall: Callable[[], float] = time.perf_counter) -> None:
         if not 0 <= low < high:
             raise ValueError(f"need 0 <= low < high (got low {low}, high {high})")
         self.high = high
@@ -132,6 +136,8 @@ class StandingQueueGate:
         self.quiet_probe_s = max(probe_s, quiet_probe_s)
         self.quiet_after_s = quiet_after_s
         self._last_shed = float("-inf")
+        self.persist_s = persist_s
+        self._over_since: float | None = None  # first fresh read over the bound, in core's count
         self.idle_s = idle_s
         self._wall = wall
         self._arrivals: Callable[[], int | None] | None = None
@@ -182,7 +188,7 @@ class StandingQueueGate:
         """Whether the unary call arriving now is refused; ``pool_backlog``: calls waiting for a worker."""
         now = self._wall()
         if self._arrivals is not None:
-            busy = self.shedding or now - self._last_shed < self.quiet_after_s
+            busy = self.shedding or self._over_since is not None or now - self._last_shed < self.quiet_after_s
             if now - self._probed >= (self.probe_s if busy else self.quiet_probe_s):
                 self._probe(now)
         fresh = self._arrivals is None or self._probed == now  # read for this very call
@@ -194,8 +200,23 @@ class StandingQueueGate:
                 return True
             self.shedding = False
             self._last_shed = now
-        if self.waiting >= self.high:
-            self.shedding = True
-            self.trips += 1
-            return True
+        if pool_backlog >= self.high:
+            return self._trip()  # the workers' own backlog: refused at once, as it always was
+        if self.waiting < self.high:
+            if fresh:
+                self._over_since = None
+            return False
+        if fresh and self._over_since is None:
+            self._over_since = now
+        # A queue in core trips the gate once it has stood for persist_s (CoDel's interval: a
+        # burst drains by itself), or at once within quiet_after_s of the last episode.
+        since = self._over_since if self._over_since is not None else now
+        if now - since >= self.persist_s or now - self._last_shed < self.quiet_after_s:
+            return self._trip()
         return False
+
+    def _trip(self) -> bool:
+        self.shedding = True
+        self.trips += 1
+        self._over_since = None
+        return True
