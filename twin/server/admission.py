@@ -16,8 +16,9 @@ gRPC's sync server hands every call to a pool, and a pool thread would first wai
 request message (a round trip through the accepting thread) and then compete for the GIL
 with the busy workers, and a side pool of its own would be one more queue without a bound.
 Here the refusal sends its status at once, without reading the request (as gRPC's own
-``maximum_concurrent_rpcs`` rejection does): 0.29-0.34 ms of server CPU per refusal against
-0.42-0.63 ms through a pool thread (``benchmarks/bench_refusals.py``, 2 shared cores).
+``maximum_concurrent_rpcs`` rejection does), and one status and handler serve every refusal
+of an episode: 0.25-0.27 ms of server CPU per refusal against 0.30-0.34 ms building them per
+call and 0.42-0.63 ms through a pool thread (``benchmarks/bench_refusals.py``, 2 shared cores).
 
 Far past capacity the accepting thread itself falls behind (it competes for the GIL with
 the busy workers) and calls wait in gRPC core, where the pool's backlog does not see them.
