@@ -88,6 +88,16 @@ def test_a_burst_in_core_that_drains_within_persist_s_is_not_shed_a_standing_que
     first = refused.index(True)
     assert 9 <= first <= 19 and all(refused[first:])
     assert gate.trips == 1 and gate.shedding
+    # A queue over the bound that shrinks from one interval to the next (the backlog of a
+    # stall, served faster than calls arrive) is left to drain.
+    third_core = Core()
+    third = gate_with(third_core, clock, persist_s=0.1)
+    assert not arrive(third, third_core, clock, new_in_core=60)
+    for _ in range(20):                                          # 2 taken per 1 arriving
+        clock.t += 0.011
+        assert not arrive(third, third_core, clock, new_in_core=1)
+        third.arrived(False)
+    assert third.trips == 0
     # The workers' own backlog at the bound is refused at once, as before.
     other_core = Core()
     other = gate_with(other_core, clock, persist_s=0.1)

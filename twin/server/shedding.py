@@ -137,7 +137,8 @@ class StandingQueueGate:
         self.quiet_after_s = quiet_after_s
         self._last_shed = float("-inf")
         self.persist_s = persist_s
-        self._over_since: float | None = None  # first fresh read over the bound, in core's count
+        self._over_since: float | None = None  # when a fresh read first found the bound reached
+        self._over_count = 0                   # and how many calls waited then
         self.idle_s = idle_s
         self._wall = wall
         self._arrivals: Callable[[], int | None] | None = None
@@ -206,13 +207,19 @@ class StandingQueueGate:
             if fresh:
                 self._over_since = None
             return False
-        if fresh and self._over_since is None:
-            self._over_since = now
-        # A queue in core trips the gate once it has stood for persist_s (CoDel's interval: a
-        # burst drains by itself), or at once within quiet_after_s of the last episode.
-        since = self._over_since if self._over_since is not None else now
-        if now - since >= self.persist_s or now - self._last_shed < self.quiet_after_s:
+        if now - self._last_shed < self.quiet_after_s:
+            return self._trip()  # overload goes on: at once
+        if not fresh:
+            return False
+        if self._over_since is None:
+            self._over_since, self._over_count = now, self.waiting
+        if now - self._over_since < self.persist_s:
+            return False
+        # The queue in core stood persist_s (CoDel's interval). Shed unless it shrank meanwhile:
+        # the backlog of a stall drains by itself (it is then judged again over the next interval).
+        if self.waiting >= self._over_count:
             return self._trip()
+        self._over_since, self._over_count = now, self.waiting
         return False
 
     def _trip(self) -> bool:
