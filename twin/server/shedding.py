@@ -5,9 +5,10 @@ Past capacity that thread competes for the GIL with the busy workers and falls b
 calls it has not taken yet wait in gRPC core, where the worker pool's backlog does not see
 them, and the pool's bound (``limits.max_queued_rpcs``) stops being hit: the workers keep up
 with the trickle the starved thread hands them while the queue in core grows to gRPC's own
-bound (1,000 calls; past it core answers CANCELLED). Measured before this gate
-(``benchmarks/bench_server.py --rate 2000``, 2 shared cores): 7 trips of the pool bound in the
-first 0.4 s, none after, accepted calls and refusals both answered after 0.7-1.5 s at p50.
+bound (past it core answers CANCELLED). Traced with the pool bound alone
+(``benchmarks/bench_server.py --rate 2000``, 2 shared cores): it was reached 7 times in the
+first 0.4 s and never after, while accepted calls and refusals were answered after 0.7-1.5 s
+at p50.
 
 gRPC core counts every call it receives (channelz ``callsStarted``, counted as a call
 arrives, before the application takes it); the calls the accepting thread has handed to
@@ -17,8 +18,8 @@ reads that count; :class:`StandingQueueGate` adds the pool's backlog and, CoDel-
 shed until it does), refuses every unary call from the moment the calls waiting reach the
 bound until a fresh count shows them down to a low-water mark. Refusing everything leaves the workers nothing
 new: they drain, the GIL goes to the accepting thread, and it refuses what waits in core at
-its own pace (a server refusing every call answered 2,000 calls/s in 2.3 ms at p50,
-``bench_server.py --rate 2000``, 2 shared cores).
+its own pace (a server whose pool bound was forced to refuse every call answered 2,000
+calls/s in 2.3-2.6 ms at p50, ``bench_server.py --rate 2000`` against it, 2 shared cores).
 
 Calls core ends on its own before the application takes them (a client cancels while its
 call waits, core's own bound) are counted by core and never seen here, so the difference
@@ -46,7 +47,8 @@ log = logging.getLogger("twin.server")
 # (6.5% of the GIL-holding samples of py-spy --gil at 50 reads/s). Read every 5 ms, refusals
 # came back in 30-120 ms at p50; every 20 ms, in 20 ms (bench_server.py --rate 2000). So: every
 # 20 ms while shedding or within QUIET_AFTER_S of it, every QUIET_PROBE_S otherwise, where
-# a read finds nothing and costs the closed loop ~1% of the GIL.
+# a read mostly finds nothing: 2.4% of the GIL samples in a closed loop at capacity (py-spy
+# --gil, on a machine loaded by other work), against 6.5% reading every 20 ms.
 PROBE_S = 0.02
 QUIET_PROBE_S = 0.1
 # After shedding stops, overload usually goes on: reads stay frequent this long (many
