@@ -10,8 +10,12 @@ from concurrent import futures
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from twin.engine import Engine
+from twin.server import app
 from twin.server.admission import AdmissionInterceptor, CountingExecutor
+from twin.server.config import ServerConfig
 from twin.server.shedding import CoreArrivals, StandingQueueGate
 
 
@@ -287,3 +291,23 @@ def test_calls_piled_up_in_core_are_refused_though_the_pool_never_filled():
         release.set()
         server.stop(None).wait(10)
         executor.shutdown()
+
+
+def test_the_server_counts_the_calls_core_received_on_its_main_port(tmp_path):
+    running = app.build_server(ServerConfig(port=0, state_dir=str(tmp_path / "state"), plugins_autoload=False,
+                                            grace_s=1.0), Engine(autoload=False))
+    admission = running.admission
+    assert admission is not None
+    gate = admission.gate
+    app.start(running)
+    try:
+        with grpc.insecure_channel(running.address) as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check
+            serving = health_pb2.HealthCheckResponse.SERVING
+            for _ in range(3):
+                assert check(health_pb2.HealthCheckRequest(), timeout=10).status == serving
+        # The gate watches this server's own count: every call core received reached Python.
+        assert gate.received() == gate.seen == 3
+        assert gate.in_core() == 0 and not gate.shedding
+    finally:
+        app.stop(running)

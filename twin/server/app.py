@@ -57,6 +57,7 @@ class RunningServer:
     health_server: grpc.Server | None
     otel: Otel | None
     auth: bool
+    admission: AdmissionInterceptor | None = None  # the main port's load shedding
 
     @property
     def address(self) -> str:
@@ -213,7 +214,7 @@ def build_server(config: ServerConfig, engine: Engine | None = None,
         host = f"[{config.host}]" if ":" in config.host else config.host
         health_port = _bind(health_server, f"{host}:{config.health_port}", None, "config.health_port")
     return RunningServer(server=server, ctx=ctx, health=health_servicer, port=port, health_port=health_port,
-                         health_server=health_server, otel=otel, auth=token is not None)
+                         health_server=health_server, otel=otel, auth=token is not None, admission=admission)
 
 
 def start(running: RunningServer) -> None:

@@ -15,11 +15,14 @@ arrives, before the application takes it); the calls the accepting thread has ha
 Python so far are counted here, so the difference is the queue in core. :class:`CoreArrivals`
 reads that count; :class:`StandingQueueGate` adds the pool's backlog and, CoDel-like (Nichols
 & Jacobson, "Controlling Queue Delay", ACM Queue 10(5), 2012: a queue that does not drain is
-shed until it does), refuses every unary call from the moment the calls waiting reach the
-bound until a fresh count shows them down to a low-water mark. Refusing everything leaves the workers nothing
-new: they drain, the GIL goes to the accepting thread, and it refuses what waits in core at
-its own pace (a server whose pool bound was forced to refuse every call answered 2,000
-calls/s in 2.3-2.6 ms at p50, ``bench_server.py --rate 2000`` against it, 2 shared cores).
+shed until it does), refuses every unary call once the calls waiting reach the bound: at once
+when the pool's own backlog does (as the pool bound always did) or within a second of the
+last episode, otherwise when a queue in core has stood for ``persist_s`` without shrinking
+(the backlog of a stall drains by itself). It refuses until a fresh count shows the queue
+down to a low-water mark. Refusing everything leaves the workers nothing new: they drain,
+the GIL goes to the accepting thread, and it refuses what waits in core at its own pace (a
+server whose pool bound was forced to refuse every call answered 2,000 calls/s in 2.3-2.6 ms
+at p50, ``bench_server.py --rate 2000`` against it, 2 shared cores).
 
 Calls core ends on its own before the application takes them (a client cancels while its
 call waits, core's own bound) are counted by core and never seen here, so the difference
@@ -172,6 +175,10 @@ class StandingQueueGate:
             self._probe(now)
             self._base = self._core_count - self.seen
         self._last_arrival = now
+
+    def received(self) -> int | None:
+        """Calls core has received, read now (None: no counter watched)."""
+        return self._arrivals() if self._arrivals is not None else None
 
     def in_core(self) -> int:
         """Calls received by core and not yet handed to Python, as of the last read."""
