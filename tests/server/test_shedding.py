@@ -244,8 +244,9 @@ class HoldSecond(grpc.ServerInterceptor):
 def test_calls_piled_up_in_core_are_refused_though_the_pool_never_filled():
     executor = CountingExecutor(max_workers=2, thread_name_prefix="test-shedding")
     # Read core's count at every call (probe_s 0): how long the hold lasts does not matter.
+    # keep_busy 0: this test is of the gate's count alone (keeping workers busy is tested below)
     admission = AdmissionInterceptor(executor, max_queued=4, gate=StandingQueueGate(
-        high=4, low=1, probe_s=0.0, quiet_probe_s=0.0, persist_s=0.0))
+        high=4, low=1, probe_s=0.0, quiet_probe_s=0.0, persist_s=0.0), keep_busy=0)
     arrivals: list = [None]
     hold = HoldSecond(arrivals, count=13)
     server, counter = CoreArrivals.around(lambda: grpc.server(executor, interceptors=[admission, hold]))
@@ -311,3 +312,36 @@ def test_the_server_counts_the_calls_core_received_on_its_main_port(tmp_path):
         assert gate.in_core() == 0 and not gate.shedding
     finally:
         app.stop(running)
+
+
+class _Details:
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.invocation_metadata = ()
+
+
+def test_while_shedding_a_call_is_still_served_when_the_workers_are_out_of_work():
+    """Shedding refuses what waits, but a pool with fewer than keep_busy calls gets the next
+    one: refusing everything left the workers idle and served a fraction of capacity."""
+    class Shedding(StandingQueueGate):
+        """An episode under way for every call (the gate's own tests cover when one starts)."""
+
+        def refuse(self, pool_backlog: int) -> bool:
+            self.shedding, self.waiting = True, 10
+            return True
+
+    executor = CountingExecutor(max_workers=2, thread_name_prefix="test-keep-busy")
+    admission = AdmissionInterceptor(executor, max_queued=4, gate=Shedding(high=4, low=1), keep_busy=1)
+    handler = grpc.unary_unary_rpc_method_handler(lambda r, c: r)
+    try:
+        got = admission.intercept_service(lambda d: handler, _Details("/test.Echo/Call"))
+        assert got is handler and admission.kept_busy == 1 and admission.refused == 0
+        release = threading.Event()
+        executor.submit(release.wait, 10)  # one call running: no longer out of work
+        try:
+            got = admission.intercept_service(lambda d: handler, _Details("/test.Echo/Call"))
+            assert got is not handler and admission.refused == 1 and admission.kept_busy == 1
+        finally:
+            release.set()
+    finally:
+        executor.shutdown()

@@ -47,6 +47,10 @@ from twin.server.auth import OPEN_SERVICES
 from twin.server.shedding import StandingQueueGate
 from twin.wire.errors import retry_status
 
+# While shedding, calls are still served while fewer than this many are queued or running:
+# with the GIL, one running call already uses what Python has; a second hides the gaps while
+# a reply is sent (measured in benchmarks/bench_server.py past capacity, see the README).
+KEEP_BUSY = 2
 # The smallest retry hint: below ~50 ms a client's retry would land in the same burst.
 MIN_RETRY_AFTER_S = 0.05
 # Weight of the newest run time in the pool's running mean (about the last 20 calls).
@@ -82,6 +86,11 @@ class CountingExecutor(ThreadPoolExecutor):
     def idle(self) -> bool:
         """No call queued or running."""
         return self._unfinished == 0
+
+    @property
+    def unfinished(self) -> int:
+        """Calls queued or running."""
+        return self._unfinished
 
     def _started(self) -> None:
         with self._lock:
@@ -185,11 +194,14 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
     """
 
     def __init__(self, executor: CountingExecutor, max_queued: int,
-                 open_services: tuple[str, ...] = OPEN_SERVICES, gate: StandingQueueGate | None = None) -> None:
+                 open_services: tuple[str, ...] = OPEN_SERVICES, gate: StandingQueueGate | None = None,
+                 keep_busy: int = KEEP_BUSY) -> None:
         self._executor = executor
         self._max_queued = max_queued
         self._open = tuple(f"/{s}/" for s in open_services)
         self.refused = 0
+        self.keep_busy = keep_busy
+        self.kept_busy = 0  # calls served while shedding, to keep the workers busy
         self.refusals = InlineRefusals()
         # Shedding stops at a quarter of the bound: low enough that the queue has drained (the
         # accepting thread has caught up), high enough not to wait for a last straggler.
@@ -210,6 +222,14 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
             return handler
         shedding = self.gate.shedding
         if not self.gate.refuse(executor.queued):
+            return handler
+        if executor.unfinished < self.keep_busy:
+            # Shedding, yet the workers are (nearly) out of work: serve this one. Refusing
+            # everything left the workers idle while the queue in core drained, and served
+            # 4-20% of capacity past 2x load; a worker or two keep the throughput (Python runs
+            # one thread at a time anyway) and compete with the accepting thread far less than
+            # a full pool does.
+            self.kept_busy += 1
             return handler
         self.refused += 1
         if shedding and self._shedding is not None:
