@@ -16,10 +16,17 @@ gRPC's sync server hands every call to a pool, and a pool thread would first wai
 request message (a round trip through the accepting thread) and then compete for the GIL
 with the busy workers, and a side pool of its own would be one more queue without a bound.
 Here the refusal sends its status at once, without reading the request (as gRPC's own
-``maximum_concurrent_rpcs`` rejection does): 0.29-0.34 ms of server CPU per refusal against
-0.42-0.63 ms through a pool thread (``benchmarks/bench_refusals.py``, 2 shared cores). It does
-not help calls still waiting in gRPC core for the accepting thread: far past capacity (about
-4x on 2 cores) refusing alone needs more GIL time than there is, and those calls wait seconds.
+``maximum_concurrent_rpcs`` rejection does), and one status and handler serve every refusal
+of an episode: 0.25-0.27 ms of server CPU per refusal against 0.30-0.34 ms building them per
+call and 0.42-0.63 ms through a pool thread (``benchmarks/bench_refusals.py``, 2 shared cores).
+
+Far past capacity the accepting thread itself falls behind (it competes for the GIL with
+the busy workers) and calls wait in gRPC core, where the pool's backlog does not see them.
+:class:`twin.server.shedding.StandingQueueGate` counts those too (gRPC core's own count of
+calls received, less the calls seen here) and, once the calls waiting reach the bound,
+refuses every unary call until a fresh count shows the queue drained: the workers get
+nothing new, the accepting thread gets the GIL, and refusals come back in milliseconds
+instead of seconds.
 
 Health and reflection are never refused (a busy server is not a dead one: a refused liveness
 probe would get the pod restarted), and streams have their own limit
@@ -37,8 +44,13 @@ from typing import Any
 import grpc
 
 from twin.server.auth import OPEN_SERVICES
+from twin.server.shedding import StandingQueueGate
 from twin.wire.errors import retry_status
 
+# While shedding, calls are still served while fewer than this many are queued or running:
+# with the GIL, one running call already uses what Python has; a second hides the gaps while
+# a reply is sent (measured in benchmarks/bench_server.py past capacity, see the README).
+KEEP_BUSY = 2
 # The smallest retry hint: below ~50 ms a client's retry would land in the same burst.
 MIN_RETRY_AFTER_S = 0.05
 # Weight of the newest run time in the pool's running mean (about the last 20 calls).
@@ -62,6 +74,7 @@ class CountingExecutor(ThreadPoolExecutor):
         self.workers = max_workers
         self._lock = threading.Lock()
         self._queued = 0
+        self._unfinished = 0
         self.mean_service_s = 0.0
 
     @property
@@ -69,9 +82,23 @@ class CountingExecutor(ThreadPoolExecutor):
         """Calls submitted and not yet started."""
         return self._queued
 
+    @property
+    def idle(self) -> bool:
+        """No call queued or running."""
+        return self._unfinished == 0
+
+    @property
+    def unfinished(self) -> int:
+        """Calls queued or running."""
+        return self._unfinished
+
     def _started(self) -> None:
         with self._lock:
             self._queued -= 1
+
+    def _finished(self) -> None:
+        with self._lock:
+            self._unfinished -= 1
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         """Queue ``fn``, counting it until a worker takes it."""
@@ -85,26 +112,30 @@ class CountingExecutor(ThreadPoolExecutor):
                 # A long stream (a sweep) is not what a queued unary call waits for: capped.
                 took = min(time.perf_counter() - t0, MAX_SERVICE_SAMPLE_S)
                 self.mean_service_s += SERVICE_TIME_WEIGHT * (took - self.mean_service_s)
+                self._finished()
 
         with self._lock:
             self._queued += 1
+            self._unfinished += 1
         try:
             future = super().submit(run)
         except BaseException:
             self._started()
+            self._finished()
             raise
 
         def uncount_if_cancelled(f: Future[Any]) -> None:
             # A future can be cancelled only before it starts, so ``run`` never uncounted it.
             if f.cancelled():
                 self._started()
+                self._finished()
 
         future.add_done_callback(uncount_if_cancelled)
         return future
 
-    def drain_time_s(self) -> float:
-        """How long the current backlog takes to start, at the recent service time."""
-        return self._queued * self.mean_service_s / self.workers
+    def drain_time_s(self, waiting: int) -> float:
+        """How long ``waiting`` calls take to start, at the recent service time."""
+        return waiting * self.mean_service_s / self.workers
 
 
 class _NoRequest:
@@ -147,39 +178,72 @@ class InlineRefusals(ThreadPoolExecutor):
         return future
 
 
-def _refuse(handler: grpc.RpcMethodHandler, status: grpc.Status, pool: InlineRefusals) -> grpc.RpcMethodHandler:
+def _refuse(status: grpc.Status, pool: InlineRefusals) -> grpc.RpcMethodHandler:
     def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
         context.abort_with_status(status)
 
     setattr(refuse, POOL_ATTRIBUTE, pool)
-    return grpc.unary_unary_rpc_method_handler(
-        refuse, request_deserializer=None, response_serializer=handler.response_serializer)
+    # No serializers: the request is never read and no response is ever sent.
+    return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=None, response_serializer=None)
 
 
 class AdmissionInterceptor(grpc.ServerInterceptor):
-    """Refuses unary calls while ``max_queued`` calls already wait for a worker of ``executor``."""
+    """Refuses unary calls while too many wait: ``max_queued`` for a worker of ``executor``, or,
+    counting those still waiting in gRPC core to be accepted, as :class:`StandingQueueGate`
+    decides (the gate's counter of calls in core is attached with :meth:`watch`).
+    """
 
     def __init__(self, executor: CountingExecutor, max_queued: int,
-                 open_services: tuple[str, ...] = OPEN_SERVICES) -> None:
+                 open_services: tuple[str, ...] = OPEN_SERVICES, gate: StandingQueueGate | None = None,
+                 keep_busy: int = KEEP_BUSY) -> None:
         self._executor = executor
         self._max_queued = max_queued
         self._open = tuple(f"/{s}/" for s in open_services)
         self.refused = 0
+        self.keep_busy = keep_busy
+        self.kept_busy = 0  # calls served while shedding, to keep the workers busy
         self.refusals = InlineRefusals()
+        # Shedding stops at a quarter of the bound: low enough that the queue has drained (the
+        # accepting thread has caught up), high enough not to wait for a last straggler.
+        self.gate = gate if gate is not None else StandingQueueGate(high=max_queued, low=max_queued // 4)
+        self._shedding: grpc.RpcMethodHandler | None = None
+
+    def watch(self, arrivals: Callable[[], int | None] | None) -> None:
+        """Count the calls waiting in gRPC core with ``arrivals`` (:class:`CoreArrivals`)."""
+        self.gate.watch(arrivals)
 
     def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
                           handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        executor = self._executor
+        self.gate.arrived(executor.idle)
         handler = continuation(handler_call_details)
-        queued = self._executor.queued
-        if (handler is None or queued < self._max_queued or handler.request_streaming
-                or handler.response_streaming or (handler_call_details.method or "").startswith(self._open)):
+        if (handler is None or handler.request_streaming or handler.response_streaming
+                or (handler_call_details.method or "").startswith(self._open)):
+            return handler
+        shedding = self.gate.shedding
+        if not self.gate.refuse(executor.queued):
+            return handler
+        if executor.unfinished < self.keep_busy:
+            # Shedding, yet the workers are (nearly) out of work: serve this one. Refusing
+            # everything left the workers idle while the queue in core drained, and served
+            # 4-20% of capacity past 2x load; a worker or two keep the throughput (Python runs
+            # one thread at a time anyway) and compete with the accepting thread far less than
+            # a full pool does.
+            self.kept_busy += 1
             return handler
         self.refused += 1
-        wait = max(MIN_RETRY_AFTER_S, self._executor.drain_time_s())
-        message = (f"limits.max_queued_rpcs: {queued} calls already wait for one of {self._executor.workers} "
-                   f"workers (the limit is {self._max_queued}); retry in {wait:.2f} s")
-        return _refuse(handler, retry_status(grpc.StatusCode.RESOURCE_EXHAUSTED, message, wait,
-                                             field="limits.max_queued_rpcs"), self.refusals)
+        if shedding and self._shedding is not None:
+            return self._shedding
+        # A new episode: one status for every call refused until it ends (built once, not per
+        # call; a refusal never sends a response, so one handler serves every method).
+        waiting = self.gate.waiting
+        wait = max(MIN_RETRY_AFTER_S, executor.drain_time_s(waiting))
+        message = (f"limits.max_queued_rpcs: {waiting} calls wait to be accepted or for one of {executor.workers} "
+                   f"workers (the limit is {self._max_queued}); unary calls are refused until that queue drains; "
+                   f"retry in {wait:.2f} s")
+        self._shedding = _refuse(retry_status(grpc.StatusCode.RESOURCE_EXHAUSTED, message, wait,
+                                              field="limits.max_queued_rpcs"), self.refusals)
+        return self._shedding
 
     def shutdown(self) -> None:
         """Stop the refusal pool's thread (started only if a refusal ever fell back to it)."""

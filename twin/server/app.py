@@ -33,6 +33,7 @@ from twin.server.auth import TokenAuthInterceptor, load_token
 from twin.server.config import ServerConfig, TlsConfig
 from twin.server.context import ServerContext
 from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
+from twin.server.shedding import CoreArrivals
 from twin.wire.handlers import method_handler, refuse_malformed, safe_parser
 
 log = logging.getLogger("twin.server")
@@ -56,6 +57,7 @@ class RunningServer:
     health_server: grpc.Server | None
     otel: Otel | None
     auth: bool
+    admission: AdmissionInterceptor | None = None  # the main port's load shedding
 
     @property
     def address(self) -> str:
@@ -183,8 +185,10 @@ def build_server(config: ServerConfig, engine: Engine | None = None,
         # silently and share traffic. Off, a taken port is an error at start.
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.server(executor, interceptors=interceptors, options=options,
-                         maximum_concurrent_rpcs=config.limits.max_concurrent_rpcs)
+    concurrent = config.limits.max_concurrent_rpcs
+    server, arrivals = CoreArrivals.around(lambda: grpc.server(
+        executor, interceptors=interceptors, options=options, maximum_concurrent_rpcs=concurrent))
+    admission.watch(arrivals)  # calls waiting in gRPC core count towards the bound too
     # Extensions' own servers (the dedicated OTLP port) have their own pools: auth and tracing only.
     ctx.interceptors = interceptors[1:]
     ctx.credentials = server_credentials(config.tls) if config.tls.enabled else None
@@ -210,7 +214,7 @@ def build_server(config: ServerConfig, engine: Engine | None = None,
         host = f"[{config.host}]" if ":" in config.host else config.host
         health_port = _bind(health_server, f"{host}:{config.health_port}", None, "config.health_port")
     return RunningServer(server=server, ctx=ctx, health=health_servicer, port=port, health_port=health_port,
-                         health_server=health_server, otel=otel, auth=token is not None)
+                         health_server=health_server, otel=otel, auth=token is not None, admission=admission)
 
 
 def start(running: RunningServer) -> None:

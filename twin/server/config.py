@@ -77,8 +77,9 @@ class LimitsConfig:
     # Measured (benchmarks/bench_server.py, closed loop, 2 cores): ~1,000 Predict/s, so 32
     # waiting calls are ~30 ms of queue; past that a call is refused with a retry hint.
     max_queued_rpcs: int = spec_field(
-        32, ge=1, le=100_000, doc="unary calls waiting for a worker; more get RESOURCE_EXHAUSTED with "
-                                  "RetryInfo at once (Health and reflection are never refused)")
+        32, ge=1, le=100_000, doc="unary calls waiting for a worker or, in gRPC core, to be accepted; more "
+                                  "get RESOURCE_EXHAUSTED with RetryInfo at once, and every unary call does "
+                                  "until the queue is down to a quarter (Health and reflection are never refused)")
     max_sweep_streams: int = spec_field(
         4, ge=1, le=100_000, doc="open Sweep streams; more get RESOURCE_EXHAUSTED (at most workers - 1, so "
                                  "unary calls and Health always have a worker)")
