@@ -13,8 +13,8 @@ Each figure is over *distinct* scenarios (no scenario is evaluated twice in a pa
 
 For each: ``Engine.evaluate(mapping)`` one by one (parse, validate, evaluate, the full
 ``Estimate``), the first pass on a fresh engine (cold: every cache empty) and the best of
-``--repeats`` later passes (warm: value caches full; each scenario is still parsed,
-validated and evaluated, no result is reused); and ``Engine.evaluate_many(mappings)``,
+``--repeats`` later passes (warm: value caches full; each scenario is still looked up by
+the value of its mapping, validated and evaluated, no result is reused); and ``Engine.evaluate_many(mappings)``,
 the batch API, the same way. ``fresh``: an engine warmed on one family set, then timed on
 another family set of never-seen scenarios (value caches shared only where the two sets
 share presets, spans or plans: what a long-running service sees). One process pinned to
