@@ -16,6 +16,7 @@ fields hold a sentinel where the plan has
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ def plan_column(values: Sequence[Any], name: str) -> np.ndarray:
     sentinel = _NONE_AS.get(name)
     if sentinel is not None:
         return np.asarray([sentinel if v is None else int(v) for v in values], dtype=np.int64)
-    if values and all(isinstance(v, str) for v in values):
+    if values and all(map(isinstance, values, itertools.repeat(str))):  # all(isinstance(v, str)), in C
         return Labels.of(values)
     arr = np.asarray(values)
     return arr.astype(np.int64) if arr.dtype.kind in "iu" else arr
