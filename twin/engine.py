@@ -162,7 +162,9 @@ class Engine:
         errors: list[str | None] = []
         for source in sources:
             try:
-                if isinstance(source, Scenario):
+                if type(source) is dict:  # the common case first: an ABC test costs
+                    scn = scenario_from_dict(source, self.catalog, validate=False)
+                elif isinstance(source, Scenario):
                     scn = source
                 elif isinstance(source, Mapping):
                     scn = scenario_from_dict(source, self.catalog, validate=False)

@@ -73,3 +73,26 @@ def test_require_fit_makes_plans_that_do_not_fit_infeasible():
     both = ok_strict
     assert np.array_equal(strict.columns["step_time_s"][both], loose.columns["step_time_s"][both])
     assert all(math.isnan(v) for v in strict.columns["step_time_s"][~ok_strict])
+
+
+def test_repeated_scenarios_share_plan_columns_and_keep_their_rows():
+    # Equal mappings give the same (interned) plan object, so the batch builds each distinct
+    # plan's columns once and indexes them per point: every copy must still get its own
+    # scenario's answer, in place, whatever the order of the copies.
+    engine = Engine(autoload=False)
+    points = equivalence.points(300, seed=7)
+    batch = points + points[::-1] + points
+    res = engine.evaluate_many(batch)
+    n = len(points)
+    checked = 0
+    for i, p in enumerate(points):
+        try:
+            step = Engine.evaluate(engine, p).step_time_s
+        except (TwinError, ArithmeticError):
+            assert res.reason(i) is not None and res.reason(i) == res.reason(2 * n - 1 - i) == res.reason(2 * n + i)
+            continue
+        for row in (i, 2 * n - 1 - i, 2 * n + i):
+            assert res.reason(row) is None, (i, row, res.reason(row))
+            assert res.columns["step_time_s"][row] == step, (i, row)
+        checked += 1
+    assert checked > 100

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT, base_scenario
 from twin.core import schema
 from twin.core.errors import SpecError, TwinError
-from twin.core.scenario_io import resolve_cluster, resolve_gpu, resolve_model
+from twin.core.scenario_io import resolve_cluster, resolve_gpu, resolve_model, scenario_from_dict
 from twin.core.schema import FrozenDict, FrozenList, Unkeyable, fast_load, load, value_key
 from twin.core.specs import Calibration, Offload, Overlap, Plan, Scenario
 from twin.engine import Engine
@@ -57,6 +57,20 @@ def test_equal_sections_give_the_same_objects(fresh: Engine) -> None:
         assert getattr(a, part) is getattr(b, part), part
     assert a.plan.overlap is b.plan.overlap and a.plan.offload is b.plan.offload
     assert a.cluster.gpu is b.cluster.gpu
+
+
+def test_equal_scenario_mappings_give_the_same_scenario(fresh: Engine) -> None:
+    data = base_scenario(overlap={"grad_reduce": False})
+    a = fresh.scenario(data)
+    assert fresh.scenario(copy.deepcopy(data)) is a
+    renamed = fresh.scenario({**data, "name": "other"})
+    assert renamed is not a and renamed.name == "other" and renamed.plan is a.plan
+    # a scenario kept unvalidated still fails the rules when a caller asks for them
+    broken = {**data, "plan": {**data["plan"], "gbs": 100}}  # 100 is not a multiple of dp x mbs
+    assert scenario_from_dict(broken, fresh.catalog, validate=False) is \
+        scenario_from_dict(copy.deepcopy(broken), fresh.catalog, validate=False)
+    with pytest.raises(SpecError, match="gbs"):
+        scenario_from_dict(broken, fresh.catalog)
 
 
 def test_different_sections_give_different_objects(fresh: Engine) -> None:

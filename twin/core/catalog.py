@@ -24,7 +24,10 @@ KINDS = ("gpus", "efficiency", "systems", "models", "software")
 # validation/equivalence.py hold 3,869 distinct cluster mappings (9 systems x 11 sizes x
 # fabric, optics and CXL options), 121 distinct scale_out ones and 10 models; the
 # built-in presets are a few dozen. "part": a cluster's scale_up/scale_out/optics/memory_pool.
-CACHE_SIZES = {"gpu": 256, "efficiency": 256, "cluster": 4096, "part": 1024, "model": 1024, "software": 256}
+# "scenario": whole scenarios by their mapping, as many as clusters (a batch or a client
+# repeating requests hits; a stream of distinct ones churns it, first in first out).
+CACHE_SIZES = {"gpu": 256, "efficiency": 256, "cluster": 4096, "part": 1024, "model": 1024, "software": 256,
+               "scenario": 4096}
 
 
 @dataclass

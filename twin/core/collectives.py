@@ -163,6 +163,21 @@ def _by_view(memo: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]], tag: 
     return got
 
 
+def _by_batch_view(tag: str, span: GroupSpan, h: HierarchyBatch, build: Callable[[GroupSpan, Any, str], Any]) -> Any:
+    """``build(span, h, tag)``, kept in the batch view's own memo (``h._net_memo``, dropped
+    with the view) for this group: a batch's strategies ask the same of a group again.
+    Each entry holds the group, so an id is never another object's.
+    """
+    memo = h._net_memo
+    key = (id(span), build, tag)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is span:
+        return hit[1]
+    got = build(span, h, tag)
+    memo[key] = (span, got)
+    return got
+
+
 def _net_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     return max(_nic_seconds(span, h, pattern), *_uplink_seconds(span, h, pattern).values(), 0.0)
 
@@ -178,14 +193,13 @@ def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
         if type(h) is not Hierarchy:
             return _net_seconds(span, h, pattern)
         return _by_view(_NET_MEMO, pattern, span, h, _net_seconds)
-    memo = h._net_memo
-    hit = memo.get((id(span), pattern))
-    if hit is not None and hit[0] is span:
-        return hit[1]
+    return _by_batch_view(pattern, span, h, _net_seconds_batch)  # type: ignore[arg-type]
+
+
+def _net_seconds_batch(span: GroupSpan, h: HierarchyBatch, pattern: str) -> Any:
     got = _nic_seconds(span, h, pattern)
     if h.width > 2 and ops.any_(np.asarray(span.top) >= 2):
         got = np.maximum(got, _uplink_seconds(span, h, pattern).max(axis=1))
-    memo[(id(span), pattern)] = (span, got)
     return got
 
 
@@ -202,6 +216,12 @@ def _uplink_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     if not ops.is_batch(span.n, span.top):
         return {j: _uplink_coeff(pattern, span, span.per_tier[j - 1]) * h.oversubscription_at(j)
                 / (h.bw_at(j) * h.share_at(j)) for j in range(2, span.top + 1)}
+    if type(h) is HierarchyBatch:  # asked by the group's costing and by its link profile
+        return _by_batch_view(pattern, span, h, _uplink_seconds_batch)
+    return _uplink_seconds_batch(span, h, pattern)
+
+
+def _uplink_seconds_batch(span: GroupSpan, h: Any, pattern: str) -> Any:
     j = np.arange(h.width)
     below = np.empty_like(span.per_tier)
     below[:, 1:] = span.per_tier[:, :-1]
@@ -309,9 +329,11 @@ def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Op
 
 def _ring_steps(op: str, span: GroupSpan, h: AnyHierarchy) -> list[tuple[str, Any, Any, Any, Any]]:
     """The size-independent part of the ring's options (see :func:`_ring_setup`), kept per
-    hierarchy view, group and op for one scenario (its collectives of one op on one group
-    differ only in size; a batch's are computed anew).
+    hierarchy view, group and op (its collectives of one op on one group differ only in
+    size): one scenario's in a module memo, a batch's in the batch view's own.
     """
+    if type(h) is HierarchyBatch:
+        return _by_batch_view(op, span, h, _ring_setup)  # type: ignore[no-any-return]
     if type(h) is not Hierarchy or ops.is_batch(span.n, span.m, span.top):
         return _ring_setup(span, h, op)
     return _by_view(_RING_MEMO, op, span, h, _ring_setup)  # type: ignore[no-any-return]
@@ -404,13 +426,11 @@ def _log2_nodes(span: GroupSpan, h: AnyHierarchy) -> Any:
     """
     if not ops.is_batch(span.n):
         return ops.trunc(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
-    memo = h._net_memo
-    hit = memo.get((id(span), "log2_nodes"))
-    if hit is not None and hit[0] is span:
-        return hit[1]
-    got = ops.trunc(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
-    memo[(id(span), "log2_nodes")] = (span, got)
-    return got
+    return _by_batch_view("log2_nodes", span, h, _log2_nodes_of)  # type: ignore[arg-type]
+
+
+def _log2_nodes_of(span: GroupSpan, h: Any, tag: str) -> Any:
+    return ops.trunc(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
 
 
 def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:

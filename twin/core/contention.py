@@ -147,6 +147,10 @@ def stretches(flows: Sequence[Flow]) -> list[Any]:
         else:
             s_arr = np.ones_like(f.profile)
             for r, overlap in others:
+                if type(overlap) is float and overlap == 1.0:
+                    # min(1, r * 1.0) is r itself: utilisation() is at most 1 (or NaN, kept)
+                    s_arr = s_arr + r
+                    continue
                 ov = np.asarray(overlap)
                 s_arr = s_arr + np.minimum(1.0, r * (ov[:, None] if ov.ndim else ov))
             out.append(np.where(f.profile > 0, s_arr, 1.0))

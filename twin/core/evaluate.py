@@ -1106,14 +1106,22 @@ class TwinModel:
         reasons = _Reasons()
         out = PointResults(np.full(n, -1, np.int64), reasons.names, {}, np.full(n, -1, np.int64),
                            np.full(n, -1, np.int64), {"points": n, "evaluated": 0, "scalar_points": 0, "groups": 0})
-        by_model: dict[int, list[int]] = {}
+        by_model: dict[tuple[int, int, int], list[int]] = {}
+        # The group of each (model, software, strategies) object triple, computed once per
+        # triple (the objects are shared between scenarios and held by ``scenarios``, so
+        # their ids stay theirs during the call).
+        by_ids: dict[tuple[int, int, int], list[int]] = {}
         for i, scn in enumerate(scenarios):
             if scn is None:
                 reason = (errors[i] if errors is not None else None) or "scenario: could not be built"
                 out.reason_ix[i] = reasons.code(reason)
                 continue
-            by_model.setdefault((self._key(scn.model), self._key(scn.software), self._key(scn.strategies)),
-                                []).append(i)
+            ids = (id(scn.model), id(scn.software), id(scn.strategies))
+            group = by_ids.get(ids)
+            if group is None:
+                group = by_ids[ids] = by_model.setdefault(
+                    (self._key(scn.model), self._key(scn.software), self._key(scn.strategies)), [])
+            group.append(i)
         for idx in by_model.values():
             rows = np.asarray(idx, np.int64)
             part = self.evaluate_points(PointSet.from_scenarios([scenarios[i] for i in idx]),  # type: ignore[misc]

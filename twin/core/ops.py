@@ -110,9 +110,9 @@ class Labels(np.ndarray):
     @classmethod
     def of(cls, values: Sequence[str]) -> Labels:
         """Labels of ``values`` (categories in first-seen order)."""
-        cats: dict[str, int] = {}
-        codes = [cats.setdefault(v, len(cats)) for v in values]
-        return cls(codes, tuple(cats))
+        # dict.fromkeys keeps the first-seen order; the codes are looked up in C (map)
+        cats = {v: i for i, v in enumerate(dict.fromkeys(values))}
+        return cls(np.fromiter(map(cats.__getitem__, values), np.int16, len(values)), tuple(cats))
 
     def __array_finalize__(self, obj: Any) -> None:
         self.categories = getattr(obj, "categories", ())

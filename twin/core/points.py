@@ -16,6 +16,7 @@ fields hold a sentinel where the plan has
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ def plan_column(values: Sequence[Any], name: str) -> np.ndarray:
     sentinel = _NONE_AS.get(name)
     if sentinel is not None:
         return np.asarray([sentinel if v is None else int(v) for v in values], dtype=np.int64)
-    if values and all(isinstance(v, str) for v in values):
+    if values and all(map(isinstance, values, itertools.repeat(str))):  # all(isinstance(v, str)), in C
         return Labels.of(values)
     arr = np.asarray(values)
     return arr.astype(np.int64) if arr.dtype.kind in "iu" else arr
@@ -306,6 +307,17 @@ class PointSet:
                     cals.append(cal)
                 seen_k[id(cal)] = k
             kix[i] = k
+        # Plans are interned by value (schema.fast_loader), so a batch's points share few
+        # plan objects: columns are built from the distinct ones (by identity: the same
+        # object has the same fields), in first-seen order, and indexed per point.
+        every = [s.plan for s in scenarios]
+        distinct = {id(p): p for p in every}
+        if len(distinct) == len(every):
+            columns = PlanColumns.from_plans(every)
+        else:
+            row = {k: j for j, k in enumerate(distinct)}
+            pix = np.fromiter(map(row.__getitem__, map(id, every)), np.int64, len(every))
+            columns = PlanColumns.from_plans(list(distinct.values()), pix)
         return cls(model=model, clusters=clusters, cluster_ix=cix, calibrations=cals, calibration_ix=kix,
-                   plan=PlanColumns.from_plans([s.plan for s in scenarios]), names=[s.name for s in scenarios],
+                   plan=columns, names=[s.name for s in scenarios],
                    software=software, strategies=strategies)

@@ -61,18 +61,23 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 _T = TypeVar("_T")
 
 
-def _cached(catalog: Catalog, kind: str, value: Any, path: str, build: Callable[[Any, Catalog, str], _T]) -> _T:
+_NO_KEY: Any = object()
+
+
+def _cached(catalog: Catalog, kind: str, value: Any, path: str, build: Callable[[Any, Catalog, str], _T],
+            key: Any = _NO_KEY) -> _T:
     """``build(value, catalog, path)``, or the object built before for an equal ``value``
-    (see ``schema.value_key``).
+    (see ``schema.value_key``; ``key``: ``value_key(value)`` when the caller has it).
 
     Only successes are kept: an input with an error is built (and fails) every time, so
     the error is the one the reference path raises. Input the key does not cover (spec
     objects, enum members, other mapping types) is built every time too.
     """
-    try:
-        key = schema.value_key(value)
-    except (schema.Unkeyable, RecursionError):  # RecursionError: nested too deep to key
-        return build(value, catalog, path)
+    if key is _NO_KEY:
+        try:
+            key = schema.value_key(value)
+        except (schema.Unkeyable, RecursionError):  # RecursionError: nested too deep to key
+            return build(value, catalog, path)
     cache = catalog.caches[kind]
     hit = cache.get(key)
     if hit is not None:
@@ -292,9 +297,25 @@ def scenario_from_dict(data: Any, catalog: Catalog, *, validate: bool = True) ->
     for key in ("cluster", "model", "plan"):
         if key not in data:
             raise SpecError(key, "is required")
-    # resolve_cluster / resolve_model without their own call layer (the hot path)
-    cluster = _cached(catalog, "cluster", data["cluster"], "cluster", _build_cluster)
-    model = _cached(catalog, "model", data["model"], "model", _build_model)
+    # The whole scenario by the value of its mapping (what a client sending the same
+    # request again, or a batch of copies, hits); only successes are kept, as per section.
+    try:
+        whole = schema.value_key(data)
+    except (schema.Unkeyable, RecursionError):
+        whole = None
+    if whole is not None:
+        hit = catalog.caches["scenario"].get(whole)
+        if hit is not None:
+            if validate:
+                validate_scenario(hit)
+            return hit  # type: ignore[no-any-return]
+        # value_key(data) is (tag, key, value_key(value), ...): the sections' keys, computed once
+        keys = dict(zip(whole[1::2], whole[2::2], strict=True))  # type: ignore[index]
+        cluster = _cached(catalog, "cluster", data["cluster"], "cluster", _build_cluster, keys["cluster"])
+        model = _cached(catalog, "model", data["model"], "model", _build_model, keys["model"])
+    else:  # resolve_cluster / resolve_model without their own call layer (the hot path)
+        cluster = _cached(catalog, "cluster", data["cluster"], "cluster", _build_cluster)
+        model = _cached(catalog, "model", data["model"], "model", _build_model)
     plan = _load_plan(data["plan"], "plan")
     calibration = data.get("calibration")
     calibration = _DEFAULT_CALIBRATION if calibration is None else \
@@ -310,6 +331,8 @@ def scenario_from_dict(data: Any, catalog: Catalog, *, validate: bool = True) ->
     scenario = _new_scenario(cluster, model, plan, name, calibration, software, strategies)
     if validate:
         validate_scenario(scenario)
+    if whole is not None:
+        catalog.caches["scenario"].add(whole, scenario)
     return scenario
 
 
