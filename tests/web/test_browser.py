@@ -10,14 +10,11 @@ from __future__ import annotations
 import re
 
 from tests.web.conftest import screenshot
+from tests.web.harness import STREAM_WAIT_S, hold_event_streams
 
 RED = "rgb(214,39,40)"  # --down in twin.css and COLOURS.down in fabric.js (#d62728)
 WAIT_MS = 10_000  # "within a few seconds": telemetry -> event stream (0.5 s polls) -> page
-# An event stream's slot freed and taken again: the server notices a closed stream at its next
-# poll (0.5 s) and a refused page retries after 5 s (twin.web.app POLL_S, EVENT_RETRY_S); twelve
-# times the 5 s, for a loaded machine.
-STREAM_WAIT_MS = 60_000
-POLL_GAP_S = 0.1  # between tries for a slot: a fifth of the server's 0.5 s poll
+STREAM_WAIT_MS = int(STREAM_WAIT_S * 1000)
 
 
 def open_page(browser, live, path, ready):
@@ -168,33 +165,3 @@ def test_a_page_refused_an_event_stream_connects_once_there_is_room(browser, liv
     assert not errors, errors
     page.close()
 
-
-def hold_event_streams(live, n: int) -> list:
-    """``n`` open event streams, every one of the server's slots when ``n`` is its limit.
-
-    A page an earlier test closed holds its slot until the server's next poll of that stream
-    notices (twin.web.app._stream), later still on a loaded machine; a refusal meanwhile is
-    retried until the bound, so no slot is left for another client to take."""
-    import http.client
-    import time
-
-    host, port = live.serving["listeners"]["web"].rsplit(":", 1)
-    held: list[http.client.HTTPConnection] = []
-    deadline = time.monotonic() + STREAM_WAIT_MS / 1000
-    try:
-        while len(held) < n:
-            conn = http.client.HTTPConnection(host, int(port), timeout=30)
-            conn.request("GET", "/events")
-            status = conn.getresponse().status
-            if status == 200:
-                held.append(conn)
-                continue
-            conn.close()
-            assert status == 429, status
-            assert time.monotonic() < deadline, f"{len(held)} of {n} event streams after {STREAM_WAIT_MS} ms"
-            time.sleep(POLL_GAP_S)
-    except BaseException:
-        for conn in held:
-            conn.close()
-        raise
-    return held
