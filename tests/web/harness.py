@@ -7,6 +7,7 @@ stops exactly the ``twin serve`` process it started (by its handle) and the expo
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -25,6 +26,11 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DEFAULT_SCENARIO = ROOT / "examples" / "gpt3-175b-dgx-h100-ib.yaml"
+# An event stream's slot freed and taken again: the server notices a closed stream at its next
+# poll (0.5 s) and a refused page retries after 5 s (twin.web.app POLL_S, EVENT_RETRY_S); twelve
+# times the 5 s, for a loaded machine.
+STREAM_WAIT_S = 60.0
+STREAM_POLL_S = 0.1  # between tries for a slot: a fifth of the server's 0.5 s poll
 
 
 def launch(playwright: Any, user_data_dir: str, width: int = 1400, height: int = 1000) -> Any:
@@ -126,3 +132,32 @@ class LiveTwin:
 def fresh_dir(prefix: str) -> tempfile.TemporaryDirectory:
     """A temporary directory for a browser profile or a twin's state."""
     return tempfile.TemporaryDirectory(prefix=prefix)
+
+
+def hold_event_streams(twin: LiveTwin, n: int, headers: dict[str, str] | None = None
+                       ) -> list[http.client.HTTPConnection]:
+    """``n`` open event streams of ``twin``'s web view: every slot when ``n`` is the server's limit.
+
+    A stream an earlier test (or page) closed holds its slot until the server's next poll of it
+    notices (twin.web.app._stream), later still on a loaded machine; a 429 meanwhile is retried
+    until STREAM_WAIT_S, so no slot is left for another client to take. The caller closes them."""
+    host, port = twin.serving["listeners"]["web"].rsplit(":", 1)
+    held: list[http.client.HTTPConnection] = []
+    deadline = time.monotonic() + STREAM_WAIT_S
+    try:
+        while len(held) < n:
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("GET", "/events", headers=headers or {})
+            status = conn.getresponse().status  # the headers only: the body never ends
+            if status == 200:
+                held.append(conn)
+                continue
+            conn.close()
+            assert status == 429, f"/events answered {status}"
+            assert time.monotonic() < deadline, f"{len(held)} of {n} event streams after {STREAM_WAIT_S} s"
+            time.sleep(STREAM_POLL_S)
+    except BaseException:
+        for conn in held:
+            conn.close()
+        raise
+    return held

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.web.harness import LiveTwin
+from tests.web.harness import LiveTwin, hold_event_streams
 from twin.web.auth import COOKIE, authorised, session_value, token_matches
 
 TOKEN = "s3cret-token-for-the-web-view"
@@ -103,38 +103,17 @@ def test_token_checks():
 def test_event_streams_beyond_the_limit_are_refused_with_retry_after(guarded):
     """Each stream polls on a thread that shares the interpreter with gRPC: a client opening many
     gets 429 with Retry-After past MAX_EVENT_STREAMS, and a closed stream frees its place."""
-    import time
-
     from twin.web.app import MAX_EVENT_STREAMS
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    host, port = guarded.serving["listeners"]["web"].rsplit(":", 1)
-
-    def open_stream() -> tuple[http.client.HTTPConnection, int]:
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        conn.request("GET", "/events", headers=auth)
-        return conn, conn.getresponse().status  # the headers only: the body never ends
-
-    conns = []
+    conns = hold_event_streams(guarded, MAX_EVENT_STREAMS, auth)  # each one 200, once earlier tests' are freed
     try:
-        for _ in range(MAX_EVENT_STREAMS):
-            conn, status = open_stream()
-            conns.append(conn)
-            assert status == 200
         status, body, headers = guarded.get("/events", auth)
         assert status == 429 and b"event streams are open" in body
         assert {k.lower(): v for k, v in headers.items()}.get("retry-after") == "5"
         assert guarded.get("/api/jobs", auth)[0] == 200  # the rest of the view still answers
         conns.pop().close()
-        deadline = time.monotonic() + 10
-        while True:  # the server sees the close within a poll
-            conn, status = open_stream()
-            conns.append(conn)
-            if status == 200:
-                break
-            assert status == 429 and time.monotonic() < deadline, "a closed stream never freed its place"
-            conns.pop().close()
-            time.sleep(0.2)
+        conns += hold_event_streams(guarded, 1, auth)  # the server sees the close within a poll: a place again
     finally:
         for conn in conns:
             conn.close()

@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 
 from tests.web.conftest import screenshot
+from tests.web.harness import STREAM_WAIT_S, hold_event_streams
 
 RED = "rgb(214,39,40)"  # --down in twin.css and COLOURS.down in fabric.js (#d62728)
 WAIT_MS = 10_000  # "within a few seconds": telemetry -> event stream (0.5 s polls) -> page
+STREAM_WAIT_MS = int(STREAM_WAIT_S * 1000)
 
 
 def open_page(browser, live, path, ready):
@@ -144,26 +146,22 @@ def test_pages_load_nothing_from_outside_the_twin(browser, live):
 def test_a_page_refused_an_event_stream_connects_once_there_is_room(browser, live):
     """Past the server's stream limit the page's EventSource gets 429, which browsers never
     retry by themselves: the page opens a new stream after the Retry-After and goes live."""
-    import http.client
-
     from twin.web.app import MAX_EVENT_STREAMS
 
-    host, port = live.serving["listeners"]["web"].rsplit(":", 1)
-    held = []
+    held = hold_event_streams(live, MAX_EVENT_STREAMS)
     try:
-        for _ in range(MAX_EVENT_STREAMS):
-            conn = http.client.HTTPConnection(host, int(port), timeout=30)
-            conn.request("GET", "/events")
-            if conn.getresponse().status != 200:  # the other tests' pages may hold a few
-                conn.close()
-                break
-            held.append(conn)
-        page, errors = open_page(browser, live, "/failures", "document.readyState === 'complete'")
-        page.wait_for_timeout(1500)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        with page.expect_response(lambda r: r.url == live.url + "/events", timeout=STREAM_WAIT_MS) as first:
+            page.goto(live.url + "/failures")
+        assert first.value.status == 429
         assert not page.evaluate("document.getElementById('live-dot').classList.contains('on')")
     finally:
         for conn in held:
             conn.close()
-    page.wait_for_function("document.getElementById('live-dot').classList.contains('on')", timeout=15_000)
+    # Retry-After (5 s), then the server's next poll notices the closed streams: generous for a loaded machine.
+    page.wait_for_function("document.getElementById('live-dot').classList.contains('on')", timeout=STREAM_WAIT_MS)
     assert not errors, errors
     page.close()
+
