@@ -18,14 +18,13 @@ from twin_plugins.roce import EFA_STEP_LATENCY_S
 
 from tests.core.test_formulas import GB, flat_hierarchy
 from twin.core.collectives import (
-    RING_PLATEAU,
     collective_cost,
     collective_options,
     dedup_dispatch_cost,
     domains_per_token,
 )
 from twin.core.errors import SpecError
-from twin.core.nccl_tuning import LL_MAX_BW_ONE_NODE_GBPS
+from twin.core.nccl_tuning import LL_MAX_BW_ONE_NODE_GBPS, RING_PLATEAU
 from twin.core.specs import Generation
 from twin.core.topology import HierarchyBatch, place_group
 from twin.engine import Engine

@@ -32,42 +32,10 @@ from twin.core.units import US
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 ALGORITHMS = ("ring", "tree", "nvls", "sharp", "direct")
 
-# NCCL's tuning tables, all from NCCL 2.28.3-1's src/graph/tuning.cc (``twin.core.nccl_tuning``
-# names the lines): base latency per algorithm/protocol, per-step NVLink and network latency
-# (us), and each protocol's fraction of the link bandwidth (ring LL 0.5 under the llMaxBw cap,
-# LL128 0.92; tree x0.92, then LL 1/3.8 and LL128 120/128).
-_BASE_LAT = nccl.BASE_LAT
-_HW_LAT_NVLINK = nccl.HW_LAT_NVLINK
-_HW_LAT_NET = nccl.HW_LAT_NET
-_PROTO_BW = nccl.RING_PROTO_BW
-# Multi-node Simple-protocol ring all-reduce latency factor by GPU generation (tuning.cc,
-# ncclTopoGetAlgoTime, 2.19 and later: "lat *= minCompCap < 80 ? 1.9 : 1.4; // Plateau effect
-# of ring"; compute capability 7.0 Volta, 8.0 Ampere, 9.0 Hopper, 10.0 Blackwell: NVIDIA CUDA
-# C++ Programming Guide, compute capabilities table). NCCL applies it from 64 bytes per
-# channel and rank; the twin, which does not count NCCL's channels, applies it at every size.
-RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
-# tuning.cc getNetOverhead, "Network post overhead": 1 us on Intel x86 and other hosts, 2 us on
-# AMD x86; the twin does not know the host CPU, so NCCL's default (1 us).
-_NET_OVERHEAD_US = 1.0
-# Tree bandwidth factor (2.28.3: "busBw = min(busBw*.92, ...)").
-_TREE_BW = nccl.TREE_BW
-# tuning.cc treeCorrectionFactor (2.19+; these 23 entries are 2.28.3's): "Trees are not
-# perfectly sticking to the model for medium sizes. Applying a static correction factor
-# [...] Powers of two, 64 B to 256MB": the tree's bandwidth is multiplied by entry
-# floor(log2(bytes / 64)) of its protocol's row (ncclTopoGetAlgoTime), none from 512 MiB up.
-_TREE_CORRECTION = {
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
-}
-_TREE_CORRECTION_ROWS = {p: (*row, 1.0) for p, row in _TREE_CORRECTION.items()}
+# NCCL's cost-model tables, all from one release (``twin.core.nccl_tuning``, which names each
+# line); the tree-correction rows, with the trailing 1.0 from 512 MiB up, also as arrays.
+_TREE_CORRECTION_ROWS = {p: (*row, 1.0) for p, row in nccl.TREE_CORRECTION.items()}
 _TREE_CORRECTION_ARRAYS = {p: np.asarray(row) for p, row in _TREE_CORRECTION_ROWS.items()}
-# NVLS: 2.28.3's latency is hwLatencies[NVLINK][NVLS][Simple] (25 us, its base latency being 0);
-# NVLS-tree adds 2 log2(nNodes) network steps of hwLatencies[NET][NVLS_TREE][Simple] (14 us), the
-# inter-node reduce and broadcast trees. (Before: a 50 us NVLS latency fitted to the DGX H100
-# curve and a 20.9 us network step from another release's tuner constants.)
-_NVLS_LAT_US = nccl.NVLS_LAT_US
-_HW_LAT_NET_NVLS_TREE = nccl.NVLS_TREE_NET_LAT_US
 # All-to-all / send-recv: one message per peer, a per-operation base and a per-peer cost. Not
 # NCCL's: tuning.cc costs collectives only (p2p operations never go through ncclTopoGetAlgoTime),
 # and no source at hand gives these; the twin's own figures, a known gap (docs/fidelity.md).
@@ -292,7 +260,7 @@ def _option(t: Any, algorithm: str, protocol: str, busbw: Any, available: Any = 
 
 def _net_latency_us(span: GroupSpan, h: AnyHierarchy) -> Any:
     """The fabric's own latency of a step across the group's top tier, us: NCCL's per-step
-    network latency (``_HW_LAT_NET``) is the floor; a fabric whose hops are slower (deep
+    network latency (``nccl.HW_LAT_NET``) is the floor; a fabric whose hops are slower (deep
     trees, kernel TCP stacks) states more in its tiers (``Tier.latency_s``).
     """
     return ops.where(span.m > 1, h.latency_at(span.top) / US, 0.0)
@@ -312,10 +280,10 @@ def _nccl_nodes(span: GroupSpan) -> Any:
 # step, and with one rank per node the tree's network step instead ("With ppn=1 latencies
 # are fully exposed, use the Tree network latency").
 _RING_STEPS = tuple(
-    (proto, pbw, _BASE_LAT["ring"][proto], _HW_LAT_NVLINK["ring"][proto],
-     max(_HW_LAT_NVLINK["ring"][proto], _NET_OVERHEAD_US * (3 if proto == "Simple" else 1)),
-     _HW_LAT_NET["ring"][proto], _HW_LAT_NET["tree"][proto])
-    for proto, pbw in _PROTO_BW.items())
+    (proto, pbw, nccl.BASE_LAT["ring"][proto], nccl.HW_LAT_NVLINK["ring"][proto],
+     max(nccl.HW_LAT_NVLINK["ring"][proto], nccl.NET_OVERHEAD_US * (3 if proto == "Simple" else 1)),
+     nccl.HW_LAT_NET["ring"][proto], nccl.HW_LAT_NET["tree"][proto])
+    for proto, pbw in nccl.RING_PROTO_BW.items())
 
 
 def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
@@ -385,7 +353,7 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
         return []
     nodes = ops.maximum(_nccl_nodes(span), 1)
     up = h.up_bw
-    bw = _TREE_BW * ops.minimum(up, _inter_bw(span, h, "tree"))
+    bw = nccl.TREE_BW * ops.minimum(up, _inter_bw(span, h, "tree"))
     ppn = ops.maximum(1, span.n // nodes)
     log_nodes = _log2_nodes(span, h)
     net_lat = _net_latency_us(span, h)
@@ -394,8 +362,8 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     out: list[Option] = []
     ll_cap = nccl.ll_max_bw(nodes, h.ll_max_bw)
     for proto, pbw in nccl.TREE_PROTO_BW.items():
-        lat = _BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * _HW_LAT_NVLINK["tree"][proto]
-                                              + log_nodes * ops.maximum(_HW_LAT_NET["tree"][proto], net_lat))
+        lat = nccl.BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * nccl.HW_LAT_NVLINK["tree"][proto]
+                                              + log_nodes * ops.maximum(nccl.HW_LAT_NET["tree"][proto], net_lat))
         # tuning.cc: trees move 2x the data per byte reduced; NCCL's medium-size correction
         correction = _TREE_CORRECTION_ARRAYS[proto][size_index] if type(size_index) is np.ndarray \
             else _TREE_CORRECTION_ROWS[proto][size_index]
@@ -410,7 +378,7 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
 
 
 def _tree_size_index(size: Any) -> Any:
-    """The entry of ``_TREE_CORRECTION`` for ``size`` bytes: log2i(bytes >> 6) as
+    """The entry of ``nccl.TREE_CORRECTION`` for ``size`` bytes: log2i(bytes >> 6) as
     ncclTopoGetAlgoTime takes it, capped at the rows' trailing 1.0 (512 MiB and up).
     """
     cap = len(_TREE_CORRECTION_ROWS["Simple"]) - 1
@@ -446,9 +414,9 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
         inter = 2.0 * (span.m - 1) / span.m * size / _inter_bw(span, h, "ring")
         t_inter = ops.where(multi, inter, 0.0)
         net_steps = ops.where(multi, 2.0 * _log2_nodes(span, h), 0.0)
-        lat = _NVLS_LAT_US + net_steps * ops.maximum(_HW_LAT_NET_NVLS_TREE, _net_latency_us(span, h))
+        lat = nccl.NVLS_LAT_US + net_steps * ops.maximum(nccl.NVLS_TREE_NET_LAT_US, _net_latency_us(span, h))
     else:
-        t_inter, lat = 0.0, _NVLS_LAT_US
+        t_inter, lat = 0.0, nccl.NVLS_LAT_US
     t = ops.maximum(t_intra, t_inter) + lat * US
     return _option(t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / t, available)
 
@@ -489,7 +457,7 @@ def _p2p_latency(n: Any, span: GroupSpan | None = None, h: AnyHierarchy | None =
     """Per-peer p2p latency, plus one network step where the group leaves its domain."""
     lat = _P2P_BASE_US + (n - 1) * _P2P_PER_PEER_US
     if span is not None and h is not None:
-        lat = lat + ops.where(span.m > 1, ops.maximum(_HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, h)), 0.0)
+        lat = lat + ops.where(span.m > 1, ops.maximum(nccl.HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, h)), 0.0)
     return lat * US
 
 
@@ -592,8 +560,8 @@ def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
         bw = ops.where(multi, 1.0 / net_seconds_per_byte(span, h, "p2p"), h.up_bw)
     else:
         bw = h.up_bw
-    lat = ops.where(multi, (_P2P_BASE_US + ops.maximum(_HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, h))) * US,
-                    (_P2P_BASE_US + _HW_LAT_NVLINK["ring"]["Simple"]) * US)
+    net_step = ops.maximum(nccl.HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, h))
+    lat = ops.where(multi, (_P2P_BASE_US + net_step) * US, (_P2P_BASE_US + nccl.HW_LAT_NVLINK["ring"]["Simple"]) * US)
     t = size / bw + lat
     return CollectiveCost(t, "direct", "Simple", size / t, bw)
 

@@ -41,7 +41,7 @@ from twin.core.api import (
     Terms,
     stride_of,
 )
-from twin.core.collectives import RING_PLATEAU, CollectiveCost, collective_cost, link_seconds_per_byte
+from twin.core.collectives import CollectiveCost, collective_cost, link_seconds_per_byte
 from twin.core.compute import DEVICE_FIELDS, Device, device_for
 from twin.core.contention import (
     DEFAULT_PATTERNS,
@@ -64,7 +64,7 @@ from twin.core.memory import (
     memory_per_gpu,
     model_states,
 )
-from twin.core.nccl_tuning import LL_MAX_BW_ONE_NODE_GBPS
+from twin.core.nccl_tuning import LL_MAX_BW_ONE_NODE_GBPS, RING_PLATEAU
 from twin.core.pipelines import rank0_params
 from twin.core.points import ColumnView, PlanColumns, PointSet
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times

@@ -61,6 +61,25 @@ LL_MAX_BW_ONE_NODE_GBPS = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blac
 LL_MAX_BW_TWO_NODES_GBPS = 39.0
 LL_MAX_BW_MORE_NODES_GBPS = 20.4
 
+# Multi-node Simple-protocol ring all-reduce latency factor by GPU generation (tuning.cc,
+# ncclTopoGetAlgoTime, 2.19 and later: "lat *= minCompCap < 80 ? 1.9 : 1.4; // Plateau effect
+# of ring"; compute capability 7.0 Volta, 8.0 Ampere, 9.0 Hopper, 10.0 Blackwell: NVIDIA CUDA
+# C++ Programming Guide, compute capabilities table). NCCL applies it from 64 bytes per
+# channel and rank; the twin, which does not count NCCL's channels, applies it at every size.
+RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
+# tuning.cc getNetOverhead, "Network post overhead": 1 us on Intel x86 and other hosts, 2 us on
+# AMD x86; the twin does not know the host CPU, so NCCL's default (1 us).
+NET_OVERHEAD_US = 1.0
+# tuning.cc treeCorrectionFactor (2.19+; these 23 entries are 2.28.3's): "Trees are not
+# perfectly sticking to the model for medium sizes. Applying a static correction factor
+# [...] Powers of two, 64 B to 256MB": the tree's bandwidth is multiplied by entry
+# floor(log2(bytes / 64)) of its protocol's row (ncclTopoGetAlgoTime), none from 512 MiB up.
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+
 
 def ll_max_bw(nodes: Any, one_node_Bps: Any) -> Any:
     """NCCL's llMaxBw (B/s) for a communicator over ``nodes`` NCCL nodes: ``one_node_Bps``
