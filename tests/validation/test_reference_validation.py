@@ -74,6 +74,14 @@ def test_collectives_bus_bandwidth_error(collectives):
 _S23_SOURCES = ("stas00/ml-engineering", "ZiyanIshani/vpbenchmarking", "oracle-quickstart/")
 
 
+def _assert_bar(s: dict, *, n: int, median: float, p90: float, multi_n: int, multi_median: float) -> None:
+    """A summary's case counts are exactly these and its errors no worse than these bars."""
+    assert (s["n"], s["multi_node"]["n"]) == (n, multi_n)
+    assert s["median_abs_error_pct"] <= median
+    assert s["p90_abs_error_pct"] <= p90
+    assert s["multi_node"]["median_abs_error_pct"] <= multi_median
+
+
 def test_collectives_whole_set_does_not_regress(collectives):
     """Today's figures on the first 72 cases (achieved busbw with latency): median 11.1%,
     p90 54.6%; multi-node (44 cases) median 25.2%, p90 71.2% (docs/fidelity.md,
@@ -86,12 +94,7 @@ def test_collectives_whole_set_does_not_regress(collectives):
     sources = {c["id"]: c["source"] for c in yaml.safe_load((REFERENCE / "collectives.yaml").read_text())["cases"]}
     first = dataclasses.replace(collectives, cases=[c for c in collectives.cases
                                                     if not sources[c.id].startswith(_S23_SOURCES)])
-    s = first.summary()
-    assert s["n"] == 72
-    assert s["median_abs_error_pct"] <= 12.0
-    assert s["p90_abs_error_pct"] <= 60.0
-    assert s["multi_node"]["n"] == 44
-    assert s["multi_node"]["median_abs_error_pct"] <= 26.0
+    _assert_bar(first.summary(), n=72, median=12.0, p90=60.0, multi_n=44, multi_median=26.0)
 
 
 def test_collectives_with_the_s23_runs_do_not_regress(collectives):
@@ -100,12 +103,7 @@ def test_collectives_with_the_s23_runs_do_not_regress(collectives):
     p90 69.7%, multi-node (64 cases) median 25.5%: the new runs expose NVLS-tree's bandwidth
     across 4+ nodes, the multi-rack fixed cost and GB300's cross-rack all-to-all
     (docs/fidelity.md). A regression bar, not a target."""
-    s = collectives.summary()
-    assert s["n"] == 98
-    assert s["median_abs_error_pct"] <= 16.0
-    assert s["p90_abs_error_pct"] <= 75.0
-    assert s["multi_node"]["n"] == 64
-    assert s["multi_node"]["median_abs_error_pct"] <= 27.0
+    _assert_bar(collectives.summary(), n=98, median=16.0, p90=75.0, multi_n=64, multi_median=27.0)
 
 
 def test_published_nccl_tests_rows_are_self_consistent():
