@@ -135,3 +135,14 @@ def test_summary_reports_multi_node_cases(engine):
     summary = report.summary()
     assert summary["multi_node"]["n"] == 1
     assert {c["id"]: c["nodes"] for c in report.to_dict()["cases"]} == {"one-node": 1, "two-nodes": 2}
+
+
+def test_published_annotations_are_kept_but_not_read(engine):
+    """A point's ``nccl_algorithm`` (the algorithm the source's own NCCL log names) and a
+    case's ``consistency`` note are bookkeeping (CASES.md): they change neither figure."""
+    plain = case("plain", points=[{"bytes": 2**30, "busbw_GBps": 100.0}])
+    noted = {**case("noted", points=[{"bytes": 2**30, "busbw_GBps": 100.0, "nccl_algorithm": "Tree LL128"}]),
+             "consistency": "the summary and the raw output disagree on the NIC count"}
+    got = scored(engine, plain, noted)
+    assert got["noted"].predicted == got["plain"].predicted
+    assert got["noted"].measured == got["plain"].measured == 100.0

@@ -69,19 +69,65 @@ def test_collectives_bus_bandwidth_error(collectives):
     assert {"predicted_busbw_GBps", "measured_busbw_GBps", "nodes"} <= set(d["cases"][0])
 
 
+# Issue 11's second batch of published multi-node runs (s23: docs/fidelity.md, "Sources
+# considered for issue 11's data"); the bars below keep the earlier 72 cases' own figures.
+_S23_SOURCES = ("stas00/ml-engineering", "ZiyanIshani/vpbenchmarking", "oracle-quickstart/")
+
+
+def _assert_bar(s: dict, *, n: int, median: float, p90: float, multi_n: int, multi_median: float) -> None:
+    """A summary's case counts are exactly these and its errors no worse than these bars."""
+    assert (s["n"], s["multi_node"]["n"]) == (n, multi_n)
+    assert s["median_abs_error_pct"] <= median
+    assert s["p90_abs_error_pct"] <= p90
+    assert s["multi_node"]["median_abs_error_pct"] <= multi_median
+
+
 def test_collectives_whole_set_does_not_regress(collectives):
-    """Today's figures on the whole set (72 cases, achieved busbw with latency): median 10.8%,
-    p90 54.6%; multi-node (44 cases) median 24.6%, p90 71.2% (docs/fidelity.md,
+    """Today's figures on the first 72 cases (achieved busbw with latency): median 11.1%,
+    p90 54.6%; multi-node (44 cases) median 25.2%, p90 71.2% (docs/fidelity.md,
     "Collectives"). Multi-node rose from 21.2% when UCCL-EP's cases were first scored by
     their benchmark's own metric (own-node pairs counted): the NIC-rate comparison had hidden
     that UCCL-EP on EFA runs below line rate. Issue 11 targets median <= 10% and multi-node
     <= 15%; these bars only stop a regression on the way there."""
-    s = collectives.summary()
-    assert s["n"] == 72
-    assert s["median_abs_error_pct"] <= 12.0
-    assert s["p90_abs_error_pct"] <= 60.0
-    assert s["multi_node"]["n"] == 44
-    assert s["multi_node"]["median_abs_error_pct"] <= 26.0
+    import yaml
+
+    sources = {c["id"]: c["source"] for c in yaml.safe_load((REFERENCE / "collectives.yaml").read_text())["cases"]}
+    first = dataclasses.replace(collectives, cases=[c for c in collectives.cases
+                                                    if not sources[c.id].startswith(_S23_SOURCES)])
+    _assert_bar(first.summary(), n=72, median=12.0, p90=60.0, multi_n=44, multi_median=26.0)
+
+
+def test_collectives_with_the_s23_runs_do_not_regress(collectives):
+    """With the 26 cases of s23 (4 nodes of p6-b200 on EFA, 4 nodes of H100 on InfiniBand,
+    GB300 and GB200 NVL72 on RoCE across up to 3 racks) the whole set reads median 14.9%,
+    p90 69.7%, multi-node (64 cases) median 25.5%: the new runs expose NVLS-tree's bandwidth
+    across 4+ nodes, the multi-rack fixed cost and GB300's cross-rack all-to-all
+    (docs/fidelity.md). A regression bar, not a target."""
+    _assert_bar(collectives.summary(), n=98, median=16.0, p90=75.0, multi_n=64, multi_median=27.0)
+
+
+def test_published_nccl_tests_rows_are_self_consistent():
+    """Every row that carries nccl-tests' three figures (time, algbw, busbw) obeys them as
+    nccl-tests prints them (doc/PERFORMANCE.md: algbw = bytes / time, busbw = algbw x the
+    op's bus factor for the case's rank count), to 2% (the printed rounding): a transcription
+    slip or a rank count the printed figures contradict is caught here, not in a median."""
+    import yaml
+
+    from twin.core.collectives import bus_factor
+    from twin.reference import collective_op
+
+    bad = []
+    for c in yaml.safe_load((REFERENCE / "collectives.yaml").read_text())["cases"]:
+        op, n = collective_op(c["op"]), c["cluster"].get("num_gpus")
+        if op.startswith("ep_") or not n:
+            continue
+        for p in c.get("points") or []:
+            size, t, alg, bus = (p.get(k) for k in ("bytes", "time_us", "algbw_GBps", "busbw_GBps"))
+            if None in (size, t, alg, bus) or alg < 1.0 or bus < 1.0:  # below 1 GB/s: rounding to 0.01
+                continue
+            if abs(size / (t * 1e-6) / 1e9 - alg) > 0.02 * alg or abs(alg * bus_factor(op, n) - bus) > 0.02 * bus:
+                bad.append((c["id"], size))
+    assert bad == []
 
 
 def test_every_collectives_case_is_read(collectives):
