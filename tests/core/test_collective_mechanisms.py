@@ -20,6 +20,7 @@ from tests.core.test_formulas import GB, flat_hierarchy
 from twin.core.collectives import (
     collective_cost,
     collective_options,
+    dbtree_node_traffic,
     dedup_dispatch_cost,
     domains_per_token,
 )
@@ -184,6 +185,22 @@ def test_nvls_tree_pays_two_network_steps_per_tree_level():
     # log2i is NCCL's integer log2: 3 domains take the steps of 2
     three = collective_cost("all_reduce", 8.0, place_group(24, 1, h), h, algorithm="nvls")
     assert float(three.time_s) - float(one.time_s) == pytest.approx(2 * 1 * 14.0 * US, rel=1e-3)
+
+
+def test_nvls_tree_moves_what_nccls_double_binary_tree_moves_across_domains():
+    """Across domains NVLS-tree is NCCL's double binary tree (trees.cc ncclGetBtree/ncclGetDtree):
+    per byte of the buffer the busiest domain sends 1x with 2 domains, 1.5x with 3 (both trees
+    chains), 2x from 4 on (rank 2: a parent and two children in one tree, a leaf in the other);
+    NCCL 2.28.3's model doubles NVLS-tree's inter-node bandwidth only for <= 2 nodes alike."""
+    assert [dbtree_node_traffic(m) for m in (1, 2, 3, 4, 5, 8, 64)] == [0.0, 1.0, 1.5, 2.0, 2.0, 2.0, 2.0]
+    assert dbtree_node_traffic(np.array([1, 2, 3, 4, 300])).tolist() == [0.0, 1.0, 1.5, 2.0, 2.0]
+    # NIC-bound: 8 GPUs x 20 GB/s = 160 GB/s per domain across, NVLS 273 GB/s inside
+    h = flat_hierarchy(nic_GBps=20.0, nvls=273.0)
+    size = 8 * 2**30
+    for domains, traffic, levels in ((2, 1.0, 1), (3, 1.5, 1), (4, 2.0, 2), (8, 2.0, 3)):
+        cost = collective_cost("all_reduce", size, place_group(8 * domains, 1, h), h, algorithm="nvls")
+        lat = (25.0 + 2 * levels * 14.0) * US
+        assert float(cost.time_s) == pytest.approx(traffic * size / (160.0 * GB) + lat, rel=1e-9)
 
 
 def test_blackwell_nvls_runs_at_nccls_lower_nvls_efficiency(engine):

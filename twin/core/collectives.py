@@ -401,6 +401,24 @@ def _log2_nodes_of(span: GroupSpan, h: Any, tag: str) -> Any:
     return ops.trunc(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
 
 
+def dbtree_node_traffic(domains: Any) -> Any:
+    """Bytes the busiest domain sends (and receives) across the network per byte of an
+    all-reduce run as NCCL's double binary tree over ``domains`` (NVLS-tree's inter-node part).
+
+    NCCL builds two binary trees over the nodes (``src/graph/trees.cc``, ``ncclGetBtree`` and
+    ``ncclGetDtree``: the second tree mirrors the first for an even node count and shifts it by
+    one for an odd count, so a node interior in one tree is a leaf in the other), each carrying
+    half the buffer up (reduce) and back down (broadcast). Per tree a node sends half the
+    buffer to its parent and half to each child: with 2 nodes each sends the buffer once; with
+    3 both trees are chains and the busiest node sends 1.5x; from 4 on, rank 2 has a parent and
+    two children in the first tree and is a leaf in the second: 2x. NCCL's own cost model says
+    the same: NVLS-tree's ``interBw * ((nNodes <= 2 && a == NCCL_ALGO_NVLS_TREE) ? 2 : 1)``
+    (``ncclTopoTuneModel``, tuning.cc of 2.28.3). A ring moves 2(m-1)/m, which undercounts the
+    tree from 3 nodes on (1.5x against 2x at 4 nodes).
+    """
+    return ops.where(domains <= 1, 0.0, ops.where(domains == 2, 1.0, ops.where(domains == 3, 1.5, 2.0)))
+
+
 def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
     nvls_bw = h.up_nvls_bw
     available = ops.logical_and(nvls_bw > 0, span.k >= 2)
@@ -408,10 +426,11 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
         return None
     t_intra = size / nvls_bw
     multi = span.m > 1
-    # NVLS-tree: in-switch reduction inside the domain, ring/tree across; it also pays
-    # 2 log2(domains) network steps (tuning.cc, NVLS_TREE latency).
+    # NVLS-tree: in-switch reduction inside the domain, NCCL's double binary tree across
+    # (``dbtree_node_traffic``); it also pays 2 log2(domains) network steps (tuning.cc,
+    # NVLS_TREE latency).
     if ops.any_(multi):
-        inter = 2.0 * (span.m - 1) / span.m * size / _inter_bw(span, h, "ring")
+        inter = dbtree_node_traffic(span.m) * size / _inter_bw(span, h, "ring")
         t_inter = ops.where(multi, inter, 0.0)
         net_steps = ops.where(multi, 2.0 * _log2_nodes(span, h), 0.0)
         lat = nccl.NVLS_LAT_US + net_steps * ops.maximum(nccl.NVLS_TREE_NET_LAT_US, _net_latency_us(span, h))
