@@ -134,8 +134,9 @@ NVLS_STAGES = 3
 # NVLS_TREE latency counts: "2 * log2i(nNodes) * interLat").
 NVLS_TREE_GPU_STAGES_PER_LEVEL = 2
 NVLS_TREE_NET_STAGES_PER_LEVEL = 2
-# src/include/device.h: "#define NCCL_MAX_NVLS_ARITY 32", the size of struct ncclNvls's
-# up[] (one entry per head): a communicator has at most 32 NVLS heads.
+# src/include/device.h "#define NCCL_MAX_NVLS_ARITY 32" (the size of struct ncclNvls's up[],
+# one entry per head); src/graph/search.cc ncclTopoCompute: "NVLS and COLLNET_DIRECT search must
+# have ngpus heads at most", graph->maxChannels = min(NCCL_MAX_NVLS_ARITY, GPUs): at most 32 heads.
 NVLS_MAX_ARITY = 32
 
 def nvls_chunk(per_channel: Any, heads: Any) -> Any:
