@@ -309,6 +309,16 @@ def test_nvls_heads_stop_at_nccls_nvls_arity():
         assert float(got.time_s) == pytest.approx(25 * US + size / (473 * GB) + 2 * piece / (473 * GB), rel=1e-12)
 
 
+def test_nvls_needs_three_gpus_of_the_communicator():
+    """nvls.cc, ncclNvlsInit: "gpuCount <= 2" leaves NVLS off, so a 2-GPU group has no NVLS
+    candidate (a forced NVLS falls back to the fastest, here a ring) and 3 GPUs have one."""
+    h = flat_hierarchy(nvls=273.0)
+    two, three = place_group(2, 1, h), place_group(3, 1, h)
+    assert "nvls" not in {a for _, a, _, _ in collective_options("all_reduce", 2.0 ** 30, two, h)}
+    assert collective_cost("all_reduce", 2.0 ** 30, two, h, algorithm="nvls").algorithm == "ring"
+    assert collective_cost("all_reduce", 2.0 ** 30, three, h, algorithm="nvls").algorithm == "nvls"
+
+
 def test_nvls_time_never_falls_with_size():
     """Chunks only grow with the buffer, so a bigger all-reduce never takes less (one domain,
     2 and 4 domains)."""

@@ -425,7 +425,7 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> tuple[Option, Any
     out (``_nvls_fill``), which the time taken adds.
     """
     nvls_bw = h.up_nvls_bw
-    available = ops.logical_and(nvls_bw > 0, span.k >= 2)
+    available = ops.logical_and(nvls_bw > 0, span.k >= nccl.NVLS_MIN_GPUS)
     if not ops.any_(available):
         return None
     t_intra = size / nvls_bw
@@ -495,7 +495,8 @@ def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option 
     if op == "all_reduce":
         nvls_bw = h.up_nvls_bw
         ring_intra = 2.0 * (k - 1) / k * size / h.up_bw
-        t_intra = ops.where(ops.logical_and(nvls_bw > 0, k > 1), size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
+        nvls = ops.logical_and(nvls_bw > 0, k >= nccl.NVLS_MIN_GPUS)
+        t_intra = ops.where(nvls, size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
                             ops.where(k > 1, ring_intra, 0.0))
     else:  # the domain's part is a ring reduce-scatter / all-gather over NVLink
         t_intra = ops.where(k > 1, (k - 1) / k * size / h.up_bw, 0.0)

@@ -108,6 +108,9 @@ def collnet_direct_latency_us(ppn: Any) -> Any:
 #   override it; the twin takes the defaults. (Volta and Ampere have no NVLS: search.cc builds
 #   no NVLS graph below sm90; their entry is the code's sm90 branch, never used.)
 NVLS_CHANNELS = {"volta": (16, 16), "ampere": (16, 16), "hopper": (16, 16), "blackwell": (24, 32)}
+# nvls.cc, ncclNvlsInit: "if (!ncclParamNvlsEnable() || gpuCount <= 2) return ncclSuccess;" (before
+# nvlsSupport is set): NVLS needs at least 3 GPUs of the communicator in the NVLink domain.
+NVLS_MIN_GPUS = 3
 # nvls.cc: NCCL_PARAM(NvlsChunkSize, "NVLS_CHUNKSIZE", 128*1024), the largest NVLS chunk; enqueue.cc
 # calcCollChunking starts from min(stepSize, nvlsChunkSize), stepSize = the Simple buffer
 # (init.cc DEFAULT_BUFFSIZE, 1 << 22 = 4 MiB) / NCCL_STEPS (src/include/device.h, 8) = 512 KiB.
