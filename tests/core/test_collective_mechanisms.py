@@ -261,8 +261,8 @@ def test_one_node_nvls_takes_two_pieces_of_fill():
 
 def test_nvls_tree_fill_counts_gpu_stages_and_network_hops():
     """Two domains of 8 (tree depth log2i(2) = 1): 3 + 2 GPU stages at the NVLS rate and 2
-    network hops at the rate across domains (the ring's 8 NICs x 47 GB/s, 2(m-1)/m = 1), less
-    the slowest stage (NVLS). 64 MiB: 4 MiB per channel, chunk 128 KiB (not below 4 x 8 x 128
+    network hops, each carrying the piece once over the domain's 8 NICs x 47 GB/s, less the
+    slowest stage (NVLS). 64 MiB: 4 MiB per channel, chunk 128 KiB (not below 4 x 8 x 128
     KiB), piece 16 x 8 x 128 KiB = 16 MiB; latency 25 + 2 x 14 us."""
     h = flat_hierarchy(nvls=273.0)
     span = place_group(16, 1, h)
@@ -270,13 +270,13 @@ def test_nvls_tree_fill_counts_gpu_stages_and_network_hops():
     got = collective_cost("all_reduce", size, span, h, algorithm="nvls")
     fill = 16 * MIB * (4 / (273 * GB) + 2 / (8 * 47 * GB))
     assert float(got.time_s) == pytest.approx(53 * US + size / (273 * GB) + fill, rel=1e-12)
-    # 4 domains (depth 2): 64 KiB chunks at most, 7 GPU stages and 4 hops; across domains
-    # 2(m-1)/m = 1.5 over 376 GB/s is now the slowest stage (250.7 GB/s < 273)
+    # 4 domains (depth 2): 64 KiB chunks at most, 7 GPU stages and 4 hops. The bandwidth time
+    # is now the network's (2(m-1)/m = 1.5 over 376 GB/s), but a hop carries a piece once
+    # (376 GB/s), so the slowest stage is still NVLS's
     four = place_group(32, 1, h)
     got4 = collective_cost("all_reduce", size, four, h, algorithm="nvls")
-    inter = 1.5 / (8 * 47 * GB)
-    fill4 = 16 * 8 * 64 * KIB * (7 / (273 * GB) + 3 * inter)
-    assert float(got4.time_s) == pytest.approx((25 + 4 * 14) * US + size * inter + fill4, rel=1e-12)
+    fill4 = 16 * 8 * 64 * KIB * (6 / (273 * GB) + 4 / (8 * 47 * GB))
+    assert float(got4.time_s) == pytest.approx((25 + 4 * 14) * US + 1.5 * size / (8 * 47 * GB) + fill4, rel=1e-12)
 
 
 def test_nccl_ranks_nvls_by_its_model_and_the_fill_is_paid_after():

@@ -437,18 +437,18 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> tuple[Option, Any
         inter_factor = dbtree_node_traffic(span.m)
         inter_bw = _inter_bw(span, h, "ring")
         t_inter = ops.where(multi, inter_factor * size / inter_bw, 0.0)
-        net_per_byte = ops.where(multi, inter_factor / inter_bw, 0.0)
+        hop_per_byte = ops.where(multi, 1.0 / inter_bw, 0.0)  # a tree edge carries each piece once
         net_steps = ops.where(multi, 2.0 * _log2_nodes(span, h), 0.0)
         lat = nccl.NVLS_LAT_US + net_steps * ops.maximum(nccl.NVLS_TREE_NET_LAT_US, _net_latency_us(span, h))
     else:
-        t_inter, net_per_byte, lat = 0.0, 0.0, nccl.NVLS_LAT_US
+        t_inter, hop_per_byte, lat = 0.0, 0.0, nccl.NVLS_LAT_US
     t = ops.maximum(t_intra, t_inter) + lat * US
-    fill = _nvls_fill(size, 1.0 / ops.where(nvls_bw > 0, nvls_bw, 1.0), net_per_byte, span, h)
+    fill = _nvls_fill(size, 1.0 / ops.where(nvls_bw > 0, nvls_bw, 1.0), hop_per_byte, span, h)
     option = _option(t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / (t + fill), available)
     return None if option is None else (option, fill)
 
 
-def _nvls_fill(size: Any, nvls_per_byte: Any, net_per_byte: Any, span: GroupSpan, h: AnyHierarchy) -> Any:
+def _nvls_fill(size: Any, nvls_per_byte: Any, hop_per_byte: Any, span: GroupSpan, h: AnyHierarchy) -> Any:
     """The fill of NCCL's NVLS pipeline, s: the first piece of a channel's work passes every
     stage before the last one is busy, so the collective takes the bandwidth time plus the
     piece's time through every stage but the slowest.
@@ -456,7 +456,8 @@ def _nvls_fill(size: Any, nvls_per_byte: Any, net_per_byte: Any, span: GroupSpan
     Stages (``nccl.NVLS_STAGES``, ``nccl.NVLS_TREE_*_STAGES_PER_LEVEL``): one domain, 3 on the GPUs; across
     domains (NVLS_TREE, tree depth d = log2i(nodes)), 3 + 2d on the GPUs and 2d network hops.
     A GPU stage moves a piece at the NVLS rate (``nvls_per_byte`` s per byte of the
-    collective), a network hop at the rate across domains (``net_per_byte``).
+    collective); a network hop moves it once over the domain's NICs (``hop_per_byte``: each
+    head sends its chunk up, or down, one tree edge).
 
     A piece is one loop of a channel: a chunk (``nccl.nvls_chunk`` / ``nvls_tree_chunk``) per
     NVLS head on each of the generation's NVLS channels, or the whole buffer when it is less.
@@ -478,8 +479,8 @@ def _nvls_fill(size: Any, nvls_per_byte: Any, net_per_byte: Any, span: GroupSpan
     piece = ops.minimum(size, channels * heads * chunk)
     gpu_stages = nccl.NVLS_STAGES + nccl.NVLS_TREE_GPU_STAGES_PER_LEVEL * levels
     net_stages = nccl.NVLS_TREE_NET_STAGES_PER_LEVEL * levels
-    through = gpu_stages * nvls_per_byte + net_stages * net_per_byte
-    return piece * (through - ops.maximum(nvls_per_byte, net_per_byte))
+    through = gpu_stages * nvls_per_byte + net_stages * hop_per_byte
+    return piece * (through - ops.maximum(nvls_per_byte, hop_per_byte))
 
 
 def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
