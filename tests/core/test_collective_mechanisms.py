@@ -201,13 +201,18 @@ def test_nvls_tree_moves_what_nccls_double_binary_tree_moves_across_domains():
     NCCL 2.28.3's model doubles NVLS-tree's inter-node bandwidth only for <= 2 nodes alike."""
     assert [dbtree_node_traffic(m) for m in (1, 2, 3, 4, 5, 8, 64)] == [0.0, 1.0, 1.5, 2.0, 2.0, 2.0, 2.0]
     assert dbtree_node_traffic(np.array([1, 2, 3, 4, 300])).tolist() == [0.0, 1.0, 1.5, 2.0, 2.0]
-    # NIC-bound: 8 GPUs x 20 GB/s = 160 GB/s per domain across, NVLS 273 GB/s inside
+    # NIC-bound: 8 GPUs x 20 GB/s = 160 GB/s per domain across, NVLS 273 GB/s inside; plus the
+    # NVLS pipeline's fill (test_nvls_tree_fill_counts_gpu_stages_and_network_hops): 512 MiB per
+    # channel, 128 KiB chunks (64 KiB from 4 nodes), a piece of 16 x 8 chunks through 3 + 2d GPU
+    # stages and 2d hops at 160 GB/s, less the slowest (a hop)
     h = flat_hierarchy(nic_GBps=20.0, nvls=273.0)
     size = 8 * 2**30
     for domains, traffic, levels in ((2, 1.0, 1), (3, 1.5, 1), (4, 2.0, 2), (8, 2.0, 3)):
         cost = collective_cost("all_reduce", size, place_group(8 * domains, 1, h), h, algorithm="nvls")
         lat = (25.0 + 2 * levels * 14.0) * US
-        assert float(cost.time_s) == pytest.approx(traffic * size / (160.0 * GB) + lat, rel=1e-9)
+        piece = 16 * 8 * (128 if domains < 4 else 64) * 1024
+        fill = piece * ((3 + 2 * levels) / (273 * GB) + (2 * levels - 1) / (160 * GB))
+        assert float(cost.time_s) == pytest.approx(traffic * size / (160.0 * GB) + lat + fill, rel=1e-9)
 
 
 def test_blackwell_nvls_runs_at_nccls_lower_nvls_efficiency(engine):
@@ -271,12 +276,12 @@ def test_nvls_tree_fill_counts_gpu_stages_and_network_hops():
     fill = 16 * MIB * (4 / (273 * GB) + 2 / (8 * 47 * GB))
     assert float(got.time_s) == pytest.approx(53 * US + size / (273 * GB) + fill, rel=1e-12)
     # 4 domains (depth 2): 64 KiB chunks at most, 7 GPU stages and 4 hops. The bandwidth time
-    # is now the network's (2(m-1)/m = 1.5 over 376 GB/s), but a hop carries a piece once
-    # (376 GB/s), so the slowest stage is still NVLS's
+    # is now the network's (the double binary tree's 2x over 376 GB/s), but a hop carries a
+    # piece once (376 GB/s), so the slowest stage is still NVLS's
     four = place_group(32, 1, h)
     got4 = collective_cost("all_reduce", size, four, h, algorithm="nvls")
     fill4 = 16 * 8 * 64 * KIB * (6 / (273 * GB) + 4 / (8 * 47 * GB))
-    assert float(got4.time_s) == pytest.approx((25 + 4 * 14) * US + 1.5 * size / (8 * 47 * GB) + fill4, rel=1e-12)
+    assert float(got4.time_s) == pytest.approx((25 + 4 * 14) * US + 2.0 * size / (8 * 47 * GB) + fill4, rel=1e-12)
 
 
 def test_nccl_ranks_nvls_by_its_model_and_the_fill_is_paid_after():
