@@ -1,7 +1,8 @@
 """The collective mechanisms behind the published multi-node measurements (issue 11):
 NCCL's ring-latency rules (net post overhead, ppn=1, MNNVL as one node), tree's medium-size
-correction, NVLS-tree's network steps, Blackwell's NVLS efficiency, EFA through aws-ofi-nccl
-(Simple only, its per-step latency), node-limited expert dispatch and DeepEP's own metric.
+correction, NVLS-tree's network steps, Blackwell's NVLS efficiency, NVLS's chunking and pipeline
+fill (NCCL 2.28.3's enqueue.cc, nvls.cc, all_reduce.h), EFA through aws-ofi-nccl (Simple only,
+its per-step latency), node-limited expert dispatch and DeepEP's own metric.
 Each test works the number out by hand from the source the code cites.
 """
 
@@ -25,7 +26,13 @@ from twin.core.collectives import (
     domains_per_token,
 )
 from twin.core.errors import SpecError
-from twin.core.nccl_tuning import LL_MAX_BW_ONE_NODE_GBPS, RING_PLATEAU
+from twin.core.nccl_tuning import (
+    LL_MAX_BW_ONE_NODE_GBPS,
+    NVLS_CHANNELS,
+    RING_PLATEAU,
+    nvls_chunk,
+    nvls_tree_chunk,
+)
 from twin.core.specs import Generation
 from twin.core.topology import HierarchyBatch, place_group
 from twin.engine import Engine
@@ -194,13 +201,18 @@ def test_nvls_tree_moves_what_nccls_double_binary_tree_moves_across_domains():
     NCCL 2.28.3's model doubles NVLS-tree's inter-node bandwidth only for <= 2 nodes alike."""
     assert [dbtree_node_traffic(m) for m in (1, 2, 3, 4, 5, 8, 64)] == [0.0, 1.0, 1.5, 2.0, 2.0, 2.0, 2.0]
     assert dbtree_node_traffic(np.array([1, 2, 3, 4, 300])).tolist() == [0.0, 1.0, 1.5, 2.0, 2.0]
-    # NIC-bound: 8 GPUs x 20 GB/s = 160 GB/s per domain across, NVLS 273 GB/s inside
+    # NIC-bound: 8 GPUs x 20 GB/s = 160 GB/s per domain across, NVLS 273 GB/s inside; plus the
+    # NVLS pipeline's fill (test_nvls_tree_fill_counts_gpu_stages_and_network_hops): 512 MiB per
+    # channel, 128 KiB chunks (64 KiB from 4 nodes), a piece of 16 x 8 chunks through 3 + 2d GPU
+    # stages and 2d hops at 160 GB/s, less the slowest (a hop)
     h = flat_hierarchy(nic_GBps=20.0, nvls=273.0)
     size = 8 * 2**30
     for domains, traffic, levels in ((2, 1.0, 1), (3, 1.5, 1), (4, 2.0, 2), (8, 2.0, 3)):
         cost = collective_cost("all_reduce", size, place_group(8 * domains, 1, h), h, algorithm="nvls")
         lat = (25.0 + 2 * levels * 14.0) * US
-        assert float(cost.time_s) == pytest.approx(traffic * size / (160.0 * GB) + lat, rel=1e-9)
+        piece = 16 * 8 * (128 if domains < 4 else 64) * 1024
+        fill = piece * ((3 + 2 * levels) / (273 * GB) + (2 * levels - 1) / (160 * GB))
+        assert float(cost.time_s) == pytest.approx(traffic * size / (160.0 * GB) + lat + fill, rel=1e-9)
 
 
 def test_blackwell_nvls_runs_at_nccls_lower_nvls_efficiency(engine):
@@ -212,6 +224,150 @@ def test_blackwell_nvls_runs_at_nccls_lower_nvls_efficiency(engine):
 
     assert nvls_fraction("DGX-H100") == pytest.approx(NVLS_ALGBW_FRACTION, rel=1e-9)
     assert nvls_fraction("DGX-B200") == pytest.approx(NVLS_ALGBW_FRACTION * 0.74 / 0.85, rel=1e-9)
+
+
+# ------------------------------------------------------------ NVLS chunks and fill
+KIB, MIB = 1024, 1024 * 1024
+
+
+def test_nvls_chunks_shrink_as_nccls_calc_coll_chunking_does():
+    """enqueue.cc, calcCollChunking (NVLS, one node): from 128 KiB, 64 KiB below 64 x heads x
+    128 KiB per channel, 32 KiB below 8 x heads x 64 KiB, 16 KiB below 2 x heads x 32 KiB;
+    NVLS_TREE: 64 KiB at most from 4 nodes, 64 KiB below 4 x heads x chunk, 32 KiB below
+    heads x chunk."""
+    heads = 8
+    assert nvls_chunk(64 * MIB, heads) == 128 * KIB            # not below 64 x 8 x 128 KiB = 64 MiB
+    assert nvls_chunk(64 * MIB - 1, heads) == 64 * KIB
+    assert nvls_chunk(4 * MIB - 1, heads) == 32 * KIB          # below 8 x 8 x 64 KiB
+    assert nvls_chunk(512 * KIB, heads) == 32 * KIB            # not below 2 x 8 x 32 KiB
+    assert nvls_chunk(512 * KIB - 1, heads) == 16 * KIB
+    assert nvls_tree_chunk(4 * MIB, heads, 2) == 128 * KIB     # not below 4 x 8 x 128 KiB
+    assert nvls_tree_chunk(4 * MIB - 1, heads, 2) == 64 * KIB
+    assert nvls_tree_chunk(512 * KIB - 1, heads, 2) == 32 * KIB  # then below 1 x 8 x 64 KiB
+    assert nvls_tree_chunk(1 << 30, heads, 4) == 64 * KIB      # 4 nodes: 64 KiB at most
+    per_channel = np.array([64 * MIB, 64 * MIB - 1, 4 * MIB - 1, 512 * KIB, 512 * KIB - 1])
+    assert list(nvls_chunk(per_channel, np.full(5, heads))) == [128 * KIB, 64 * KIB, 32 * KIB, 32 * KIB, 16 * KIB]
+
+
+def test_one_node_nvls_takes_two_pieces_of_fill():
+    """One node, 8 GPUs, 16 channels (Hopper), 64 MiB: 4 MiB per channel -> 64 KiB chunks, a
+    piece of 16 x 8 x 64 KiB = 8 MiB; three stages, so two pieces at the NVLS rate on top of
+    NCCL's 25 us and the bandwidth time."""
+    h = flat_hierarchy(nvls=273.0)
+    span = place_group(8, 1, h)
+    size = 64.0 * MIB
+    got = collective_cost("all_reduce", size, span, h, algorithm="nvls")
+    assert got.algorithm == "nvls"
+    assert float(got.time_s) == pytest.approx(25 * US + size / (273 * GB) + 2 * 8 * MIB / (273 * GB), rel=1e-12)
+    # a buffer smaller than one piece is the piece: 1 MiB -> 2 x 1 MiB
+    small = collective_cost("all_reduce", 1.0 * MIB, span, h, algorithm="nvls")
+    assert float(small.time_s) == pytest.approx(25 * US + 3 * MIB / (273 * GB), rel=1e-12)
+
+
+def test_nvls_tree_fill_counts_gpu_stages_and_network_hops():
+    """Two domains of 8 (tree depth log2i(2) = 1): 3 + 2 GPU stages at the NVLS rate and 2
+    network hops, each carrying the piece once over the domain's 8 NICs x 47 GB/s, less the
+    slowest stage (NVLS). 64 MiB: 4 MiB per channel, chunk 128 KiB (not below 4 x 8 x 128
+    KiB), piece 16 x 8 x 128 KiB = 16 MiB; latency 25 + 2 x 14 us."""
+    h = flat_hierarchy(nvls=273.0)
+    span = place_group(16, 1, h)
+    size = 64.0 * MIB
+    got = collective_cost("all_reduce", size, span, h, algorithm="nvls")
+    fill = 16 * MIB * (4 / (273 * GB) + 2 / (8 * 47 * GB))
+    assert float(got.time_s) == pytest.approx(53 * US + size / (273 * GB) + fill, rel=1e-12)
+    # 4 domains (depth 2): 64 KiB chunks at most, 7 GPU stages and 4 hops. The bandwidth time
+    # is now the network's (the double binary tree's 2x over 376 GB/s), but a hop carries a
+    # piece once (376 GB/s), so the slowest stage is still NVLS's
+    four = place_group(32, 1, h)
+    got4 = collective_cost("all_reduce", size, four, h, algorithm="nvls")
+    fill4 = 16 * 8 * 64 * KIB * (6 / (273 * GB) + 4 / (8 * 47 * GB))
+    assert float(got4.time_s) == pytest.approx((25 + 4 * 14) * US + 2.0 * size / (8 * 47 * GB) + fill4, rel=1e-12)
+
+
+def test_nccl_ranks_nvls_by_its_model_and_the_fill_is_paid_after():
+    """NCCL picks by tuning.cc's time (no pipeline term): 8 MiB on one node, NVLS's 25 us +
+    30.7 us beats ring LL128's 40.6 + 43.2 us, so NVLS runs, and takes its fill (32 KiB
+    chunks, a 4 MiB piece, two of them: 30.7 us) although LL128 would have been faster."""
+    h = flat_hierarchy(nvls=273.0)
+    span = place_group(8, 1, h)
+    size = 8.0 * MIB
+    nvls_model = 25 * US + size / (273 * GB)
+    ll128 = (14.0 + 14 * 1.9) * US + size * 2 * 7 / 8 / (0.92 * 370 * GB)
+    fill = 2 * 4 * MIB / (273 * GB)
+    assert nvls_model < ll128 < nvls_model + fill
+    got = collective_cost("all_reduce", size, span, h)
+    assert (got.algorithm, got.protocol) == ("nvls", "Simple")
+    assert float(got.time_s) == pytest.approx(nvls_model + fill, rel=1e-12)
+    # the candidates an analysis prints carry the time taken, fill included
+    assert _option("all_reduce", size, span, h, "nvls", "Simple") == pytest.approx(nvls_model + fill, rel=1e-12)
+
+
+def test_nvls_heads_stop_at_nccls_nvls_arity():
+    """search.cc, ncclTopoCompute: an NVLS graph has at most NCCL_MAX_NVLS_ARITY (32) heads,
+    so a 72-GPU domain cuts pieces of 24 channels x 32 heads (Blackwell, one domain)."""
+    h = dataclasses.replace(flat_hierarchy(nvls=473.0, domain=72), nvls_channels=24, nvls_channels_multi=32)
+    span = place_group(72, 1, h)
+    for gib, chunk in ((8, 128 * KIB), (4, 64 * KIB)):  # 341 / 171 MiB per channel against 64 x 32 x 128 KiB
+        size = gib * 1024.0 * MIB
+        got = collective_cost("all_reduce", size, span, h, algorithm="nvls")
+        piece = 24 * 32 * chunk
+        assert float(got.time_s) == pytest.approx(25 * US + size / (473 * GB) + 2 * piece / (473 * GB), rel=1e-12)
+
+
+def test_nvls_needs_three_gpus_of_the_communicator():
+    """nvls.cc, ncclNvlsInit: "gpuCount <= 2" leaves NVLS off, so a 2-GPU group has no NVLS
+    candidate (a forced NVLS falls back to the fastest, here a ring) and 3 GPUs have one."""
+    h = flat_hierarchy(nvls=273.0)
+    two, three = place_group(2, 1, h), place_group(3, 1, h)
+    assert "nvls" not in {a for _, a, _, _ in collective_options("all_reduce", 2.0 ** 30, two, h)}
+    assert collective_cost("all_reduce", 2.0 ** 30, two, h, algorithm="nvls").algorithm == "ring"
+    assert collective_cost("all_reduce", 2.0 ** 30, three, h, algorithm="nvls").algorithm == "nvls"
+
+
+def test_nvls_time_never_falls_with_size():
+    """Chunks only grow with the buffer, so a bigger all-reduce never takes less (one domain,
+    2 and 4 domains)."""
+    h = flat_hierarchy(nvls=273.0)
+    for n in (8, 16, 32):
+        span = place_group(n, 1, h)
+        times = [float(collective_cost("all_reduce", 2.0 ** e, span, h, algorithm="nvls").time_s)
+                 for e in range(10, 35)]
+        assert times == sorted(times), n
+
+
+def test_nvls_channels_follow_the_gpu_generation(engine):
+    """nvls.cc: 16 NVLS channels on Hopper; Blackwell 24 inside one NVLink domain, 32 across
+    domains; on the scalar and the batch path."""
+    assert set(NVLS_CHANNELS) == set(typing.get_args(Generation))
+    for system, want in (("DGX-H100", (16, 16)), ("DGX-B200", (24, 32)), ("GB200-NVL72", (24, 32))):
+        data = {"cluster": {"system": system, "num_gpus": 144 if system == "GB200-NVL72" else 16},
+                "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 144}}
+        got = _hierarchy(engine, data)
+        assert (got.nvls_channels, got.nvls_channels_multi) == want, system
+        batch = HierarchyBatch([got], np.zeros(3, dtype=np.int64))
+        assert list(batch.nvls_channels) == [want[0]] * 3 and list(batch.nvls_channels_multi) == [want[1]] * 3
+
+
+def test_nvls_fill_is_one_model_on_both_paths():
+    """Hopper and Blackwell channel counts, 8- and 72-GPU domains, one to four domains, sizes
+    on both sides of every chunk threshold: each point of a batch as the scalar path has it."""
+    base = flat_hierarchy(nvls=273.0)
+    hs = [base, dataclasses.replace(base, nvls_channels=24, nvls_channels_multi=32),
+          dataclasses.replace(flat_hierarchy(nvls=473.0, domain=72), nvls_channels=24, nvls_channels_multi=32)]
+    rows = np.array([0, 0, 0, 1, 1, 1, 2, 2, 0, 1, 0, 2, 1, 0])
+    n = np.array([8, 16, 32, 8, 16, 32, 72, 144, 24, 8, 4, 36, 64, 16])
+    size = np.array([8 * MIB, 4 * MIB, 3e7, 12 * MIB, 2.0 ** 30, 5e8, 2.0 ** 32, 7e9, 64 * MIB,
+                     64 * MIB - 512, 1 * MIB, 3 * MIB, 96 * MIB, 512 * KIB], dtype=float)
+    batch = HierarchyBatch(hs, rows)
+    spans = place_group(n, np.ones_like(n), batch)
+    for algorithm in (None, "nvls"):
+        got = collective_cost("all_reduce", size, spans, batch, algorithm=algorithm)
+        for i in range(len(rows)):
+            h = hs[rows[i]]
+            one = collective_cost("all_reduce", float(size[i]), place_group(int(n[i]), 1, h), h, algorithm=algorithm)
+            assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), (algorithm, i)
+            assert (str(got.algorithm[i]), str(got.protocol[i])) == (str(one.algorithm), str(one.protocol)), i
+    assert "nvls" in {str(a) for a in got.algorithm}
 
 
 # ------------------------------------------------------------------------ EFA

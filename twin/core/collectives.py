@@ -419,9 +419,13 @@ def dbtree_node_traffic(domains: Any) -> Any:
     return ops.where(domains <= 1, 0.0, ops.where(domains == 2, 1.0, ops.where(domains == 3, 1.5, 2.0)))
 
 
-def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
+def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> tuple[Option, Any] | None:
+    """NVLS (one domain) or NVLS_TREE (across domains) all-reduce: the option as NCCL's tuning
+    model times it (what NCCL ranks the algorithms by) and the pipeline fill that model leaves
+    out (``_nvls_fill``), which the time taken adds.
+    """
     nvls_bw = h.up_nvls_bw
-    available = ops.logical_and(nvls_bw > 0, span.k >= 2)
+    available = ops.logical_and(nvls_bw > 0, span.k >= nccl.NVLS_MIN_GPUS)
     if not ops.any_(available):
         return None
     t_intra = size / nvls_bw
@@ -430,14 +434,53 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
     # (``dbtree_node_traffic``); it also pays 2 log2(domains) network steps (tuning.cc,
     # NVLS_TREE latency).
     if ops.any_(multi):
-        inter = dbtree_node_traffic(span.m) * size / _inter_bw(span, h, "ring")
-        t_inter = ops.where(multi, inter, 0.0)
+        inter_factor = dbtree_node_traffic(span.m)
+        inter_bw = _inter_bw(span, h, "ring")
+        t_inter = ops.where(multi, inter_factor * size / inter_bw, 0.0)
+        hop_per_byte = ops.where(multi, 1.0 / inter_bw, 0.0)  # a tree edge carries each piece once
         net_steps = ops.where(multi, 2.0 * _log2_nodes(span, h), 0.0)
         lat = nccl.NVLS_LAT_US + net_steps * ops.maximum(nccl.NVLS_TREE_NET_LAT_US, _net_latency_us(span, h))
     else:
-        t_inter, lat = 0.0, nccl.NVLS_LAT_US
+        t_inter, hop_per_byte, lat = 0.0, 0.0, nccl.NVLS_LAT_US
     t = ops.maximum(t_intra, t_inter) + lat * US
-    return _option(t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / t, available)
+    fill = _nvls_fill(size, 1.0 / ops.where(nvls_bw > 0, nvls_bw, 1.0), hop_per_byte, span, h)
+    option = _option(t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / (t + fill), available)
+    return None if option is None else (option, fill)
+
+
+def _nvls_fill(size: Any, nvls_per_byte: Any, hop_per_byte: Any, span: GroupSpan, h: AnyHierarchy) -> Any:
+    """The fill of NCCL's NVLS pipeline, s: the first piece of a channel's work passes every
+    stage before the last one is busy, so the collective takes the bandwidth time plus the
+    piece's time through every stage but the slowest.
+
+    Stages (``nccl.NVLS_STAGES``, ``nccl.NVLS_TREE_*_STAGES_PER_LEVEL``): one domain, 3 on the GPUs; across
+    domains (NVLS_TREE, tree depth d = log2i(nodes)), 3 + 2d on the GPUs and 2d network hops.
+    A GPU stage moves a piece at the NVLS rate (``nvls_per_byte`` s per byte of the
+    collective); a network hop moves it once over the domain's NICs (``hop_per_byte``: each
+    head sends its chunk up, or down, one tree edge).
+
+    A piece is one loop of a channel: a chunk (``nccl.nvls_chunk`` / ``nvls_tree_chunk``) per
+    NVLS head on each of the generation's NVLS channels, or the whole buffer when it is less.
+    Heads: every GPU of the domain on one node; across nodes NCCL takes one per NIC with its
+    own GPU, so the domain's GPUs where each has a NIC (DGX/HGX, NVL72); at most
+    ``nccl.NVLS_MAX_ARITY``. NCCL's own NVLS latency (25 us and the tree's network steps) is
+    the time of a message too small to fill a stage, so only the bandwidth part is added.
+    """
+    multi = span.m > 1
+    heads = ops.minimum(span.k, nccl.NVLS_MAX_ARITY)
+    channels = ops.where(multi, h.nvls_channels_multi, h.nvls_channels)
+    per_channel = size / channels
+    if ops.any_(multi):
+        chunk = ops.where(multi, nccl.nvls_tree_chunk(per_channel, heads, _nccl_nodes(span)),
+                          nccl.nvls_chunk(per_channel, heads))
+        levels = ops.where(multi, _log2_nodes(span, h), 0)
+    else:
+        chunk, levels = nccl.nvls_chunk(per_channel, heads), 0
+    piece = ops.minimum(size, channels * heads * chunk)
+    gpu_stages = nccl.NVLS_STAGES + nccl.NVLS_TREE_GPU_STAGES_PER_LEVEL * levels
+    net_stages = nccl.NVLS_TREE_NET_STAGES_PER_LEVEL * levels
+    through = gpu_stages * nvls_per_byte + net_stages * hop_per_byte
+    return piece * (through - ops.maximum(nvls_per_byte, hop_per_byte))
 
 
 def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option | None:
@@ -453,7 +496,8 @@ def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option 
     if op == "all_reduce":
         nvls_bw = h.up_nvls_bw
         ring_intra = 2.0 * (k - 1) / k * size / h.up_bw
-        t_intra = ops.where(ops.logical_and(nvls_bw > 0, k > 1), size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
+        nvls = ops.logical_and(nvls_bw > 0, k >= nccl.NVLS_MIN_GPUS)
+        t_intra = ops.where(nvls, size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
                             ops.where(k > 1, ring_intra, 0.0))
     else:  # the domain's part is a ring reduce-scatter / all-gather over NVLink
         t_intra = ops.where(k > 1, (k - 1) / k * size / h.up_bw, 0.0)
@@ -599,17 +643,30 @@ def collective_options(op: str, size_bytes: Any, span: GroupSpan, hierarchy: Any
     for ``op`` (all-reduce, all-gather, reduce-scatter, broadcast); ``collective_cost`` picks
     the fastest. Exposed so an analysis can print each candidate's parts.
     """
+    options, fill = _ranked_options(op, size_bytes, span, hierarchy)
+    return [(o[0] + fill, *o[1:]) if o[1] == "nvls" else o for o in options] if fill is not None else options
+
+
+def _ranked_options(op: str, size_bytes: Any, span: GroupSpan,
+                    hierarchy: AnyHierarchy) -> tuple[list[Option], Any]:
+    """The candidates as NCCL's tuning model times them, which is how NCCL picks one
+    (tuning.cc ncclTopoGetAlgoTime: "time = lat * latCount + nBytes / (1000 * bw)", no term for
+    chunks or pipelining), and the NVLS pipeline fill that model leaves out (None without NVLS):
+    the time an NVLS option takes is its ranked time plus the fill.
+    """
     options = _ring_times(op, size_bytes, span, hierarchy)
+    fill: Any = None
     if op == "all_reduce":
         options += _tree_times(size_bytes, span, hierarchy)
         nvls = _nvls_time(size_bytes, span, hierarchy)
         if nvls is not None:
-            options.append(nvls)
+            options.append(nvls[0])
+            fill = nvls[1]
     if op in ("all_reduce", "reduce_scatter", "all_gather"):
         sharp = _sharp_time(op, size_bytes, span, hierarchy)
         if sharp is not None:
             options.append(sharp)
-    return options
+    return options, fill
 
 
 def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHierarchy,
@@ -627,7 +684,9 @@ def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHie
     elif op == "send_recv":
         cost = _send_recv(size_bytes, span, hierarchy)
     else:
-        options = collective_options(op, size_bytes, span, hierarchy)
+        options, fill = _ranked_options(op, size_bytes, span, hierarchy)
+        if fill is not None:  # NCCL ranks by its model; the NVLS option then takes its fill too
+            options = [(*o, fill if o[1] == "nvls" else 0.0) for o in options]
         best = ops.select_min(options)
         if algorithm is not None:
             forced = [o for o in options if o[1] == algorithm]
@@ -636,7 +695,9 @@ def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHie
                 # A point the forced algorithm cannot serve takes the fastest of all (as NCCL falls back).
                 best = tuple(ops.where(np.isfinite(chosen[0]) if batch else True, c, b)
                              for c, b in zip(chosen, best, strict=True))
-        t, algo, proto, busbw = best
+        t, algo, proto, busbw = best[:4]
+        if len(best) > 4:
+            t = t + best[4]
         # Reported: the bus bandwidth achieved at this size, latency included (nccl-tests'
         # busbw = size * bus_factor / time); the bottleneck: the chosen algorithm's asymptote.
         cost = CollectiveCost(t, algo, proto, size_bytes * bus_factor(op, span.n) / t, busbw)

@@ -94,3 +94,70 @@ def collnet_direct_latency_us(ppn: Any) -> Any:
     """CollNet Direct's latency, us, with ``ppn`` GPUs per node (formula above)."""
     local = ops.maximum(ppn - 1, 0)
     return 2.0 * (ops.minimum(1, local) * COLLNET_DIRECT_NVLINK_US + local * COLLNET_ARITY_US) + COLLNET_DIRECT_NET_US
+
+
+# ------------------------------------------------------------------ NVLS pipelining
+# How NCCL 2.28.3 cuts an NVLS all-reduce into pipelined pieces; the twin's NVLS options pay the
+# pipeline's fill from these (``collectives._nvls_fill``). Sources, all in the same mirror:
+# - src/transport/nvls.cc, ncclNvlsInit: the CTAs (channels) an NVLS collective runs on,
+#   "NVLS_NCHANNELS_SM90 16" below compute capability 10.0, and on Blackwell
+#   "NVLS_NCHANNELS_SM100_NVL 24" for a communicator inside one NVLink domain ("Use a reduced
+#   number of channels for single node/MNNVL domain on Blackwell") and "NVLS_NCHANNELS_SM100
+#   32" across domains; enqueue.cc topoGetAlgoInfo runs NVLS and NVLS_TREE on all of them
+#   ("nc = comm->nvlsChannels", no reduction by size). NCCL_NVLS_NCHANNELS / the nvlsCTAs config
+#   override it; the twin takes the defaults. (Volta and Ampere have no NVLS: search.cc builds
+#   no NVLS graph below sm90; their entry is the code's sm90 branch, never used.)
+NVLS_CHANNELS = {"volta": (16, 16), "ampere": (16, 16), "hopper": (16, 16), "blackwell": (24, 32)}
+# nvls.cc, ncclNvlsInit: "if (!ncclParamNvlsEnable() || gpuCount <= 2) return ncclSuccess;" (before
+# nvlsSupport is set): NVLS needs at least 3 GPUs of the communicator in the NVLink domain.
+NVLS_MIN_GPUS = 3
+# nvls.cc: NCCL_PARAM(NvlsChunkSize, "NVLS_CHUNKSIZE", 128*1024), the largest NVLS chunk; enqueue.cc
+# calcCollChunking starts from min(stepSize, nvlsChunkSize), stepSize = the Simple buffer
+# (init.cc DEFAULT_BUFFSIZE, 1 << 22 = 4 MiB) / NCCL_STEPS (src/include/device.h, 8) = 512 KiB.
+NVLS_CHUNK_BYTES = 128 * 1024
+# enqueue.cc calcCollChunking, NCCL_ALGO_NVLS branch: with concurrentOps = nChannels x nHeads,
+# "if ((nBytes < (64 * (concurrentOps * chunkSize))) && (chunkSize > 65536)) chunkSize = 65536",
+# then 8x -> 32768 and 2x -> 16384; each test sees the chunk the previous one left.
+NVLS_SHRINK = ((64, 65536), (8, 32768), (2, 16384))
+# The NCCL_ALGO_NVLS_TREE branch: chunkSize = nvlsChunkSize, at most 65536 from 4 nodes up
+# (NCCL_PARAM NvlsTreeMaxChunkSize -2: "comm->nNodes >= 4 ? 65536 : chunkSize"), then 32x ->
+# 262144, 16x -> 131072, 4x -> 65536, 1x -> 32768 (the first two never bind below 128 KiB).
+NVLS_TREE_SHRINK = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+NVLS_TREE_MAX_CHUNK_4_NODES = 65536
+# src/device/all_reduce.h, RunWorkColl<AllReduce, NVLS, Simple>, one node: a chunk passes three
+# warp groups in turn, each waiting on the previous one's step flag: scatter (the rank's data
+# into the heads' buffers), reduce (multimem load-reduce, multicast store) and gather.
+NVLS_STAGES = 3
+# RunWorkColl<AllReduce, NVLS_TREE, Simple>: the same scatter and gather, the reduce warps
+# taking the tree children's partial sums too ("Reduce, send to network" below the root, the
+# root's "Reduce and Broadcast") and the broadcast warps ("Recv from network, broadcast"). A
+# chunk of a leaf at tree depth d passes scatter and reduce, then per level up a network hop
+# and the parent's reduce, per level down a network hop and the child's broadcast, then
+# gather: 3 + 2d GPU stages and 2d network hops (d = log2i(nNodes), the depth tuning.cc's
+# NVLS_TREE latency counts: "2 * log2i(nNodes) * interLat").
+NVLS_TREE_GPU_STAGES_PER_LEVEL = 2
+NVLS_TREE_NET_STAGES_PER_LEVEL = 2
+# src/include/device.h "#define NCCL_MAX_NVLS_ARITY 32" (the size of struct ncclNvls's up[],
+# one entry per head); src/graph/search.cc ncclTopoCompute: "NVLS and COLLNET_DIRECT search must
+# have ngpus heads at most", graph->maxChannels = min(NCCL_MAX_NVLS_ARITY, GPUs): at most 32 heads.
+NVLS_MAX_ARITY = 32
+
+def nvls_chunk(per_channel: Any, heads: Any) -> Any:
+    """NCCL's NVLS chunk, bytes, for ``per_channel`` bytes on one channel and ``heads`` NVLS heads
+    (enqueue.cc: a one-node NVLS all-reduce is spread over the channels in equal parts and each
+    part's chunk is sized with nChannels = 1, so concurrentOps = nHeads).
+    """
+    chunk: Any = NVLS_CHUNK_BYTES
+    for times, smaller in NVLS_SHRINK:
+        chunk = ops.where(ops.logical_and(per_channel < times * heads * chunk, chunk > smaller), smaller, chunk)
+    return chunk
+
+
+def nvls_tree_chunk(per_channel: Any, heads: Any, nodes: Any) -> Any:
+    """NCCL's NVLS_TREE chunk, bytes, for ``per_channel`` bytes on one channel, ``heads`` NVLS heads
+    and ``nodes`` NCCL nodes (enqueue.cc, as :func:`nvls_chunk`).
+    """
+    chunk: Any = ops.where(nodes >= 4, NVLS_TREE_MAX_CHUNK_4_NODES, NVLS_CHUNK_BYTES)
+    for times, smaller in NVLS_TREE_SHRINK:
+        chunk = ops.where(ops.logical_and(per_channel < times * heads * chunk, chunk > smaller), smaller, chunk)
+    return chunk

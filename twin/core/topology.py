@@ -81,6 +81,10 @@ class Hierarchy:
     # NCCL's LL busBw cap on one node for the GPUs' generation, B/s (``nccl_tuning``,
     # llMaxBws N1: "for single node, we look at GPU type"); the default is Volta's, as above.
     ll_max_bw: float = 39.0e9
+    # NCCL's NVLS channel (CTA) count for the GPUs' generation, for a group inside one NVLink
+    # domain and for one across domains (``nccl_tuning.NVLS_CHANNELS``); the default is Hopper's.
+    nvls_channels: int = 16
+    nvls_channels_multi: int = 16
 
     def share_at(self, tier: Any) -> Any:
         """Fraction of link class ``tier``'s capacity this traffic gets (1: it has it alone)."""
@@ -95,7 +99,8 @@ class Hierarchy:
         got = tuple(float(x) * (mine[j] if j < len(mine) else 1.0) for j, x in enumerate(shares))
         return Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
                          notes=self.notes, shares=got, ring_plateau=self.ring_plateau,
-                         ll_max_bw=self.ll_max_bw)
+                         ll_max_bw=self.ll_max_bw, nvls_channels=self.nvls_channels,
+                         nvls_channels_multi=self.nvls_channels_multi)
 
     @property
     def scale_up(self) -> Tier:
@@ -215,6 +220,8 @@ class HierarchyBatch:
         self.up_nvls_bw = np.asarray([h.up_nvls_bw for h in self.hierarchies])[rows]
         self.ring_plateau = np.asarray([h.ring_plateau for h in self.hierarchies])[rows]
         self.ll_max_bw = np.asarray([h.ll_max_bw for h in self.hierarchies])[rows]
+        self.nvls_channels = np.asarray([h.nvls_channels for h in self.hierarchies], np.int64)[rows]
+        self.nvls_channels_multi = np.asarray([h.nvls_channels_multi for h in self.hierarchies], np.int64)[rows]
 
     def _cumulative(self, test: Any, width: int) -> np.ndarray:
         """Per hierarchy and tier i, whether ``test`` holds for some scale-out tier in 1..i."""
@@ -315,7 +322,8 @@ class HierarchyBatch:
         out._per_point = {}
         out._net_memo = {}
         out.rows = self.rows[index]
-        for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw"):
+        for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw",
+                     "nvls_channels", "nvls_channels_multi"):
             setattr(out, name, getattr(self, name)[index])
         if self.shares is not None:
             out.shares = self.shares[index]
