@@ -7,7 +7,10 @@
 
 Starts ``twin serve --port 0`` in a subprocess (unless --address), then sends a fixed
 number of Predict requests (Llama 3.1 70B on 1,024 H100s, by preset names) over N
-grpc.aio channels:
+grpc.aio channels. gRPC shares one connection among channels to the same address with the
+same options (its global subchannel pool), so by default the N clients are N streams of one
+HTTP/2 connection; ``--separate-connections`` gives each channel its own (a local subchannel
+pool), as N client processes would have:
 
 - ``--rate R`` (open loop): request k is sent at ``k / R`` seconds as its own task, whatever
   is still outstanding, and its latency is measured from that scheduled time, so a stalled
@@ -91,11 +94,13 @@ def payloads(n: int, distinct: bool) -> list[bytes]:
             .SerializeToString() for i in range(n)]
 
 
-async def run(address: str, clients: int, requests: int, rate: float, warmup: int, distinct: bool
-              ) -> dict[str, Any]:
+async def run(address: str, clients: int, requests: int, rate: float, warmup: int, distinct: bool,
+              separate: bool = False) -> dict[str, Any]:
+    """One measured run (see the module docstring); ``separate``: one connection per client."""
     bodies = payloads(requests + warmup, distinct)
     payload = bodies[-1]
-    channels = [grpc.aio.insecure_channel(address) for _ in range(clients)]
+    options = [("grpc.use_local_subchannel_pool", 1)] if separate else None
+    channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(clients)]
     calls = [ch.unary_unary(METHOD) for ch in channels]
     for call in calls:
         for _ in range(max(1, warmup // clients)):
@@ -192,6 +197,8 @@ def main() -> None:
     ap.add_argument("--twin", type=Path, default=ROOT,
                     help="serve this checkout instead of this one (an A/B with the same client)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    ap.add_argument("--separate-connections", action="store_true",
+                    help="one HTTP/2 connection per client (default: gRPC multiplexes them over one)")
     ap.add_argument("--requests", type=int, default=3000, help="Predict requests per run (default 3000)")
     ap.add_argument("--rate", type=float, default=None,
                     help="requests/s in total (open loop); 0: closed loop; "
@@ -212,7 +219,8 @@ def main() -> None:
         print(f"server {address}, {args.clients} clients, {kind}, {os.cpu_count()} CPUs on this machine")
         for rate in rates:
             c0 = cpu_seconds(proc.pid) if proc is not None else None
-            r = asyncio.run(run(address, args.clients, args.requests, rate, args.warmup, not args.repeat))
+            r = asyncio.run(run(address, args.clients, args.requests, rate, args.warmup, not args.repeat,
+                                args.separate_connections))
             c1 = cpu_seconds(proc.pid) if proc is not None else None
             calls = args.requests + args.clients * max(1, args.warmup // args.clients)
             r["calls"] = calls

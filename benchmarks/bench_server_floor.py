@@ -21,6 +21,10 @@ comes from ``/proc`` (utime + stime, warm-up calls included, as bench_server cou
   inline on the event loop (no thread hand-off);
 - ``sync-twin`` / ``aio-twin``: those two with the twin's real Predict (TwinServicer; the
   sync one through the twin's own handler wrapper) instead of the canned reply;
+- ``sync-twin-x2``: two ``sync-twin`` processes sharing one port (``SO_REUSEPORT``: the kernel
+  spreads connections over both, so run it with ``--separate-connections``; over the one
+  connection gRPC otherwise shares, every call goes to one process); the CPU is both
+  processes' together;
 - ``ours``: ``twin serve`` of this checkout as bench_server starts it (every service, the
   web view on); ``base``: the same of the checkout given by ``--base``.
 
@@ -53,7 +57,7 @@ SERVICE = "twin.rpc.v1.TwinService"
 WORKERS = 8
 # The twin's default limits.max_queued_rpcs (twin/server/config.py).
 MAX_QUEUED = 32
-FLOORS = ("sync", "sync-admission", "sync-registered", "aio", "sync-twin", "aio-twin")
+FLOORS = ("sync", "sync-admission", "sync-registered", "aio", "sync-twin", "aio-twin", "sync-twin-x2")
 TWINS = ("ours", "base")
 
 
@@ -78,8 +82,8 @@ def _announce(port: int) -> None:
     print(json.dumps({"msg": "serving", "address": f"127.0.0.1:{port}"}), file=sys.stderr, flush=True)
 
 
-def serve_floor(kind: str) -> None:
-    """The child: a server of ``kind`` (see the module docstring) until SIGTERM."""
+def serve_floor(kind: str, port: int) -> None:
+    """The child: a server of ``kind`` (see the module docstring) on ``port`` (0: a free one) until SIGTERM."""
     import grpc
 
     from twin.rpc.v1 import twin_service_pb2
@@ -87,8 +91,8 @@ def serve_floor(kind: str) -> None:
     parse = twin_service_pb2.PredictRequest.FromString
     # The twin's options (twin/server/app.py): 4 MiB message limits, no SO_REUSEPORT.
     options = [("grpc.max_receive_message_length", 4 << 20), ("grpc.max_send_message_length", 4 << 20),
-               ("grpc.so_reuseport", 0)]
-    if kind.endswith("-twin"):
+               ("grpc.so_reuseport", 1 if kind == "sync-twin-x2" else 0)]
+    if "-twin" in kind:
         servicer = _servicer()
         answer: Callable[[Any], bytes] = lambda request: servicer.Predict(request, None).SerializeToString()  # noqa: E731
     else:
@@ -103,9 +107,9 @@ def serve_floor(kind: str) -> None:
             handler = grpc.unary_unary_rpc_method_handler(predict_async, request_deserializer=parse)
             server = grpc.aio.server(options=options, handlers=[
                 grpc.method_handlers_generic_handler(SERVICE, {"Predict": handler})])
-            port = server.add_insecure_port("127.0.0.1:0")
+            bound = server.add_insecure_port(f"127.0.0.1:{port}")
             await server.start()
-            _announce(port)
+            _announce(bound)
             await server.wait_for_termination()
 
         asyncio.run(main())
@@ -113,7 +117,7 @@ def serve_floor(kind: str) -> None:
 
     from concurrent.futures import ThreadPoolExecutor
 
-    if kind == "sync-twin":
+    if kind.startswith("sync-twin"):
         from twin.server.services import TWIN_SERVICE
         from twin.wire.handlers import generic_handler
 
@@ -136,21 +140,15 @@ def serve_floor(kind: str) -> None:
         server.add_registered_method_handlers(SERVICE, {"Predict": handler})
     else:
         server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS), handlers=[generic], options=options)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     _announce(port)
     signal.sigwait({signal.SIGTERM})
 
 
-def start(kind: str, base: Path | None) -> tuple[subprocess.Popen[str], str]:
-    """A server of ``kind`` in a child process, and its address."""
-    if kind == "ours":
-        return bench_server.start_server(None)
-    if kind == "base":
-        assert base is not None
-        return bench_server.start_server(None, base)
+def _start_floor(kind: str, port: int) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "GRPC_VERBOSITY": "ERROR"}
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--port", str(port)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -163,28 +161,51 @@ def start(kind: str, base: Path | None) -> tuple[subprocess.Popen[str], str]:
     raise RuntimeError(f"floor server {kind} exited ({proc.wait()}) before serving")
 
 
-def measure(kind: str, base: Path | None, rate: float, requests: int, warmup: int, clients: int) -> dict[str, Any]:
+def start(kind: str, base: Path | None) -> tuple[list[subprocess.Popen[str]], str]:
+    """The server(s) of ``kind``, each a child process, and the address."""
+    if kind == "ours":
+        proc, address = bench_server.start_server(None)
+        return [proc], address
+    if kind == "base":
+        assert base is not None
+        proc, address = bench_server.start_server(None, base)
+        return [proc], address
+    first, address = _start_floor(kind, 0)
+    if kind != "sync-twin-x2":
+        return [first], address
+    second, _ = _start_floor(kind, int(address.rsplit(":", 1)[1]))
+    return [first, second], address
+
+
+def measure(kind: str, base: Path | None, rate: float, requests: int, warmup: int, clients: int,
+            separate: bool = False) -> dict[str, Any]:
     """One run of bench_server's client against a fresh server of ``kind``."""
-    proc, address = start(kind, base)
+    procs, address = start(kind, base)
+
+    def cpu() -> float:
+        seconds = [cpu_seconds(p.pid) for p in procs]
+        return sum(s for s in seconds if s is not None) if None not in seconds else float("nan")
+
     try:
-        c0 = cpu_seconds(proc.pid)
-        r = asyncio.run(bench_server.run(address, clients, requests, rate, warmup, True))
-        c1 = cpu_seconds(proc.pid)
+        c0 = cpu()
+        r = asyncio.run(bench_server.run(address, clients, requests, rate, warmup, True, separate))
         calls = requests + clients * max(1, warmup // clients)
-        r["server_cpu_ms"] = (c1 - c0) * 1e3 / calls if c0 is not None and c1 is not None else float("nan")
+        r["server_cpu_ms"] = (cpu() - c0) * 1e3 / calls
         return r
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--serve", choices=FLOORS, help=argparse.SUPPRESS)  # the child
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)  # the child's
     ap.add_argument("--kinds", default="sync,sync-admission,aio,ours", help="comma-separated (default: %(default)s)")
     ap.add_argument("--base", type=Path, help="checkout served as kind 'base'")
     ap.add_argument("--rates", default="500,0", help="requests/s, 0 for closed loop (default 500,0)")
@@ -192,9 +213,11 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--separate-connections", action="store_true",
+                    help="one connection per client (bench_server.py's option of the same name)")
     args = ap.parse_args()
     if args.serve:
-        serve_floor(args.serve)
+        serve_floor(args.serve, args.port)
         return
     kinds = args.kinds.split(",")
     unknown = [k for k in kinds if k not in (*FLOORS, *TWINS)]
@@ -208,7 +231,8 @@ def main() -> None:
     for rnd in range(args.rounds):
         for rate in rates:
             for kind in kinds:
-                r = measure(kind, args.base, rate, args.requests, args.warmup, args.clients)
+                r = measure(kind, args.base, rate, args.requests, args.warmup, args.clients,
+                            args.separate_connections)
                 cpu.setdefault((kind, rate), []).append(r["server_cpu_ms"])
                 label = f"{rate:.0f}/s" if rate else "closed"
                 print(f"round {rnd + 1} {kind:>15} {label:>7}: server CPU {r['server_cpu_ms']:.3f} ms/call, "
