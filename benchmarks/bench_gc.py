@@ -66,7 +66,6 @@ def child(variant: str) -> None:
         print(json.dumps({"frozen": frozen, "generations": {
             g: {"n": len(v), "cpu_ms": sum(c for _, c in v) * 1e3,
                 "max_pause_ms": max((w for w, _ in v), default=0.0) * 1e3} for g, v in seen.items()}}), flush=True)
-        running.ctx.config.drain_s = 0.0
         stop(running)
 
 
@@ -89,7 +88,8 @@ def main() -> None:
             r = asyncio.run(bench_server.run(address, 16, args.requests, args.rate, 200, True))
             proc.send_signal(signal.SIGTERM)
             stats = json.loads(proc.stdout.readline())
-            proc.wait(60)
+            if proc.wait(60) != 0:
+                raise SystemExit(f"the {variant} server exited with status {proc.returncode}")
             gens = "; ".join(f"gen{g} {v['n']}x {v['cpu_ms']:.0f} ms CPU, longest {v['max_pause_ms']:.1f} ms"
                              for g, v in stats["generations"].items())
             print(f"round {rnd + 1} {variant:>6} ({stats['frozen']} frozen): {gens} | p50 {r['p50_ms']:.2f} ms, "
