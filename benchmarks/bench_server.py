@@ -3,10 +3,14 @@
     python benchmarks/bench_server.py                        # 200, 500, 2000 req/s, closed loop
     python benchmarks/bench_server.py --rate 200 --requests 4000 --clients 16
     python benchmarks/bench_server.py --address 127.0.0.1:50051 --rate 0   # an already running server
+    python benchmarks/bench_server.py --twin /work/main --rate 500         # another checkout's server, this client
 
 Starts ``twin serve --port 0`` in a subprocess (unless --address), then sends a fixed
 number of Predict requests (Llama 3.1 70B on 1,024 H100s, by preset names) over N
-grpc.aio channels:
+grpc.aio channels. gRPC shares one connection among channels to the same address with the
+same options (its global subchannel pool), so by default the N clients are N streams of one
+HTTP/2 connection; ``--separate-connections`` gives each channel its own (a local subchannel
+pool), as N client processes would have:
 
 - ``--rate R`` (open loop): request k is sent at ``k / R`` seconds as its own task, whatever
   is still outstanding, and its latency is measured from that scheduled time, so a stalled
@@ -17,10 +21,16 @@ grpc.aio channels:
   returns: the throughput ceiling.
 
 The client sends pre-serialized bytes and does not decode replies, so the figures are the
-server's (the client still shares the machine's cores). Prints p50/p90/p99/max latency
+server's (the client still shares the machine's cores). Once its requests are built and its
+channels warm, the client turns its own cyclic garbage collector off until the run ends: a
+full collection in the client (of its ~34,000 startup objects, or, with those frozen, of the
+finished calls it holds) stalled its event loop for 15-32 ms once a run, and every request
+due meanwhile was sent late and counted as latency. Prints p50/p90/p99/max latency
 of the answered requests, requests/s, the status codes, how fast refusals came back, and
 (for a server started here, on Linux) the server's CPU time per call, from ``/proc``: unlike
-latency it is not inflated by other work sharing the machine's cores.
+latency it is not inflated by other work sharing the machine's cores; and the client's own.
+``--twin CHECKOUT`` serves another checkout (with its ``.venv`` when it has one) to this same
+client, for A/B comparisons.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import os
 import signal
 import statistics
@@ -54,12 +65,19 @@ METHOD = "/twin.rpc.v1.TwinService/Predict"
 SHED_CODES = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
 
 
-def start_server(workers: int | None) -> tuple[subprocess.Popen, str]:
+def start_server(workers: int | None, twin: Path = ROOT) -> tuple[subprocess.Popen, str]:
+    """``twin serve`` of checkout ``twin`` (its own .venv's Python when it has one) on a free port."""
     env = {**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1", "TWIN_LOG_LEVEL": "INFO"}
     if workers:
         env["TWIN_WORKERS"] = str(workers)
     env.pop("TWIN_AUTH_TOKEN", None)
-    proc, serving = start_serve(["--port", "0", "--state-dir", "/tmp/twin-bench-state"], env=env, cwd=ROOT)
+    launcher = None
+    if twin != ROOT:
+        venv = twin / ".venv" / "bin" / "python"
+        launcher = [str(venv) if venv.exists() else sys.executable, "-m", "twin.cli"]
+        env["PYTHONPATH"] = str(twin)
+    proc, serving = start_serve(["--port", "0", "--state-dir", "/tmp/twin-bench-state"], env=env, cwd=twin,
+                                launcher=launcher)
     return proc, serving["address"]
 
 
@@ -76,15 +94,30 @@ def payloads(n: int, distinct: bool) -> list[bytes]:
             .SerializeToString() for i in range(n)]
 
 
-async def run(address: str, clients: int, requests: int, rate: float, warmup: int, distinct: bool
-              ) -> dict[str, float]:
+async def run(address: str, clients: int, requests: int, rate: float, warmup: int, distinct: bool,
+              separate: bool = False) -> dict[str, Any]:
+    """One measured run (see the module docstring); ``separate``: one connection per client."""
     bodies = payloads(requests + warmup, distinct)
     payload = bodies[-1]
-    channels = [grpc.aio.insecure_channel(address) for _ in range(clients)]
+    options = [("grpc.use_local_subchannel_pool", 1)] if separate else None
+    channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(clients)]
     calls = [ch.unary_unary(METHOD) for ch in channels]
     for call in calls:
         for _ in range(max(1, warmup // clients)):
             await call(payload, timeout=10)
+    gc.collect()
+    gc.disable()  # until the run ends (module docstring): the client's own pauses would count as latency
+    try:
+        return await _measure(calls, bodies, rate, clients, requests)
+    finally:
+        gc.enable()
+        for ch in channels:
+            await ch.close()
+
+
+async def _measure(calls: list[Any], bodies: list[bytes], rate: float, clients: int, requests: int
+                   ) -> dict[str, Any]:
+    cpu0 = time.process_time()
     latencies: list[float] = []
     refused: list[float] = []
     codes: collections.Counter[str] = collections.Counter()
@@ -126,8 +159,7 @@ async def run(address: str, clients: int, requests: int, rate: float, warmup: in
 
         await asyncio.gather(*(client(i) for i in range(clients)))
     wall = time.perf_counter() - t0
-    for ch in channels:
-        await ch.close()
+    client_cpu_ms = (time.process_time() - cpu0) * 1e3 / requests
     lat = sorted(latencies) or [float("nan")]
     shed = sorted(refused) or [float("nan")]
     return {"requests": len(latencies), "errors": sum(n for c, n in codes.items() if c != "OK"),
@@ -135,7 +167,8 @@ async def run(address: str, clients: int, requests: int, rate: float, warmup: in
             "p50_ms": percentile(lat, 0.50), "p90_ms": percentile(lat, 0.90), "p99_ms": percentile(lat, 0.99),
             "max_ms": lat[-1], "mean_ms": statistics.fmean(lat), "shed": len(refused),
             "shed_p50_ms": percentile(shed, 0.50), "shed_p99_ms": percentile(shed, 0.99),
-            "client_lag_p99_ms": percentile(sorted(lags), 0.99) if rate > 0 else 0.0}
+            "client_lag_p99_ms": percentile(sorted(lags), 0.99) if rate > 0 else 0.0,
+            "client_cpu_ms": client_cpu_ms}
 
 
 def report(label: str, r: dict[str, float]) -> None:
@@ -154,13 +187,18 @@ def report(label: str, r: dict[str, float]) -> None:
         print("  CANCELLED: calls gRPC core dropped before the server's Python code saw them (its own bound on "
               "calls waiting to be taken, grpc.server.max_pending_requests): the server fell behind even at refusing")
     if r.get("server_cpu_ms") is not None:
-        print(f"  server CPU {r['server_cpu_ms']:.2f} ms per call (all {r['calls']:.0f} calls, warm-up included)")
+        print(f"  server CPU {r['server_cpu_ms']:.2f} ms per call (all {r['calls']:.0f} calls, warm-up included); "
+              f"client CPU {r['client_cpu_ms']:.2f} ms per call")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--address", help="a running server (default: start one here)")
+    ap.add_argument("--twin", type=Path, default=ROOT,
+                    help="serve this checkout instead of this one (an A/B with the same client)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    ap.add_argument("--separate-connections", action="store_true",
+                    help="one HTTP/2 connection per client (default: gRPC multiplexes them over one)")
     ap.add_argument("--requests", type=int, default=3000, help="Predict requests per run (default 3000)")
     ap.add_argument("--rate", type=float, default=None,
                     help="requests/s in total (open loop); 0: closed loop; "
@@ -174,14 +212,15 @@ def main() -> None:
     proc = None
     address = args.address
     if address is None:
-        proc, address = start_server(args.workers)  # its log is drained in the background
+        proc, address = start_server(args.workers, args.twin.resolve())  # its log is drained in the background
     try:
         rates = [args.rate] if args.rate is not None else [200.0, 500.0, 2000.0, 0.0]
         kind = "one repeated request" if args.repeat else "distinct requests"
         print(f"server {address}, {args.clients} clients, {kind}, {os.cpu_count()} CPUs on this machine")
         for rate in rates:
             c0 = cpu_seconds(proc.pid) if proc is not None else None
-            r = asyncio.run(run(address, args.clients, args.requests, rate, args.warmup, not args.repeat))
+            r = asyncio.run(run(address, args.clients, args.requests, rate, args.warmup, not args.repeat,
+                                args.separate_connections))
             c1 = cpu_seconds(proc.pid) if proc is not None else None
             calls = args.requests + args.clients * max(1, args.warmup // args.clients)
             r["calls"] = calls

@@ -32,6 +32,7 @@ from twin.server.admission import AdmissionInterceptor, CountingExecutor
 from twin.server.auth import TokenAuthInterceptor, load_token
 from twin.server.config import ServerConfig, TlsConfig
 from twin.server.context import ServerContext
+from twin.server.heap import freeze_startup_heap
 from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
 from twin.server.shedding import CoreArrivals
 from twin.wire.handlers import method_handler, refuse_malformed, safe_parser
@@ -58,6 +59,7 @@ class RunningServer:
     otel: Otel | None
     auth: bool
     admission: AdmissionInterceptor | None = None  # the main port's load shedding
+    frozen_objects: int = 0  # objects kept out of the cyclic collector (twin.server.heap), logged
 
     @property
     def address(self) -> str:
@@ -228,7 +230,7 @@ def start(running: RunningServer) -> None:
         "listeners": dict(running.ctx.listeners),
         "tls": cfg.tls.enabled, "mtls": cfg.tls.mutual, "auth": running.auth, "otel": running.otel is not None,
         "state_dir": str(cfg.state_path.resolve()), "services": list(running.ctx.service_names),
-        "workers": cfg.workers, "version": __version__})
+        "workers": cfg.workers, "gc_frozen_objects": running.frozen_objects, "version": __version__})
 
 
 SHUTDOWN_MARGIN_S = 1.0
@@ -264,6 +266,8 @@ def serve(config: ServerConfig, engine: Engine | None = None, more: Sequence[ext
     Returns the exit status.
     """
     running = build_server(config, engine, more)
+    # This process only serves from here on: what it holds now lives as long as it does.
+    running.frozen_objects = freeze_startup_heap()
     stop_requested = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
