@@ -1,8 +1,9 @@
 """The collective mechanisms behind the published multi-node measurements (issue 11):
 NCCL's ring-latency rules (net post overhead, ppn=1, MNNVL as one node), tree's medium-size
-correction, NVLS-tree's network steps, Blackwell's NVLS efficiency, NVLS's chunking and pipeline
-fill (NCCL 2.28.3's enqueue.cc, nvls.cc, all_reduce.h), EFA through aws-ofi-nccl (Simple only,
-its per-step latency), node-limited expert dispatch and DeepEP's own metric.
+correction, NVLS-tree's network steps, CollNet Direct's bandwidth model, Blackwell's NVLS
+efficiency, NVLS's chunking and pipeline fill (NCCL 2.28.3's enqueue.cc, nvls.cc, all_reduce.h),
+EFA through aws-ofi-nccl (Simple only, its per-step latency), node-limited expert dispatch and
+DeepEP's own metric.
 Each test works the number out by hand from the source the code cites.
 """
 
@@ -27,9 +28,11 @@ from twin.core.collectives import (
 )
 from twin.core.errors import SpecError
 from twin.core.nccl_tuning import (
+    COLLNET_DIRECT_BW,
     LL_MAX_BW_ONE_NODE_GBPS,
     NVLS_CHANNELS,
     RING_PLATEAU,
+    collnet_direct_bw,
     nvls_chunk,
     nvls_tree_chunk,
 )
@@ -459,6 +462,72 @@ def test_sharp_pays_nccls_collnet_direct_latency():
     assert eight.algorithm == one.algorithm == "sharp"
     assert float(eight.time_s) == pytest.approx(44.0 * US, rel=1e-3)
     assert float(one.time_s) == pytest.approx(31.0 * US, rel=1e-3)
+
+
+def test_collnet_direct_runs_at_nccls_model_of_its_intra_node_part():
+    """NCCL 2.28.3 tuning.cc, CollNet Direct all-reduce: busBw = the intra-node bandwidth / the
+    GPU/NIC factor (f = ppn / NICs, f - (f-1)/2), x.85 from sm90, and algBw = busBw x .5.
+    flat_hierarchy: 370 GB/s NVLink, 8 GPUs and 8 NICs of 47 GB/s per node, no NVLS."""
+    size = 2.0**31
+    h = flat_hierarchy(sharp=True)
+    span = place_group(32, 1, h)  # 4 nodes x 8
+    # intra: 2 GiB / (0.5 x 370 GB/s) = 11.6 ms; in-network: each GPU's share up its own NIC,
+    # 2 GiB / (8 x 47 GB/s) = 5.7 ms; the intra part paces it, plus CollNet's 44 us
+    got = collective_cost("all_reduce", size, span, h, algorithm="sharp")
+    assert got.algorithm == "sharp"
+    assert float(got.time_s) == pytest.approx(size / (0.5 * 370 * GB) + 44.0 * US, rel=1e-9)
+    # 4 NICs for 8 GPUs (f = 2 -> 1.5) on Hopper (x.85): 0.5 x 0.85 / 1.5 x 370 = 104.8 GB/s
+    hopper_4nic = dataclasses.replace(h, collnet_direct_bw=0.85 / 1.5)
+    slow = collective_cost("all_reduce", size, place_group(32, 1, hopper_4nic), hopper_4nic, algorithm="sharp")
+    assert float(slow.time_s) == pytest.approx(size / (0.5 * 0.85 / 1.5 * 370 * GB) + 44.0 * US, rel=1e-9)
+    # One GPU per node: nothing inside the node, the network paces it (2 GiB at 47 GB/s).
+    one = collective_cost("all_reduce", size, place_group(4, 8, h), h, algorithm="sharp")
+    assert float(one.time_s) == pytest.approx(size / (47 * GB) + 31.0 * US, rel=1e-9)
+    # More than 8 GPUs of the communicator per node and no NVLS: CollNet Direct is not offered.
+    wide = flat_hierarchy(sharp=True, domain=16)
+    algos = {a for _, a, _, _ in collective_options("all_reduce", size, place_group(32, 1, wide), wide)}
+    assert "sharp" not in algos and "ring" in algos
+
+
+def test_collnet_direct_factor_follows_the_gpus_and_nics(engine):
+    """The hierarchy of a cluster carries NCCL's CollNet Direct factor: 1 for a NIC per GPU
+    before sm90, .85 from sm90, over (f + 1) / 2 with f GPUs per NIC; on both paths."""
+    assert set(COLLNET_DIRECT_BW) == set(typing.get_args(Generation))
+    cases = (("DGX-A100", None, 1.0), ("DGX-A100", 4, 1 / 1.5), ("DGX-A100", 2, 1 / 2.5),
+             ("DGX-H100", None, 0.85), ("DGX-B200", None, 0.85), ("DGX-2", None, 1 / 1.5))  # DGX-2: 16 V100, 8 NICs
+    for system, nics, want in cases:
+        plan = {"tp": 8, "gbs": 16, "precision": "fp16" if system == "DGX-2" else "bf16"}
+        cluster: dict = {"system": system, "num_gpus": 16}
+        if nics is not None:
+            cluster["scale_out"] = {"nics_per_node": nics}
+        got = _hierarchy(engine, {"cluster": cluster, "model": "llama3.1-8b", "plan": plan})
+        assert got.collnet_direct_bw == pytest.approx(want), (system, nics)
+        batch = HierarchyBatch([got], np.zeros(3, dtype=np.int64))
+        assert list(batch.collnet_direct_bw) == pytest.approx([want] * 3)
+    assert collnet_direct_bw("ampere", 8, 16) == 1.0  # more NICs than GPUs: no bonus
+
+
+def test_collnet_direct_is_one_model_on_both_paths():
+    """SHARP all-reduce over hierarchies with different CollNet factors, with and without NVLS,
+    one GPU per node and a 16-GPU domain (no CollNet Direct): each point of a batch as alone."""
+    base = flat_hierarchy(sharp=True)
+    hs = [base, dataclasses.replace(base, collnet_direct_bw=0.85 / 1.5), flat_hierarchy(sharp=True, nvls=273.0),
+          flat_hierarchy(sharp=True, domain=16)]
+    rows = np.array([0, 1, 2, 3, 0, 1, 3, 2])
+    n = np.array([32, 32, 32, 32, 4, 16, 64, 16])
+    stride = np.array([1, 1, 1, 1, 8, 1, 1, 1])
+    size = np.array([2.0**31, 2.0**31, 2.0**31, 2.0**31, 2.0**20, 8.0, 2.0**26, 2.0**24])
+    batch = HierarchyBatch(hs, rows)
+    spans = place_group(n, stride, batch)
+    for algorithm in (None, "sharp"):
+        got = collective_cost("all_reduce", size, spans, batch, algorithm=algorithm)
+        for i in range(len(rows)):
+            h = hs[rows[i]]
+            one = collective_cost("all_reduce", float(size[i]), place_group(int(n[i]), int(stride[i]), h), h,
+                                  algorithm=algorithm)
+            assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), (algorithm, i)
+            assert str(got.algorithm[i]) == str(one.algorithm), (algorithm, i)
+    assert str(got.algorithm[3]) != "sharp" and str(got.algorithm[0]) == "sharp"
 
 
 # -------------------------------------------------------------- expert dispatch

@@ -428,7 +428,7 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> tuple[Option, Any
     available = ops.logical_and(nvls_bw > 0, span.k >= nccl.NVLS_MIN_GPUS)
     if not ops.any_(available):
         return None
-    t_intra = size / nvls_bw
+    t_intra = size / ops.where(nvls_bw > 0, nvls_bw, 1.0)  # points without NVLS are not available
     multi = span.m > 1
     # NVLS-tree: in-switch reduction inside the domain, NCCL's double binary tree across
     # (``dbtree_node_traffic``); it also pays 2 log2(domains) network steps (tuning.cc,
@@ -495,10 +495,16 @@ def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option 
     k = span.k
     if op == "all_reduce":
         nvls_bw = h.up_nvls_bw
-        ring_intra = 2.0 * (k - 1) / k * size / h.up_bw
         nvls = ops.logical_and(nvls_bw > 0, k >= nccl.NVLS_MIN_GPUS)
+        # Without NVLS, CollNet Direct: NCCL's model of it (``nccl.collnet_direct_bw``), the intra-node
+        # bandwidth over the GPU/NIC factor, x.85 from sm90, half of it as algorithm bandwidth; at
+        # most 8 GPUs of the communicator per node.
+        direct_bw = nccl.COLLNET_DIRECT_RATIO * h.collnet_direct_bw * h.up_bw
         t_intra = ops.where(nvls, size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
-                            ops.where(k > 1, ring_intra, 0.0))
+                            ops.where(k > 1, size / direct_bw, 0.0))
+        available = ops.logical_and(available, ops.logical_or(nvls, k <= nccl.COLLNET_DIRECT_MAX_LOCAL_GPUS))
+        if not ops.any_(available):
+            return None
     else:  # the domain's part is a ring reduce-scatter / all-gather over NVLink
         t_intra = ops.where(k > 1, (k - 1) / k * size / h.up_bw, 0.0)
     # In-network reduction: each GPU sends its 1/k share up once and receives it once

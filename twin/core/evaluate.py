@@ -64,7 +64,7 @@ from twin.core.memory import (
     memory_per_gpu,
     model_states,
 )
-from twin.core.nccl_tuning import LL_MAX_BW_ONE_NODE_GBPS, NVLS_CHANNELS, RING_PLATEAU
+from twin.core.nccl_tuning import LL_MAX_BW_ONE_NODE_GBPS, NVLS_CHANNELS, RING_PLATEAU, collnet_direct_bw
 from twin.core.pipelines import rank0_params
 from twin.core.points import ColumnView, PlanColumns, PointSet
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
@@ -514,7 +514,9 @@ class TwinModel:
                          ring_plateau=RING_PLATEAU[c.gpu.generation],
                          ll_max_bw=LL_MAX_BW_ONE_NODE_GBPS[c.gpu.generation] * 1e9,
                          nvls_channels=NVLS_CHANNELS[c.gpu.generation][0],
-                         nvls_channels_multi=NVLS_CHANNELS[c.gpu.generation][1])
+                         nvls_channels_multi=NVLS_CHANNELS[c.gpu.generation][1],
+                         collnet_direct_bw=collnet_direct_bw(c.gpu.generation, c.gpus_per_node,
+                                                             c.nics_per_node or c.gpus_per_node))
 
     def fabric_report(self, scenario: Scenario, hierarchy: Hierarchy) -> dict[str, object]:
         """Facts each fabric model reports (power, switches, tiers), cached per cluster and hierarchy."""

@@ -42,6 +42,17 @@ NVLS_TREE_NET_LAT_US = 14.0
 COLLNET_DIRECT_NVLINK_US = 3.7
 COLLNET_DIRECT_NET_US = 31.0
 COLLNET_ARITY_US = 0.4
+# CollNet Direct all-reduce bandwidth (ncclTopoTuneModel, "Various model refinements"): its busBw is
+# the graph's intra-node (NVLink) bandwidth ("bw = nNodes <= 2 || collnet ? bwIntra : bwInter"),
+# divided by the GPU/NIC factor ("Collnet+Direct requires all GPUs to have a local NIC to work at
+# full speed": factor = ppn / nChannels, "factor -= (factor-1)/2", "busBw /= factor"), times .85
+# from compute capability 9.0 ("if (minCompCap >= 90) busBw *= .85"), and, as for every algorithm
+# but ring and NVLS, the algorithm bandwidth is half of it ("else ratio *= .5").
+COLLNET_DIRECT_BW = {"volta": 1.0, "ampere": 1.0, "hopper": 0.85, "blackwell": 0.85}
+COLLNET_DIRECT_RATIO = 0.5
+# src/include/device.h "#define NCCL_MAX_DIRECT_ARITY 7"; enqueue.cc updateCollCostTable: "CollNetDirect
+# is only supported for up to 8 local GPUs" (maxLocalRanks > NCCL_MAX_DIRECT_ARITY+1: skipped).
+COLLNET_DIRECT_MAX_LOCAL_GPUS = 7 + 1
 
 # Ring bandwidth per protocol ("Various model refinements"): LL "busBw = min(llMaxBw, busBw * .5)";
 # LL128 "busBw * 0.92 /*120.0/128.0*/" (2.28.3 has no ppn < 2 discount; older releases had 0.7).
@@ -94,6 +105,16 @@ def collnet_direct_latency_us(ppn: Any) -> Any:
     """CollNet Direct's latency, us, with ``ppn`` GPUs per node (formula above)."""
     local = ops.maximum(ppn - 1, 0)
     return 2.0 * (ops.minimum(1, local) * COLLNET_DIRECT_NVLINK_US + local * COLLNET_ARITY_US) + COLLNET_DIRECT_NET_US
+
+
+def collnet_direct_bw(generation: str, gpus_per_node: int, nics_per_node: int) -> float:
+    """CollNet Direct's all-reduce busBw as a fraction of the intra-node bandwidth (formula above):
+    NCCL's sm90 factor over its GPU/NIC factor, ``gpus_per_node / nics_per_node`` GPUs per NIC
+    (at least 1: CollNet Direct runs one head per NIC, ``nChannels`` of its graph).
+    """
+    factor = max(1.0, gpus_per_node / max(nics_per_node, 1))
+    factor -= (factor - 1.0) / 2.0
+    return COLLNET_DIRECT_BW[generation] / factor
 
 
 # ------------------------------------------------------------------ NVLS pipelining

@@ -85,6 +85,9 @@ class Hierarchy:
     # domain and for one across domains (``nccl_tuning.NVLS_CHANNELS``); the default is Hopper's.
     nvls_channels: int = 16
     nvls_channels_multi: int = 16
+    # NCCL's CollNet Direct (SHARP) all-reduce busBw per unit of intra-node bandwidth: its GPU/NIC
+    # factor and its sm90 discount (``nccl_tuning.collnet_direct_bw``); 1.0: a NIC per GPU, pre-Hopper.
+    collnet_direct_bw: float = 1.0
 
     def share_at(self, tier: Any) -> Any:
         """Fraction of link class ``tier``'s capacity this traffic gets (1: it has it alone)."""
@@ -100,7 +103,7 @@ class Hierarchy:
         return Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
                          notes=self.notes, shares=got, ring_plateau=self.ring_plateau,
                          ll_max_bw=self.ll_max_bw, nvls_channels=self.nvls_channels,
-                         nvls_channels_multi=self.nvls_channels_multi)
+                         nvls_channels_multi=self.nvls_channels_multi, collnet_direct_bw=self.collnet_direct_bw)
 
     @property
     def scale_up(self) -> Tier:
@@ -222,6 +225,7 @@ class HierarchyBatch:
         self.ll_max_bw = np.asarray([h.ll_max_bw for h in self.hierarchies])[rows]
         self.nvls_channels = np.asarray([h.nvls_channels for h in self.hierarchies], np.int64)[rows]
         self.nvls_channels_multi = np.asarray([h.nvls_channels_multi for h in self.hierarchies], np.int64)[rows]
+        self.collnet_direct_bw = np.asarray([h.collnet_direct_bw for h in self.hierarchies])[rows]
 
     def _cumulative(self, test: Any, width: int) -> np.ndarray:
         """Per hierarchy and tier i, whether ``test`` holds for some scale-out tier in 1..i."""
@@ -323,7 +327,7 @@ class HierarchyBatch:
         out._net_memo = {}
         out.rows = self.rows[index]
         for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw",
-                     "nvls_channels", "nvls_channels_multi"):
+                     "nvls_channels", "nvls_channels_multi", "collnet_direct_bw"):
             setattr(out, name, getattr(self, name)[index])
         if self.shares is not None:
             out.shares = self.shares[index]
