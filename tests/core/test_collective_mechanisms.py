@@ -207,14 +207,15 @@ def test_nvls_tree_moves_what_nccls_double_binary_tree_moves_across_domains():
     # NIC-bound: 8 GPUs x 20 GB/s = 160 GB/s per domain across, NVLS 273 GB/s inside; plus the
     # NVLS pipeline's fill (test_nvls_tree_fill_counts_gpu_stages_and_network_hops): 512 MiB per
     # channel, 128 KiB chunks (64 KiB from 4 nodes), a piece of 16 x 8 chunks through 3 + 2d GPU
-    # stages and 2d hops at 160 GB/s, less the slowest (a hop)
+    # stages and 2d hops at 160 GB/s, less the slowest (a hop); d the tree's depth (2 for the
+    # 3-node chain), where the latency counts log2i(nodes) levels
     h = flat_hierarchy(nic_GBps=20.0, nvls=273.0)
     size = 8 * 2**30
-    for domains, traffic, levels in ((2, 1.0, 1), (3, 1.5, 1), (4, 2.0, 2), (8, 2.0, 3)):
+    for domains, traffic, levels, d in ((2, 1.0, 1, 1), (3, 1.5, 1, 2), (4, 2.0, 2, 2), (8, 2.0, 3, 3)):
         cost = collective_cost("all_reduce", size, place_group(8 * domains, 1, h), h, algorithm="nvls")
         lat = (25.0 + 2 * levels * 14.0) * US
         piece = 16 * 8 * (128 if domains < 4 else 64) * 1024
-        fill = piece * ((3 + 2 * levels) / (273 * GB) + (2 * levels - 1) / (160 * GB))
+        fill = piece * ((3 + 2 * d) / (273 * GB) + (2 * d - 1) / (160 * GB))
         assert float(cost.time_s) == pytest.approx(traffic * size / (160.0 * GB) + lat + fill, rel=1e-9)
 
 
@@ -285,6 +286,30 @@ def test_nvls_tree_fill_counts_gpu_stages_and_network_hops():
     got4 = collective_cost("all_reduce", size, four, h, algorithm="nvls")
     fill4 = 16 * 8 * 64 * KIB * (6 / (273 * GB) + 4 / (8 * 47 * GB))
     assert float(got4.time_s) == pytest.approx((25 + 4 * 14) * US + 2.0 * size / (8 * 47 * GB) + fill4, rel=1e-12)
+
+
+def test_nvls_tree_fill_runs_to_the_deepest_leaf_of_nccls_tree():
+    """trees.cc ncclGetBtree: 3 nodes are a chain 0 -> 2 -> 1, so the deepest leaf is 2 levels
+    down although NCCL's latency model counts log2i(3) = 1 level: 3 + 2 x 2 GPU stages and 4
+    hops; 5 nodes (0 -> 4 -> 2 -> {1, 3}) 3 levels: 9 GPU stages and 6 hops. 64 MiB on 3 domains
+    of 8: chunk 128 KiB (3 nodes, not below 4 x 8 x 128 KiB per channel), piece 16 MiB; the
+    network time is the chain's 1.5x over 376 GB/s; latency 25 + 2 x 1 x 14 us."""
+    h = flat_hierarchy(nvls=273.0)
+    size = 64.0 * MIB
+    three = collective_cost("all_reduce", size, place_group(24, 1, h), h, algorithm="nvls")
+    fill3 = 16 * MIB * (6 / (273 * GB) + 4 / (8 * 47 * GB))
+    assert float(three.time_s) == pytest.approx(53 * US + 1.5 * size / (8 * 47 * GB) + fill3, rel=1e-12)
+    five = collective_cost("all_reduce", size, place_group(40, 1, h), h, algorithm="nvls")
+    fill5 = 16 * 8 * 64 * KIB * (8 / (273 * GB) + 6 / (8 * 47 * GB))
+    assert float(five.time_s) == pytest.approx((25 + 4 * 14) * US + 2.0 * size / (8 * 47 * GB) + fill5, rel=1e-12)
+    # the batch path counts the same levels (1 to 20 domains, powers of two and not)
+    n = np.array([8, 16, 24, 32, 40, 56, 64, 160])
+    batch = HierarchyBatch([h], np.zeros(len(n), dtype=np.int64))
+    got = collective_cost("all_reduce", np.full(len(n), size), place_group(n, np.ones_like(n), batch), batch,
+                          algorithm="nvls")
+    for i, ni in enumerate(n):
+        one = collective_cost("all_reduce", size, place_group(int(ni), 1, h), h, algorithm="nvls")
+        assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), int(ni)
 
 
 def test_nccl_ranks_nvls_by_its_model_and_the_fill_is_paid_after():

@@ -401,6 +401,23 @@ def _log2_nodes_of(span: GroupSpan, h: Any, tag: str) -> Any:
     return ops.trunc(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
 
 
+def _tree_depth(span: GroupSpan, h: AnyHierarchy) -> Any:
+    """Levels between the root and the deepest leaf of NCCL's double binary tree over the group's
+    NCCL nodes, ceil(log2(nodes)), once per span of a batch. ``src/graph/trees.cc`` ncclGetBtree:
+    node 0 is the root and a node's parent clears its lowest set bit, so 4 nodes are 0 -> 2 ->
+    {1, 3} (2 levels) and 3 nodes a chain 0 -> 2 -> 1 (2 levels, where log2i gives 1); 5 nodes
+    0 -> 4 -> 2 -> {1, 3} (3). ncclGetDtree mirrors the tree (even counts) or shifts it by one (odd
+    counts): the same depth.
+    """
+    if not ops.is_batch(span.n):
+        return _tree_depth_of(span, h, "")
+    return _by_batch_view("tree_depth", span, h, _tree_depth_of)  # type: ignore[arg-type]
+
+
+def _tree_depth_of(span: GroupSpan, h: Any, tag: str) -> Any:
+    return ops.ceil(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
+
+
 def dbtree_node_traffic(domains: Any) -> Any:
     """Bytes the busiest domain sends (and receives) across the network per byte of an
     all-reduce run as NCCL's double binary tree over ``domains`` (NVLS-tree's inter-node part).
@@ -454,7 +471,9 @@ def _nvls_fill(size: Any, nvls_per_byte: Any, hop_per_byte: Any, span: GroupSpan
     piece's time through every stage but the slowest.
 
     Stages (``nccl.NVLS_STAGES``, ``nccl.NVLS_TREE_*_STAGES_PER_LEVEL``): one domain, 3 on the GPUs; across
-    domains (NVLS_TREE, tree depth d = log2i(nodes)), 3 + 2d on the GPUs and 2d network hops.
+    domains (NVLS_TREE), 3 + 2d on the GPUs and 2d network hops for the deepest leaf, at depth
+    d = ceil(log2(nodes)) of NCCL's tree (``_tree_depth``; log2i, which NCCL's latency model counts,
+    for a power of two).
     A GPU stage moves a piece at the NVLS rate (``nvls_per_byte`` s per byte of the
     collective); a network hop moves it once over the domain's NICs (``hop_per_byte``: each
     head sends its chunk up, or down, one tree edge).
@@ -473,7 +492,7 @@ def _nvls_fill(size: Any, nvls_per_byte: Any, hop_per_byte: Any, span: GroupSpan
     if ops.any_(multi):
         chunk = ops.where(multi, nccl.nvls_tree_chunk(per_channel, heads, _nccl_nodes(span)),
                           nccl.nvls_chunk(per_channel, heads))
-        levels = ops.where(multi, _log2_nodes(span, h), 0)
+        levels = ops.where(multi, _tree_depth(span, h), 0)
     else:
         chunk, levels = nccl.nvls_chunk(per_channel, heads), 0
     piece = ops.minimum(size, channels * heads * chunk)

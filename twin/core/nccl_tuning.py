@@ -154,8 +154,9 @@ NVLS_STAGES = 3
 # root's "Reduce and Broadcast") and the broadcast warps ("Recv from network, broadcast"). A
 # chunk of a leaf at tree depth d passes scatter and reduce, then per level up a network hop
 # and the parent's reduce, per level down a network hop and the child's broadcast, then
-# gather: 3 + 2d GPU stages and 2d network hops (d = log2i(nNodes), the depth tuning.cc's
-# NVLS_TREE latency counts: "2 * log2i(nNodes) * interLat").
+# gather: 3 + 2d GPU stages and 2d network hops, d the depth of the deepest leaf of trees.cc's
+# double binary tree, ceil(log2(nNodes)) (``collectives._tree_depth``: 2 for the 3-node chain);
+# tuning.cc's NVLS_TREE latency counts log2i(nNodes) levels ("2 * log2i(nNodes) * interLat").
 NVLS_TREE_GPU_STAGES_PER_LEVEL = 2
 NVLS_TREE_NET_STAGES_PER_LEVEL = 2
 # src/include/device.h "#define NCCL_MAX_NVLS_ARITY 32" (the size of struct ncclNvls's up[],
