@@ -445,7 +445,7 @@ def test_efa_batch_equals_scalar(engine):
     stride = np.array([1, 1, 1, 1, 1, 8, 1, 1])
     size = np.array([8.0, 8.0, 8.0, 1e6, 1e6, 1024.0, 3e7, 2.0**30])
     spans = place_group(n, stride, batch)
-    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):  # one-node points among two-node ones
         got = collective_cost(op, size, spans, batch)
         for i in range(len(rows)):
             one = collective_cost(op, float(size[i]), place_group(int(n[i]), int(stride[i]), hs[rows[i]]), hs[rows[i]])

@@ -321,7 +321,7 @@ def _ring_setup(span: GroupSpan, h: AnyHierarchy, op: str) -> list[tuple[str, An
         bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up)
         net_lat = _net_latency_us(span, h)
         ninter = 2 * (m - 1) if op == "all_reduce" else (m - 1 if op in ("all_gather", "reduce_scatter") else m)
-        ninter = ops.minimum(ninter, nsteps)
+        ninter = ops.where(multi, ops.minimum(ninter, nsteps), 0)  # a one-domain point of a batch: none
         low_latency = _low_latency_protocols(span, h)
         one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
     ll_cap = nccl.ll_max_bw(m, h.ll_max_bw)  # LL: "busBw = min(llMaxBw, busBw * .5)"
