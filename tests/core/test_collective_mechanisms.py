@@ -1,5 +1,5 @@
 """The collective mechanisms behind the published multi-node measurements (issue 11):
-NCCL's ring-latency rules (net post overhead, ppn=1, MNNVL as one node), tree's medium-size
+NCCL's ring-latency rules (net post overhead by host CPU, ppn=1, MNNVL as one node), tree's medium-size
 correction, NVLS-tree's network steps, CollNet Direct's bandwidth model, Blackwell's NVLS
 efficiency, NVLS's chunking and pipeline fill (NCCL 2.28.3's enqueue.cc, nvls.cc, all_reduce.h),
 EFA through aws-ofi-nccl (Simple only, its per-step latency), node-limited expert dispatch and
@@ -152,6 +152,73 @@ def test_the_ring_plateau_depends_on_the_gpus_compute_capability(engine):
         assert got.ring_plateau == want, system
         batch = HierarchyBatch([got], np.zeros(3, dtype=np.int64))
         assert list(batch.ring_plateau) == [want] * 3
+
+
+def test_amd_hosts_pay_nccls_amd_network_overhead_and_ll_cap():
+    """tuning.cc: getNetOverhead is 2 us on AMD x86 (1 us on Intel and others), and llMaxBws's
+    AMD row caps LL across nodes at 22.5 GB/s on 2 nodes and 19.0 beyond (Intel/other 39.0, 20.4).
+    flat_hierarchy: 8 GPUs per node, NVLink 370 GB/s, 8 NICs of 47 GB/s."""
+    intel = flat_hierarchy()
+    amd = dataclasses.replace(intel, net_overhead_us=2.0, ll_max_bw_two_nodes=22.5 * GB, ll_max_bw_more_nodes=19.0 * GB)
+    span = place_group(16, 1, amd)  # 2 nodes
+    size = 1024.0
+    # all-gather, LL: 6.6 + 14 intra steps x max(NVLink 0.6, overhead 2.0) + 1 NET step 2.7 us; 22.5 GB/s
+    t = _option("all_gather", size, span, amd, "ring", "LL")
+    assert t == pytest.approx((6.6 + 14 * 2.0 + 2.7) * US + size * 15 / 16 / (22.5 * GB), rel=1e-9)
+    assert _option("all_gather", size, span, intel, "ring", "LL") == pytest.approx(
+        (6.6 + 14 * 1.0 + 2.7) * US + size * 15 / 16 / (39.0 * GB), rel=1e-9)
+    # Simple: 3 overheads (6.0 us) now exceed NVLink's Simple step (3.4 us)
+    t_simple = _option("all_gather", 1.0, span, amd, "ring", "Simple")
+    assert t_simple == pytest.approx((8.4 + 14 * 6.0 + 14.0) * US + 15 / 16 / (370 * GB), rel=1e-6)
+    # 4 nodes: the AMD row's N4 cap, 19.0 GB/s, binds below 0.5 x 370
+    four = place_group(32, 1, amd)
+    big = 64.0 * 2**20
+    t4 = _option("all_gather", big, four, amd, "ring", "LL")
+    assert t4 == pytest.approx((6.6 + 28 * 2.0 + 3 * 2.7) * US + big * 31 / 32 / (19.0 * GB), rel=1e-9)
+    # One node: no network step, no overhead, the GPU generation's own cap: the host plays no part.
+    one = place_group(8, 1, amd)
+    assert _option("all_gather", size, one, amd, "ring", "LL") == _option("all_gather", size, one, intel, "ring", "LL")
+    # The tree's LL takes the same cap across nodes (its latency has no post overhead).
+    tree_amd = _option("all_reduce", big, four, amd, "tree", "LL")
+    tree_intel = _option("all_reduce", big, four, intel, "tree", "LL")
+    lat = (6.8 + 2 * (7 * 0.6 + 2 * 5.0)) * US
+    assert (tree_amd - lat) / (tree_intel - lat) == pytest.approx(20.4 / 19.0, rel=1e-9)
+
+
+def test_the_hosts_cpu_reaches_the_hierarchy_on_both_paths(engine):
+    """cluster.host_cpu: AMD gives NCCL's AMD figures, Intel / other / unstated NCCL's default
+    ones (the DGX-A100 preset states its AMD EPYC hosts); a batch of mixed hosts answers each
+    point as the scalar path does; a bad value is an error naming the field."""
+    a100 = _hierarchy(engine, {"cluster": {"system": "DGX-A100", "num_gpus": 16}, "model": "llama3.1-8b",
+                               "plan": {"tp": 8, "gbs": 16}})
+    assert (a100.net_overhead_us, a100.ll_max_bw_two_nodes) == (2.0, 22.5 * GB)
+    want = {None: (1.0, 39.0, 20.4), "intel": (1.0, 39.0, 20.4), "other": (1.0, 39.0, 20.4),
+            "amd": (2.0, 22.5, 19.0)}
+    hs = []
+    for cpu, (overhead, two, more) in want.items():
+        cluster: dict = {"system": "DGX-H100", "num_gpus": 32}
+        if cpu is not None:
+            cluster["host_cpu"] = cpu
+        h = _hierarchy(engine, {"cluster": cluster, "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 32}})
+        assert (h.net_overhead_us, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes) == (overhead, two * GB, more * GB)
+        hs.append(h)
+    rows = np.array([0, 3, 3, 1, 3, 0, 3, 2])
+    n = np.array([16, 16, 32, 32, 8, 2, 2, 24])
+    stride = np.array([1, 1, 1, 1, 1, 8, 8, 1])
+    size = np.array([1024.0, 1024.0, 2.0**20, 2.0**20, 1024.0, 8.0, 2.0**26, 2.0**30])
+    batch = HierarchyBatch(hs, rows)
+    spans = place_group(n, stride, batch)
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        got = collective_cost(op, size, spans, batch)
+        for i in range(len(rows)):
+            h = hs[rows[i]]
+            one = collective_cost(op, float(size[i]), place_group(int(n[i]), int(stride[i]), h), h)
+            assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), (op, i)
+            assert (str(got.algorithm[i]), str(got.protocol[i])) == (str(one.algorithm), str(one.protocol)), (op, i)
+    with pytest.raises(SpecError) as info:
+        engine.evaluate({"cluster": {"system": "DGX-A100", "num_gpus": 16, "host_cpu": "arm"},
+                         "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 16}})
+    assert info.value.field == "cluster.host_cpu"
 
 
 def test_a_multi_node_nvlink_domain_is_one_nccl_node(engine):

@@ -274,14 +274,13 @@ def _nccl_nodes(span: GroupSpan) -> Any:
     return ops.minimum(span.m, span.nodes)
 
 
-# Per protocol, the ring's step latencies, us (tuning.cc, ring model): NVLink step; the
-# intra-node step of an inter-node ring, which pays at least the network post overhead
-# ("Inter-node rings still have to launch nsteps * net overhead", x3 for Simple); the network
-# step, and with one rank per node the tree's network step instead ("With ppn=1 latencies
-# are fully exposed, use the Tree network latency").
+# Per protocol, the ring's step latencies, us (tuning.cc, ring model): NVLink step; how many
+# network post overheads (``Hierarchy.net_overhead_us``, the hosts' CPU's) the intra-node step of
+# an inter-node ring pays at least ("Inter-node rings still have to launch nsteps * net
+# overhead", x3 for Simple); the network step, and with one rank per node the tree's network
+# step instead ("With ppn=1 latencies are fully exposed, use the Tree network latency").
 _RING_STEPS = tuple(
-    (proto, pbw, nccl.BASE_LAT["ring"][proto], nccl.HW_LAT_NVLINK["ring"][proto],
-     max(nccl.HW_LAT_NVLINK["ring"][proto], nccl.NET_OVERHEAD_US * (3 if proto == "Simple" else 1)),
+    (proto, pbw, nccl.BASE_LAT["ring"][proto], nccl.HW_LAT_NVLINK["ring"][proto], 3 if proto == "Simple" else 1,
      nccl.HW_LAT_NET["ring"][proto], nccl.HW_LAT_NET["tree"][proto])
     for proto, pbw in nccl.RING_PROTO_BW.items())
 
@@ -324,10 +323,12 @@ def _ring_setup(span: GroupSpan, h: AnyHierarchy, op: str) -> list[tuple[str, An
         ninter = ops.where(multi, ops.minimum(ninter, nsteps), 0)  # a one-domain point of a batch: none
         low_latency = _low_latency_protocols(span, h)
         one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
-    ll_cap = nccl.ll_max_bw(m, h.ll_max_bw)  # LL: "busBw = min(llMaxBw, busBw * .5)"
+    # LL: "busBw = min(llMaxBw, busBw * .5)"
+    ll_cap = nccl.ll_max_bw(m, h.ll_max_bw, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes)
     out: list[tuple[str, Any, Any, Any, Any]] = []
-    for proto, pbw, base, nvlink, intra_multi, net_ring, net_tree in _RING_STEPS:
+    for proto, pbw, base, nvlink, overheads, net_ring, net_tree in _RING_STEPS:
         if any_multi:
+            intra_multi = ops.maximum(nvlink, overheads * h.net_overhead_us)
             net = ops.maximum(ops.where(one_per_node, net_tree, net_ring), net_lat)
             lat = base + (nsteps - ninter) * ops.where(multi, intra_multi, nvlink) + ninter * net
             if proto == "Simple" and op == "all_reduce":
@@ -360,7 +361,7 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     low_latency = ops.logical_and(multi, _low_latency_protocols(span, h))
     size_index = _tree_size_index(size)
     out: list[Option] = []
-    ll_cap = nccl.ll_max_bw(nodes, h.ll_max_bw)
+    ll_cap = nccl.ll_max_bw(nodes, h.ll_max_bw, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes)
     for proto, pbw in nccl.TREE_PROTO_BW.items():
         lat = nccl.BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * nccl.HW_LAT_NVLINK["tree"][proto]
                                               + log_nodes * ops.maximum(nccl.HW_LAT_NET["tree"][proto], net_lat))

@@ -65,12 +65,13 @@ TREE_PROTO_BW = {"LL": 1.0 / 3.8, "LL128": 120.0 / 128.0, "Simple": 1.0}
 
 # llMaxBws[index1][index2], GB/s, the LL protocol's busBw cap: one node (index2 N1) by GPU
 # generation (index1 = compCapIndex: Volta 39.0, Ampere 87.7, Hopper 141.0, Blackwell 2*141.0);
-# across nodes by CPU vendor (index1 0 Intel/other, 1 AMD) and 2 or more than 2 nodes
-# (index2 N2, N4). The twin does not know the host CPU, so NCCL's Intel/other row (39.0, 20.4),
-# as for the network post overhead.
+# across nodes by CPU vendor ("index1 = nNodes == 1 ? compCapIndex : (cpuVendor == AMD || MIXED)
+# ? 1 : 0": row 0 "Intel-N2/Intel-N4" 39.0 / 20.4, row 1 "AMD-N2/AMD-N4" 22.5 / 19.0) and 2 or more
+# than 2 nodes (index2 N2, N4). Per ``Cluster.host_cpu``; not stated: the Intel/other row, as for the
+# network post overhead.
 LL_MAX_BW_ONE_NODE_GBPS = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 2 * 141.0}
-LL_MAX_BW_TWO_NODES_GBPS = 39.0
-LL_MAX_BW_MORE_NODES_GBPS = 20.4
+LL_MAX_BW_MULTI_NODE_GBPS = {"intel": (39.0, 20.4), "other": (39.0, 20.4), "amd": (22.5, 19.0)}
+LL_MAX_BW_TWO_NODES_GBPS, LL_MAX_BW_MORE_NODES_GBPS = LL_MAX_BW_MULTI_NODE_GBPS["intel"]
 
 # Multi-node Simple-protocol ring all-reduce latency factor by GPU generation (tuning.cc,
 # ncclTopoGetAlgoTime, 2.19 and later: "lat *= minCompCap < 80 ? 1.9 : 1.4; // Plateau effect
@@ -79,8 +80,9 @@ LL_MAX_BW_MORE_NODES_GBPS = 20.4
 # channel and rank; the twin, which does not count NCCL's channels, applies it at every size.
 RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # tuning.cc getNetOverhead, "Network post overhead": 1 us on Intel x86 and other hosts, 2 us on
-# AMD x86; the twin does not know the host CPU, so NCCL's default (1 us).
-NET_OVERHEAD_US = 1.0
+# AMD x86 (per ``Cluster.host_cpu``); not stated: NCCL's default, 1 us.
+NET_OVERHEAD_US_BY_CPU = {"intel": 1.0, "other": 1.0, "amd": 2.0}
+NET_OVERHEAD_US = NET_OVERHEAD_US_BY_CPU["intel"]
 # tuning.cc treeCorrectionFactor (2.19+; these 23 entries are 2.28.3's): "Trees are not
 # perfectly sticking to the model for medium sizes. Applying a static correction factor
 # [...] Powers of two, 64 B to 256MB": the tree's bandwidth is multiplied by entry
@@ -92,12 +94,14 @@ TREE_CORRECTION = {
 }
 
 
-def ll_max_bw(nodes: Any, one_node_Bps: Any) -> Any:
+def ll_max_bw(nodes: Any, one_node_Bps: Any, two_nodes_Bps: Any = LL_MAX_BW_TWO_NODES_GBPS * 1e9,
+              more_nodes_Bps: Any = LL_MAX_BW_MORE_NODES_GBPS * 1e9) -> Any:
     """NCCL's llMaxBw (B/s) for a communicator over ``nodes`` NCCL nodes: ``one_node_Bps``
-    (the GPU generation's N1 entry, ``Hierarchy.ll_max_bw``) on one node, else the
-    Intel/other row's N2 or N4 entry (``ncclTopoTuneModel``: ``index2 = nNodes <= 2 ? nNodes-1 : 2``).
+    (the GPU generation's N1 entry, ``Hierarchy.ll_max_bw``) on one node, else the hosts' CPU
+    row's N2 or N4 entry (``Hierarchy.ll_max_bw_two_nodes`` / ``_more_nodes``; by default the
+    Intel/other row; ``ncclTopoTuneModel``: ``index2 = nNodes <= 2 ? nNodes-1 : 2``).
     """
-    multi = ops.where(nodes <= 2, LL_MAX_BW_TWO_NODES_GBPS, LL_MAX_BW_MORE_NODES_GBPS) * 1e9
+    multi = ops.where(nodes <= 2, two_nodes_Bps, more_nodes_Bps)
     return ops.where(nodes <= 1, one_node_Bps, multi)
 
 
