@@ -82,7 +82,6 @@ RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # tuning.cc getNetOverhead, "Network post overhead": 1 us on Intel x86 and other hosts, 2 us on
 # AMD x86 (per ``Cluster.host_cpu``); not stated: NCCL's default, 1 us.
 NET_OVERHEAD_US_BY_CPU = {"intel": 1.0, "other": 1.0, "amd": 2.0}
-NET_OVERHEAD_US = NET_OVERHEAD_US_BY_CPU["intel"]
 # tuning.cc treeCorrectionFactor (2.19+; these 23 entries are 2.28.3's): "Trees are not
 # perfectly sticking to the model for medium sizes. Applying a static correction factor
 # [...] Powers of two, 64 B to 256MB": the tree's bandwidth is multiplied by entry
