@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from twin.core import schema
 from twin.core.collectives import OPS, bus_factor, collective_cost, dedup_dispatch_cost, domains_per_token
@@ -30,6 +30,7 @@ from twin.core.scenario_io import read_mapping, resolve_gpu, resolve_model, reso
 from twin.core.specs import (
     MLA,
     Cluster,
+    HostCpu,
     Hybrid,
     Model,
     MoE,
@@ -276,8 +277,11 @@ def _cluster(engine: Engine, c: Mapping[str, Any], notes: list[str], path: str,
     data = {"fabric": kind, "nics_per_node": nics, "nic_gbps": nic_gbps,
             **_scale_out_extras(so, notes, f"{path}.scale_out")}
     scale_out = schema.load(ScaleOut, data, f"{path}.scale_out")
+    cpu = c.get("host_cpu")
+    if cpu is not None and cpu not in get_args(HostCpu):
+        raise SpecError(f"{path}.host_cpu", f"must be one of {', '.join(get_args(HostCpu))} (got {cpu!r})")
     return Cluster(gpu=gpu, num_gpus=int(n), gpus_per_node=per_node, scale_up=scale_up, scale_out=scale_out,
-                   name=str(c.get("system") or ""))
+                   name=str(c.get("system") or ""), host_cpu=cpu)
 
 
 def _known(cls: type, data: Any) -> Any:

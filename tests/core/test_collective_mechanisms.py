@@ -1,8 +1,9 @@
 """The collective mechanisms behind the published multi-node measurements (issue 11):
-NCCL's ring-latency rules (net post overhead, ppn=1, MNNVL as one node), tree's medium-size
-correction, NVLS-tree's network steps, Blackwell's NVLS efficiency, NVLS's chunking and pipeline
-fill (NCCL 2.28.3's enqueue.cc, nvls.cc, all_reduce.h), EFA through aws-ofi-nccl (Simple only,
-its per-step latency), node-limited expert dispatch and DeepEP's own metric.
+NCCL's ring-latency rules (net post overhead by host CPU, ppn=1, MNNVL as one node), tree's medium-size
+correction, NVLS-tree's network steps, CollNet Direct's bandwidth model, Blackwell's NVLS
+efficiency, NVLS's chunking and pipeline fill (NCCL 2.28.3's enqueue.cc, nvls.cc, all_reduce.h),
+EFA through aws-ofi-nccl (Simple only, its per-step latency), node-limited expert dispatch and
+DeepEP's own metric.
 Each test works the number out by hand from the source the code cites.
 """
 
@@ -27,9 +28,11 @@ from twin.core.collectives import (
 )
 from twin.core.errors import SpecError
 from twin.core.nccl_tuning import (
+    COLLNET_DIRECT_BW,
     LL_MAX_BW_ONE_NODE_GBPS,
     NVLS_CHANNELS,
     RING_PLATEAU,
+    collnet_direct_bw,
     nvls_chunk,
     nvls_tree_chunk,
 )
@@ -151,6 +154,73 @@ def test_the_ring_plateau_depends_on_the_gpus_compute_capability(engine):
         assert list(batch.ring_plateau) == [want] * 3
 
 
+def test_amd_hosts_pay_nccls_amd_network_overhead_and_ll_cap():
+    """tuning.cc: getNetOverhead is 2 us on AMD x86 (1 us on Intel and others), and llMaxBws's
+    AMD row caps LL across nodes at 22.5 GB/s on 2 nodes and 19.0 beyond (Intel/other 39.0, 20.4).
+    flat_hierarchy: 8 GPUs per node, NVLink 370 GB/s, 8 NICs of 47 GB/s."""
+    intel = flat_hierarchy()
+    amd = dataclasses.replace(intel, net_overhead_us=2.0, ll_max_bw_two_nodes=22.5 * GB, ll_max_bw_more_nodes=19.0 * GB)
+    span = place_group(16, 1, amd)  # 2 nodes
+    size = 1024.0
+    # all-gather, LL: 6.6 + 14 intra steps x max(NVLink 0.6, overhead 2.0) + 1 NET step 2.7 us; 22.5 GB/s
+    t = _option("all_gather", size, span, amd, "ring", "LL")
+    assert t == pytest.approx((6.6 + 14 * 2.0 + 2.7) * US + size * 15 / 16 / (22.5 * GB), rel=1e-9)
+    assert _option("all_gather", size, span, intel, "ring", "LL") == pytest.approx(
+        (6.6 + 14 * 1.0 + 2.7) * US + size * 15 / 16 / (39.0 * GB), rel=1e-9)
+    # Simple: 3 overheads (6.0 us) now exceed NVLink's Simple step (3.4 us)
+    t_simple = _option("all_gather", 1.0, span, amd, "ring", "Simple")
+    assert t_simple == pytest.approx((8.4 + 14 * 6.0 + 14.0) * US + 15 / 16 / (370 * GB), rel=1e-6)
+    # 4 nodes: the AMD row's N4 cap, 19.0 GB/s, binds below 0.5 x 370
+    four = place_group(32, 1, amd)
+    big = 64.0 * 2**20
+    t4 = _option("all_gather", big, four, amd, "ring", "LL")
+    assert t4 == pytest.approx((6.6 + 28 * 2.0 + 3 * 2.7) * US + big * 31 / 32 / (19.0 * GB), rel=1e-9)
+    # One node: no network step, no overhead, the GPU generation's own cap: the host plays no part.
+    one = place_group(8, 1, amd)
+    assert _option("all_gather", size, one, amd, "ring", "LL") == _option("all_gather", size, one, intel, "ring", "LL")
+    # The tree's LL takes the same cap across nodes (its latency has no post overhead).
+    tree_amd = _option("all_reduce", big, four, amd, "tree", "LL")
+    tree_intel = _option("all_reduce", big, four, intel, "tree", "LL")
+    lat = (6.8 + 2 * (7 * 0.6 + 2 * 5.0)) * US
+    assert (tree_amd - lat) / (tree_intel - lat) == pytest.approx(20.4 / 19.0, rel=1e-9)
+
+
+def test_the_hosts_cpu_reaches_the_hierarchy_on_both_paths(engine):
+    """cluster.host_cpu: AMD gives NCCL's AMD figures, Intel / other / unstated NCCL's default
+    ones (the DGX-A100 preset states its AMD EPYC hosts); a batch of mixed hosts answers each
+    point as the scalar path does; a bad value is an error naming the field."""
+    a100 = _hierarchy(engine, {"cluster": {"system": "DGX-A100", "num_gpus": 16}, "model": "llama3.1-8b",
+                               "plan": {"tp": 8, "gbs": 16}})
+    assert (a100.net_overhead_us, a100.ll_max_bw_two_nodes) == (2.0, 22.5 * GB)
+    want = {None: (1.0, 39.0, 20.4), "intel": (1.0, 39.0, 20.4), "other": (1.0, 39.0, 20.4),
+            "amd": (2.0, 22.5, 19.0)}
+    hs = []
+    for cpu, (overhead, two, more) in want.items():
+        cluster: dict = {"system": "DGX-H100", "num_gpus": 32}
+        if cpu is not None:
+            cluster["host_cpu"] = cpu
+        h = _hierarchy(engine, {"cluster": cluster, "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 32}})
+        assert (h.net_overhead_us, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes) == (overhead, two * GB, more * GB)
+        hs.append(h)
+    rows = np.array([0, 3, 3, 1, 3, 0, 3, 2])
+    n = np.array([16, 16, 32, 32, 8, 2, 2, 24])
+    stride = np.array([1, 1, 1, 1, 1, 8, 8, 1])
+    size = np.array([1024.0, 1024.0, 2.0**20, 2.0**20, 1024.0, 8.0, 2.0**26, 2.0**30])
+    batch = HierarchyBatch(hs, rows)
+    spans = place_group(n, stride, batch)
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        got = collective_cost(op, size, spans, batch)
+        for i in range(len(rows)):
+            h = hs[rows[i]]
+            one = collective_cost(op, float(size[i]), place_group(int(n[i]), int(stride[i]), h), h)
+            assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), (op, i)
+            assert (str(got.algorithm[i]), str(got.protocol[i])) == (str(one.algorithm), str(one.protocol)), (op, i)
+    with pytest.raises(SpecError) as info:
+        engine.evaluate({"cluster": {"system": "DGX-A100", "num_gpus": 16, "host_cpu": "arm"},
+                         "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 16}})
+    assert info.value.field == "cluster.host_cpu"
+
+
 def test_a_multi_node_nvlink_domain_is_one_nccl_node(engine):
     rack = engine.model.hierarchy(engine.scenario({"cluster": {"system": "GB200-NVL72", "num_gpus": 72},
                                                    "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 72}}))
@@ -204,14 +274,15 @@ def test_nvls_tree_moves_what_nccls_double_binary_tree_moves_across_domains():
     # NIC-bound: 8 GPUs x 20 GB/s = 160 GB/s per domain across, NVLS 273 GB/s inside; plus the
     # NVLS pipeline's fill (test_nvls_tree_fill_counts_gpu_stages_and_network_hops): 512 MiB per
     # channel, 128 KiB chunks (64 KiB from 4 nodes), a piece of 16 x 8 chunks through 3 + 2d GPU
-    # stages and 2d hops at 160 GB/s, less the slowest (a hop)
+    # stages and 2d hops at 160 GB/s, less the slowest (a hop); d the tree's depth (2 for the
+    # 3-node chain), where the latency counts log2i(nodes) levels
     h = flat_hierarchy(nic_GBps=20.0, nvls=273.0)
     size = 8 * 2**30
-    for domains, traffic, levels in ((2, 1.0, 1), (3, 1.5, 1), (4, 2.0, 2), (8, 2.0, 3)):
+    for domains, traffic, levels, d in ((2, 1.0, 1, 1), (3, 1.5, 1, 2), (4, 2.0, 2, 2), (8, 2.0, 3, 3)):
         cost = collective_cost("all_reduce", size, place_group(8 * domains, 1, h), h, algorithm="nvls")
         lat = (25.0 + 2 * levels * 14.0) * US
         piece = 16 * 8 * (128 if domains < 4 else 64) * 1024
-        fill = piece * ((3 + 2 * levels) / (273 * GB) + (2 * levels - 1) / (160 * GB))
+        fill = piece * ((3 + 2 * d) / (273 * GB) + (2 * d - 1) / (160 * GB))
         assert float(cost.time_s) == pytest.approx(traffic * size / (160.0 * GB) + lat + fill, rel=1e-9)
 
 
@@ -282,6 +353,30 @@ def test_nvls_tree_fill_counts_gpu_stages_and_network_hops():
     got4 = collective_cost("all_reduce", size, four, h, algorithm="nvls")
     fill4 = 16 * 8 * 64 * KIB * (6 / (273 * GB) + 4 / (8 * 47 * GB))
     assert float(got4.time_s) == pytest.approx((25 + 4 * 14) * US + 2.0 * size / (8 * 47 * GB) + fill4, rel=1e-12)
+
+
+def test_nvls_tree_fill_runs_to_the_deepest_leaf_of_nccls_tree():
+    """trees.cc ncclGetBtree: 3 nodes are a chain 0 -> 2 -> 1, so the deepest leaf is 2 levels
+    down although NCCL's latency model counts log2i(3) = 1 level: 3 + 2 x 2 GPU stages and 4
+    hops; 5 nodes (0 -> 4 -> 2 -> {1, 3}) 3 levels: 9 GPU stages and 6 hops. 64 MiB on 3 domains
+    of 8: chunk 128 KiB (3 nodes, not below 4 x 8 x 128 KiB per channel), piece 16 MiB; the
+    network time is the chain's 1.5x over 376 GB/s; latency 25 + 2 x 1 x 14 us."""
+    h = flat_hierarchy(nvls=273.0)
+    size = 64.0 * MIB
+    three = collective_cost("all_reduce", size, place_group(24, 1, h), h, algorithm="nvls")
+    fill3 = 16 * MIB * (6 / (273 * GB) + 4 / (8 * 47 * GB))
+    assert float(three.time_s) == pytest.approx(53 * US + 1.5 * size / (8 * 47 * GB) + fill3, rel=1e-12)
+    five = collective_cost("all_reduce", size, place_group(40, 1, h), h, algorithm="nvls")
+    fill5 = 16 * 8 * 64 * KIB * (8 / (273 * GB) + 6 / (8 * 47 * GB))
+    assert float(five.time_s) == pytest.approx((25 + 4 * 14) * US + 2.0 * size / (8 * 47 * GB) + fill5, rel=1e-12)
+    # the batch path counts the same levels (1 to 20 domains, powers of two and not)
+    n = np.array([8, 16, 24, 32, 40, 56, 64, 160])
+    batch = HierarchyBatch([h], np.zeros(len(n), dtype=np.int64))
+    got = collective_cost("all_reduce", np.full(len(n), size), place_group(n, np.ones_like(n), batch), batch,
+                          algorithm="nvls")
+    for i, ni in enumerate(n):
+        one = collective_cost("all_reduce", size, place_group(int(ni), 1, h), h, algorithm="nvls")
+        assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), int(ni)
 
 
 def test_nccl_ranks_nvls_by_its_model_and_the_fill_is_paid_after():
@@ -417,7 +512,7 @@ def test_efa_batch_equals_scalar(engine):
     stride = np.array([1, 1, 1, 1, 1, 8, 1, 1])
     size = np.array([8.0, 8.0, 8.0, 1e6, 1e6, 1024.0, 3e7, 2.0**30])
     spans = place_group(n, stride, batch)
-    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):  # one-node points among two-node ones
         got = collective_cost(op, size, spans, batch)
         for i in range(len(rows)):
             one = collective_cost(op, float(size[i]), place_group(int(n[i]), int(stride[i]), hs[rows[i]]), hs[rows[i]])
@@ -459,6 +554,72 @@ def test_sharp_pays_nccls_collnet_direct_latency():
     assert eight.algorithm == one.algorithm == "sharp"
     assert float(eight.time_s) == pytest.approx(44.0 * US, rel=1e-3)
     assert float(one.time_s) == pytest.approx(31.0 * US, rel=1e-3)
+
+
+def test_collnet_direct_runs_at_nccls_model_of_its_intra_node_part():
+    """NCCL 2.28.3 tuning.cc, CollNet Direct all-reduce: busBw = the intra-node bandwidth / the
+    GPU/NIC factor (f = ppn / NICs, f - (f-1)/2), x.85 from sm90, and algBw = busBw x .5.
+    flat_hierarchy: 370 GB/s NVLink, 8 GPUs and 8 NICs of 47 GB/s per node, no NVLS."""
+    size = 2.0**31
+    h = flat_hierarchy(sharp=True)
+    span = place_group(32, 1, h)  # 4 nodes x 8
+    # intra: 2 GiB / (0.5 x 370 GB/s) = 11.6 ms; in-network: each GPU's share up its own NIC,
+    # 2 GiB / (8 x 47 GB/s) = 5.7 ms; the intra part paces it, plus CollNet's 44 us
+    got = collective_cost("all_reduce", size, span, h, algorithm="sharp")
+    assert got.algorithm == "sharp"
+    assert float(got.time_s) == pytest.approx(size / (0.5 * 370 * GB) + 44.0 * US, rel=1e-9)
+    # 4 NICs for 8 GPUs (f = 2 -> 1.5) on Hopper (x.85): 0.5 x 0.85 / 1.5 x 370 = 104.8 GB/s
+    hopper_4nic = dataclasses.replace(h, collnet_direct_bw=0.85 / 1.5)
+    slow = collective_cost("all_reduce", size, place_group(32, 1, hopper_4nic), hopper_4nic, algorithm="sharp")
+    assert float(slow.time_s) == pytest.approx(size / (0.5 * 0.85 / 1.5 * 370 * GB) + 44.0 * US, rel=1e-9)
+    # One GPU per node: nothing inside the node, the network paces it (2 GiB at 47 GB/s).
+    one = collective_cost("all_reduce", size, place_group(4, 8, h), h, algorithm="sharp")
+    assert float(one.time_s) == pytest.approx(size / (47 * GB) + 31.0 * US, rel=1e-9)
+    # More than 8 GPUs of the communicator per node and no NVLS: CollNet Direct is not offered.
+    wide = flat_hierarchy(sharp=True, domain=16)
+    algos = {a for _, a, _, _ in collective_options("all_reduce", size, place_group(32, 1, wide), wide)}
+    assert "sharp" not in algos and "ring" in algos
+
+
+def test_collnet_direct_factor_follows_the_gpus_and_nics(engine):
+    """The hierarchy of a cluster carries NCCL's CollNet Direct factor: 1 for a NIC per GPU
+    before sm90, .85 from sm90, over (f + 1) / 2 with f GPUs per NIC; on both paths."""
+    assert set(COLLNET_DIRECT_BW) == set(typing.get_args(Generation))
+    cases = (("DGX-A100", None, 1.0), ("DGX-A100", 4, 1 / 1.5), ("DGX-A100", 2, 1 / 2.5),
+             ("DGX-H100", None, 0.85), ("DGX-B200", None, 0.85), ("DGX-2", None, 1 / 1.5))  # DGX-2: 16 V100, 8 NICs
+    for system, nics, want in cases:
+        plan = {"tp": 8, "gbs": 16, "precision": "fp16" if system == "DGX-2" else "bf16"}
+        cluster: dict = {"system": system, "num_gpus": 16}
+        if nics is not None:
+            cluster["scale_out"] = {"nics_per_node": nics}
+        got = _hierarchy(engine, {"cluster": cluster, "model": "llama3.1-8b", "plan": plan})
+        assert got.collnet_direct_bw == pytest.approx(want), (system, nics)
+        batch = HierarchyBatch([got], np.zeros(3, dtype=np.int64))
+        assert list(batch.collnet_direct_bw) == pytest.approx([want] * 3)
+    assert collnet_direct_bw("ampere", 8, 16) == 1.0  # more NICs than GPUs: no bonus
+
+
+def test_collnet_direct_is_one_model_on_both_paths():
+    """SHARP all-reduce over hierarchies with different CollNet factors, with and without NVLS,
+    one GPU per node and a 16-GPU domain (no CollNet Direct): each point of a batch as alone."""
+    base = flat_hierarchy(sharp=True)
+    hs = [base, dataclasses.replace(base, collnet_direct_bw=0.85 / 1.5), flat_hierarchy(sharp=True, nvls=273.0),
+          flat_hierarchy(sharp=True, domain=16)]
+    rows = np.array([0, 1, 2, 3, 0, 1, 3, 2])
+    n = np.array([32, 32, 32, 32, 4, 16, 64, 16])
+    stride = np.array([1, 1, 1, 1, 8, 1, 1, 1])
+    size = np.array([2.0**31, 2.0**31, 2.0**31, 2.0**31, 2.0**20, 8.0, 2.0**26, 2.0**24])
+    batch = HierarchyBatch(hs, rows)
+    spans = place_group(n, stride, batch)
+    for algorithm in (None, "sharp"):
+        got = collective_cost("all_reduce", size, spans, batch, algorithm=algorithm)
+        for i in range(len(rows)):
+            h = hs[rows[i]]
+            one = collective_cost("all_reduce", float(size[i]), place_group(int(n[i]), int(stride[i]), h), h,
+                                  algorithm=algorithm)
+            assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), (algorithm, i)
+            assert str(got.algorithm[i]) == str(one.algorithm), (algorithm, i)
+    assert str(got.algorithm[3]) != "sharp" and str(got.algorithm[0]) == "sharp"
 
 
 # -------------------------------------------------------------- expert dispatch

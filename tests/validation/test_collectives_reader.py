@@ -59,6 +59,7 @@ def test_nccl_tests_spellings_are_the_twins_ops(engine):
     (case("pts", points={"bytes": 1}), "points"),  # type: ignore[arg-type]
     (case("algo", algorithm="butterfly"), "algorithm"),
     (case("nic1", points=[{"bytes": 2**30, "busbw_GBps": 40.0, "per": "nic"}], num_gpus=8), "per"),
+    (case("cpu", host_cpu="arm"), "cluster.host_cpu"),
 ])
 def test_a_bad_case_is_that_cases_skip_not_the_files(engine, bad, field):
     report = validate_collectives(engine, {"cases": [case("good"), bad, "not a case"]})
@@ -110,6 +111,18 @@ def test_scale_out_fields_reach_the_scenario(engine):
     assert got["tapered"].predicted < got["flat"].predicted
     assert got["sharp"].predicted > got["ib"].predicted
     assert got["ecmp"].predicted <= got["ib"].predicted
+
+
+def test_the_hosts_cpu_a_case_states_reaches_nccls_model(engine):
+    """cluster.host_cpu: amd takes NCCL's AMD network post overhead (2 us per intra-node step of
+    an inter-node ring): a 1 KiB all-gather on 2 x 8 GPUs, ring LL, 14 steps x 1 us slower."""
+    lat = [{"bytes": 1024, "time_us": 30.0}]
+    got = scored(engine, case("intel", "all_gather", points=lat, host_cpu="intel"),
+                 case("amd", "all_gather", points=lat, host_cpu="amd"), case("unstated", "all_gather", points=lat))
+    assert got["intel"].predicted == got["unstated"].predicted
+    # time from the scored busbw: bytes x (n-1)/n / (GB/s x 1e9) s; the LL cap falls from 39.0 to 22.5 GB/s too
+    t_intel, t_amd = (1024 * 15 / 16 / (got[k].predicted * 1e9) for k in ("intel", "amd"))
+    assert t_amd - t_intel == pytest.approx(14 * 1.0e-6 + 1024 * 15 / 16 * (1 / 22.5e9 - 1 / 39.0e9), rel=1e-6)
 
 
 def test_a_published_time_is_scored_as_bandwidth_and_latency_counts(engine):

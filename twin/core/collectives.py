@@ -274,14 +274,13 @@ def _nccl_nodes(span: GroupSpan) -> Any:
     return ops.minimum(span.m, span.nodes)
 
 
-# Per protocol, the ring's step latencies, us (tuning.cc, ring model): NVLink step; the
-# intra-node step of an inter-node ring, which pays at least the network post overhead
-# ("Inter-node rings still have to launch nsteps * net overhead", x3 for Simple); the network
-# step, and with one rank per node the tree's network step instead ("With ppn=1 latencies
-# are fully exposed, use the Tree network latency").
+# Per protocol, the ring's step latencies, us (tuning.cc, ring model): NVLink step; how many
+# network post overheads (``Hierarchy.net_overhead_us``, the hosts' CPU's) the intra-node step of
+# an inter-node ring pays at least ("Inter-node rings still have to launch nsteps * net
+# overhead", x3 for Simple); the network step, and with one rank per node the tree's network
+# step instead ("With ppn=1 latencies are fully exposed, use the Tree network latency").
 _RING_STEPS = tuple(
-    (proto, pbw, nccl.BASE_LAT["ring"][proto], nccl.HW_LAT_NVLINK["ring"][proto],
-     max(nccl.HW_LAT_NVLINK["ring"][proto], nccl.NET_OVERHEAD_US * (3 if proto == "Simple" else 1)),
+    (proto, pbw, nccl.BASE_LAT["ring"][proto], nccl.HW_LAT_NVLINK["ring"][proto], 3 if proto == "Simple" else 1,
      nccl.HW_LAT_NET["ring"][proto], nccl.HW_LAT_NET["tree"][proto])
     for proto, pbw in nccl.RING_PROTO_BW.items())
 
@@ -321,13 +320,15 @@ def _ring_setup(span: GroupSpan, h: AnyHierarchy, op: str) -> list[tuple[str, An
         bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up)
         net_lat = _net_latency_us(span, h)
         ninter = 2 * (m - 1) if op == "all_reduce" else (m - 1 if op in ("all_gather", "reduce_scatter") else m)
-        ninter = ops.minimum(ninter, nsteps)
+        ninter = ops.where(multi, ops.minimum(ninter, nsteps), 0)  # a one-domain point of a batch: none
         low_latency = _low_latency_protocols(span, h)
         one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
-    ll_cap = nccl.ll_max_bw(m, h.ll_max_bw)  # LL: "busBw = min(llMaxBw, busBw * .5)"
+    # LL: "busBw = min(llMaxBw, busBw * .5)"
+    ll_cap = nccl.ll_max_bw(m, h.ll_max_bw, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes)
     out: list[tuple[str, Any, Any, Any, Any]] = []
-    for proto, pbw, base, nvlink, intra_multi, net_ring, net_tree in _RING_STEPS:
+    for proto, pbw, base, nvlink, overheads, net_ring, net_tree in _RING_STEPS:
         if any_multi:
+            intra_multi = ops.maximum(nvlink, overheads * h.net_overhead_us)
             net = ops.maximum(ops.where(one_per_node, net_tree, net_ring), net_lat)
             lat = base + (nsteps - ninter) * ops.where(multi, intra_multi, nvlink) + ninter * net
             if proto == "Simple" and op == "all_reduce":
@@ -360,7 +361,7 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     low_latency = ops.logical_and(multi, _low_latency_protocols(span, h))
     size_index = _tree_size_index(size)
     out: list[Option] = []
-    ll_cap = nccl.ll_max_bw(nodes, h.ll_max_bw)
+    ll_cap = nccl.ll_max_bw(nodes, h.ll_max_bw, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes)
     for proto, pbw in nccl.TREE_PROTO_BW.items():
         lat = nccl.BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * nccl.HW_LAT_NVLINK["tree"][proto]
                                               + log_nodes * ops.maximum(nccl.HW_LAT_NET["tree"][proto], net_lat))
@@ -401,6 +402,23 @@ def _log2_nodes_of(span: GroupSpan, h: Any, tag: str) -> Any:
     return ops.trunc(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
 
 
+def _tree_depth(span: GroupSpan, h: AnyHierarchy) -> Any:
+    """Levels between the root and the deepest leaf of NCCL's double binary tree over the group's
+    NCCL nodes, ceil(log2(nodes)), once per span of a batch. ``src/graph/trees.cc`` ncclGetBtree:
+    node 0 is the root and a node's parent clears its lowest set bit, so 4 nodes are 0 -> 2 ->
+    {1, 3} (2 levels) and 3 nodes a chain 0 -> 2 -> 1 (2 levels, where log2i gives 1); 5 nodes
+    0 -> 4 -> 2 -> {1, 3} (3). ncclGetDtree mirrors the tree (even counts) or shifts it by one (odd
+    counts): the same depth.
+    """
+    if not ops.is_batch(span.n):
+        return _tree_depth_of(span, h, "")
+    return _by_batch_view("tree_depth", span, h, _tree_depth_of)  # type: ignore[arg-type]
+
+
+def _tree_depth_of(span: GroupSpan, h: Any, tag: str) -> Any:
+    return ops.ceil(ops.log2(ops.maximum(_nccl_nodes(span), 1)))
+
+
 def dbtree_node_traffic(domains: Any) -> Any:
     """Bytes the busiest domain sends (and receives) across the network per byte of an
     all-reduce run as NCCL's double binary tree over ``domains`` (NVLS-tree's inter-node part).
@@ -428,7 +446,7 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> tuple[Option, Any
     available = ops.logical_and(nvls_bw > 0, span.k >= nccl.NVLS_MIN_GPUS)
     if not ops.any_(available):
         return None
-    t_intra = size / nvls_bw
+    t_intra = size / ops.where(nvls_bw > 0, nvls_bw, 1.0)  # points without NVLS are not available
     multi = span.m > 1
     # NVLS-tree: in-switch reduction inside the domain, NCCL's double binary tree across
     # (``dbtree_node_traffic``); it also pays 2 log2(domains) network steps (tuning.cc,
@@ -454,7 +472,9 @@ def _nvls_fill(size: Any, nvls_per_byte: Any, hop_per_byte: Any, span: GroupSpan
     piece's time through every stage but the slowest.
 
     Stages (``nccl.NVLS_STAGES``, ``nccl.NVLS_TREE_*_STAGES_PER_LEVEL``): one domain, 3 on the GPUs; across
-    domains (NVLS_TREE, tree depth d = log2i(nodes)), 3 + 2d on the GPUs and 2d network hops.
+    domains (NVLS_TREE), 3 + 2d on the GPUs and 2d network hops for the deepest leaf, at depth
+    d = ceil(log2(nodes)) of NCCL's tree (``_tree_depth``; log2i, which NCCL's latency model counts,
+    for a power of two).
     A GPU stage moves a piece at the NVLS rate (``nvls_per_byte`` s per byte of the
     collective); a network hop moves it once over the domain's NICs (``hop_per_byte``: each
     head sends its chunk up, or down, one tree edge).
@@ -473,7 +493,7 @@ def _nvls_fill(size: Any, nvls_per_byte: Any, hop_per_byte: Any, span: GroupSpan
     if ops.any_(multi):
         chunk = ops.where(multi, nccl.nvls_tree_chunk(per_channel, heads, _nccl_nodes(span)),
                           nccl.nvls_chunk(per_channel, heads))
-        levels = ops.where(multi, _log2_nodes(span, h), 0)
+        levels = ops.where(multi, _tree_depth(span, h), 0)
     else:
         chunk, levels = nccl.nvls_chunk(per_channel, heads), 0
     piece = ops.minimum(size, channels * heads * chunk)
@@ -495,10 +515,16 @@ def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option 
     k = span.k
     if op == "all_reduce":
         nvls_bw = h.up_nvls_bw
-        ring_intra = 2.0 * (k - 1) / k * size / h.up_bw
         nvls = ops.logical_and(nvls_bw > 0, k >= nccl.NVLS_MIN_GPUS)
+        # Without NVLS, CollNet Direct: NCCL's model of it (``nccl.collnet_direct_bw``), the intra-node
+        # bandwidth over the GPU/NIC factor, x.85 from sm90, half of it as algorithm bandwidth; at
+        # most 8 GPUs of the communicator per node.
+        direct_bw = nccl.COLLNET_DIRECT_RATIO * h.collnet_direct_bw * h.up_bw
         t_intra = ops.where(nvls, size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
-                            ops.where(k > 1, ring_intra, 0.0))
+                            ops.where(k > 1, size / direct_bw, 0.0))
+        available = ops.logical_and(available, ops.logical_or(nvls, k <= nccl.COLLNET_DIRECT_MAX_LOCAL_GPUS))
+        if not ops.any_(available):
+            return None
     else:  # the domain's part is a ring reduce-scatter / all-gather over NVLink
         t_intra = ops.where(k > 1, (k - 1) / k * size / h.up_bw, 0.0)
     # In-network reduction: each GPU sends its 1/k share up once and receives it once

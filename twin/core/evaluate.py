@@ -64,7 +64,14 @@ from twin.core.memory import (
     memory_per_gpu,
     model_states,
 )
-from twin.core.nccl_tuning import LL_MAX_BW_ONE_NODE_GBPS, NVLS_CHANNELS, RING_PLATEAU
+from twin.core.nccl_tuning import (
+    LL_MAX_BW_MULTI_NODE_GBPS,
+    LL_MAX_BW_ONE_NODE_GBPS,
+    NET_OVERHEAD_US_BY_CPU,
+    NVLS_CHANNELS,
+    RING_PLATEAU,
+    collnet_direct_bw,
+)
 from twin.core.pipelines import rank0_params
 from twin.core.points import ColumnView, PlanColumns, PointSet
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
@@ -510,11 +517,17 @@ class TwinModel:
             tiers += [_scaled(t, cal.scale_out_bandwidth) for t in out.tiers(c, radix)]
         else:
             notes.append("no scale-out fabric: groups larger than the scale-up domain are not possible")
+        cpu = c.host_cpu or "intel"  # not stated: NCCL's Intel/other figures
         return Hierarchy(tiers=tuple(tiers), gpus_per_node=c.gpus_per_node, notes=tuple(notes),
                          ring_plateau=RING_PLATEAU[c.gpu.generation],
                          ll_max_bw=LL_MAX_BW_ONE_NODE_GBPS[c.gpu.generation] * 1e9,
                          nvls_channels=NVLS_CHANNELS[c.gpu.generation][0],
-                         nvls_channels_multi=NVLS_CHANNELS[c.gpu.generation][1])
+                         nvls_channels_multi=NVLS_CHANNELS[c.gpu.generation][1],
+                         collnet_direct_bw=collnet_direct_bw(c.gpu.generation, c.gpus_per_node,
+                                                             c.nics_per_node or c.gpus_per_node),
+                         net_overhead_us=NET_OVERHEAD_US_BY_CPU[cpu],
+                         ll_max_bw_two_nodes=LL_MAX_BW_MULTI_NODE_GBPS[cpu][0] * 1e9,
+                         ll_max_bw_more_nodes=LL_MAX_BW_MULTI_NODE_GBPS[cpu][1] * 1e9)
 
     def fabric_report(self, scenario: Scenario, hierarchy: Hierarchy) -> dict[str, object]:
         """Facts each fabric model reports (power, switches, tiers), cached per cluster and hierarchy."""

@@ -42,6 +42,17 @@ NVLS_TREE_NET_LAT_US = 14.0
 COLLNET_DIRECT_NVLINK_US = 3.7
 COLLNET_DIRECT_NET_US = 31.0
 COLLNET_ARITY_US = 0.4
+# CollNet Direct all-reduce bandwidth (ncclTopoTuneModel, "Various model refinements"): its busBw is
+# the graph's intra-node (NVLink) bandwidth ("bw = nNodes <= 2 || collnet ? bwIntra : bwInter"),
+# divided by the GPU/NIC factor ("Collnet+Direct requires all GPUs to have a local NIC to work at
+# full speed": factor = ppn / nChannels, "factor -= (factor-1)/2", "busBw /= factor"), times .85
+# from compute capability 9.0 ("if (minCompCap >= 90) busBw *= .85"), and, as for every algorithm
+# but ring and NVLS, the algorithm bandwidth is half of it ("else ratio *= .5").
+COLLNET_DIRECT_BW = {"volta": 1.0, "ampere": 1.0, "hopper": 0.85, "blackwell": 0.85}
+COLLNET_DIRECT_RATIO = 0.5
+# src/include/device.h "#define NCCL_MAX_DIRECT_ARITY 7"; enqueue.cc updateCollCostTable: "CollNetDirect
+# is only supported for up to 8 local GPUs" (maxLocalRanks > NCCL_MAX_DIRECT_ARITY+1: skipped).
+COLLNET_DIRECT_MAX_LOCAL_GPUS = 7 + 1
 
 # Ring bandwidth per protocol ("Various model refinements"): LL "busBw = min(llMaxBw, busBw * .5)";
 # LL128 "busBw * 0.92 /*120.0/128.0*/" (2.28.3 has no ppn < 2 discount; older releases had 0.7).
@@ -54,12 +65,13 @@ TREE_PROTO_BW = {"LL": 1.0 / 3.8, "LL128": 120.0 / 128.0, "Simple": 1.0}
 
 # llMaxBws[index1][index2], GB/s, the LL protocol's busBw cap: one node (index2 N1) by GPU
 # generation (index1 = compCapIndex: Volta 39.0, Ampere 87.7, Hopper 141.0, Blackwell 2*141.0);
-# across nodes by CPU vendor (index1 0 Intel/other, 1 AMD) and 2 or more than 2 nodes
-# (index2 N2, N4). The twin does not know the host CPU, so NCCL's Intel/other row (39.0, 20.4),
-# as for the network post overhead.
+# across nodes by CPU vendor ("index1 = nNodes == 1 ? compCapIndex : (cpuVendor == AMD || MIXED)
+# ? 1 : 0": row 0 "Intel-N2/Intel-N4" 39.0 / 20.4, row 1 "AMD-N2/AMD-N4" 22.5 / 19.0) and 2 or more
+# than 2 nodes (index2 N2, N4). Per ``Cluster.host_cpu``; not stated: the Intel/other row, as for the
+# network post overhead.
 LL_MAX_BW_ONE_NODE_GBPS = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 2 * 141.0}
-LL_MAX_BW_TWO_NODES_GBPS = 39.0
-LL_MAX_BW_MORE_NODES_GBPS = 20.4
+LL_MAX_BW_MULTI_NODE_GBPS = {"intel": (39.0, 20.4), "other": (39.0, 20.4), "amd": (22.5, 19.0)}
+LL_MAX_BW_TWO_NODES_GBPS, LL_MAX_BW_MORE_NODES_GBPS = LL_MAX_BW_MULTI_NODE_GBPS["intel"]
 
 # Multi-node Simple-protocol ring all-reduce latency factor by GPU generation (tuning.cc,
 # ncclTopoGetAlgoTime, 2.19 and later: "lat *= minCompCap < 80 ? 1.9 : 1.4; // Plateau effect
@@ -68,8 +80,8 @@ LL_MAX_BW_MORE_NODES_GBPS = 20.4
 # channel and rank; the twin, which does not count NCCL's channels, applies it at every size.
 RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # tuning.cc getNetOverhead, "Network post overhead": 1 us on Intel x86 and other hosts, 2 us on
-# AMD x86; the twin does not know the host CPU, so NCCL's default (1 us).
-NET_OVERHEAD_US = 1.0
+# AMD x86 (per ``Cluster.host_cpu``); not stated: NCCL's default, 1 us.
+NET_OVERHEAD_US_BY_CPU = {"intel": 1.0, "other": 1.0, "amd": 2.0}
 # tuning.cc treeCorrectionFactor (2.19+; these 23 entries are 2.28.3's): "Trees are not
 # perfectly sticking to the model for medium sizes. Applying a static correction factor
 # [...] Powers of two, 64 B to 256MB": the tree's bandwidth is multiplied by entry
@@ -81,12 +93,14 @@ TREE_CORRECTION = {
 }
 
 
-def ll_max_bw(nodes: Any, one_node_Bps: Any) -> Any:
+def ll_max_bw(nodes: Any, one_node_Bps: Any, two_nodes_Bps: Any = LL_MAX_BW_TWO_NODES_GBPS * 1e9,
+              more_nodes_Bps: Any = LL_MAX_BW_MORE_NODES_GBPS * 1e9) -> Any:
     """NCCL's llMaxBw (B/s) for a communicator over ``nodes`` NCCL nodes: ``one_node_Bps``
-    (the GPU generation's N1 entry, ``Hierarchy.ll_max_bw``) on one node, else the
-    Intel/other row's N2 or N4 entry (``ncclTopoTuneModel``: ``index2 = nNodes <= 2 ? nNodes-1 : 2``).
+    (the GPU generation's N1 entry, ``Hierarchy.ll_max_bw``) on one node, else the hosts' CPU
+    row's N2 or N4 entry (``Hierarchy.ll_max_bw_two_nodes`` / ``_more_nodes``; by default the
+    Intel/other row; ``ncclTopoTuneModel``: ``index2 = nNodes <= 2 ? nNodes-1 : 2``).
     """
-    multi = ops.where(nodes <= 2, LL_MAX_BW_TWO_NODES_GBPS, LL_MAX_BW_MORE_NODES_GBPS) * 1e9
+    multi = ops.where(nodes <= 2, two_nodes_Bps, more_nodes_Bps)
     return ops.where(nodes <= 1, one_node_Bps, multi)
 
 
@@ -94,6 +108,16 @@ def collnet_direct_latency_us(ppn: Any) -> Any:
     """CollNet Direct's latency, us, with ``ppn`` GPUs per node (formula above)."""
     local = ops.maximum(ppn - 1, 0)
     return 2.0 * (ops.minimum(1, local) * COLLNET_DIRECT_NVLINK_US + local * COLLNET_ARITY_US) + COLLNET_DIRECT_NET_US
+
+
+def collnet_direct_bw(generation: str, gpus_per_node: int, nics_per_node: int) -> float:
+    """CollNet Direct's all-reduce busBw as a fraction of the intra-node bandwidth (formula above):
+    NCCL's sm90 factor over its GPU/NIC factor, ``gpus_per_node / nics_per_node`` GPUs per NIC
+    (at least 1: CollNet Direct runs one head per NIC, ``nChannels`` of its graph).
+    """
+    factor = max(1.0, gpus_per_node / max(nics_per_node, 1))
+    factor -= (factor - 1.0) / 2.0
+    return COLLNET_DIRECT_BW[generation] / factor
 
 
 # ------------------------------------------------------------------ NVLS pipelining
@@ -133,8 +157,9 @@ NVLS_STAGES = 3
 # root's "Reduce and Broadcast") and the broadcast warps ("Recv from network, broadcast"). A
 # chunk of a leaf at tree depth d passes scatter and reduce, then per level up a network hop
 # and the parent's reduce, per level down a network hop and the child's broadcast, then
-# gather: 3 + 2d GPU stages and 2d network hops (d = log2i(nNodes), the depth tuning.cc's
-# NVLS_TREE latency counts: "2 * log2i(nNodes) * interLat").
+# gather: 3 + 2d GPU stages and 2d network hops, d the depth of the deepest leaf of trees.cc's
+# double binary tree, ceil(log2(nNodes)) (``collectives._tree_depth``: 2 for the 3-node chain);
+# tuning.cc's NVLS_TREE latency counts log2i(nNodes) levels ("2 * log2i(nNodes) * interLat").
 NVLS_TREE_GPU_STAGES_PER_LEVEL = 2
 NVLS_TREE_NET_STAGES_PER_LEVEL = 2
 # src/include/device.h "#define NCCL_MAX_NVLS_ARITY 32" (the size of struct ncclNvls's up[],

@@ -26,6 +26,8 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
 Recipe = Literal["auto", "delayed", "current", "blockwise", "mxfp8", "nvfp4"]
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 Generation = Literal["volta", "ampere", "hopper", "blackwell"]
+# The hosts' CPU vendor, as NCCL's tuning model tells them apart (tuning.cc: getNetOverhead, llMaxBws).
+HostCpu = Literal["intel", "amd", "other"]
 Recompute = Literal["none", "selective", "full"]
 # What selective recomputation recomputes (Megatron-Core TransformerConfig.recompute_modules,
 # the modules the twin's memory model tells apart): the attention core (the default), the
@@ -228,6 +230,9 @@ class Cluster:
     memory_pool: MemoryPool | None = None
     power: Power = dataclasses.field(default_factory=Power)
     prices: Prices = dataclasses.field(default_factory=Prices)
+    host_cpu: HostCpu | None = spec_field(  # noqa: RUF009 - dataclasses.field with metadata
+        None, doc="CPU vendor of the hosts, which NCCL's cost model reads across nodes (network post overhead, "
+                  "LL bandwidth cap); None: not stated, NCCL's Intel/other figures")
 
     @property
     def num_nodes(self) -> int:

@@ -85,6 +85,15 @@ class Hierarchy:
     # domain and for one across domains (``nccl_tuning.NVLS_CHANNELS``); the default is Hopper's.
     nvls_channels: int = 16
     nvls_channels_multi: int = 16
+    # NCCL's CollNet Direct (SHARP) all-reduce busBw per unit of intra-node bandwidth: its GPU/NIC
+    # factor and its sm90 discount (``nccl_tuning.collnet_direct_bw``); 1.0: a NIC per GPU, pre-Hopper.
+    collnet_direct_bw: float = 1.0
+    # What NCCL's model takes from the hosts' CPU (``Cluster.host_cpu``, ``nccl_tuning``): the network
+    # post overhead per ring step across nodes, us, and the LL cap on 2 / more nodes, B/s; the
+    # defaults are NCCL's Intel/other figures.
+    net_overhead_us: float = 1.0
+    ll_max_bw_two_nodes: float = 39.0e9
+    ll_max_bw_more_nodes: float = 20.4e9
 
     def share_at(self, tier: Any) -> Any:
         """Fraction of link class ``tier``'s capacity this traffic gets (1: it has it alone)."""
@@ -100,7 +109,9 @@ class Hierarchy:
         return Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
                          notes=self.notes, shares=got, ring_plateau=self.ring_plateau,
                          ll_max_bw=self.ll_max_bw, nvls_channels=self.nvls_channels,
-                         nvls_channels_multi=self.nvls_channels_multi)
+                         nvls_channels_multi=self.nvls_channels_multi, collnet_direct_bw=self.collnet_direct_bw,
+                         net_overhead_us=self.net_overhead_us, ll_max_bw_two_nodes=self.ll_max_bw_two_nodes,
+                         ll_max_bw_more_nodes=self.ll_max_bw_more_nodes)
 
     @property
     def scale_up(self) -> Tier:
@@ -222,6 +233,10 @@ class HierarchyBatch:
         self.ll_max_bw = np.asarray([h.ll_max_bw for h in self.hierarchies])[rows]
         self.nvls_channels = np.asarray([h.nvls_channels for h in self.hierarchies], np.int64)[rows]
         self.nvls_channels_multi = np.asarray([h.nvls_channels_multi for h in self.hierarchies], np.int64)[rows]
+        self.collnet_direct_bw = np.asarray([h.collnet_direct_bw for h in self.hierarchies])[rows]
+        self.net_overhead_us = np.asarray([h.net_overhead_us for h in self.hierarchies])[rows]
+        self.ll_max_bw_two_nodes = np.asarray([h.ll_max_bw_two_nodes for h in self.hierarchies])[rows]
+        self.ll_max_bw_more_nodes = np.asarray([h.ll_max_bw_more_nodes for h in self.hierarchies])[rows]
 
     def _cumulative(self, test: Any, width: int) -> np.ndarray:
         """Per hierarchy and tier i, whether ``test`` holds for some scale-out tier in 1..i."""
@@ -323,7 +338,8 @@ class HierarchyBatch:
         out._net_memo = {}
         out.rows = self.rows[index]
         for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw",
-                     "nvls_channels", "nvls_channels_multi"):
+                     "nvls_channels", "nvls_channels_multi", "collnet_direct_bw", "net_overhead_us",
+                     "ll_max_bw_two_nodes", "ll_max_bw_more_nodes"):
             setattr(out, name, getattr(self, name)[index])
         if self.shares is not None:
             out.shares = self.shares[index]

@@ -65,7 +65,9 @@ def degrade_hierarchy(h: Hierarchy, impact: Impact, spare_uplinks: float = 0.0) 
     note = f"degraded: {impact.note}" if impact.note else "degraded"
     return Hierarchy(tiers=tuple(tiers), gpus_per_node=h.gpus_per_node, nic_share=h.nic_share,
                      notes=(*h.notes, note), ring_plateau=h.ring_plateau, ll_max_bw=h.ll_max_bw,
-                     nvls_channels=h.nvls_channels, nvls_channels_multi=h.nvls_channels_multi)
+                     nvls_channels=h.nvls_channels, nvls_channels_multi=h.nvls_channels_multi,
+                     collnet_direct_bw=h.collnet_direct_bw, net_overhead_us=h.net_overhead_us,
+                     ll_max_bw_two_nodes=h.ll_max_bw_two_nodes, ll_max_bw_more_nodes=h.ll_max_bw_more_nodes)
 
 
 def degrade_scenario(scn: Scenario, impact: Impact) -> Scenario:
