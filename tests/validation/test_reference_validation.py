@@ -83,27 +83,25 @@ def _assert_bar(s: dict, *, n: int, median: float, p90: float, multi_n: int, mul
 
 
 def test_collectives_whole_set_does_not_regress(collectives):
-    """Today's figures on the first 72 cases (achieved busbw with latency): median 11.1%,
-    p90 54.6%; multi-node (44 cases) median 25.2%, p90 71.2% (docs/fidelity.md,
-    "Collectives"). Multi-node rose from 21.2% when UCCL-EP's cases were first scored by
-    their benchmark's own metric (own-node pairs counted): the NIC-rate comparison had hidden
-    that UCCL-EP on EFA runs below line rate. Issue 11 targets median <= 10% and multi-node
-    <= 15%; these bars only stop a regression on the way there."""
+    """The first 72 cases (the sources before s23; achieved busbw with latency) read median
+    8.9%, p90 52.4%; multi-node (44 cases) median 19.8% (docs/fidelity.md, "Collectives":
+    s23 added NVLS pipelining, NVLS-tree's double-binary-tree traffic, CollNet Direct's model
+    and the hosts' CPU; 11.1% / 25.2% before). Issue 11 targets median <= 10% and multi-node
+    <= 15%; these bars only stop a regression."""
     import yaml
 
     sources = {c["id"]: c["source"] for c in yaml.safe_load((REFERENCE / "collectives.yaml").read_text())["cases"]}
     first = dataclasses.replace(collectives, cases=[c for c in collectives.cases
                                                     if not sources[c.id].startswith(_S23_SOURCES)])
-    _assert_bar(first.summary(), n=72, median=12.0, p90=60.0, multi_n=44, multi_median=26.0)
+    _assert_bar(first.summary(), n=72, median=9.5, p90=55.0, multi_n=44, multi_median=21.0)
 
 
 def test_collectives_with_the_s23_runs_do_not_regress(collectives):
     """With the 26 cases of s23 (4 nodes of p6-b200 on EFA, 4 nodes of H100 on InfiniBand,
-    GB300 and GB200 NVL72 on RoCE across up to 3 racks) the whole set reads median 14.9%,
-    p90 69.7%, multi-node (64 cases) median 25.5%: the new runs expose NVLS-tree's bandwidth
-    across 4+ nodes, the multi-rack fixed cost and GB300's cross-rack all-to-all
-    (docs/fidelity.md). A regression bar, not a target."""
-    _assert_bar(collectives.summary(), n=98, median=16.0, p90=75.0, multi_n=64, multi_median=27.0)
+    GB300 and GB200 NVL72 on RoCE across up to 3 racks) the whole set reads median 9.9%,
+    p90 56.2%, multi-node (64 cases) median 15.8% (14.9% / 69.7% / 25.5% before s23's
+    mechanisms). A regression bar, not a target."""
+    _assert_bar(collectives.summary(), n=98, median=10.5, p90=60.0, multi_n=64, multi_median=17.0)
 
 
 def test_published_nccl_tests_rows_are_self_consistent():
