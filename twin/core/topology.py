@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,18 @@ class Hierarchy:
     # NCCL's LL busBw cap on one node for the GPUs' generation, B/s (``nccl_tuning``,
     # llMaxBws N1: "for single node, we look at GPU type"); the default is Volta's, as above.
     ll_max_bw: float = 39.0e9
+    # The parts of collective costs on these tiers that no link share changes, by value
+    # (``collectives._fixed``): shared with its share views (``with_shares``), not part of
+    # its value (equality, hash, repr, pickle); a copy made any other way starts empty.
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f.name) for f in fields(self) if f.init]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for f, value in zip((f for f in fields(self) if f.init), state, strict=True):
+            object.__setattr__(self, f.name, value)
+        object.__setattr__(self, "_memo", {})
 
     def share_at(self, tier: Any) -> Any:
         """Fraction of link class ``tier``'s capacity this traffic gets (1: it has it alone)."""
@@ -93,9 +105,11 @@ class Hierarchy:
         """
         mine = self.shares
         got = tuple(float(x) * (mine[j] if j < len(mine) else 1.0) for j, x in enumerate(shares))
-        return Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
+        view = Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
                          notes=self.notes, shares=got, ring_plateau=self.ring_plateau,
                          ll_max_bw=self.ll_max_bw)
+        object.__setattr__(view, "_memo", self._memo)  # the same tiers: the same share-free parts
+        return view
 
     @property
     def scale_up(self) -> Tier:
@@ -188,6 +202,9 @@ class HierarchyBatch:
         self._per_point: dict[str, np.ndarray] = {}  # tables expanded to the points, when read
         # Per group span and pattern, its link-class costing (collectives.net_seconds_per_byte).
         self._net_memo: dict[Any, Any] = {}
+        # Per group span, the parts of its costing no link share changes (collectives._fixed),
+        # shared with the share views of these points (with_shares), not with subsets (take).
+        self._fixed_memo: dict[Any, Any] = {}
         width = max(len(h.tiers) for h in self.hierarchies)
         n = len(self.hierarchies)
 
@@ -314,6 +331,7 @@ class HierarchyBatch:
         out.__dict__.update(self.__dict__)
         out._per_point = {}
         out._net_memo = {}
+        out._fixed_memo = {}
         out.rows = self.rows[index]
         for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw"):
             setattr(out, name, getattr(self, name)[index])
