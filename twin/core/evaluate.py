@@ -115,8 +115,10 @@ PRUNED_REASON = "pruned: its step without communication already exceeds the best
 # Points a search costs in full before it has a bar to prune by (at least 4 x its top).
 _PRUNE_FIRST = 64
 
-# The flows of a step and, per flow, the stretch of each link class (``twin.core.contention``).
-_Flows = tuple[list[Flow], list[Any]]
+# The flows of a step, as ``Flow`` field tuples (plain values: kept in a scenario's group
+# memo, the collector stops tracking them), and per flow the stretch of each link class
+# (``twin.core.contention``).
+_Flows = tuple[Sequence[tuple[Any, ...]], Sequence[Any]]
 CostOverride = Callable[[str, float, GroupSpan, Hierarchy, "str | None", Scenario], "CollectiveCost | None"]
 PHASES = ("microbatch", "pipeline", "step")
 DIMENSIONS = ("tp", "cp", "ep", "dp", "dpr", "edp", "pp")
@@ -198,6 +200,75 @@ class _KeyCache:
         return token
 
 
+class _HierarchyCache:
+    """Value-keyed caches of one hierarchy and its share views (``Hierarchy.with_shares``),
+    kept in the hierarchy's own memo (``Hierarchy._memo``): group spans by degrees; per
+    group, collective costs by (op, size, algorithm, shares) and link profiles by
+    ("profile", pattern, shares). Keys below a group are plain values, so the collector
+    stops tracking them; bounded: cleared when full.
+    """
+
+    __slots__ = ("by_group", "entries", "spans")
+
+    def __init__(self) -> None:
+        self.spans: dict[Any, dict[str, GroupSpan]] = {}
+        self.by_group: dict[GroupSpan, dict[Any, Any]] = {}
+        self.entries = 0
+
+    def cost(self, span: GroupSpan, key: Any, build: Callable[..., Any], *args: Any) -> Any:
+        """``build(*args)``, remembered under ``span`` and ``key``."""
+        mine = self.by_group.get(span)
+        if mine is None:
+            mine = self.by_group[span] = {}
+        got = mine.get(key)
+        if got is None:
+            got = build(*args)
+            if self.entries >= 8 * _CACHE_LIMIT:
+                self.by_group.clear()
+                self.entries = 0
+                mine = self.by_group[span] = {}
+            mine[key] = got
+            self.entries += 1
+        return got
+
+
+# Where a hierarchy's memo keeps the engine's caches (collectives' own keys are (kind, tag, group)).
+_HCACHE = ("twin.core.evaluate", "hierarchy caches")
+
+
+def _hcache(h: Hierarchy) -> _HierarchyCache:
+    """The caches of ``h`` and its share views."""
+    memo = h._memo
+    hit = memo.get(_HCACHE)
+    if hit is None:
+        hit = memo[_HCACHE] = _HierarchyCache()
+    return hit  # type: ignore[no-any-return]
+
+
+class _Costing:
+    """A hierarchy view's collective costing for one evaluation (``EvalContext.cost_fn``):
+    ``collective_cost``, remembered by value in the hierarchy's cache with the view's
+    shares. Made per evaluation and not kept (no closure per view outlives it).
+    """
+
+    __slots__ = ("_cache", "_hierarchy", "_shares")
+
+    def __init__(self, hierarchy: Hierarchy, cache: _HierarchyCache) -> None:
+        self._hierarchy = hierarchy
+        self._cache = cache
+        self._shares = hierarchy.shares
+
+    def __call__(self, op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
+        cache = self._cache
+        mine = cache.by_group.get(span)
+        if mine is not None:
+            got = mine.get((op, size, algorithm, self._shares))
+            if got is not None:
+                return got  # type: ignore[no-any-return]
+        return cache.cost(span, (op, size, algorithm, self._shares), collective_cost, op, size, span,
+                          self._hierarchy, algorithm)
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterFacts:
     """What the step model needs of a cluster besides its hierarchy (one per cluster)."""
@@ -276,7 +347,7 @@ class _Step:
     interference_s: Any
     algorithms: dict[str, str]
     notes: list[str]
-    flows: _Flows = ([], [])
+    flows: _Flows = ((), ())
     details: dict[str, dict[str, Any]] = field(default_factory=dict)
     alone_step_s: Any = None
 
@@ -423,7 +494,6 @@ class TwinModel:
         self.cost_override = cost_override
         self._key = _KeyCache()
         self._hierarchies: dict[Any, Hierarchy] = {}
-        self._per_h: dict[int, tuple[tuple[Tier, ...], dict[Any, GroupSpan], dict[Any, CollectiveCost]]] = {}
         self._devices: dict[Any, Device] = {}
         self._facts: dict[Any, ClusterFacts] = {}
         self._stages: dict[Any, StageTimes] = {}
@@ -642,24 +712,14 @@ class TwinModel:
             self._devices[key] = hit
         return hit
 
-    def _hcache(self, h: Hierarchy) -> tuple[dict[Any, GroupSpan], dict[Any, CollectiveCost]]:
-        """Caches of one hierarchy, shared by its contention views (same tiers, other shares:
-        the costs are keyed by the shares).
-        """
-        hit = self._per_h.get(id(h.tiers))
-        if hit is None or hit[0] is not h.tiers:
-            if len(self._per_h) > _CACHE_LIMIT:
-                self._per_h.clear()
-            hit = (h.tiers, {}, {})
-            self._per_h[id(h.tiers)] = hit
-        return hit[1], hit[2]
-
     def _spans(self, h: Hierarchy, plan: Any, dp: int) -> dict[str, GroupSpan]:
         """Where each parallel dimension's group sits (cached per hierarchy and degrees)."""
-        spans, _ = self._hcache(h)
+        spans = _hcache(h).spans
         key = (plan.tp, plan.cp, plan.ep, plan.expert_tp, dp, plan.pp, plan.rank_order, plan.dp_shard)
         got = spans.get(key)
         if got is None:
+            if len(spans) > _CACHE_LIMIT:
+                spans.clear()
             got = spans[key] = {dim: place_group(*stride_of(plan, dp, dim), h) for dim in DIMENSIONS}
         return got
 
@@ -673,37 +733,14 @@ class TwinModel:
                         return got
                 return collective_cost(op, size, span, hierarchy, algorithm)
             return with_override
-        shares = hierarchy.shares
-        _, costs = self._hcache(hierarchy)
-        fn = costs.get((_COST_FN, shares))
-        if fn is not None:
-            return fn  # type: ignore[no-any-return]
-
-        def cached(op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
-            key = (op, size, span, algorithm, shares)
-            got = costs.get(key)
-            if got is None:
-                got = collective_cost(op, size, span, hierarchy, algorithm)
-                if len(costs) > 8 * _CACHE_LIMIT:
-                    costs.clear()
-                    costs[(_COST_FN, shares)] = cached
-                costs[key] = got
-            return got
-
-        costs[(_COST_FN, shares)] = cached  # type: ignore[index]
-        return cached
+        return _Costing(hierarchy, _hcache(hierarchy))
 
     def _profile(self, span: GroupSpan, h: Hierarchy, pattern: str) -> Any:
         """``collectives.link_seconds_per_byte`` of a group (cached with the hierarchy's costs;
         keyed by the view's shares too: the costs are shared by a hierarchy's views, and a
         fleet's capacity view prices the links otherwise).
         """
-        _, costs = self._hcache(h)
-        key = ("profile", span, pattern, h.shares)
-        got = costs.get(key)
-        if got is None:
-            got = costs[key] = link_seconds_per_byte(span, h, pattern)
-        return got
+        return _hcache(h).cost(span, ("profile", pattern, h.shares), link_seconds_per_byte, span, h, pattern)
 
     def _stage(self, plan: Any, model: Model, dev: Device, w: Workload,
                sw: Software = DEFAULT_SOFTWARE) -> tuple[StageTimes, Any, Any, ActivationTerms]:
@@ -806,7 +843,8 @@ class TwinModel:
             lkey = ("links", plan.gbs, plan.vp)
             links = memo.get(lkey) if memo is not None else None
             if links is None:
-                links = tuple(LinkLoad(**d) for d in link_loads(*st.flows, hierarchy))
+                records, stretch = st.flows
+                links = tuple(LinkLoad(**d) for d in link_loads([Flow(*r) for r in records], stretch, hierarchy))
                 if memo is not None:
                     memo[lkey] = links
         mem = work.mem
@@ -872,7 +910,7 @@ class TwinModel:
             if terms is None:
                 continue
             parts.append((strat, terms))
-        flows: _Flows = ([], [])
+        flows: _Flows = ((), ())
         first = parts
         if rehome is not None and parts:
             parts, flows = self._contend(ctx, parts, rehome, memo)
@@ -1013,8 +1051,8 @@ class TwinModel:
         return Terms(*merged, algorithm=algo)
 
     def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
-               memo: dict[Any, Any] | None) -> tuple[list[Flow], list[Any], list[int]]:
-        """(the strategies' flows, their stretches, their index in ``parts``)."""
+               memo: dict[Any, Any] | None) -> tuple[tuple[tuple[Any, ...], ...], tuple[Any, ...], tuple[int, ...]]:
+        """(the strategies' flows as ``Flow`` field tuples, their stretches, their index in ``parts``)."""
         m, stage, h = ctx.microbatches, ctx.stage, ctx.hierarchy
         profile_fn = link_seconds_per_byte if ctx.batch else self._profile
         step_window = stage.fwd_s + stage.bwd_s
@@ -1044,9 +1082,10 @@ class TwinModel:
             window = ops.maximum(issued, step_window if strat.phase == "step" else microbatch_window)
             flows.append(Flow(strat.name, profile, nbytes, issued, window, strat.phase, strat.overlapped))
             where.append(i)
+        records = tuple((f.name, f.profile, f.nbytes, f.issued_s, f.window_s, f.phase, f.overlapped) for f in flows)
         if len(flows) < 2:  # nothing to share with: every link class as alone
-            return flows, [_unstretched(f.profile) for f in flows], where
-        return flows, stretches(flows), where
+            return records, tuple(_unstretched(f.profile) for f in flows), tuple(where)
+        return records, tuple(stretches(flows)), tuple(where)
 
     def _terms(self, strat: Strategy, ctx: EvalContext) -> Terms | None:
         """The strategy's terms (None if it takes no part); a batch's are zero where inactive."""
@@ -1717,7 +1756,6 @@ _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))
 _NOT_YET = object()
-_COST_FN = ("costing function",)  # where a hierarchy's cost cache keeps its costing closure
 
 
 def _group_columns(ps: PointSet) -> list[np.ndarray]:
