@@ -342,6 +342,29 @@ def test_ops_dispatch_on_numbers_and_arrays():
     assert t.tolist() == [2.0, 1.0] and name.tolist() == ["tree", "ring"]
 
 
+def test_select_min_chooses_per_point_as_argmin_over_the_options_does():
+    """Ties keep the earlier option, a NaN time wins as np.argmin takes it (the first NaN),
+    -0.0 ties with 0.0, and every entry of the winner is gathered (names, per-point values,
+    scalars broadcast) with the dtype a points x options table would have.
+    """
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        n, k = int(rng.integers(1, 30)), int(rng.integers(1, 7))
+        options = []
+        for j in range(k):
+            t = rng.choice([0.0, -0.0, 1.0, 2.0, np.inf, np.nan], size=n) if j % 2 else rng.random(n)
+            bw = rng.random(n) if rng.random() < 0.7 else float(j)
+            options.append((t, f"algo{j}", "Simple", bw))
+        table = np.stack([o[0] for o in options])
+        best = np.argmin(table, axis=0)
+        t, algo, proto, bw = ops.select_min(options)
+        assert np.array_equal(t, table[best, np.arange(n)], equal_nan=True)
+        assert np.array_equal(np.signbit(t), np.signbit(table[best, np.arange(n)]))
+        assert algo.tolist() == [f"algo{j}" for j in best.tolist()] and set(proto.tolist()) == {"Simple"}
+        expected = np.stack([np.broadcast_to(np.asarray(o[3]), (n,)) for o in options])[best, np.arange(n)]
+        assert bw.dtype == expected.dtype and np.array_equal(bw, expected)
+
+
 def test_the_example_packages_strategy_runs_on_the_batch_path():
     """The third-party strategy of tests/example_plugin (installed like any plugin package)."""
     from twin_example_dragonfly.gradnorm import GradientNormAllReduce

@@ -352,6 +352,19 @@ class _Step:
     alone_step_s: Any = None
 
 
+@dataclass(slots=True)
+class _Groups:
+    """A batch's groups of points that differ only in the global batch and the interleaving
+    depth, which strategies that do not read the schedule are evaluated on: a context with
+    one row per group (``schedule=False``), each point's group, and ``rehome(rows, shares)``:
+    the context of the groups ``rows`` on a view of their hierarchies with ``shares``.
+    """
+
+    ctx: EvalContext
+    inverse: np.ndarray
+    rehome: Callable[[np.ndarray, np.ndarray], EvalContext]
+
+
 @dataclass
 class PointResults:
     """What a batch evaluation gives per point.
@@ -879,7 +892,7 @@ class TwinModel:
 
     # ---------------------------------------------------------------- the assembly (both)
     def _assemble(self, ctx: EvalContext, work: _Work, strategies: Sequence[Strategy],
-                  groups: tuple[EvalContext, np.ndarray] | None = None,
+                  groups: _Groups | None = None,
                   memo: dict[Any, Any] | None = None,
                   rehome: Callable[[Any], Callable[..., CollectiveCost]] | None = None,
                   alone: bool = False) -> _Step:
@@ -898,9 +911,9 @@ class TwinModel:
         parts: list[tuple[Strategy, Terms]] = []
         for strat in strategies:
             if groups is not None and not strat.reads_schedule and strat.vectorized:
-                terms = self._terms(strat, groups[0])
+                terms = self._terms(strat, groups.ctx)
                 if terms is not None:
-                    terms = _expand_terms(terms, groups[1])
+                    terms = _expand_terms(terms, groups.inverse)
             elif memo is not None and not strat.reads_schedule:
                 terms = memo.get(strat.name, _NOT_YET)
                 if terms is _NOT_YET:
@@ -913,7 +926,7 @@ class TwinModel:
         flows: _Flows = ((), ())
         first = parts
         if rehome is not None and parts:
-            parts, flows = self._contend(ctx, parts, rehome, memo)
+            parts, flows = self._contend(ctx, parts, rehome, memo, groups)
         st = self._finish(ctx, work, parts, flows)
         if alone:
             if parts is first:
@@ -978,16 +991,18 @@ class TwinModel:
 
     def _contend(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
                  rehome: Callable[[Any], Callable[..., CollectiveCost]],
-                 memo: dict[Any, Any] | None = None) -> tuple[list[tuple[Strategy, Terms]], _Flows]:
+                 memo: dict[Any, Any] | None = None,
+                 groups: _Groups | None = None) -> tuple[list[tuple[Strategy, Terms]], _Flows]:
         """The strategies' terms with traffic in flight together sharing its links
         (``twin.core.contention``): contended strategies costed again with their share.
         ``rehome``: the costing of a hierarchy seen with shares. ``memo``: one scenario's
         group memo (its link profiles and, per batch size and interleaving, the stretches).
+        ``groups``: a batch's groups (see :meth:`_assemble`).
         """
         key = ("contention", ctx.plan.gbs, ctx.plan.vp)
         got = memo.get(key) if memo is not None else None
         if got is None:
-            got = self._flows(ctx, parts, memo)
+            got = self._flows(ctx, parts, memo, groups)
             if memo is not None:
                 memo[key] = got
         flows, stretch, where = got
@@ -998,7 +1013,7 @@ class TwinModel:
             for i, s in zip(where, stretch, strict=True):
                 hit = contended(s)
                 if hit.any():
-                    out[i] = (parts[i][0], self._recost_points(parts[i], ctx, shares_of(s, hit), hit, rehome))
+                    out[i] = (parts[i][0], self._recost_points(parts[i], ctx, shares_of(s, hit), hit, rehome, groups))
             return out, (flows, stretch)
         h, cost_fn = ctx.hierarchy, ctx.cost_fn
         try:
@@ -1024,7 +1039,7 @@ class TwinModel:
         return out, (flows, stretch)
 
     def _recost_points(self, part: tuple[Strategy, Terms], ctx: EvalContext, shares: np.ndarray, hit: np.ndarray,
-                       rehome: Callable[..., Any]) -> Terms:
+                       rehome: Callable[..., Any], groups: _Groups | None = None) -> Terms:
         """A strategy's terms with the contended points (``hit``) costed again with their
         ``shares``; the others keep their terms alone (they are not re-evaluated).
         """
@@ -1035,23 +1050,10 @@ class TwinModel:
         idx = np.flatnonzero(hit)
         sub = rehome(ctx.hierarchy.take(idx).with_shares(shares[idx]), idx)
         got = self._terms(strat, sub)
-        if got is None:
-            return terms
-        n = ctx.points
-        merged = []
-        for f in _TERM_FIELDS:
-            full = np.array(np.broadcast_to(getattr(terms, f), (n,)), dtype=np.float64)
-            full[idx] = getattr(got, f)
-            merged.append(full)
-        algo = terms.algorithm
-        if algo is not None:
-            algo = np.array(np.broadcast_to(algo, (n,)), dtype=object)
-            if got.algorithm is not None:
-                algo[idx] = got.algorithm
-        return Terms(*merged, algorithm=algo)
+        return terms if got is None else _merge_terms(terms, got, idx, None, ctx.points)
 
-    def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
-               memo: dict[Any, Any] | None) -> tuple[tuple[tuple[Any, ...], ...], tuple[Any, ...], tuple[int, ...]]:
+    def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]], memo: dict[Any, Any] | None,
+               groups: _Groups | None = None) -> tuple[tuple[tuple[Any, ...], ...], tuple[Any, ...], tuple[int, ...]]:
         """(the strategies' flows as ``Flow`` field tuples, their stretches, their index in ``parts``)."""
         m, stage, h = ctx.microbatches, ctx.stage, ctx.hierarchy
         profile_fn = link_seconds_per_byte if ctx.batch else self._profile
@@ -1072,7 +1074,13 @@ class TwinModel:
                 if traffic is None:
                     pattern = DEFAULT_PATTERNS.get(strat.dimension)
                     traffic = ((strat.dimension, pattern),) if pattern else ()
-                profile = traffic_profile(traffic, ctx.spans, h, profile_fn) if traffic else None
+                if not traffic:
+                    profile = None
+                elif groups is not None:  # a group's points share their groups' spans and links
+                    profile = traffic_profile(traffic, groups.ctx.spans, groups.ctx.hierarchy, profile_fn)
+                    profile = None if profile is None else profile[groups.inverse]
+                else:
+                    profile = traffic_profile(traffic, ctx.spans, h, profile_fn)
                 if memo is not None:
                     memo[pkey] = profile
             if profile is None:
@@ -1327,7 +1335,16 @@ class TwinModel:
                              ColumnView(grp.calibrations, grp.calibration_ix), hb_g, spans_g,
                              self._batch_cost(grp, hb_g), len(first), None, schedule=False,
                              software=ps.software)
-            groups = (ctx_g, inverse)
+            def rehome_groups(rows: np.ndarray, shares: np.ndarray) -> EvalContext:
+                # The groups ``rows`` on a view of their hierarchies with ``shares``.
+                part, work_p = grp.take(rows), _take_work(work_g, rows)
+                h = hb_g.take(rows).with_shares(shares)
+                return _context(work_p, model, ColumnView(part.clusters, part.cluster_ix),
+                                ColumnView(part.calibrations, part.calibration_ix), h,
+                                {dim: _take_tree(v, rows) for dim, v in spans_g.items()},
+                                self._batch_cost(part, h), len(rows), None, schedule=False, software=ps.software)
+
+            groups = _Groups(ctx_g, inverse, rehome_groups)
             spans = {dim: ops.TakeView(v, inverse) for dim, v in spans_g.items()}  # read per point where needed
         else:
             spans = {dim: place_group(*stride_of(sub.plan, work.dp, dim), hb) for dim in DIMENSIONS}
@@ -1782,6 +1799,25 @@ def _expand_terms(t: Terms, inverse: np.ndarray) -> Terms:
     """A group's terms, one row per point."""
     return Terms(*(getattr(t, f)[inverse] if isinstance(getattr(t, f), np.ndarray) else getattr(t, f)
                    for f in _TERM_FIELDS), algorithm=None)
+
+
+def _merge_terms(terms: Terms, got: Terms, idx: np.ndarray, rows: np.ndarray | None, n: int) -> Terms:
+    """``terms`` of ``n`` points with the points ``idx`` taking ``got`` (row ``rows[j]`` of it
+    for the j-th of them; None: row j).
+    """
+    merged = []
+    for f in _TERM_FIELDS:
+        full = np.array(np.broadcast_to(getattr(terms, f), (n,)), dtype=np.float64)
+        new = getattr(got, f)
+        full[idx] = new if rows is None or np.ndim(new) == 0 else new[rows]
+        merged.append(full)
+    algo = terms.algorithm
+    if algo is not None:
+        algo = np.array(np.broadcast_to(algo, (n,)), dtype=object)
+        new = got.algorithm
+        if new is not None:
+            algo[idx] = new if rows is None or np.ndim(new) == 0 else np.asarray(new)[rows]
+    return Terms(*merged, algorithm=algo)
 
 
 def _column(value: Any, n: int, dtype: Any) -> np.ndarray:
