@@ -385,6 +385,39 @@ def test_the_example_packages_strategy_runs_on_the_batch_path():
         assert (ev.floats["exposed_other_s"][i] > 0) == active, i   # its own dimension, where it takes part
 
 
+def test_contended_points_of_a_group_are_costed_again_per_distinct_share_and_match(engine):
+    """Points of a group (same all but gbs and vp) whose traffic shares links get shares that
+    differ with their micro-batch count; a strategy that does not read the schedule is costed
+    again once per distinct (group, shares) on the groups' rows, and every point still equals
+    its own evaluation (contention included).
+    """
+    spec = parse_spec({"name": "contended-groups",
+                       "base": {"cluster": {"system": "Meta-RoCE-H100", "num_gpus": 1024}, "model": "mixtral-8x7b",
+                                "plan": {"gbs": 1024, "optimizer_sharding": "fsdp"}},
+                       "axes": [{"path": "plan.tp", "values": [1, 2, 8]}, {"path": "plan.pp", "values": [2, 4]},
+                                {"path": "plan.cp", "values": [1, 2]}, {"path": "plan.ep", "values": [1, 8]},
+                                {"path": "plan.vp", "values": [1, 2, 3, 4]},
+                                {"path": "plan.gbs", "values": [256, 512, 1024, 2048, 4096]}]})
+    batch = SweepSource(spec, engine.catalog).batch(0, spec.total_points)
+    ev = SweepEvaluator(engine).evaluate(batch)
+    assert ev.stats["groups"] * 3 < ev.stats["evaluated"]
+    contended = checked = 0
+    for i in range(len(batch)):
+        try:
+            est = engine.model.evaluate(batch.scenario(i))
+        except TwinError:
+            assert ev.reason_ix[i] >= 0
+            continue
+        if not est.fits:
+            continue
+        checked += 1
+        contended += est.contention_s > 0
+        want = estimate_columns(est)
+        for name in MODEL_COLUMNS:
+            assert same(ev.floats[name][i], want[name]), (i, name)
+    assert checked >= 100 and contended >= 50, (checked, contended)
+
+
 def test_points_that_differ_in_gbs_and_vp_share_the_strategies_work_and_match(engine):
     """Strategies that do not read the schedule run once per group; every point still equals its own evaluation."""
     spec = parse_spec({"name": "groups", "base": {"cluster": {"system": "DGX-H100", "num_gpus": 256},

@@ -129,7 +129,7 @@ def _fixed(kind: str, tag: str, span: GroupSpan, h: AnyHierarchy, build: Build) 
     in the batch view's, which its share views share too (``HierarchyBatch._fixed_memo``).
     """
     if type(h) is HierarchyBatch:
-        return _by_batch_view(tag, span, h, build, h._fixed_memo)
+        return _batch_fixed(tag, span, h, build)
     if type(h) is not Hierarchy or ops.is_batch(span.n, span.m, span.top):
         return build(span, h, tag)
     memo = h._memo
@@ -140,6 +140,42 @@ def _fixed(kind: str, tag: str, span: GroupSpan, h: AnyHierarchy, build: Build) 
             memo.clear()
         hit = memo[key] = build(span, h, tag)
     return hit
+
+
+def _batch_fixed(tag: str, span: GroupSpan, h: HierarchyBatch, build: Build) -> Any:
+    """:func:`_fixed` of a batch view: built once per group object, or, for the rows of a
+    batch (``HierarchyBatch.take``) read through a group taken the same way (``ops.TakeView``
+    with the same rows), the rows of what the whole batch built. A part is per point, so
+    its rows are what the rows would build, except where a builder takes a branch for the
+    whole batch (``ops.any_``): the branches give the same values to the points they do not
+    concern, but for a ring ``broadcast`` (its one network step), which is built anew.
+    """
+    memo = h._fixed_memo
+    key = (id(span), build, tag)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is span:
+        return hit[1]
+    got = _MISSING
+    parent = h._fixed_from
+    if parent is not None and type(span) is ops.TakeView and tag != "broadcast":
+        whole, rows = ops.take_view_parts(span)
+        if rows is parent[1]:
+            found = parent[0].get((id(whole), build, tag))
+            if found is not None and found[0] is whole:
+                got = _take_part(found[1], rows)
+    if got is _MISSING:
+        got = build(span, h, tag)
+    memo[key] = (span, got)
+    return got
+
+
+def _take_part(value: Any, rows: np.ndarray) -> Any:
+    """``value`` (a built part: arrays per point, tuples of them, plain values) for ``rows``."""
+    if type(value) is np.ndarray and value.ndim:
+        return value[rows]
+    if type(value) is tuple:
+        return tuple(_take_part(v, rows) for v in value)
+    return value
 
 
 def _by_batch_view(tag: str, span: GroupSpan, h: HierarchyBatch, build: Build,

@@ -45,6 +45,7 @@ from twin.core.collectives import CollectiveCost, collective_cost, link_seconds_
 from twin.core.compute import DEVICE_FIELDS, Device, device_for
 from twin.core.contention import (
     DEFAULT_PATTERNS,
+    SHARE_STEPS,
     Flow,
     contended,
     link_loads,
@@ -1042,8 +1043,18 @@ class TwinModel:
                        rehome: Callable[..., Any], groups: _Groups | None = None) -> Terms:
         """A strategy's terms with the contended points (``hit``) costed again with their
         ``shares``; the others keep their terms alone (they are not re-evaluated).
+
+        A strategy that does not read the schedule gives the points of a group the same terms
+        on the same view (what ``groups`` are for), so with ``groups`` it is costed once per
+        distinct (group, shares) of the contended points, on the groups' rows.
         """
         strat, terms = part
+        if groups is not None and not strat.reads_schedule and strat.vectorized:
+            idx = np.flatnonzero(hit)
+            first, inverse = _distinct_rows(groups.inverse[idx], shares[idx])
+            sel = idx[first]
+            got = self._terms(strat, groups.rehome(groups.inverse[sel], shares[sel]))
+            return terms if got is None else _merge_terms(terms, got, idx, inverse, ctx.points)
         if hit.mean() > 0.5:  # most points: costing them all beats taking the few out
             got = self._terms(strat, rehome(ctx.hierarchy.with_shares(shares), None))
             return terms if got is None else got
@@ -1336,13 +1347,10 @@ class TwinModel:
                              self._batch_cost(grp, hb_g), len(first), None, schedule=False,
                              software=ps.software)
             def rehome_groups(rows: np.ndarray, shares: np.ndarray) -> EvalContext:
-                # The groups ``rows`` on a view of their hierarchies with ``shares``.
-                part, work_p = grp.take(rows), _take_work(work_g, rows)
+                # The groups ``rows`` on a view of their hierarchies with ``shares`` (read lazily).
                 h = hb_g.take(rows).with_shares(shares)
-                return _context(work_p, model, ColumnView(part.clusters, part.cluster_ix),
-                                ColumnView(part.calibrations, part.calibration_ix), h,
-                                {dim: _take_tree(v, rows) for dim, v in spans_g.items()},
-                                self._batch_cost(part, h), len(rows), None, schedule=False, software=ps.software)
+                cost = self._batch_cost(grp.take(rows) if self.cost_override is not None else grp, h)
+                return _rows_context(ctx_g, rows, h, cost)
 
             groups = _Groups(ctx_g, inverse, rehome_groups)
             spans = {dim: ops.TakeView(v, inverse) for dim, v in spans_g.items()}  # read per point where needed
@@ -1799,6 +1807,54 @@ def _expand_terms(t: Terms, inverse: np.ndarray) -> Terms:
     """A group's terms, one row per point."""
     return Terms(*(getattr(t, f)[inverse] if isinstance(getattr(t, f), np.ndarray) else getattr(t, f)
                    for f in _TERM_FIELDS), algorithm=None)
+
+
+def _distinct_rows(group: np.ndarray, shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a row of each distinct (group, shares row), each row's) over points' groups and shares.
+
+    Shares below a whole link are steps of 1/``SHARE_STEPS`` (``contention.shares_of``), so
+    they key as small integers; others (a view with shares of its own) as columns.
+    """
+    steps = shares * SHARE_STEPS
+    codes = steps.astype(np.int64)
+    radix = int(SHARE_STEPS) + 1
+    if shares.shape[1] <= 4 and np.array_equal(codes, steps) and codes.min(initial=0) >= 0 \
+            and codes.max(initial=0) < radix:
+        key = group.astype(np.int64)
+        for column in codes.T:
+            key = key * radix + column
+        # Any point of a distinct row stands for all of it (their inputs are the same): the
+        # last one, which needs no stable sort (np.unique's return_index would).
+        distinct, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        first = np.empty(len(distinct), np.int64)
+        first[inverse] = np.arange(len(key))
+        return first, inverse
+    return _factorize([group, *shares.T])
+
+
+def _rows_context(ctx: EvalContext, rows: np.ndarray, hierarchy: HierarchyBatch,
+                  cost_fn: Callable[..., Any]) -> EvalContext:
+    """The rows ``rows`` of a batch context without the schedule (``_context(schedule=False)``)
+    on ``hierarchy``: every per-row value is taken where a strategy reads it (``ops.TakeView``).
+    """
+    def take(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return ops.take_rows(v, rows) if v.ndim else v
+        if isinstance(v, ColumnView):
+            objects, index = v.distinct()
+            return ColumnView(objects, index[rows])
+        if isinstance(v, ops.TakeView) or (dataclasses.is_dataclass(v) and not isinstance(v, type)):
+            return ops.TakeView(v, rows)
+        return v
+
+    return EvalContext(plan=ops.TakeView(ctx.plan, rows), model=ctx.model, cluster=take(ctx.cluster),
+                       calibration=take(ctx.calibration), dp=take(ctx.dp), microbatches=None,
+                       device=take(ctx.device), workload=take(ctx.workload), hierarchy=hierarchy,
+                       spans={dim: ops.TakeView(v, rows) for dim, v in ctx.spans.items()}, stage=take(ctx.stage),
+                       params_per_gpu=take(ctx.params_per_gpu), expert_params_per_gpu=take(ctx.expert_params_per_gpu),
+                       tp_overlap=take(ctx.tp_overlap), cost_fn=cost_fn, offload_bw_Bps=take(ctx.offload_bw_Bps),
+                       activation_bytes=None, points=len(rows), scenario=None, software=ctx.software)
 
 
 def _merge_terms(terms: Terms, got: Terms, idx: np.ndarray, rows: np.ndarray | None, n: int) -> Terms:

@@ -285,6 +285,11 @@ class TakeView:
         return self._obj, self._index[index]
 
 
+def take_view_parts(view: TakeView) -> tuple[Any, np.ndarray]:
+    """(the object a :class:`TakeView` reads, its rows): the same ``index`` object it was made with."""
+    return view._obj, view._index
+
+
 def _take_lazy(value: Any, index: np.ndarray) -> Any:
     if isinstance(value, ndarray):
         return take_rows(value, index) if value.ndim else value

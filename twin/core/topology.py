@@ -203,8 +203,10 @@ class HierarchyBatch:
         # Per group span and pattern, its link-class costing (collectives.net_seconds_per_byte).
         self._net_memo: dict[Any, Any] = {}
         # Per group span, the parts of its costing no link share changes (collectives._fixed),
-        # shared with the share views of these points (with_shares), not with subsets (take).
+        # shared with the share views of these points (with_shares), not with subsets (take),
+        # which read the rows of their batch's (_fixed_from: its memo and the rows taken).
         self._fixed_memo: dict[Any, Any] = {}
+        self._fixed_from: tuple[dict[Any, Any], np.ndarray] | None = None
         width = max(len(h.tiers) for h in self.hierarchies)
         n = len(self.hierarchies)
 
@@ -332,6 +334,7 @@ class HierarchyBatch:
         out._per_point = {}
         out._net_memo = {}
         out._fixed_memo = {}
+        out._fixed_from = (self._fixed_memo, index)
         out.rows = self.rows[index]
         for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw"):
             setattr(out, name, getattr(self, name)[index])
