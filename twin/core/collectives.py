@@ -397,10 +397,17 @@ def _ring_fixed(span: GroupSpan, h: AnyHierarchy, op: str) -> tuple[Any, Any, bo
             lat = base + (nsteps - ninter) * ops.where(multi, intra_multi, nvlink) + ninter * net
             if proto == "Simple" and op == "all_reduce":
                 lat = ops.where(m > 1, lat * h.ring_plateau, lat)  # Hierarchy.ring_plateau
-            steps.append((proto, pbw, lat * US, True if proto == "Simple" else low_latency))
+            steps.append((proto, pbw, lat * US, True if proto == "Simple" else _everywhere(low_latency)))
         else:  # one domain: no network step (the same formula with ninter = 0)
             steps.append((proto, pbw, (base + nsteps * nvlink) * US, True))
     return factor, multi, any_multi, ll_cap, tuple(steps)
+
+
+def _everywhere(available: Any) -> Any:
+    """``available`` (a bool or one per point), or True where every point has it: an option
+    open to all points needs no mask (``_option``).
+    """
+    return True if type(available) is np.ndarray and available.all() else available
 
 
 def _low_latency_protocols(span: GroupSpan, h: AnyHierarchy) -> Any:
@@ -448,7 +455,7 @@ def _tree_fixed(span: GroupSpan, h: AnyHierarchy, tag: str) -> tuple[Any, Any, t
     for proto, pbw in nccl.TREE_PROTO_BW.items():
         lat = nccl.BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * nccl.HW_LAT_NVLINK["tree"][proto]
                                               + log_nodes * ops.maximum(nccl.HW_LAT_NET["tree"][proto], net_lat))
-        steps.append((proto, pbw, lat * US, multi if proto == "Simple" else low_latency))
+        steps.append((proto, pbw, lat * US, _everywhere(multi if proto == "Simple" else low_latency)))
     return nccl.ll_max_bw(nodes, h.ll_max_bw), bus_factor("all_reduce", span.n), tuple(steps)
 
 
@@ -714,7 +721,9 @@ def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHie
         t, algo, proto, busbw = best
         # Reported: the bus bandwidth achieved at this size, latency included (nccl-tests'
         # busbw = size * bus_factor / time); the bottleneck: the chosen algorithm's asymptote.
-        cost = CollectiveCost(t, algo, proto, size_bytes * bus_factor(op, span.n) / t, busbw)
+        # (a batch's bus factor is the ring's, built with its other parts: _ring_fixed)
+        factor = _fixed("ring", op, span, hierarchy, _ring_fixed)[0] if batch else bus_factor(op, span.n)
+        cost = CollectiveCost(t, algo, proto, size_bytes * factor / t, busbw)
     if not batch:
         return cost
     return _zero_where(ops.logical_or(span.n <= 1, size_bytes <= 0), cost)

@@ -222,7 +222,9 @@ def select_min(options: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
     best = np.zeros(best_t.shape, np.intp)
     for j in range(1, len(times)):
         t = times[j]
-        better = (t < best_t) | (np.isnan(t) & ~np.isnan(best_t))
+        # t < best, or t NaN where the best is not: not (t >= best), where the best is no NaN
+        # (the one value not equal to itself)
+        better = ~(t >= best_t) & np.equal(best_t, best_t)
         best = np.where(better, j, best)
         best_t = np.where(better, t, best_t)
     out: list[Any] = [np.array(best_t) if len(times) == 1 else best_t]
