@@ -124,16 +124,17 @@ Build = Callable[[GroupSpan, Any, str], Any]
 def _fixed(kind: str, tag: str, span: GroupSpan, h: AnyHierarchy, build: Build) -> Any:
     """``build(span, h, tag)``: a part of a collective's cost that no link share changes.
 
-    One scenario's are kept by value (``kind``, ``tag``, group) in the hierarchy's own memo,
+    One scenario's are kept by value (``kind``, ``tag``, the group's fields) in the hierarchy's own memo,
     which its share views share (``Hierarchy._memo``; bounded: cleared when full); a batch's
     in the batch view's, which its share views share too (``HierarchyBatch._fixed_memo``).
     """
     if type(h) is HierarchyBatch:
         return _batch_fixed(tag, span, h, build)
-    if type(h) is not Hierarchy or ops.is_batch(span.n, span.m, span.top):
+    group = span._key
+    if group is None or type(h) is not Hierarchy:
         return build(span, h, tag)
     memo = h._memo
-    key = (kind, tag, span)
+    key = (kind, tag, group)
     hit = memo.get(key, _MISSING)
     if hit is _MISSING:
         if len(memo) >= _MEMO_LIMIT:

@@ -116,10 +116,10 @@ PRUNED_REASON = "pruned: its step without communication already exceeds the best
 # Points a search costs in full before it has a bar to prune by (at least 4 x its top).
 _PRUNE_FIRST = 64
 
-# The flows of a step, as ``Flow`` field tuples (plain values: kept in a scenario's group
-# memo, the collector stops tracking them), and per flow the stretch of each link class
-# (``twin.core.contention``).
-_Flows = tuple[Sequence[tuple[Any, ...]], Sequence[Any]]
+# The flows of a step, ``Flow`` objects or, from a scenario's group memo, their field tuples
+# (plain values: the collector stops tracking them), and per flow the stretch of each link
+# class (``twin.core.contention``).
+_Flows = tuple[Sequence[Any], Sequence[Any]]
 CostOverride = Callable[[str, float, GroupSpan, Hierarchy, "str | None", Scenario], "CollectiveCost | None"]
 PHASES = ("microbatch", "pipeline", "step")
 DIMENSIONS = ("tp", "cp", "ep", "dp", "dpr", "edp", "pp")
@@ -213,21 +213,22 @@ class _HierarchyCache:
 
     def __init__(self) -> None:
         self.spans: dict[Any, dict[str, GroupSpan]] = {}
-        self.by_group: dict[GroupSpan, dict[Any, Any]] = {}
+        self.by_group: dict[Any, dict[Any, Any]] = {}
         self.entries = 0
 
     def cost(self, span: GroupSpan, key: Any, build: Callable[..., Any], *args: Any) -> Any:
-        """``build(*args)``, remembered under ``span`` and ``key``."""
-        mine = self.by_group.get(span)
+        """``build(*args)``, remembered under ``span`` (by its fields) and ``key``."""
+        group = span._key if span._key is not None else span
+        mine = self.by_group.get(group)
         if mine is None:
-            mine = self.by_group[span] = {}
+            mine = self.by_group[group] = {}
         got = mine.get(key)
         if got is None:
             got = build(*args)
             if self.entries >= 8 * _CACHE_LIMIT:
                 self.by_group.clear()
                 self.entries = 0
-                mine = self.by_group[span] = {}
+                mine = self.by_group[group] = {}
             mine[key] = got
             self.entries += 1
         return got
@@ -261,7 +262,7 @@ class _Costing:
 
     def __call__(self, op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
         cache = self._cache
-        mine = cache.by_group.get(span)
+        mine = cache.by_group.get(span._key if span._key is not None else span)
         if mine is not None:
             got = mine.get((op, size, algorithm, self._shares))
             if got is not None:
@@ -857,8 +858,9 @@ class TwinModel:
             lkey = ("links", plan.gbs, plan.vp)
             links = memo.get(lkey) if memo is not None else None
             if links is None:
-                records, stretch = st.flows
-                links = tuple(LinkLoad(**d) for d in link_loads([Flow(*r) for r in records], stretch, hierarchy))
+                flows, stretch = st.flows
+                flows = [f if type(f) is Flow else Flow(*f) for f in flows]
+                links = tuple(LinkLoad(**d) for d in link_loads(flows, stretch, hierarchy))
                 if memo is not None:
                     memo[lkey] = links
         mem = work.mem
@@ -937,14 +939,17 @@ class TwinModel:
                 key = ("alone", ctx.plan.gbs, ctx.plan.vp)
                 got = memo.get(key) if memo is not None else None
                 if got is None:
-                    got = self._finish(ctx, work, first, flows).step_s
+                    got = self._finish(ctx, work, first, flows, breakdown=False).step_s
                     if memo is not None:
                         memo[key] = got
                 st.alone_step_s = got
         return st
 
-    def _finish(self, ctx: EvalContext, work: _Work, parts: list[tuple[Strategy, Terms]], flows: _Flows) -> _Step:
-        """The step from the strategies' terms (see :meth:`_assemble`)."""
+    def _finish(self, ctx: EvalContext, work: _Work, parts: list[tuple[Strategy, Terms]], flows: _Flows,
+                breakdown: bool = True) -> _Step:
+        """The step from the strategies' terms (see :meth:`_assemble`); ``breakdown=False``:
+        the step time and its parts only (no per-dimension exposed, issued, bytes, algorithms).
+        """
         batch = ctx.batch
         m = ctx.microbatches
         stage = ctx.stage
@@ -966,23 +971,26 @@ class TwinModel:
         hidden: Any = 0.0
         for strat, t in parts:
             dim = strat.dimension
-            e = t.exposed_per_microbatch_s * m + t.exposed_per_step_s
             if dim == "offload":
-                offload_s = offload_s + e
-            elif batch or e > 0 or dim not in exposed:
-                exposed[dim] = exposed.get(dim, 0.0) + e
-            total = t.issued_per_microbatch_s * m + t.issued_per_step_s
-            issued[dim] = issued.get(dim, 0.0) + total
-            if not batch:  # bytes per dimension are reported for one scenario only
-                nbytes[dim] = nbytes.get(dim, 0.0) + (t.bytes_per_microbatch * m + t.bytes_per_step)
+                offload_s = offload_s + (t.exposed_per_microbatch_s * m + t.exposed_per_step_s)
+            elif breakdown:
+                e = t.exposed_per_microbatch_s * m + t.exposed_per_step_s
+                if batch or e > 0 or dim not in exposed:
+                    exposed[dim] = exposed.get(dim, 0.0) + e
+            if breakdown or strat.interferes:
+                total = t.issued_per_microbatch_s * m + t.issued_per_step_s
+            if breakdown:
+                issued[dim] = issued.get(dim, 0.0) + total
+                if not batch:  # bytes per dimension are reported for one scenario only
+                    nbytes[dim] = nbytes.get(dim, 0.0) + (t.bytes_per_microbatch * m + t.bytes_per_step)
+                    if t.algorithm:
+                        algorithms[dim] = str(t.algorithm)
+                    if t.details:
+                        details.setdefault(dim, {}).update(t.details)
             if dim != "offload":
                 per_step = per_step + t.exposed_per_step_s
             if strat.interferes:
                 hidden = hidden + ops.maximum(0.0, total - t.exposed_per_microbatch_s * m - t.exposed_per_step_s)
-            if not batch and t.algorithm:
-                algorithms[dim] = str(t.algorithm)
-            if not batch and t.details:
-                details.setdefault(dim, {}).update(t.details)
         interference = OVERLAP_INTERFERENCE * hidden
         step = pipe + per_step + opt_s + offload_s + interference
         return _Step(step_s=step, compute_s=m * (stage.fwd_s + stage.bwd_s), recompute_s=m * stage.recompute_s,
@@ -1004,8 +1012,8 @@ class TwinModel:
         got = memo.get(key) if memo is not None else None
         if got is None:
             got = self._flows(ctx, parts, memo, groups)
-            if memo is not None:
-                memo[key] = got
+            if memo is not None:  # kept as plain tuples (see _Flows)
+                memo[key] = (tuple(map(_flow_record, got[0])), got[1], got[2])
         flows, stretch, where = got
         if len(flows) < 2:
             return parts, (flows, stretch)
@@ -1064,8 +1072,8 @@ class TwinModel:
         return terms if got is None else _merge_terms(terms, got, idx, None, ctx.points)
 
     def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]], memo: dict[Any, Any] | None,
-               groups: _Groups | None = None) -> tuple[tuple[tuple[Any, ...], ...], tuple[Any, ...], tuple[int, ...]]:
-        """(the strategies' flows as ``Flow`` field tuples, their stretches, their index in ``parts``)."""
+               groups: _Groups | None = None) -> tuple[list[Flow], tuple[Any, ...], tuple[int, ...]]:
+        """(the strategies' flows, their stretches, their index in ``parts``)."""
         m, stage, h = ctx.microbatches, ctx.stage, ctx.hierarchy
         profile_fn = link_seconds_per_byte if ctx.batch else self._profile
         step_window = stage.fwd_s + stage.bwd_s
@@ -1101,10 +1109,9 @@ class TwinModel:
             window = ops.maximum(issued, step_window if strat.phase == "step" else microbatch_window)
             flows.append(Flow(strat.name, profile, nbytes, issued, window, strat.phase, strat.overlapped))
             where.append(i)
-        records = tuple((f.name, f.profile, f.nbytes, f.issued_s, f.window_s, f.phase, f.overlapped) for f in flows)
         if len(flows) < 2:  # nothing to share with: every link class as alone
-            return records, tuple(_unstretched(f.profile) for f in flows), tuple(where)
-        return records, tuple(stretches(flows)), tuple(where)
+            return flows, tuple(_unstretched(f.profile) for f in flows), tuple(where)
+        return flows, tuple(stretches(flows)), tuple(where)
 
     def _terms(self, strat: Strategy, ctx: EvalContext) -> Terms | None:
         """The strategy's terms (None if it takes no part); a batch's are zero where inactive."""
@@ -1796,6 +1803,11 @@ def _group_columns(ps: PointSet) -> list[np.ndarray]:
         else:
             cols.append(v)
     return cols
+
+
+def _flow_record(f: Flow) -> tuple[Any, ...]:
+    """A flow's fields as a plain tuple (``Flow(*record)`` makes it again)."""
+    return (f.name, f.profile, f.nbytes, f.issued_s, f.window_s, f.phase, f.overlapped)
 
 
 def _unstretched(profile: Any) -> Any:

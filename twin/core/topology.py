@@ -362,6 +362,14 @@ class GroupSpan:
     k_top: Any
     nodes: Any
     per_tier: Any = ()
+    # One scenario's fields as one plain tuple (None for a batch's): what caches key a group
+    # by, hashed and compared in C (a dataclass's own __hash__ and __eq__ run in Python).
+    _key: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = (self.n, self.k, self.m, self.top, self.k_top, self.nodes, self.per_tier)
+        if not ops.is_batch(*key):
+            object.__setattr__(self, "_key", key)
 
     def point(self, i: int) -> GroupSpan:
         """Point ``i`` of a batch's spans, as one scenario's span."""
