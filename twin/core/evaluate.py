@@ -1875,8 +1875,11 @@ def _merge_terms(terms: Terms, got: Terms, idx: np.ndarray, rows: np.ndarray | N
     """
     merged = []
     for f in _TERM_FIELDS:
-        full = np.array(np.broadcast_to(getattr(terms, f), (n,)), dtype=np.float64)
-        new = getattr(got, f)
+        old, new = getattr(terms, f), getattr(got, f)
+        if old is new and np.ndim(old) == 0:  # the same number both ways (a field left at 0.0): no column
+            merged.append(old)
+            continue
+        full = np.array(np.broadcast_to(old, (n,)), dtype=np.float64)
         full[idx] = new if rows is None or np.ndim(new) == 0 else new[rows]
         merged.append(full)
     algo = terms.algorithm
