@@ -393,6 +393,9 @@ class PointResults:
     dp: np.ndarray
     stats: dict[str, int] = field(default_factory=dict)
     fits: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # Writes not yet made into full-length columns (``TwinModel.evaluate_points(sparse=True)``):
+    # per column, its (rows, values) in the order written; None: every write is made at once.
+    _pending: dict[str, list[tuple[Any, Any]]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.fits) != len(self.reason_ix):
@@ -413,10 +416,47 @@ class PointResults:
 
     def put(self, name: str, rows: Any, values: Any) -> None:
         """Write ``values`` into column ``name`` at ``rows`` (a new column starts as NaN)."""
+        if self._pending is not None:
+            self._pending.setdefault(name, []).append((rows, values))
+            return
         col = self.columns.get(name)
         if col is None:
             col = self.columns[name] = np.full(len(self), np.nan)
         col[rows] = values
+
+    def dense(self) -> None:
+        """Make the pending writes (``sparse``) into full-length columns, as ``put`` would have."""
+        pending, self._pending = self._pending, None
+        for name, writes in (pending or {}).items():
+            for rows, values in writes:
+                self.put(name, rows, values)
+
+    def names(self) -> list[str]:
+        """The columns written so far (in ``columns`` or still pending)."""
+        return [*self.columns, *(n for n in self._pending or () if n not in self.columns)]
+
+    def values_at(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Column ``name`` at ``rows`` (NaN where never written), without making a
+        full-length column of pending writes: a caller that reads a few points of many.
+        """
+        pending = (self._pending or {}).get(name)
+        if not pending:
+            return self.columns[name][rows]
+        rows = np.asarray(rows)
+        if len(rows) > 1 and not (rows[1:] > rows[:-1]).all():  # each distinct row once, ascending
+            distinct, inverse = np.unique(rows, return_inverse=True)
+            return self.values_at(name, distinct)[inverse.reshape(-1)]
+        out = np.full(len(rows), np.nan)
+        for where, values in pending:  # in the order written: a later write wins, as in put
+            at = np.searchsorted(rows, where)
+            inside = at < len(rows)
+            hit = inside & (rows[np.where(inside, at, 0)] == where)
+            if np.ndim(hit) == 0:
+                if hit:
+                    out[at] = values
+                continue
+            out[at[hit]] = values if np.ndim(values) == 0 else np.asarray(values)[hit]
+        return out
 
 
 class _Reasons:
@@ -473,7 +513,7 @@ class Pruner:
 
     def offer(self, out: PointResults, idx: np.ndarray) -> None:
         """Take the feasible step times of the points ``idx`` of ``out``."""
-        t = out.columns["step_time_s"][idx]
+        t = out.values_at("step_time_s", idx)
         t = t[(out.reason_ix[idx] < 0) & np.isfinite(t)]
         if len(t):
             self.best = sorted([*self.best, *np.sort(t)[:self.top].tolist()])[:self.top]
@@ -1131,7 +1171,7 @@ class TwinModel:
 
     # ---------------------------------------------------------------- a batch
     def evaluate_points(self, points: PointSet, *, memory_headroom: float = 0.0, require_fit: bool = True,
-                        validate: bool = True, prune: Pruner | None = None) -> PointResults:
+                        validate: bool = True, prune: Pruner | None = None, sparse: bool = False) -> PointResults:
         """Predict every point of ``points`` (one model; any mix of plans, sizes, clusters).
 
         A point that breaks a rule, does not fit in memory (leaving ``memory_headroom`` of
@@ -1139,7 +1179,10 @@ class TwinModel:
         cannot be evaluated gets a reason instead of numbers. The numbers of a feasible point
         are those :meth:`evaluate` gives for it. ``prune``: a search for the ``prune.top``
         fastest points (carried across calls); points that cannot be among them get
-        ``PRUNED_REASON`` instead (:class:`Pruner`).
+        ``PRUNED_REASON`` instead (:class:`Pruner`). ``sparse``: ``columns`` stay empty and
+        a feasible point's numbers are read with ``PointResults.values_at`` (no full-length
+        column per number when few points are evaluated); a feasible point's exposed time of
+        a dimension none of its strategies reported is then NaN (0 in ``columns``).
         """
         n = len(points)
         reasons = _Reasons()
@@ -1151,11 +1194,14 @@ class TwinModel:
         # the schedule were evaluated on; scalar_points: points evaluated one by one
         stats = {"points": n, "evaluated": 0, "scalar_points": 0, "groups": 0}
         out = PointResults(reason_ix, reasons.names, cols, mb, dp_out, stats)
+        if sparse:
+            out._pending = {}
         if n == 0:
             return out
         with np.errstate(all="ignore"):
             self._evaluate_points(points, memory_headroom if require_fit else None, validate, reasons, out, prune)
-        _zero_missing_exposed(out)
+        if not sparse:
+            _zero_missing_exposed(out)
         return out
 
     def evaluate_many(self, scenarios: Sequence[Scenario | None], *, memory_headroom: float = 0.0,
@@ -1379,7 +1425,7 @@ class TwinModel:
         st = self._assemble(ctx, work, strategies, groups, rehome=rehome)
         out.stats["groups"] += len(first)
         self._fill(out, idx, work, st, sub, power)
-        odd = ~np.isfinite(out.columns["step_time_s"][idx])
+        odd = ~np.isfinite(out.values_at("step_time_s", idx))
         if odd.any():
             self._per_point(sub.take(np.flatnonzero(odd)), idx[odd], reasons, out, headroom)
         out.stats["evaluated"] += len(idx)
