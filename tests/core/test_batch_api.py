@@ -125,6 +125,12 @@ def test_sparse_batch_results_read_back_as_the_dense_columns():
         assert np.array_equal(got, want, equal_nan=True), name
         assert np.array_equal(np.nan_to_num(sparse.values_at(name, shuffled), nan=0.0) if name.startswith("exposed_")
                               else sparse.values_at(name, shuffled), col[shuffled], equal_nan=True), name
+    for name, col in dense.columns.items():  # every row it was written at, and NaN elsewhere
+        if name.startswith("exposed_"):
+            continue
+        written = sparse.written(name)
+        assert np.array_equal(sparse.values_at(name, written), col[written], equal_nan=True), name
+        assert np.isnan(np.delete(col, written)).all(), name
     sparse.dense()
     assert sparse.columns.keys() == dense.columns.keys()
     for name, col in dense.columns.items():

@@ -396,6 +396,13 @@ class PointResults:
     # Writes not yet made into full-length columns (``TwinModel.evaluate_points(sparse=True)``):
     # per column, its (rows, values) in the order written; None: every write is made at once.
     _pending: dict[str, list[tuple[Any, Any]]] | None = field(default=None, init=False, repr=False, compare=False)
+    # values_at's positions of one write's rows among the rows read, per (write rows, rows
+    # read) object pair: a batch writes every number at the same rows, and is read the same
+    # way (each entry holds both, so an id is never another object's).
+    _at: dict[tuple[int, int], tuple[Any, Any, Any, Any]] = field(default_factory=dict, init=False, repr=False,
+                                                                  compare=False)
+    _written: dict[tuple[int, ...], tuple[Any, np.ndarray]] = field(default_factory=dict, init=False, repr=False,
+                                                                    compare=False)
 
     def __post_init__(self) -> None:
         if len(self.fits) != len(self.reason_ix):
@@ -435,6 +442,21 @@ class PointResults:
         """The columns written so far (in ``columns`` or still pending)."""
         return [*self.columns, *(n for n in self._pending or () if n not in self.columns)]
 
+    def written(self, name: str) -> np.ndarray:
+        """The rows column ``name`` was written at (ascending): where its full-length column
+        would hold something other than NaN's start.
+        """
+        pending = (self._pending or {}).get(name)
+        if not pending:
+            return np.flatnonzero(~np.isnan(self.columns[name]))
+        key = tuple(id(where) for where, _ in pending)
+        known = self._written.get(key)
+        if known is not None and all(a is b for a, (b, _) in zip(known[0], pending, strict=True)):
+            return known[1]  # type: ignore[no-any-return]
+        rows = np.unique(np.concatenate([np.atleast_1d(np.asarray(where, np.int64)) for where, _ in pending]))
+        self._written[key] = (tuple(where for where, _ in pending), rows)
+        return rows
+
     def values_at(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Column ``name`` at ``rows`` (NaN where never written), without making a
         full-length column of pending writes: a caller that reads a few points of many.
@@ -448,14 +470,21 @@ class PointResults:
             return self.values_at(name, distinct)[inverse.reshape(-1)]
         out = np.full(len(rows), np.nan)
         for where, values in pending:  # in the order written: a later write wins, as in put
-            at = np.searchsorted(rows, where)
-            inside = at < len(rows)
-            hit = inside & (rows[np.where(inside, at, 0)] == where)
+            known = self._at.get((id(where), id(rows)))
+            if known is not None and known[0] is where and known[1] is rows:
+                at, hit = known[2], known[3]
+            else:
+                at = np.searchsorted(rows, where)
+                inside = at < len(rows)
+                hit = inside & (rows[np.where(inside, at, 0)] == where)
+                if np.ndim(hit):
+                    at = at[hit]
+                self._at[(id(where), id(rows))] = (where, rows, at, hit)
             if np.ndim(hit) == 0:
                 if hit:
                     out[at] = values
                 continue
-            out[at[hit]] = values if np.ndim(values) == 0 else np.asarray(values)[hit]
+            out[at] = values if np.ndim(values) == 0 else np.asarray(values)[hit]
         return out
 
 

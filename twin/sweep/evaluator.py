@@ -136,10 +136,10 @@ class SweepEvaluator:
         if not len(pts):
             return
         rows = np.flatnonzero(ok)
-        if len(idx) == len(out.reason_ix):  # every point of the batch: take the columns as they are
-            res.dense()
-            for name in _MODEL_FLOATS:
-                out.floats[name] = res.columns[name]
+        if len(idx) == len(out.reason_ix):  # every point of the batch: its columns as they are
+            for name in _MODEL_FLOATS:  # (a point evaluated, then found infeasible, keeps its numbers)
+                written = res.written(name)
+                out.floats[name][written] = res.values_at(name, written)
         else:
             for name in _MODEL_FLOATS:
                 out.floats[name][pts] = res.values_at(name, rows)
