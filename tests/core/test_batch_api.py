@@ -96,3 +96,45 @@ def test_repeated_scenarios_share_plan_columns_and_keep_their_rows():
             assert res.columns["step_time_s"][row] == step, (i, row)
         checked += 1
     assert checked > 100
+
+
+def test_sparse_batch_results_read_back_as_the_dense_columns():
+    """evaluate_points(sparse=True) keeps the writes instead of full-length columns; read
+    at the feasible points (in any order) they are the dense columns' values, and made
+    dense they are the same columns.
+    """
+    from twin.core.points import PointSet
+
+    engine = Engine(autoload=False)
+    scenarios = [engine.scenario({"cluster": {"system": system, "num_gpus": gpus}, "model": "llama3.1-70b",
+                                  "plan": {"tp": tp, "pp": pp, "gbs": gbs}})
+                 for system in ("DGX-H100", "Meta-RoCE-H100") for gpus in (64, 256) for tp in (2, 8)
+                 for pp in (2, 4) for gbs in (256, 1024)]
+    points = PointSet.from_scenarios(scenarios)
+    dense = engine.model.evaluate_points(points, require_fit=False)
+    sparse = engine.model.evaluate_points(points, require_fit=False, sparse=True)
+    assert sparse.columns == {} and set(sparse.names()) == set(dense.columns)
+    ok = np.flatnonzero(dense.reason_ix < 0)
+    assert len(ok) > 10 and np.array_equal(sparse.reason_ix, dense.reason_ix)
+    shuffled = ok[np.random.default_rng(3).permutation(len(ok))]
+    for name, col in dense.columns.items():
+        got = sparse.values_at(name, ok)
+        want = col[ok]
+        if name.startswith("exposed_"):  # a dimension no strategy of a point reported: 0 dense, NaN sparse
+            got = np.nan_to_num(got, nan=0.0)
+        assert np.array_equal(got, want, equal_nan=True), name
+        assert np.array_equal(np.nan_to_num(sparse.values_at(name, shuffled), nan=0.0) if name.startswith("exposed_")
+                              else sparse.values_at(name, shuffled), col[shuffled], equal_nan=True), name
+    for name, col in dense.columns.items():  # every row it was written at, and NaN elsewhere
+        if name.startswith("exposed_"):
+            continue
+        written = sparse.written(name)
+        assert np.array_equal(sparse.values_at(name, written), col[written], equal_nan=True), name
+        assert np.isnan(np.delete(col, written)).all(), name
+    sparse.dense()
+    assert sparse.columns.keys() == dense.columns.keys()
+    for name, col in dense.columns.items():
+        made = sparse.columns[name]
+        if name.startswith("exposed_"):
+            made = np.where((sparse.reason_ix < 0) & np.isnan(made), 0.0, made)
+        assert np.array_equal(made, col, equal_nan=True), name

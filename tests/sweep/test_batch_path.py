@@ -342,6 +342,29 @@ def test_ops_dispatch_on_numbers_and_arrays():
     assert t.tolist() == [2.0, 1.0] and name.tolist() == ["tree", "ring"]
 
 
+def test_select_min_chooses_per_point_as_argmin_over_the_options_does():
+    """Ties keep the earlier option, a NaN time wins as np.argmin takes it (the first NaN),
+    -0.0 ties with 0.0, and every entry of the winner is gathered (names, per-point values,
+    scalars broadcast) with the dtype a points x options table would have.
+    """
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        n, k = int(rng.integers(1, 30)), int(rng.integers(1, 7))
+        options = []
+        for j in range(k):
+            t = rng.choice([0.0, -0.0, 1.0, 2.0, np.inf, np.nan], size=n) if j % 2 else rng.random(n)
+            bw = rng.random(n) if rng.random() < 0.7 else float(j)
+            options.append((t, f"algo{j}", "Simple", bw))
+        table = np.stack([o[0] for o in options])
+        best = np.argmin(table, axis=0)
+        t, algo, proto, bw = ops.select_min(options)
+        assert np.array_equal(t, table[best, np.arange(n)], equal_nan=True)
+        assert np.array_equal(np.signbit(t), np.signbit(table[best, np.arange(n)]))
+        assert algo.tolist() == [f"algo{j}" for j in best.tolist()] and set(proto.tolist()) == {"Simple"}
+        expected = np.stack([np.broadcast_to(np.asarray(o[3]), (n,)) for o in options])[best, np.arange(n)]
+        assert bw.dtype == expected.dtype and np.array_equal(bw, expected)
+
+
 def test_the_example_packages_strategy_runs_on_the_batch_path():
     """The third-party strategy of tests/example_plugin (installed like any plugin package)."""
     from twin_example_dragonfly.gradnorm import GradientNormAllReduce
@@ -360,6 +383,39 @@ def test_the_example_packages_strategy_runs_on_the_batch_path():
         plan = batch.scenario(i).plan
         active = ev.ints["dp"][i] * plan.cp > 1 and plan.trainable == "full"
         assert (ev.floats["exposed_other_s"][i] > 0) == active, i   # its own dimension, where it takes part
+
+
+def test_contended_points_of_a_group_are_costed_again_per_distinct_share_and_match(engine):
+    """Points of a group (same all but gbs and vp) whose traffic shares links get shares that
+    differ with their micro-batch count; a strategy that does not read the schedule is costed
+    again once per distinct (group, shares) on the groups' rows, and every point still equals
+    its own evaluation (contention included).
+    """
+    spec = parse_spec({"name": "contended-groups",
+                       "base": {"cluster": {"system": "Meta-RoCE-H100", "num_gpus": 1024}, "model": "mixtral-8x7b",
+                                "plan": {"gbs": 1024, "optimizer_sharding": "fsdp"}},
+                       "axes": [{"path": "plan.tp", "values": [1, 2, 8]}, {"path": "plan.pp", "values": [2, 4]},
+                                {"path": "plan.cp", "values": [1, 2]}, {"path": "plan.ep", "values": [1, 8]},
+                                {"path": "plan.vp", "values": [1, 2, 3, 4]},
+                                {"path": "plan.gbs", "values": [256, 512, 1024, 2048, 4096]}]})
+    batch = SweepSource(spec, engine.catalog).batch(0, spec.total_points)
+    ev = SweepEvaluator(engine).evaluate(batch)
+    assert ev.stats["groups"] * 3 < ev.stats["evaluated"]
+    contended = checked = 0
+    for i in range(len(batch)):
+        try:
+            est = engine.model.evaluate(batch.scenario(i))
+        except TwinError:
+            assert ev.reason_ix[i] >= 0
+            continue
+        if not est.fits:
+            continue
+        checked += 1
+        contended += est.contention_s > 0
+        want = estimate_columns(est)
+        for name in MODEL_COLUMNS:
+            assert same(ev.floats[name][i], want[name]), (i, name)
+    assert checked >= 100 and contended >= 50, (checked, contended)
 
 
 def test_points_that_differ_in_gbs_and_vp_share_the_strategies_work_and_match(engine):

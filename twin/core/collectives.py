@@ -108,35 +108,85 @@ def _uplink_coeff(pattern: str, span: GroupSpan, below: Any) -> Any:
     return (span.n - below) / ops.maximum(span.n - span.k, 1)  # a2a
 
 
-# What one scenario's collectives ask again and again of the same group and hierarchy view
-# (each option of each collective; a strategy's collectives share a group), by (id of the
-# view, id of the group, pattern or op). Each entry holds the view and the group, so an id
-# is never another object's (``_by_view``); bounded: cleared when full.
-_NET_MEMO: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]] = {}   # net_seconds_per_byte
-_RING_MEMO: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]] = {}  # _ring_setup
+# Most of a collective's cost does not depend on the shares of link capacity a view of the
+# hierarchy gives its traffic (``Hierarchy.with_shares``: the contention model's views, a
+# fleet's capacity views): its step latencies, protocol availability, bus factor, each link
+# class's coefficient and bandwidth alone. Those parts are built once per (group, op or
+# pattern) and kept for the hierarchy and all of its share views (``_fixed``); each costing
+# works out only the bandwidths of its own view, with the same arithmetic in the same order
+# as when it was built whole (so the times are bit-identical).
 _MEMO_LIMIT = 8192
+_MISSING = object()
+
+Build = Callable[[GroupSpan, Any, str], Any]
 
 
-def _by_view(memo: dict[tuple[int, int, str], tuple[Any, GroupSpan, Any]], tag: str, span: GroupSpan,
-             h: Hierarchy, build: Callable[[GroupSpan, Hierarchy, str], Any]) -> Any:
-    """``build(span, h, tag)``, kept in ``memo`` for this hierarchy view and group."""
-    key = (id(h), id(span), tag)
+def _fixed(kind: str, tag: str, span: GroupSpan, h: AnyHierarchy, build: Build) -> Any:
+    """``build(span, h, tag)``: a part of a collective's cost that no link share changes.
+
+    One scenario's are kept by value (``kind``, ``tag``, the group's fields) in the hierarchy's own memo,
+    which its share views share (``Hierarchy._memo``; bounded: cleared when full); a batch's
+    in the batch view's, which its share views share too (``HierarchyBatch._fixed_memo``).
+    """
+    if type(h) is HierarchyBatch:
+        return _batch_fixed(tag, span, h, build)
+    group = span._key
+    if group is None or type(h) is not Hierarchy:
+        return build(span, h, tag)
+    memo = h._memo
+    key = (kind, tag, group)
+    hit = memo.get(key, _MISSING)
+    if hit is _MISSING:
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        hit = memo[key] = build(span, h, tag)
+    return hit
+
+
+def _batch_fixed(tag: str, span: GroupSpan, h: HierarchyBatch, build: Build) -> Any:
+    """:func:`_fixed` of a batch view: built once per group object, or, for the rows of a
+    batch (``HierarchyBatch.take``) read through a group taken the same way (``ops.TakeView``
+    with the same rows), the rows of what the whole batch built. A part is per point, so
+    its rows are what the rows would build: where a builder takes a branch for the whole
+    batch (``ops.any_``), the branches give the same values to the points they do not concern
+    (a one-domain point of a multi-domain batch pays no network step).
+    """
+    memo = h._fixed_memo
+    key = (id(span), build, tag)
     hit = memo.get(key)
-    if hit is not None and hit[0] is h and hit[1] is span:
-        return hit[2]
-    got = build(span, h, tag)
-    if len(memo) > _MEMO_LIMIT:
-        memo.clear()
-    memo[key] = (h, span, got)
+    if hit is not None and hit[0] is span:
+        return hit[1]
+    got = _MISSING
+    parent = h._fixed_from
+    if parent is not None and type(span) is ops.TakeView:
+        whole, rows = ops.take_view_parts(span)
+        if rows is parent[1]:
+            found = parent[0].get((id(whole), build, tag))
+            if found is not None and found[0] is whole:
+                got = _take_part(found[1], rows)
+    if got is _MISSING:
+        got = build(span, h, tag)
+    memo[key] = (span, got)
     return got
 
 
-def _by_batch_view(tag: str, span: GroupSpan, h: HierarchyBatch, build: Callable[[GroupSpan, Any, str], Any]) -> Any:
+def _take_part(value: Any, rows: np.ndarray) -> Any:
+    """``value`` (a built part: arrays per point, tuples of them, plain values) for ``rows``."""
+    if type(value) is np.ndarray and value.ndim:
+        return value[rows]
+    if type(value) is tuple:
+        return tuple(_take_part(v, rows) for v in value)
+    return value
+
+
+def _by_batch_view(tag: str, span: GroupSpan, h: HierarchyBatch, build: Build,
+                   memo: dict[Any, Any] | None = None) -> Any:
     """``build(span, h, tag)``, kept in the batch view's own memo (``h._net_memo``, dropped
-    with the view) for this group: a batch's strategies ask the same of a group again.
-    Each entry holds the group, so an id is never another object's.
+    with the view, or ``memo``) for this group: a batch's strategies ask the same of a group
+    again. Each entry holds the group, so an id is never another object's.
     """
-    memo = h._net_memo
+    if memo is None:
+        memo = h._net_memo
     key = (id(span), build, tag)
     hit = memo.get(key)
     if hit is not None and hit[0] is span:
@@ -146,8 +196,37 @@ def _by_batch_view(tag: str, span: GroupSpan, h: HierarchyBatch, build: Callable
     return got
 
 
+def _net_fixed(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
+    """One scenario's link classes above the domain for ``pattern``: (NIC coefficient, NIC
+    bandwidth, per uplink tier 2..top (tier, coefficient x oversubscription, bandwidth)).
+    """
+    return (_nic_coeff(pattern, span), h.bw_at(1),
+            tuple((j, _uplink_coeff(pattern, span, span.per_tier[j - 1]) * h.oversubscription_at(j), h.bw_at(j))
+                  for j in range(2, span.top + 1)))
+
+
+def _nic_fixed(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
+    """A batch's NIC link class for ``pattern``: (coefficient, bandwidth) per point."""
+    return _nic_coeff(pattern, span), h.bw_at(np.ones_like(np.asarray(span.top)))
+
+
+def _uplink_fixed(span: GroupSpan, h: Any, pattern: str) -> Any:
+    """A batch's uplink classes for ``pattern`` (points x tiers): coefficient x
+    oversubscription, bandwidth, and which tiers (2..top) the group's traffic crosses.
+    """
+    j = np.arange(h.width)
+    below = np.empty_like(span.per_tier)
+    below[:, 1:] = span.per_tier[:, :-1]
+    below[:, 0] = 1
+    c = _uplink_coeff(pattern, _broadcast_span(span), below)
+    crossed = (j[None, :] >= 2) & (j[None, :] <= np.asarray(span.top)[:, None])
+    return c * h.oversubscription_table(), h.bw_table(), crossed
+
+
 def _net_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
-    return max(_nic_seconds(span, h, pattern), *_uplink_seconds(span, h, pattern).values(), 0.0)
+    coeff, bw, uplinks = _fixed("net", pattern, span, h, _net_fixed)
+    nic = coeff / (bw * h.share_at(1))
+    return max(nic, *[a / (b * h.share_at(j)) for j, a, b in uplinks], 0.0)
 
 
 def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
@@ -158,9 +237,7 @@ def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     Only meaningful where the group spans domains.
     """
     if not ops.is_batch(span.n, span.top):
-        if type(h) is not Hierarchy:
-            return _net_seconds(span, h, pattern)
-        return _by_view(_NET_MEMO, pattern, span, h, _net_seconds)
+        return _net_seconds(span, h, pattern)
     return _by_batch_view(pattern, span, h, _net_seconds_batch)  # type: ignore[arg-type]
 
 
@@ -173,8 +250,11 @@ def _net_seconds_batch(span: GroupSpan, h: HierarchyBatch, pattern: str) -> Any:
 
 def _nic_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     """Seconds per byte on the group's NIC links (link class 1)."""
-    one = 1 if not ops.is_batch(span.top) else np.ones_like(np.asarray(span.top))
-    return _nic_coeff(pattern, span) / (h.bw_at(one) * h.share_at(one))
+    if not ops.is_batch(span.n, span.top):
+        coeff, bw, _ = _fixed("net", pattern, span, h, _net_fixed)
+    else:
+        coeff, bw = _fixed("nic", pattern, span, h, _nic_fixed)
+    return coeff / (bw * h.share_at(1))
 
 
 def _uplink_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
@@ -182,22 +262,17 @@ def _uplink_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     points x tiers (0 outside 2..top) for a batch.
     """
     if not ops.is_batch(span.n, span.top):
-        return {j: _uplink_coeff(pattern, span, span.per_tier[j - 1]) * h.oversubscription_at(j)
-                / (h.bw_at(j) * h.share_at(j)) for j in range(2, span.top + 1)}
+        _, _, uplinks = _fixed("net", pattern, span, h, _net_fixed)
+        return {j: a / (b * h.share_at(j)) for j, a, b in uplinks}
     if type(h) is HierarchyBatch:  # asked by the group's costing and by its link profile
         return _by_batch_view(pattern, span, h, _uplink_seconds_batch)
     return _uplink_seconds_batch(span, h, pattern)
 
 
 def _uplink_seconds_batch(span: GroupSpan, h: Any, pattern: str) -> Any:
-    j = np.arange(h.width)
-    below = np.empty_like(span.per_tier)
-    below[:, 1:] = span.per_tier[:, :-1]
-    below[:, 0] = 1
-    c = _uplink_coeff(pattern, _broadcast_span(span), below)
+    num, bw, crossed = _fixed("uplink", pattern, span, h, _uplink_fixed)
     shares = 1.0 if h.shares is None else h.shares
-    terms = c * h.oversubscription_table() / (h.bw_table() * shares)
-    return np.where((j[None, :] >= 2) & (j[None, :] <= np.asarray(span.top)[:, None]), terms, 0.0)
+    return np.where(crossed, num / (bw * shares), 0.0)
 
 
 def _broadcast_span(span: GroupSpan) -> GroupSpan:
@@ -286,38 +361,29 @@ _RING_STEPS = tuple(
 
 
 def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
+    factor, multi, any_multi, ll_cap, steps = _fixed("ring", op, span, h, _ring_fixed)
+    up = h.up_bw
+    bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up) if any_multi else up
     out: list[Option] = []
-    for proto, factor, busbw, lat_s, available in _ring_steps(op, span, h):
+    for proto, pbw, lat_s, available in steps:
+        busbw = ops.minimum(bw * pbw, ll_cap) if proto == "LL" else bw * pbw  # LL: "busBw = min(llMaxBw, busBw * .5)"
         opt = _option(size * factor / busbw + lat_s, "ring", proto, busbw, available)
         if opt is not None:
             out.append(opt)
     return out
 
 
-def _ring_steps(op: str, span: GroupSpan, h: AnyHierarchy) -> list[tuple[str, Any, Any, Any, Any]]:
-    """The size-independent part of the ring's options (see :func:`_ring_setup`), kept per
-    hierarchy view, group and op (its collectives of one op on one group differ only in
-    size): one scenario's in a module memo, a batch's in the batch view's own.
-    """
-    if type(h) is HierarchyBatch:
-        return _by_batch_view(op, span, h, _ring_setup)  # type: ignore[no-any-return]
-    if type(h) is not Hierarchy or ops.is_batch(span.n, span.m, span.top):
-        return _ring_setup(span, h, op)
-    return _by_view(_RING_MEMO, op, span, h, _ring_setup)  # type: ignore[no-any-return]
-
-
-def _ring_setup(span: GroupSpan, h: AnyHierarchy, op: str) -> list[tuple[str, Any, Any, Any, Any]]:
-    """Per protocol (protocol, bus factor, busbw, latency s, available): a ring option's
-    time is ``size * factor / busbw + latency`` (``_ring_times``).
+def _ring_fixed(span: GroupSpan, h: AnyHierarchy, op: str) -> tuple[Any, Any, bool, Any, tuple[Any, ...]]:
+    """The ring's parts no link share changes: (bus factor, multi-domain, any point
+    multi-domain, LL bandwidth cap, per protocol (protocol, its bandwidth factor, latency s,
+    available)). An option's time is ``size * factor / busbw + latency`` (``_ring_times``).
     """
     n, m = span.n, _nccl_nodes(span)
-    up = h.up_bw
     multi = span.m > 1
     nsteps = 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
     factor = bus_factor(op, n)
     any_multi = ops.any_(multi)
     if any_multi:
-        bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up)
         net_lat = _net_latency_us(span, h)
         ninter = 2 * (m - 1) if op == "all_reduce" else (m - 1 if op in ("all_gather", "reduce_scatter") else m)
         ninter = ops.where(multi, ops.minimum(ninter, nsteps), 0)  # a one-domain point of a batch: none
@@ -325,7 +391,7 @@ def _ring_setup(span: GroupSpan, h: AnyHierarchy, op: str) -> list[tuple[str, An
         one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
     # LL: "busBw = min(llMaxBw, busBw * .5)"
     ll_cap = nccl.ll_max_bw(m, h.ll_max_bw, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes)
-    out: list[tuple[str, Any, Any, Any, Any]] = []
+    steps: list[tuple[str, Any, Any, Any]] = []
     for proto, pbw, base, nvlink, overheads, net_ring, net_tree in _RING_STEPS:
         if any_multi:
             intra_multi = ops.maximum(nvlink, overheads * h.net_overhead_us)
@@ -333,12 +399,17 @@ def _ring_setup(span: GroupSpan, h: AnyHierarchy, op: str) -> list[tuple[str, An
             lat = base + (nsteps - ninter) * ops.where(multi, intra_multi, nvlink) + ninter * net
             if proto == "Simple" and op == "all_reduce":
                 lat = ops.where(m > 1, lat * h.ring_plateau, lat)  # Hierarchy.ring_plateau
-            busbw = ops.minimum(bw * pbw, ll_cap) if proto == "LL" else bw * pbw
-            out.append((proto, factor, busbw, lat * US, True if proto == "Simple" else low_latency))
+            steps.append((proto, pbw, lat * US, True if proto == "Simple" else _everywhere(low_latency)))
         else:  # one domain: no network step (the same formula with ninter = 0)
-            busbw = ops.minimum(up * pbw, ll_cap) if proto == "LL" else up * pbw
-            out.append((proto, factor, busbw, (base + nsteps * nvlink) * US, True))
-    return out
+            steps.append((proto, pbw, (base + nsteps * nvlink) * US, True))
+    return factor, multi, any_multi, ll_cap, tuple(steps)
+
+
+def _everywhere(available: Any) -> Any:
+    """``available`` (a bool or one per point), or True where every point has it: an option
+    open to all points needs no mask (``_option``).
+    """
+    return True if type(available) is np.ndarray and available.all() else available
 
 
 def _low_latency_protocols(span: GroupSpan, h: AnyHierarchy) -> Any:
@@ -349,33 +420,46 @@ def _low_latency_protocols(span: GroupSpan, h: AnyHierarchy) -> Any:
 
 
 def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
-    multi = _nccl_nodes(span) > 1
-    if not ops.any_(multi):
+    fixed = _fixed("tree", "", span, h, _tree_fixed)
+    if fixed is None:
         return []
-    nodes = ops.maximum(_nccl_nodes(span), 1)
-    up = h.up_bw
-    bw = nccl.TREE_BW * ops.minimum(up, _inter_bw(span, h, "tree"))
-    ppn = ops.maximum(1, span.n // nodes)
-    log_nodes = _log2_nodes(span, h)
-    net_lat = _net_latency_us(span, h)
-    low_latency = ops.logical_and(multi, _low_latency_protocols(span, h))
+    ll_cap, bus, steps = fixed
+    bw = nccl.TREE_BW * ops.minimum(h.up_bw, _inter_bw(span, h, "tree"))
     size_index = _tree_size_index(size)
     out: list[Option] = []
-    ll_cap = nccl.ll_max_bw(nodes, h.ll_max_bw, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes)
-    for proto, pbw in nccl.TREE_PROTO_BW.items():
-        lat = nccl.BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * nccl.HW_LAT_NVLINK["tree"][proto]
-                                              + log_nodes * ops.maximum(nccl.HW_LAT_NET["tree"][proto], net_lat))
+    for proto, pbw, lat_s, available in steps:
         # tuning.cc: trees move 2x the data per byte reduced; NCCL's medium-size correction
         correction = _TREE_CORRECTION_ARRAYS[proto][size_index] if type(size_index) is np.ndarray \
             else _TREE_CORRECTION_ROWS[proto][size_index]
         busbw = ops.minimum(bw * pbw, ll_cap) if proto == "LL" else bw * pbw  # LL: "min(busBw*1.0/3.8, llMaxBw)"
         algbw = 0.5 * busbw * correction
-        t = size / algbw + lat * US
-        opt = _option(t, "tree", proto, size * bus_factor("all_reduce", span.n) / t,
-                      multi if proto == "Simple" else low_latency)
+        t = size / algbw + lat_s
+        opt = _option(t, "tree", proto, size * bus / t, available)
         if opt is not None:
             out.append(opt)
     return out
+
+
+def _tree_fixed(span: GroupSpan, h: AnyHierarchy, tag: str) -> tuple[Any, Any, tuple[Any, ...]] | None:
+    """The tree's parts no link share changes (None where no point spans NCCL nodes): (LL
+    bandwidth cap, the all-reduce bus factor, per protocol (protocol, its bandwidth factor,
+    latency s, available)).
+    """
+    multi = _nccl_nodes(span) > 1
+    if not ops.any_(multi):
+        return None
+    nodes = ops.maximum(_nccl_nodes(span), 1)
+    ppn = ops.maximum(1, span.n // nodes)
+    log_nodes = _log2_nodes(span, h)
+    net_lat = _net_latency_us(span, h)
+    low_latency = ops.logical_and(multi, _low_latency_protocols(span, h))
+    steps = []
+    for proto, pbw in nccl.TREE_PROTO_BW.items():
+        lat = nccl.BASE_LAT["tree"][proto] + 2 * ((ppn - 1) * nccl.HW_LAT_NVLINK["tree"][proto]
+                                              + log_nodes * ops.maximum(nccl.HW_LAT_NET["tree"][proto], net_lat))
+        steps.append((proto, pbw, lat * US, _everywhere(multi if proto == "Simple" else low_latency)))
+    ll_cap = nccl.ll_max_bw(nodes, h.ll_max_bw, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes)
+    return ll_cap, bus_factor("all_reduce", span.n), tuple(steps)
 
 
 def _tree_size_index(size: Any) -> Any:
@@ -446,24 +530,36 @@ def _nvls_time(size: Any, span: GroupSpan, h: AnyHierarchy) -> tuple[Option, Any
     available = ops.logical_and(nvls_bw > 0, span.k >= nccl.NVLS_MIN_GPUS)
     if not ops.any_(available):
         return None
+    multi, any_multi, across, lat_s, bus = _fixed("nvls", "", span, h, _nvls_fixed)
     t_intra = size / ops.where(nvls_bw > 0, nvls_bw, 1.0)  # points without NVLS are not available
-    multi = span.m > 1
-    # NVLS-tree: in-switch reduction inside the domain, NCCL's double binary tree across
-    # (``dbtree_node_traffic``); it also pays 2 log2(domains) network steps (tuning.cc,
-    # NVLS_TREE latency).
-    if ops.any_(multi):
-        inter_factor = dbtree_node_traffic(span.m)
+    # NVLS-tree: in-switch reduction inside the domain, NCCL's double binary tree across.
+    if any_multi:
         inter_bw = _inter_bw(span, h, "ring")
-        t_inter = ops.where(multi, inter_factor * size / inter_bw, 0.0)
+        t_inter = ops.where(multi, across * size / inter_bw, 0.0)
         hop_per_byte = ops.where(multi, 1.0 / inter_bw, 0.0)  # a tree edge carries each piece once
+    else:
+        t_inter, hop_per_byte = 0.0, 0.0
+    t = ops.maximum(t_intra, t_inter) + lat_s
+    fill = _nvls_fill(size, 1.0 / ops.where(nvls_bw > 0, nvls_bw, 1.0), hop_per_byte, span, h)
+    option = _option(t, "nvls", "Simple", size * bus / (t + fill), available)
+    return None if option is None else (option, fill)
+
+
+def _nvls_fixed(span: GroupSpan, h: AnyHierarchy, tag: str) -> tuple[Any, bool, Any, Any, Any]:
+    """NVLS's parts no link share changes: (multi-domain, any point multi-domain, the bytes the
+    busiest domain sends across per byte of the buffer (``dbtree_node_traffic``), latency s,
+    the all-reduce bus factor). NVLS-tree pays 2 log2(domains) network steps (tuning.cc,
+    NVLS_TREE latency).
+    """
+    multi = span.m > 1
+    any_multi = ops.any_(multi)
+    if any_multi:
         net_steps = ops.where(multi, 2.0 * _log2_nodes(span, h), 0.0)
         lat = nccl.NVLS_LAT_US + net_steps * ops.maximum(nccl.NVLS_TREE_NET_LAT_US, _net_latency_us(span, h))
+        across = dbtree_node_traffic(span.m)
     else:
-        t_inter, hop_per_byte, lat = 0.0, 0.0, nccl.NVLS_LAT_US
-    t = ops.maximum(t_intra, t_inter) + lat * US
-    fill = _nvls_fill(size, 1.0 / ops.where(nvls_bw > 0, nvls_bw, 1.0), hop_per_byte, span, h)
-    option = _option(t, "nvls", "Simple", size * bus_factor("all_reduce", span.n) / (t + fill), available)
-    return None if option is None else (option, fill)
+        lat, across = nccl.NVLS_LAT_US, 0.0
+    return multi, any_multi, across, lat * US, bus_factor("all_reduce", span.n)
 
 
 def _nvls_fill(size: Any, nvls_per_byte: Any, hop_per_byte: Any, span: GroupSpan, h: AnyHierarchy) -> Any:
@@ -509,30 +605,40 @@ def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option 
     notes: "Added support for Reduce-Scatter and All-Gather collective operations when using
     HPCX v2.18.1 concurrently with NCCL v2.20 or above"). The twin assumes such a NCCL.
     """
-    available = ops.logical_and(span.m > 1, h.sharp_through(span.top))
+    available, intra, share, lat_s, bus = _fixed("sharp", op, span, h, _sharp_fixed)
     if not ops.any_(available):
         return None
-    k = span.k
     if op == "all_reduce":
         nvls_bw = h.up_nvls_bw
-        nvls = ops.logical_and(nvls_bw > 0, k >= nccl.NVLS_MIN_GPUS)
+        nvls = ops.logical_and(nvls_bw > 0, span.k >= nccl.NVLS_MIN_GPUS)
         # Without NVLS, CollNet Direct: NCCL's model of it (``nccl.collnet_direct_bw``), the intra-node
         # bandwidth over the GPU/NIC factor, x.85 from sm90, half of it as algorithm bandwidth; at
         # most 8 GPUs of the communicator per node.
         direct_bw = nccl.COLLNET_DIRECT_RATIO * h.collnet_direct_bw * h.up_bw
         t_intra = ops.where(nvls, size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
-                            ops.where(k > 1, size / direct_bw, 0.0))
-        available = ops.logical_and(available, ops.logical_or(nvls, k <= nccl.COLLNET_DIRECT_MAX_LOCAL_GPUS))
+                            ops.where(intra, size / direct_bw, 0.0))
+        available = ops.logical_and(available, ops.logical_or(nvls, span.k <= nccl.COLLNET_DIRECT_MAX_LOCAL_GPUS))
         if not ops.any_(available):
             return None
     else:  # the domain's part is a ring reduce-scatter / all-gather over NVLink
-        t_intra = ops.where(k > 1, (k - 1) / k * size / h.up_bw, 0.0)
+        t_intra = ops.where(intra, share * size / h.up_bw, 0.0)
     # In-network reduction: each GPU sends its 1/k share up once and receives it once
     # (reduce-scatter receives less, all-gather sends less: the up or down direction paces it).
     t_inter = size / _inter_bw(span, h, "sharp")
+    t = ops.maximum(t_intra, t_inter) + lat_s
+    return _option(t, "sharp", "Simple", size * bus / t, available)
+
+
+def _sharp_fixed(span: GroupSpan, h: AnyHierarchy, op: str) -> tuple[Any, Any, Any, Any, Any]:
+    """SHARP's parts no link share changes: (available: across domains through a reducing
+    tier, more than one rank per domain, the share of the buffer each rank moves inside its
+    domain for reduce-scatter / all-gather, a ring's (k-1)/k, latency s, the op's bus factor).
+    """
+    k = span.k
+    share = (k - 1) / k
     # NCCL 2.28.3's CollNet Direct latency (``nccl_tuning.collnet_direct_latency_us``).
-    t = ops.maximum(t_intra, t_inter) + nccl.collnet_direct_latency_us(k) * US
-    return _option(t, "sharp", "Simple", size * bus_factor(op, span.n) / t, available)
+    return (ops.logical_and(span.m > 1, h.sharp_through(span.top)), k > 1, share,
+            nccl.collnet_direct_latency_us(k) * US, bus_factor(op, span.n))
 
 
 def _cross_domain_bw(span: GroupSpan, h: AnyHierarchy) -> Any:
@@ -726,7 +832,9 @@ def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHie
             t = t + best[4]
         # Reported: the bus bandwidth achieved at this size, latency included (nccl-tests'
         # busbw = size * bus_factor / time); the bottleneck: the chosen algorithm's asymptote.
-        cost = CollectiveCost(t, algo, proto, size_bytes * bus_factor(op, span.n) / t, busbw)
+        # (a batch's bus factor is the ring's, built with its other parts: _ring_fixed)
+        factor = _fixed("ring", op, span, hierarchy, _ring_fixed)[0] if batch else bus_factor(op, span.n)
+        cost = CollectiveCost(t, algo, proto, size_bytes * factor / t, busbw)
     if not batch:
         return cost
     return _zero_where(ops.logical_or(span.n <= 1, size_bytes <= 0), cost)

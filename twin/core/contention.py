@@ -82,14 +82,16 @@ class Flow:
         return self._rho
 
     def _utilisation(self) -> Any:
-        window = ops.maximum(self.window_s, 1e-30)
         if isinstance(self.profile, tuple):
+            w = self.window_s
+            window = w if w >= 1e-30 else 1e-30  # ops.maximum(w, 1e-30) without the call
             # ``u if u < 1.0 else 1.0`` is ``min(1.0, u)`` (NaN included) without the call.
             if self.nbytes > 0:
                 nb = self.nbytes
                 return tuple(u if (u := nb * p / window) < 1.0 else 1.0 for p in self.profile)
             worst = max(self.profile) or 1.0
             return tuple(min(1.0, self.issued_s * p / worst / window) for p in self.profile)
+        window = ops.maximum(self.window_s, 1e-30)
         worst = self.profile.max(axis=1, keepdims=True)
         by_time = np.asarray(self.issued_s)[:, None] * self.profile / np.where(worst > 0, worst, 1.0)
         by_bytes = np.asarray(self.nbytes)[:, None] * self.profile
@@ -135,25 +137,31 @@ def stretches(flows: Sequence[Flow]) -> list[Any]:
     rho = [f.utilisation() for f in flows]
     out: list[Any] = []
     for i, f in enumerate(flows):
-        others = [(rho[k], _overlap(e, f)) for k, e in enumerate(flows) if k != i and e.overlapped]
         if isinstance(f.profile, tuple):
             s = [1.0] * len(f.profile)
-            for r, ov in others:
-                for j, used in enumerate(f.profile):
-                    if used > 0 and r[j] > 0:
+            used = [j for j, p in enumerate(f.profile) if p > 0]
+            for k, e in enumerate(flows):
+                if k == i or not e.overlapped:
+                    continue
+                r, ov = rho[k], _overlap(e, f)
+                for j in used:
+                    if r[j] > 0:
                         u = r[j] * ov
                         s[j] += u if u < 1.0 else 1.0  # min(1.0, u)
             out.append(tuple(s))
-        else:
-            s_arr = np.ones_like(f.profile)
-            for r, overlap in others:
-                if type(overlap) is float and overlap == 1.0:
-                    # min(1, r * 1.0) is r itself: utilisation() is at most 1 (or NaN, kept)
-                    s_arr = s_arr + r
-                    continue
-                ov = np.asarray(overlap)
-                s_arr = s_arr + np.minimum(1.0, r * (ov[:, None] if ov.ndim else ov))
-            out.append(np.where(f.profile > 0, s_arr, 1.0))
+            continue
+        s_arr = np.ones_like(f.profile)
+        for k, e in enumerate(flows):
+            if k == i or not e.overlapped:
+                continue
+            r, overlap = rho[k], _overlap(e, f)
+            if type(overlap) is float and overlap == 1.0:
+                # min(1, r * 1.0) is r itself: utilisation() is at most 1 (or NaN, kept)
+                s_arr = s_arr + r
+                continue
+            ov = np.asarray(overlap)
+            s_arr = s_arr + np.minimum(1.0, r * (ov[:, None] if ov.ndim else ov))
+        out.append(np.where(f.profile > 0, s_arr, 1.0))
     return out
 
 

@@ -45,6 +45,7 @@ from twin.core.collectives import CollectiveCost, collective_cost, link_seconds_
 from twin.core.compute import DEVICE_FIELDS, Device, device_for
 from twin.core.contention import (
     DEFAULT_PATTERNS,
+    SHARE_STEPS,
     Flow,
     contended,
     link_loads,
@@ -122,8 +123,10 @@ PRUNED_REASON = "pruned: its step without communication already exceeds the best
 # Points a search costs in full before it has a bar to prune by (at least 4 x its top).
 _PRUNE_FIRST = 64
 
-# The flows of a step and, per flow, the stretch of each link class (``twin.core.contention``).
-_Flows = tuple[list[Flow], list[Any]]
+# The flows of a step, ``Flow`` objects or, from a scenario's group memo, their field tuples
+# (plain values: the collector stops tracking them), and per flow the stretch of each link
+# class (``twin.core.contention``).
+_Flows = tuple[Sequence[Any], Sequence[Any]]
 CostOverride = Callable[[str, float, GroupSpan, Hierarchy, "str | None", Scenario], "CollectiveCost | None"]
 PHASES = ("microbatch", "pipeline", "step")
 DIMENSIONS = ("tp", "cp", "ep", "dp", "dpr", "edp", "pp")
@@ -205,6 +208,76 @@ class _KeyCache:
         return token
 
 
+class _HierarchyCache:
+    """Value-keyed caches of one hierarchy and its share views (``Hierarchy.with_shares``),
+    kept in the hierarchy's own memo (``Hierarchy._memo``): group spans by degrees; per
+    group, collective costs by (op, size, algorithm, shares) and link profiles by
+    ("profile", pattern, shares). Keys below a group are plain values, so the collector
+    stops tracking them; bounded: cleared when full.
+    """
+
+    __slots__ = ("by_group", "entries", "spans")
+
+    def __init__(self) -> None:
+        self.spans: dict[Any, dict[str, GroupSpan]] = {}
+        self.by_group: dict[Any, dict[Any, Any]] = {}
+        self.entries = 0
+
+    def cost(self, span: GroupSpan, key: Any, build: Callable[..., Any], *args: Any) -> Any:
+        """``build(*args)``, remembered under ``span`` (by its fields) and ``key``."""
+        group = span._key if span._key is not None else span
+        mine = self.by_group.get(group)
+        if mine is None:
+            mine = self.by_group[group] = {}
+        got = mine.get(key)
+        if got is None:
+            got = build(*args)
+            if self.entries >= 8 * _CACHE_LIMIT:
+                self.by_group.clear()
+                self.entries = 0
+                mine = self.by_group[group] = {}
+            mine[key] = got
+            self.entries += 1
+        return got
+
+
+# Where a hierarchy's memo keeps the engine's caches (collectives' own keys are (kind, tag, group)).
+_HCACHE = ("twin.core.evaluate", "hierarchy caches")
+
+
+def _hcache(h: Hierarchy) -> _HierarchyCache:
+    """The caches of ``h`` and its share views."""
+    memo = h._memo
+    hit = memo.get(_HCACHE)
+    if hit is None:
+        hit = memo[_HCACHE] = _HierarchyCache()
+    return hit  # type: ignore[no-any-return]
+
+
+class _Costing:
+    """A hierarchy view's collective costing for one evaluation (``EvalContext.cost_fn``):
+    ``collective_cost``, remembered by value in the hierarchy's cache with the view's
+    shares. Made per evaluation and not kept (no closure per view outlives it).
+    """
+
+    __slots__ = ("_cache", "_hierarchy", "_shares")
+
+    def __init__(self, hierarchy: Hierarchy, cache: _HierarchyCache) -> None:
+        self._hierarchy = hierarchy
+        self._cache = cache
+        self._shares = hierarchy.shares
+
+    def __call__(self, op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
+        cache = self._cache
+        mine = cache.by_group.get(span._key if span._key is not None else span)
+        if mine is not None:
+            got = mine.get((op, size, algorithm, self._shares))
+            if got is not None:
+                return got  # type: ignore[no-any-return]
+        return cache.cost(span, (op, size, algorithm, self._shares), collective_cost, op, size, span,
+                          self._hierarchy, algorithm)
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterFacts:
     """What the step model needs of a cluster besides its hierarchy (one per cluster)."""
@@ -283,9 +356,22 @@ class _Step:
     interference_s: Any
     algorithms: dict[str, str]
     notes: list[str]
-    flows: _Flows = ([], [])
+    flows: _Flows = ((), ())
     details: dict[str, dict[str, Any]] = field(default_factory=dict)
     alone_step_s: Any = None
+
+
+@dataclass(slots=True)
+class _Groups:
+    """A batch's groups of points that differ only in the global batch and the interleaving
+    depth, which strategies that do not read the schedule are evaluated on: a context with
+    one row per group (``schedule=False``), each point's group, and ``rehome(rows, shares)``:
+    the context of the groups ``rows`` on a view of their hierarchies with ``shares``.
+    """
+
+    ctx: EvalContext
+    inverse: np.ndarray
+    rehome: Callable[[np.ndarray, np.ndarray], EvalContext]
 
 
 @dataclass
@@ -314,6 +400,16 @@ class PointResults:
     dp: np.ndarray
     stats: dict[str, int] = field(default_factory=dict)
     fits: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # Writes not yet made into full-length columns (``TwinModel.evaluate_points(sparse=True)``):
+    # per column, its (rows, values) in the order written; None: every write is made at once.
+    _pending: dict[str, list[tuple[Any, Any]]] | None = field(default=None, init=False, repr=False, compare=False)
+    # values_at's positions of one write's rows among the rows read, per (write rows, rows
+    # read) object pair: a batch writes every number at the same rows, and is read the same
+    # way (each entry holds both, so an id is never another object's).
+    _at: dict[tuple[int, int], tuple[Any, Any, Any, Any]] = field(default_factory=dict, init=False, repr=False,
+                                                                  compare=False)
+    _written: dict[tuple[int, ...], tuple[Any, np.ndarray]] = field(default_factory=dict, init=False, repr=False,
+                                                                    compare=False)
 
     def __post_init__(self) -> None:
         if len(self.fits) != len(self.reason_ix):
@@ -334,10 +430,69 @@ class PointResults:
 
     def put(self, name: str, rows: Any, values: Any) -> None:
         """Write ``values`` into column ``name`` at ``rows`` (a new column starts as NaN)."""
+        if self._pending is not None:
+            self._pending.setdefault(name, []).append((rows, values))
+            return
         col = self.columns.get(name)
         if col is None:
             col = self.columns[name] = np.full(len(self), np.nan)
         col[rows] = values
+
+    def dense(self) -> None:
+        """Make the pending writes (``sparse``) into full-length columns, as ``put`` would have."""
+        pending, self._pending = self._pending, None
+        for name, writes in (pending or {}).items():
+            for rows, values in writes:
+                self.put(name, rows, values)
+
+    def names(self) -> list[str]:
+        """The columns written so far (in ``columns`` or still pending)."""
+        return [*self.columns, *(n for n in self._pending or () if n not in self.columns)]
+
+    def written(self, name: str) -> np.ndarray:
+        """The rows column ``name`` was written at (ascending): where its full-length column
+        would hold something other than NaN's start.
+        """
+        pending = (self._pending or {}).get(name)
+        if not pending:
+            return np.flatnonzero(~np.isnan(self.columns[name]))
+        key = tuple(id(where) for where, _ in pending)
+        known = self._written.get(key)
+        if known is not None and all(a is b for a, (b, _) in zip(known[0], pending, strict=True)):
+            return known[1]  # type: ignore[no-any-return]
+        rows = np.unique(np.concatenate([np.atleast_1d(np.asarray(where, np.int64)) for where, _ in pending]))
+        self._written[key] = (tuple(where for where, _ in pending), rows)
+        return rows
+
+    def values_at(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Column ``name`` at ``rows`` (NaN where never written), without making a
+        full-length column of pending writes: a caller that reads a few points of many.
+        """
+        pending = (self._pending or {}).get(name)
+        if not pending:
+            return self.columns[name][rows]
+        rows = np.asarray(rows)
+        if len(rows) > 1 and not (rows[1:] > rows[:-1]).all():  # each distinct row once, ascending
+            distinct, inverse = np.unique(rows, return_inverse=True)
+            return self.values_at(name, distinct)[inverse.reshape(-1)]
+        out = np.full(len(rows), np.nan)
+        for where, values in pending:  # in the order written: a later write wins, as in put
+            known = self._at.get((id(where), id(rows)))
+            if known is not None and known[0] is where and known[1] is rows:
+                at, hit = known[2], known[3]
+            else:
+                at = np.searchsorted(rows, where)
+                inside = at < len(rows)
+                hit = inside & (rows[np.where(inside, at, 0)] == where)
+                if np.ndim(hit):
+                    at = at[hit]
+                self._at[(id(where), id(rows))] = (where, rows, at, hit)
+            if np.ndim(hit) == 0:
+                if hit:
+                    out[at] = values
+                continue
+            out[at] = values if np.ndim(values) == 0 else np.asarray(values)[hit]
+        return out
 
 
 class _Reasons:
@@ -394,7 +549,7 @@ class Pruner:
 
     def offer(self, out: PointResults, idx: np.ndarray) -> None:
         """Take the feasible step times of the points ``idx`` of ``out``."""
-        t = out.columns["step_time_s"][idx]
+        t = out.values_at("step_time_s", idx)
         t = t[(out.reason_ix[idx] < 0) & np.isfinite(t)]
         if len(t):
             self.best = sorted([*self.best, *np.sort(t)[:self.top].tolist()])[:self.top]
@@ -430,7 +585,6 @@ class TwinModel:
         self.cost_override = cost_override
         self._key = _KeyCache()
         self._hierarchies: dict[Any, Hierarchy] = {}
-        self._per_h: dict[int, tuple[tuple[Tier, ...], dict[Any, GroupSpan], dict[Any, CollectiveCost]]] = {}
         self._devices: dict[Any, Device] = {}
         self._facts: dict[Any, ClusterFacts] = {}
         self._stages: dict[Any, StageTimes] = {}
@@ -657,24 +811,14 @@ class TwinModel:
             self._devices[key] = hit
         return hit
 
-    def _hcache(self, h: Hierarchy) -> tuple[dict[Any, GroupSpan], dict[Any, CollectiveCost]]:
-        """Caches of one hierarchy, shared by its contention views (same tiers, other shares:
-        the costs are keyed by the shares).
-        """
-        hit = self._per_h.get(id(h.tiers))
-        if hit is None or hit[0] is not h.tiers:
-            if len(self._per_h) > _CACHE_LIMIT:
-                self._per_h.clear()
-            hit = (h.tiers, {}, {})
-            self._per_h[id(h.tiers)] = hit
-        return hit[1], hit[2]
-
     def _spans(self, h: Hierarchy, plan: Any, dp: int) -> dict[str, GroupSpan]:
         """Where each parallel dimension's group sits (cached per hierarchy and degrees)."""
-        spans, _ = self._hcache(h)
+        spans = _hcache(h).spans
         key = (plan.tp, plan.cp, plan.ep, plan.expert_tp, dp, plan.pp, plan.rank_order, plan.dp_shard)
         got = spans.get(key)
         if got is None:
+            if len(spans) > _CACHE_LIMIT:
+                spans.clear()
             got = spans[key] = {dim: place_group(*stride_of(plan, dp, dim), h) for dim in DIMENSIONS}
         return got
 
@@ -688,37 +832,14 @@ class TwinModel:
                         return got
                 return collective_cost(op, size, span, hierarchy, algorithm)
             return with_override
-        shares = hierarchy.shares
-        _, costs = self._hcache(hierarchy)
-        fn = costs.get((_COST_FN, shares))
-        if fn is not None:
-            return fn  # type: ignore[no-any-return]
-
-        def cached(op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
-            key = (op, size, span, algorithm, shares)
-            got = costs.get(key)
-            if got is None:
-                got = collective_cost(op, size, span, hierarchy, algorithm)
-                if len(costs) > 8 * _CACHE_LIMIT:
-                    costs.clear()
-                    costs[(_COST_FN, shares)] = cached
-                costs[key] = got
-            return got
-
-        costs[(_COST_FN, shares)] = cached  # type: ignore[index]
-        return cached
+        return _Costing(hierarchy, _hcache(hierarchy))
 
     def _profile(self, span: GroupSpan, h: Hierarchy, pattern: str) -> Any:
         """``collectives.link_seconds_per_byte`` of a group (cached with the hierarchy's costs;
         keyed by the view's shares too: the costs are shared by a hierarchy's views, and a
         fleet's capacity view prices the links otherwise).
         """
-        _, costs = self._hcache(h)
-        key = ("profile", span, pattern, h.shares)
-        got = costs.get(key)
-        if got is None:
-            got = costs[key] = link_seconds_per_byte(span, h, pattern)
-        return got
+        return _hcache(h).cost(span, ("profile", pattern, h.shares), link_seconds_per_byte, span, h, pattern)
 
     def _stage(self, plan: Any, model: Model, dev: Device, w: Workload,
                sw: Software = DEFAULT_SOFTWARE) -> tuple[StageTimes, Any, Any, ActivationTerms]:
@@ -821,7 +942,9 @@ class TwinModel:
             lkey = ("links", plan.gbs, plan.vp)
             links = memo.get(lkey) if memo is not None else None
             if links is None:
-                links = tuple(LinkLoad(**d) for d in link_loads(*st.flows, hierarchy))
+                flows, stretch = st.flows
+                flows = [f if type(f) is Flow else Flow(*f) for f in flows]
+                links = tuple(LinkLoad(**d) for d in link_loads(flows, stretch, hierarchy))
                 if memo is not None:
                     memo[lkey] = links
         mem = work.mem
@@ -856,7 +979,7 @@ class TwinModel:
 
     # ---------------------------------------------------------------- the assembly (both)
     def _assemble(self, ctx: EvalContext, work: _Work, strategies: Sequence[Strategy],
-                  groups: tuple[EvalContext, np.ndarray] | None = None,
+                  groups: _Groups | None = None,
                   memo: dict[Any, Any] | None = None,
                   rehome: Callable[[Any], Callable[..., CollectiveCost]] | None = None,
                   alone: bool = False) -> _Step:
@@ -875,9 +998,9 @@ class TwinModel:
         parts: list[tuple[Strategy, Terms]] = []
         for strat in strategies:
             if groups is not None and not strat.reads_schedule and strat.vectorized:
-                terms = self._terms(strat, groups[0])
+                terms = self._terms(strat, groups.ctx)
                 if terms is not None:
-                    terms = _expand_terms(terms, groups[1])
+                    terms = _expand_terms(terms, groups.inverse)
             elif memo is not None and not strat.reads_schedule:
                 terms = memo.get(strat.name, _NOT_YET)
                 if terms is _NOT_YET:
@@ -887,10 +1010,10 @@ class TwinModel:
             if terms is None:
                 continue
             parts.append((strat, terms))
-        flows: _Flows = ([], [])
+        flows: _Flows = ((), ())
         first = parts
         if rehome is not None and parts:
-            parts, flows = self._contend(ctx, parts, rehome, memo)
+            parts, flows = self._contend(ctx, parts, rehome, memo, groups)
         st = self._finish(ctx, work, parts, flows)
         if alone:
             if parts is first:
@@ -900,14 +1023,17 @@ class TwinModel:
                 key = ("alone", ctx.plan.gbs, ctx.plan.vp)
                 got = memo.get(key) if memo is not None else None
                 if got is None:
-                    got = self._finish(ctx, work, first, flows).step_s
+                    got = self._finish(ctx, work, first, flows, breakdown=False).step_s
                     if memo is not None:
                         memo[key] = got
                 st.alone_step_s = got
         return st
 
-    def _finish(self, ctx: EvalContext, work: _Work, parts: list[tuple[Strategy, Terms]], flows: _Flows) -> _Step:
-        """The step from the strategies' terms (see :meth:`_assemble`)."""
+    def _finish(self, ctx: EvalContext, work: _Work, parts: list[tuple[Strategy, Terms]], flows: _Flows,
+                breakdown: bool = True) -> _Step:
+        """The step from the strategies' terms (see :meth:`_assemble`); ``breakdown=False``:
+        the step time and its parts only (no per-dimension exposed, issued, bytes, algorithms).
+        """
         batch = ctx.batch
         m = ctx.microbatches
         stage = ctx.stage
@@ -929,23 +1055,26 @@ class TwinModel:
         hidden: Any = 0.0
         for strat, t in parts:
             dim = strat.dimension
-            e = t.exposed_per_microbatch_s * m + t.exposed_per_step_s
             if dim == "offload":
-                offload_s = offload_s + e
-            elif batch or e > 0 or dim not in exposed:
-                exposed[dim] = exposed.get(dim, 0.0) + e
-            total = t.issued_per_microbatch_s * m + t.issued_per_step_s
-            issued[dim] = issued.get(dim, 0.0) + total
-            if not batch:  # bytes per dimension are reported for one scenario only
-                nbytes[dim] = nbytes.get(dim, 0.0) + (t.bytes_per_microbatch * m + t.bytes_per_step)
+                offload_s = offload_s + (t.exposed_per_microbatch_s * m + t.exposed_per_step_s)
+            elif breakdown:
+                e = t.exposed_per_microbatch_s * m + t.exposed_per_step_s
+                if batch or e > 0 or dim not in exposed:
+                    exposed[dim] = exposed.get(dim, 0.0) + e
+            if breakdown or strat.interferes:
+                total = t.issued_per_microbatch_s * m + t.issued_per_step_s
+            if breakdown:
+                issued[dim] = issued.get(dim, 0.0) + total
+                if not batch:  # bytes per dimension are reported for one scenario only
+                    nbytes[dim] = nbytes.get(dim, 0.0) + (t.bytes_per_microbatch * m + t.bytes_per_step)
+                    if t.algorithm:
+                        algorithms[dim] = str(t.algorithm)
+                    if t.details:
+                        details.setdefault(dim, {}).update(t.details)
             if dim != "offload":
                 per_step = per_step + t.exposed_per_step_s
             if strat.interferes:
                 hidden = hidden + ops.maximum(0.0, total - t.exposed_per_microbatch_s * m - t.exposed_per_step_s)
-            if not batch and t.algorithm:
-                algorithms[dim] = str(t.algorithm)
-            if not batch and t.details:
-                details.setdefault(dim, {}).update(t.details)
         interference = OVERLAP_INTERFERENCE * hidden
         step = pipe + per_step + opt_s + offload_s + interference
         return _Step(step_s=step, compute_s=m * (stage.fwd_s + stage.bwd_s), recompute_s=m * stage.recompute_s,
@@ -955,18 +1084,20 @@ class TwinModel:
 
     def _contend(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
                  rehome: Callable[[Any], Callable[..., CollectiveCost]],
-                 memo: dict[Any, Any] | None = None) -> tuple[list[tuple[Strategy, Terms]], _Flows]:
+                 memo: dict[Any, Any] | None = None,
+                 groups: _Groups | None = None) -> tuple[list[tuple[Strategy, Terms]], _Flows]:
         """The strategies' terms with traffic in flight together sharing its links
         (``twin.core.contention``): contended strategies costed again with their share.
         ``rehome``: the costing of a hierarchy seen with shares. ``memo``: one scenario's
         group memo (its link profiles and, per batch size and interleaving, the stretches).
+        ``groups``: a batch's groups (see :meth:`_assemble`).
         """
         key = ("contention", ctx.plan.gbs, ctx.plan.vp)
         got = memo.get(key) if memo is not None else None
         if got is None:
-            got = self._flows(ctx, parts, memo)
-            if memo is not None:
-                memo[key] = got
+            got = self._flows(ctx, parts, memo, groups)
+            if memo is not None:  # kept as plain tuples (see _Flows)
+                memo[key] = (tuple(map(_flow_record, got[0])), got[1], got[2])
         flows, stretch, where = got
         if len(flows) < 2:
             return parts, (flows, stretch)
@@ -975,7 +1106,7 @@ class TwinModel:
             for i, s in zip(where, stretch, strict=True):
                 hit = contended(s)
                 if hit.any():
-                    out[i] = (parts[i][0], self._recost_points(parts[i], ctx, shares_of(s, hit), hit, rehome))
+                    out[i] = (parts[i][0], self._recost_points(parts[i], ctx, shares_of(s, hit), hit, rehome, groups))
             return out, (flows, stretch)
         h, cost_fn = ctx.hierarchy, ctx.cost_fn
         try:
@@ -1001,34 +1132,31 @@ class TwinModel:
         return out, (flows, stretch)
 
     def _recost_points(self, part: tuple[Strategy, Terms], ctx: EvalContext, shares: np.ndarray, hit: np.ndarray,
-                       rehome: Callable[..., Any]) -> Terms:
+                       rehome: Callable[..., Any], groups: _Groups | None = None) -> Terms:
         """A strategy's terms with the contended points (``hit``) costed again with their
         ``shares``; the others keep their terms alone (they are not re-evaluated).
+
+        A strategy that does not read the schedule gives the points of a group the same terms
+        on the same view (what ``groups`` are for), so with ``groups`` it is costed once per
+        distinct (group, shares) of the contended points, on the groups' rows.
         """
         strat, terms = part
+        if groups is not None and not strat.reads_schedule and strat.vectorized:
+            idx = np.flatnonzero(hit)
+            first, inverse = _distinct_rows(groups.inverse[idx], shares[idx])
+            sel = idx[first]
+            got = self._terms(strat, groups.rehome(groups.inverse[sel], shares[sel]))
+            return terms if got is None else _merge_terms(terms, got, idx, inverse, ctx.points)
         if hit.mean() > 0.5:  # most points: costing them all beats taking the few out
             got = self._terms(strat, rehome(ctx.hierarchy.with_shares(shares), None))
             return terms if got is None else got
         idx = np.flatnonzero(hit)
         sub = rehome(ctx.hierarchy.take(idx).with_shares(shares[idx]), idx)
         got = self._terms(strat, sub)
-        if got is None:
-            return terms
-        n = ctx.points
-        merged = []
-        for f in _TERM_FIELDS:
-            full = np.array(np.broadcast_to(getattr(terms, f), (n,)), dtype=np.float64)
-            full[idx] = getattr(got, f)
-            merged.append(full)
-        algo = terms.algorithm
-        if algo is not None:
-            algo = np.array(np.broadcast_to(algo, (n,)), dtype=object)
-            if got.algorithm is not None:
-                algo[idx] = got.algorithm
-        return Terms(*merged, algorithm=algo)
+        return terms if got is None else _merge_terms(terms, got, idx, None, ctx.points)
 
-    def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]],
-               memo: dict[Any, Any] | None) -> tuple[list[Flow], list[Any], list[int]]:
+    def _flows(self, ctx: EvalContext, parts: list[tuple[Strategy, Terms]], memo: dict[Any, Any] | None,
+               groups: _Groups | None = None) -> tuple[list[Flow], tuple[Any, ...], tuple[int, ...]]:
         """(the strategies' flows, their stretches, their index in ``parts``)."""
         m, stage, h = ctx.microbatches, ctx.stage, ctx.hierarchy
         profile_fn = link_seconds_per_byte if ctx.batch else self._profile
@@ -1049,7 +1177,13 @@ class TwinModel:
                 if traffic is None:
                     pattern = DEFAULT_PATTERNS.get(strat.dimension)
                     traffic = ((strat.dimension, pattern),) if pattern else ()
-                profile = traffic_profile(traffic, ctx.spans, h, profile_fn) if traffic else None
+                if not traffic:
+                    profile = None
+                elif groups is not None:  # a group's points share their groups' spans and links
+                    profile = traffic_profile(traffic, groups.ctx.spans, groups.ctx.hierarchy, profile_fn)
+                    profile = None if profile is None else profile[groups.inverse]
+                else:
+                    profile = traffic_profile(traffic, ctx.spans, h, profile_fn)
                 if memo is not None:
                     memo[pkey] = profile
             if profile is None:
@@ -1060,8 +1194,8 @@ class TwinModel:
             flows.append(Flow(strat.name, profile, nbytes, issued, window, strat.phase, strat.overlapped))
             where.append(i)
         if len(flows) < 2:  # nothing to share with: every link class as alone
-            return flows, [_unstretched(f.profile) for f in flows], where
-        return flows, stretches(flows), where
+            return flows, tuple(_unstretched(f.profile) for f in flows), tuple(where)
+        return flows, tuple(stretches(flows)), tuple(where)
 
     def _terms(self, strat: Strategy, ctx: EvalContext) -> Terms | None:
         """The strategy's terms (None if it takes no part); a batch's are zero where inactive."""
@@ -1081,7 +1215,7 @@ class TwinModel:
 
     # ---------------------------------------------------------------- a batch
     def evaluate_points(self, points: PointSet, *, memory_headroom: float = 0.0, require_fit: bool = True,
-                        validate: bool = True, prune: Pruner | None = None) -> PointResults:
+                        validate: bool = True, prune: Pruner | None = None, sparse: bool = False) -> PointResults:
         """Predict every point of ``points`` (one model; any mix of plans, sizes, clusters).
 
         A point that breaks a rule, does not fit in memory (leaving ``memory_headroom`` of
@@ -1089,7 +1223,10 @@ class TwinModel:
         cannot be evaluated gets a reason instead of numbers. The numbers of a feasible point
         are those :meth:`evaluate` gives for it. ``prune``: a search for the ``prune.top``
         fastest points (carried across calls); points that cannot be among them get
-        ``PRUNED_REASON`` instead (:class:`Pruner`).
+        ``PRUNED_REASON`` instead (:class:`Pruner`). ``sparse``: ``columns`` stay empty and
+        a feasible point's numbers are read with ``PointResults.values_at`` (no full-length
+        column per number when few points are evaluated); a feasible point's exposed time of
+        a dimension none of its strategies reported is then NaN (0 in ``columns``).
         """
         n = len(points)
         reasons = _Reasons()
@@ -1101,11 +1238,14 @@ class TwinModel:
         # the schedule were evaluated on; scalar_points: points evaluated one by one
         stats = {"points": n, "evaluated": 0, "scalar_points": 0, "groups": 0}
         out = PointResults(reason_ix, reasons.names, cols, mb, dp_out, stats)
+        if sparse:
+            out._pending = {}
         if n == 0:
             return out
         with np.errstate(all="ignore"):
             self._evaluate_points(points, memory_headroom if require_fit else None, validate, reasons, out, prune)
-        _zero_missing_exposed(out)
+        if not sparse:
+            _zero_missing_exposed(out)
         return out
 
     def evaluate_many(self, scenarios: Sequence[Scenario | None], *, memory_headroom: float = 0.0,
@@ -1303,7 +1443,13 @@ class TwinModel:
                              ColumnView(grp.calibrations, grp.calibration_ix), hb_g, spans_g,
                              self._batch_cost(grp, hb_g), len(first), None, schedule=False,
                              software=ps.software)
-            groups = (ctx_g, inverse)
+            def rehome_groups(rows: np.ndarray, shares: np.ndarray) -> EvalContext:
+                # The groups ``rows`` on a view of their hierarchies with ``shares`` (read lazily).
+                h = hb_g.take(rows).with_shares(shares)
+                cost = self._batch_cost(grp.take(rows) if self.cost_override is not None else grp, h)
+                return _rows_context(ctx_g, rows, h, cost)
+
+            groups = _Groups(ctx_g, inverse, rehome_groups)
             spans = {dim: ops.TakeView(v, inverse) for dim, v in spans_g.items()}  # read per point where needed
         else:
             spans = {dim: place_group(*stride_of(sub.plan, work.dp, dim), hb) for dim in DIMENSIONS}
@@ -1323,7 +1469,7 @@ class TwinModel:
         st = self._assemble(ctx, work, strategies, groups, rehome=rehome)
         out.stats["groups"] += len(first)
         self._fill(out, idx, work, st, sub, power)
-        odd = ~np.isfinite(out.columns["step_time_s"][idx])
+        odd = ~np.isfinite(out.values_at("step_time_s", idx))
         if odd.any():
             self._per_point(sub.take(np.flatnonzero(odd)), idx[odd], reasons, out, headroom)
         out.stats["evaluated"] += len(idx)
@@ -1732,7 +1878,6 @@ _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))
 _NOT_YET = object()
-_COST_FN = ("costing function",)  # where a hierarchy's cost cache keeps its costing closure
 
 
 def _group_columns(ps: PointSet) -> list[np.ndarray]:
@@ -1750,6 +1895,11 @@ def _group_columns(ps: PointSet) -> list[np.ndarray]:
     return cols
 
 
+def _flow_record(f: Flow) -> tuple[Any, ...]:
+    """A flow's fields as a plain tuple (``Flow(*record)`` makes it again)."""
+    return (f.name, f.profile, f.nbytes, f.issued_s, f.window_s, f.phase, f.overlapped)
+
+
 def _unstretched(profile: Any) -> Any:
     """A stretch of 1 on every link class of ``profile`` (tuple or points x classes)."""
     return tuple(1.0 for _ in profile) if isinstance(profile, tuple) else np.ones_like(profile)
@@ -1759,6 +1909,76 @@ def _expand_terms(t: Terms, inverse: np.ndarray) -> Terms:
     """A group's terms, one row per point."""
     return Terms(*(getattr(t, f)[inverse] if isinstance(getattr(t, f), np.ndarray) else getattr(t, f)
                    for f in _TERM_FIELDS), algorithm=None)
+
+
+def _distinct_rows(group: np.ndarray, shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a row of each distinct (group, shares row), each row's) over points' groups and shares.
+
+    Shares below a whole link are steps of 1/``SHARE_STEPS`` (``contention.shares_of``), so
+    they key as small integers; others (a view with shares of its own) as columns.
+    """
+    steps = shares * SHARE_STEPS
+    codes = steps.astype(np.int64)
+    radix = int(SHARE_STEPS) + 1
+    if shares.shape[1] <= 4 and np.array_equal(codes, steps) and codes.min(initial=0) >= 0 \
+            and codes.max(initial=0) < radix:
+        key = group.astype(np.int64)
+        for column in codes.T:
+            key = key * radix + column
+        # Any point of a distinct row stands for all of it (their inputs are the same): the
+        # last one, which needs no stable sort (np.unique's return_index would).
+        distinct, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        first = np.empty(len(distinct), np.int64)
+        first[inverse] = np.arange(len(key))
+        return first, inverse
+    return _factorize([group, *shares.T])
+
+
+def _rows_context(ctx: EvalContext, rows: np.ndarray, hierarchy: HierarchyBatch,
+                  cost_fn: Callable[..., Any]) -> EvalContext:
+    """The rows ``rows`` of a batch context without the schedule (``_context(schedule=False)``)
+    on ``hierarchy``: every per-row value is taken where a strategy reads it (``ops.TakeView``).
+    """
+    def take(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return ops.take_rows(v, rows) if v.ndim else v
+        if isinstance(v, ColumnView):
+            objects, index = v.distinct()
+            return ColumnView(objects, index[rows])
+        if isinstance(v, ops.TakeView) or (dataclasses.is_dataclass(v) and not isinstance(v, type)):
+            return ops.TakeView(v, rows)
+        return v
+
+    return EvalContext(plan=ops.TakeView(ctx.plan, rows), model=ctx.model, cluster=take(ctx.cluster),
+                       calibration=take(ctx.calibration), dp=take(ctx.dp), microbatches=None,
+                       device=take(ctx.device), workload=take(ctx.workload), hierarchy=hierarchy,
+                       spans={dim: ops.TakeView(v, rows) for dim, v in ctx.spans.items()}, stage=take(ctx.stage),
+                       params_per_gpu=take(ctx.params_per_gpu), expert_params_per_gpu=take(ctx.expert_params_per_gpu),
+                       tp_overlap=take(ctx.tp_overlap), cost_fn=cost_fn, offload_bw_Bps=take(ctx.offload_bw_Bps),
+                       activation_bytes=None, points=len(rows), scenario=None, software=ctx.software)
+
+
+def _merge_terms(terms: Terms, got: Terms, idx: np.ndarray, rows: np.ndarray | None, n: int) -> Terms:
+    """``terms`` of ``n`` points with the points ``idx`` taking ``got`` (row ``rows[j]`` of it
+    for the j-th of them; None: row j).
+    """
+    merged = []
+    for f in _TERM_FIELDS:
+        old, new = getattr(terms, f), getattr(got, f)
+        if old is new and np.ndim(old) == 0:  # the same number both ways (a field left at 0.0): no column
+            merged.append(old)
+            continue
+        full = np.array(np.broadcast_to(old, (n,)), dtype=np.float64)
+        full[idx] = new if rows is None or np.ndim(new) == 0 else new[rows]
+        merged.append(full)
+    algo = terms.algorithm
+    if algo is not None:
+        algo = np.array(np.broadcast_to(algo, (n,)), dtype=object)
+        new = got.algorithm
+        if new is not None:
+            algo[idx] = new if rows is None or np.ndim(new) == 0 else np.asarray(new)[rows]
+    return Terms(*merged, algorithm=algo)
 
 
 def _column(value: Any, n: int, dtype: Any) -> np.ndarray:

@@ -208,22 +208,37 @@ def select_min(options: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
     """The option with the smallest first element, per point (ties: the earliest option).
 
     Each option is a tuple whose entries are scalars or arrays; for a batch every entry
-    of the winning option is gathered per point.
+    of the winning option is gathered per point. A NaN first element wins as in
+    ``np.argmin`` (the first NaN), so a batch's choice is the one ``argmin`` over the
+    options would make, found option by option (no points x options table).
     """
-    if not any(is_batch(*o) for o in options):
-        return min(options, key=lambda o: o[0])
-    times = np.stack(np.broadcast_arrays(*(o[0] for o in options)))
-    best = np.argmin(times, axis=0)
-    n = times.shape[1]
-    cols = np.arange(n)
-    out: list[Any] = [times[best, cols]]
+    for o in options:
+        if is_batch(*o):
+            break
+    else:
+        return min(options, key=_first)
+    times = np.broadcast_arrays(*(o[0] for o in options))
+    best_t = times[0]
+    best = np.zeros(best_t.shape, np.intp)
+    for j in range(1, len(times)):
+        t = times[j]
+        # t < best, or t NaN where the best is not: not (t >= best), where the best is no NaN
+        # (the one value not equal to itself)
+        better = ~(t >= best_t) & np.equal(best_t, best_t)
+        best = np.where(better, j, best)
+        best_t = np.where(better, t, best_t)
+    out: list[Any] = [np.array(best_t) if len(times) == 1 else best_t]
     for j in range(1, len(options[0])):
         entries = [o[j] for o in options]
         if not any(is_batch(e) for e in entries):
             out.append(np.asarray(entries)[best])  # one value per option (a name): index the small table
         else:
-            out.append(np.stack([np.broadcast_to(np.asarray(e), (n,)) for e in entries])[best, cols])
+            out.append(np.choose(best, [np.asarray(e) for e in entries]))
     return tuple(out)
+
+
+def _first(option: tuple[Any, ...]) -> Any:
+    return option[0]
 
 
 def take_rows(values: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -270,6 +285,11 @@ class TakeView:
     def source(self, index: Any) -> tuple[Any, Any]:
         """(the underlying object, the rows of it that points ``index`` of this view read)."""
         return self._obj, self._index[index]
+
+
+def take_view_parts(view: TakeView) -> tuple[Any, np.ndarray]:
+    """(the object a :class:`TakeView` reads, its rows): the same ``index`` object it was made with."""
+    return view._obj, view._index
 
 
 def _take_lazy(value: Any, index: np.ndarray) -> Any:

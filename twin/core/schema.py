@@ -153,19 +153,12 @@ class Unkeyable(Exception):
     """The value holds something :func:`value_key` does not key (its section is not cached)."""
 
 
-class _Tag:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<{self.name}>"
-
-
 # Tags make the key injective across types that compare equal in Python (True == 1 == 1.0,
 # a list and a tuple of the same items are different inputs to a free-form ``Any`` field).
-_TRUE, _FALSE, _FLOAT, _DICT, _LIST, _TUPLE = (_Tag(n) for n in ("true", "false", "float", "dict", "list", "tuple"))
+# They are ``bytes``, which no plain data holds (value_key refuses bytes), so no input's key
+# equals a tag; and plain, so a key of plain values stays one (the collector untracks such
+# tuples: keys of cached inputs cost it nothing).
+_TRUE, _FALSE, _FLOAT, _DICT, _LIST, _TUPLE = (b"<true>", b"<false>", b"<float>", b"<dict>", b"<list>", b"<tuple>")
 
 
 def value_key(value: Any) -> Hashable:

@@ -1075,11 +1075,9 @@ def gpu_supports(gpu: Any, precision: Any) -> Any:
     if isinstance(gpu, GPU):
         return np.asarray([gpu.supports(str(p)) for p in names])[pcode]
     objects, index = gpu.distinct()
-    pcode = np.broadcast_to(pcode, np.shape(index))
-    key = index * len(names) + pcode
-    uniq, inv = np.unique(key, return_inverse=True)
-    table = np.asarray([objects[int(k // len(names))].supports(str(names[int(k % len(names))])) for k in uniq])
-    return table[inv.reshape(-1)]
+    # GPUs x precisions: a few of each, so a table indexed per point (no sort of the points)
+    table = np.asarray([[o.supports(str(p)) for p in names] for o in objects], bool).reshape(len(objects), len(names))
+    return table[index, np.broadcast_to(pcode, np.shape(index))]
 
 
 def _categories(values: Any) -> tuple[Any, np.ndarray]:

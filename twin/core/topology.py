@@ -24,9 +24,10 @@ a group gets while other traffic shares it (``twin.core.contention``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,18 @@ class Hierarchy:
     net_overhead_us: float = 1.0
     ll_max_bw_two_nodes: float = 39.0e9
     ll_max_bw_more_nodes: float = 20.4e9
+    # The parts of collective costs on these tiers that no link share changes, by value
+    # (``collectives._fixed``): shared with its share views (``with_shares``), not part of
+    # its value (equality, hash, repr, pickle); a copy made any other way starts empty.
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f.name) for f in fields(self) if f.init]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for f, value in zip((f for f in fields(self) if f.init), state, strict=True):
+            object.__setattr__(self, f.name, value)
+        object.__setattr__(self, "_memo", {})
 
     def share_at(self, tier: Any) -> Any:
         """Fraction of link class ``tier``'s capacity this traffic gets (1: it has it alone)."""
@@ -106,12 +119,9 @@ class Hierarchy:
         """
         mine = self.shares
         got = tuple(float(x) * (mine[j] if j < len(mine) else 1.0) for j, x in enumerate(shares))
-        return Hierarchy(tiers=self.tiers, gpus_per_node=self.gpus_per_node, nic_share=self.nic_share,
-                         notes=self.notes, shares=got, ring_plateau=self.ring_plateau,
-                         ll_max_bw=self.ll_max_bw, nvls_channels=self.nvls_channels,
-                         nvls_channels_multi=self.nvls_channels_multi, collnet_direct_bw=self.collnet_direct_bw,
-                         net_overhead_us=self.net_overhead_us, ll_max_bw_two_nodes=self.ll_max_bw_two_nodes,
-                         ll_max_bw_more_nodes=self.ll_max_bw_more_nodes)
+        view = dataclasses.replace(self, shares=got)
+        object.__setattr__(view, "_memo", self._memo)  # the same tiers: the same share-free parts
+        return view
 
     @property
     def scale_up(self) -> Tier:
@@ -204,6 +214,11 @@ class HierarchyBatch:
         self._per_point: dict[str, np.ndarray] = {}  # tables expanded to the points, when read
         # Per group span and pattern, its link-class costing (collectives.net_seconds_per_byte).
         self._net_memo: dict[Any, Any] = {}
+        # Per group span, the parts of its costing no link share changes (collectives._fixed),
+        # shared with the share views of these points (with_shares), not with subsets (take),
+        # which read the rows of their batch's (_fixed_from: its memo and the rows taken).
+        self._fixed_memo: dict[Any, Any] = {}
+        self._fixed_from: tuple[dict[Any, Any], np.ndarray] | None = None
         width = max(len(h.tiers) for h in self.hierarchies)
         n = len(self.hierarchies)
 
@@ -336,6 +351,8 @@ class HierarchyBatch:
         out.__dict__.update(self.__dict__)
         out._per_point = {}
         out._net_memo = {}
+        out._fixed_memo = {}
+        out._fixed_from = (self._fixed_memo, index)
         out.rows = self.rows[index]
         for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw",
                      "nvls_channels", "nvls_channels_multi", "collnet_direct_bw", "net_overhead_us",
@@ -365,6 +382,14 @@ class GroupSpan:
     k_top: Any
     nodes: Any
     per_tier: Any = ()
+    # One scenario's fields as one plain tuple (None for a batch's): what caches key a group
+    # by, hashed and compared in C (a dataclass's own __hash__ and __eq__ run in Python).
+    _key: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = (self.n, self.k, self.m, self.top, self.k_top, self.nodes, self.per_tier)
+        if not ops.is_batch(*key):
+            object.__setattr__(self, "_key", key)
 
     def point(self, i: int) -> GroupSpan:
         """Point ``i`` of a batch's spans, as one scenario's span."""

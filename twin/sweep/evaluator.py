@@ -125,7 +125,8 @@ class SweepEvaluator:
 
     def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, out: Evaluated, code: Any) -> None:
         ps = batch.point_set(idx)
-        res = self.model.evaluate_points(ps, memory_headroom=self.headroom, prune=self.pruner)
+        # Sparse: a batch's feasible points are a fraction of it; their numbers are read as they are.
+        res = self.model.evaluate_points(ps, memory_headroom=self.headroom, prune=self.pruner, sparse=True)
         for key in ("evaluated", "scalar_points", "groups", "pruned"):
             out.stats[key] = out.stats.get(key, 0) + res.stats.get(key, 0)
         rcode = np.asarray([code(r) for r in res.reasons] + [-1], np.int64)
@@ -134,27 +135,30 @@ class SweepEvaluator:
         pts = idx[ok]
         if not len(pts):
             return
-        c = res.columns
-        whole = len(idx) == len(out.reason_ix)
-        for name in _MODEL_FLOATS:
-            if whole:  # every point of the batch: take the column as it is (NaN where infeasible)
-                out.floats[name] = c[name]
-            else:
-                out.floats[name][pts] = c[name][ok]
-        other = np.zeros(int(ok.sum()))
-        for key, col in c.items():
+        rows = np.flatnonzero(ok)
+        if len(idx) == len(out.reason_ix):  # every point of the batch: its columns as they are
+            for name in _MODEL_FLOATS:  # (a point evaluated, then found infeasible, keeps its numbers)
+                written = res.written(name)
+                out.floats[name][written] = res.values_at(name, written)
+        else:
+            for name in _MODEL_FLOATS:
+                out.floats[name][pts] = res.values_at(name, rows)
+        other = np.zeros(len(rows))
+        names = res.names()
+        for key in names:
             if key.startswith("exposed_") and key.endswith("_s"):
                 dim = key[len("exposed_"):-2]
-                vals = np.nan_to_num(col[ok], nan=0.0)
+                vals = np.nan_to_num(res.values_at(key, rows), nan=0.0)
                 if dim in EXPOSED_DIMS:
                     out.floats[key][pts] = vals
                 else:
                     other = other + vals
         for dim in EXPOSED_DIMS:
-            if f"exposed_{dim}_s" not in c:
+            if f"exposed_{dim}_s" not in names:
                 out.floats[f"exposed_{dim}_s"][pts] = 0.0
         out.floats["exposed_other_s"][pts] = other
-        for name, values in _energy_columns(c).items():
-            out.floats[name][pts] = values[ok]
+        read = {name: res.values_at(name, rows) for name in (*_ENERGY_FLOATS, "average_power_w")}
+        for name, values in _energy_columns(read).items():
+            out.floats[name][pts] = values
         out.ints["microbatches"][pts] = res.microbatches[ok]
         out.ints["dp"][pts] = res.dp[ok]
