@@ -20,10 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import math
+
 import numpy as np
 
 from twin.core import nccl_tuning as nccl
 from twin.core import ops
+from twin.core import p2p
 from twin.core.errors import SpecError
 from twin.core.moe_routing import dispatch_fanout, domains_per_token
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch
@@ -36,9 +39,10 @@ ALGORITHMS = ("ring", "tree", "nvls", "sharp", "direct")
 # line); the tree-correction rows, with the trailing 1.0 from 512 MiB up, also as arrays.
 _TREE_CORRECTION_ROWS = {p: (*row, 1.0) for p, row in nccl.TREE_CORRECTION.items()}
 _TREE_CORRECTION_ARRAYS = {p: np.asarray(row) for p, row in _TREE_CORRECTION_ROWS.items()}
-# All-to-all / send-recv: one message per peer, a per-operation base and a per-peer cost. Not
-# NCCL's: tuning.cc costs collectives only (p2p operations never go through ncclTopoGetAlgoTime),
-# and no source at hand gives these; the twin's own figures, a known gap (docs/fidelity.md).
+# All-to-all / send-recv latency: one message per peer, a per-operation base and a per-peer cost.
+# Not NCCL's: tuning.cc costs collectives only (p2p operations never go through
+# ncclTopoGetAlgoTime), and no source at hand gives these; the twin's own figures, a known gap
+# (docs/fidelity.md). Their bandwidth side follows NCCL's p2p schedule (``twin.core.p2p``).
 _P2P_BASE_US = 8.0
 _P2P_PER_PEER_US = 0.5
 
@@ -656,7 +660,11 @@ def _p2p_latency(n: Any, span: GroupSpan | None = None, h: AnyHierarchy | None =
     return lat * US
 
 
-def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
+def _flat_all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
+    """An all-to-all at the links' rates with the twin's p2p latency: the NVLink all-to-all
+    bandwidth inside the domain, the NICs' across (DeepEP's and UCCL-EP's own kernels, which do
+    not run NCCL's p2p schedule, and fabrics without NVLink channel figures).
+    """
     n, k = span.n, span.k
     a2a_up = h.up_a2a_bw
     t_intra = ops.where(k > 1, size * (k - 1) / n / a2a_up, 0.0)
@@ -669,6 +677,63 @@ def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     t = ops.maximum(t_intra, t_inter) + _p2p_latency(n, span, h)
     bottleneck = ops.where(ops.logical_and(t_inter >= t_intra, multi), inter_bw, a2a_up)
     return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", n) / t, bottleneck)
+
+
+def _p2p_fixed(span: GroupSpan, h: AnyHierarchy, op: str) -> tuple[Any, ...]:
+    """The share-free, size-free parts of a p2p operation's cost on NCCL's schedule (``twin.core.p2p``):
+    whether the hierarchy has NVLink channel figures, whether the group spans NCCL nodes, the
+    per-peer channel maximum and nChannelsMin, whether the transport carries LL, the channels of
+    the NVLink side's ``op`` traffic (all-to-all: its share of the comm's channels, in parts
+    per peer), the twin's latency, the bus factor.
+    """
+    channels = h.p2p_channels
+    on = channels > 0
+    multi = _nccl_nodes(span) > 1
+    per_peer, first = p2p.peer_channels(span.n, multi, span.k > 1, ops.maximum(channels, 1), h.p2p_peer_channels)
+    ll_ok = ops.logical_not(ops.logical_and(span.m > 1, h.simple_only_through(span.top)))
+    # All-to-all: the comm's channels, shared by its n-1 peers, the k-1 behind NVLink getting their share.
+    share = channels * (span.k - 1) / ops.maximum(span.n - 1, 1) if op == "all_to_all" else channels
+    return (on, multi, per_peer, first, ll_ok, share, _p2p_latency(span.n, span, h),
+            bus_factor(op, span.n) if op == "all_to_all" else 1.0)
+
+
+def _p2p_shape(bytes_per_peer: Any, multi: Any, per_peer: Any, first: Any, ll_ok: Any) -> tuple[Any, Any, Any]:
+    """(runs LL, channels per send, its step) for ``bytes_per_peer`` on NCCL's schedule."""
+    ll = p2p.uses_ll(bytes_per_peer, per_peer, ll_ok)
+    step = p2p.step_bytes(ll, multi)
+    return ll, p2p.send_channels(bytes_per_peer, step, multi, per_peer, first), step
+
+
+def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
+    """NCCL's all-to-all: a send and a receive per peer, each on its channels (``twin.core.p2p``).
+    Its bandwidth time is the slowest of the NVLink links (all-to-all rate), the NVLink side's
+    channels (each at NCCL's provisioned half link, ``Hierarchy.p2p_channel_bw``: fewer channels
+    than the links need is a lower rate) and the NICs; LL doubles it (half of each line is
+    flags), and each channel's pipeline adds one chunk (``p2p.fill_fraction``).
+    """
+    if not ops.any_(h.p2p_channels > 0):
+        return _flat_all_to_all(size, span, h)
+    on, multi, per_peer, first, ll_ok, share, lat, factor = _fixed("p2p", "all_to_all", span, h, _p2p_fixed)
+    n, k = span.n, span.k
+    b = size / n
+    ll, c, step = _p2p_shape(b, multi, per_peer, first, ll_ok)
+    a2a_up = h.up_a2a_bw
+    nvl_bw = ops.minimum(a2a_up, ops.where(ops.logical_and(on, k > 1),
+                                           h.p2p_channel_bw * ops.minimum((k - 1) * c, share), math.inf))
+    t_intra = ops.where(k > 1, size * (k - 1) / n / nvl_bw, 0.0)
+    remote = span.m > 1
+    if ops.any_(remote):
+        inter_bw = ops.where(remote, _cross_domain_bw(span, h), 0.0)
+        t_inter = ops.where(remote, size * (n - k) / n / ops.where(remote, inter_bw, 1.0), 0.0)
+    else:
+        inter_bw = t_inter = 0.0
+    inter = ops.logical_and(t_inter >= t_intra, remote)
+    t_bw = ops.maximum(t_intra, t_inter)
+    chunk = p2p.chunk_data(step, ll, b, inter)
+    fill = ops.where(on, p2p.fill_fraction(b / c, chunk), 0.0)
+    t = lat + t_bw * ops.where(ops.logical_and(on, ll), 1.0 / nccl.LL_DATA_FRACTION, 1.0) * (1.0 + fill)
+    return CollectiveCost(t, "direct", ops.where(ops.logical_and(on, ll), "LL", "Simple"), size * factor / t,
+                          ops.where(inter, inter_bw, nvl_bw))
 
 
 def dedup_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan,
@@ -692,9 +757,9 @@ def dedup_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSp
         if span.n <= 1 or tokens <= 0:
             return ZERO_COST
         if span.m <= 1:
-            return _all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
+            return _flat_all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
         return _dedup(token_bytes, tokens, per_rank, per_domain, span, hierarchy)
-    flat = _all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
+    flat = _flat_all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
     multi = span.m > 1
     if not ops.any_(multi):
         return _zero_where(ops.logical_or(span.n <= 1, tokens <= 0), flat)
@@ -750,6 +815,11 @@ def _dedup(token_bytes: Any, tokens: Any, per_rank: Any, per_domain: Any, span: 
 
 
 def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
+    """One send to one peer (a pipeline stage's activations): over NVLink inside the domain, the
+    group's NIC share across; on NCCL's schedule (``twin.core.p2p``) where the hierarchy has
+    NVLink channel figures: its channels at NCCL's provisioned half link each, LL's doubled
+    bytes, one chunk of pipeline fill.
+    """
     multi = span.m > 1
     if ops.any_(multi):
         bw = ops.where(multi, 1.0 / net_seconds_per_byte(span, h, "p2p"), h.up_bw)
@@ -757,8 +827,15 @@ def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
         bw = h.up_bw
     net_step = ops.maximum(nccl.HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, h))
     lat = ops.where(multi, (_P2P_BASE_US + net_step) * US, (_P2P_BASE_US + nccl.HW_LAT_NVLINK["ring"]["Simple"]) * US)
-    t = size / bw + lat
-    return CollectiveCost(t, "direct", "Simple", size / t, bw)
+    if not ops.any_(h.p2p_channels > 0):
+        t = size / bw + lat
+        return CollectiveCost(t, "direct", "Simple", size / t, bw)
+    on, nccl_multi, per_peer, first, ll_ok = _fixed("p2p", "send_recv", span, h, _p2p_fixed)[:5]
+    ll, c, step = _p2p_shape(size, nccl_multi, per_peer, first, ll_ok)
+    bw = ops.where(multi, bw, ops.minimum(bw, ops.where(on, h.p2p_channel_bw * c, math.inf)))
+    fill = ops.where(on, p2p.fill_fraction(size / c, p2p.chunk_data(step, ll, size, multi)), 0.0)
+    t = size / bw * ops.where(ops.logical_and(on, ll), 1.0 / nccl.LL_DATA_FRACTION, 1.0) * (1.0 + fill) + lat
+    return CollectiveCost(t, "direct", ops.where(ops.logical_and(on, ll), "LL", "Simple"), size / t, bw)
 
 
 def _zero_where(mask: Any, cost: CollectiveCost) -> CollectiveCost:
