@@ -16,17 +16,15 @@ hierarchies may hold one value per point; an algorithm a point cannot use costs 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import math
-
 import numpy as np
 
 from twin.core import nccl_tuning as nccl
-from twin.core import ops
-from twin.core import p2p
+from twin.core import ops, p2p
 from twin.core.errors import SpecError
 from twin.core.moe_routing import dispatch_fanout, domains_per_token
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch
