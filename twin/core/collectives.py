@@ -677,22 +677,20 @@ def _flat_all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveC
     return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", n) / t, bottleneck)
 
 
-def _p2p_fixed(span: GroupSpan, h: AnyHierarchy, op: str) -> tuple[Any, ...]:
-    """The share-free, size-free parts of a p2p operation's cost on NCCL's schedule (``twin.core.p2p``):
+def _a2a_fixed(span: GroupSpan, h: AnyHierarchy, tag: str) -> tuple[Any, ...]:
+    """The share-free, size-free parts of an all-to-all on NCCL's p2p schedule (``twin.core.p2p``):
     whether the hierarchy has NVLink channel figures, whether the group spans NCCL nodes, the
-    per-peer channel maximum and nChannelsMin, whether the transport carries LL, the channels of
-    the NVLink side's ``op`` traffic (all-to-all: its share of the comm's channels, in parts
-    per peer), the twin's latency, the bus factor.
+    per-peer channel maximum and nChannelsMin, whether the transport carries LL, the comm's
+    channels the k-1 peers behind NVLink get (their share of the n-1 peers'), the twin's
+    latency, the bus factor.
     """
     channels = h.p2p_channels
-    on = channels > 0
     multi = _nccl_nodes(span) > 1
     per_peer, first = p2p.peer_channels(span.n, multi, span.k > 1, ops.maximum(channels, 1), h.p2p_peer_channels)
     ll_ok = ops.logical_not(ops.logical_and(span.m > 1, h.simple_only_through(span.top)))
-    # All-to-all: the comm's channels, shared by its n-1 peers, the k-1 behind NVLink getting their share.
-    share = channels * (span.k - 1) / ops.maximum(span.n - 1, 1) if op == "all_to_all" else channels
-    return (on, multi, per_peer, first, ll_ok, share, _p2p_latency(span.n, span, h),
-            bus_factor(op, span.n) if op == "all_to_all" else 1.0)
+    share = channels * (span.k - 1) / ops.maximum(span.n - 1, 1)
+    return (channels > 0, multi, per_peer, first, ll_ok, share, _p2p_latency(span.n, span, h),
+            bus_factor("all_to_all", span.n))
 
 
 def _p2p_shape(bytes_per_peer: Any, multi: Any, per_peer: Any, first: Any, ll_ok: Any) -> tuple[Any, Any, Any]:
@@ -711,7 +709,7 @@ def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     """
     if not ops.any_(h.p2p_channels > 0):
         return _flat_all_to_all(size, span, h)
-    on, multi, per_peer, first, ll_ok, share, lat, factor = _fixed("p2p", "all_to_all", span, h, _p2p_fixed)
+    on, multi, per_peer, first, ll_ok, share, lat, factor = _fixed("p2p", "all_to_all", span, h, _a2a_fixed)
     n, k = span.n, span.k
     b = size / n
     ll, c, step = _p2p_shape(b, multi, per_peer, first, ll_ok)
@@ -814,9 +812,8 @@ def _dedup(token_bytes: Any, tokens: Any, per_rank: Any, per_domain: Any, span: 
 
 def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     """One send to one peer (a pipeline stage's activations): over NVLink inside the domain, the
-    group's NIC share across; on NCCL's schedule (``twin.core.p2p``) where the hierarchy has
-    NVLink channel figures: its channels at NCCL's provisioned half link each, LL's doubled
-    bytes, one chunk of pipeline fill.
+    group's NIC share across, with the twin's p2p latency. (NCCL's p2p schedule, which the
+    all-to-all follows, is not applied here: docs/fidelity.md, "looked at and not kept".)
     """
     multi = span.m > 1
     if ops.any_(multi):
@@ -825,15 +822,8 @@ def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
         bw = h.up_bw
     net_step = ops.maximum(nccl.HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, h))
     lat = ops.where(multi, (_P2P_BASE_US + net_step) * US, (_P2P_BASE_US + nccl.HW_LAT_NVLINK["ring"]["Simple"]) * US)
-    if not ops.any_(h.p2p_channels > 0):
-        t = size / bw + lat
-        return CollectiveCost(t, "direct", "Simple", size / t, bw)
-    on, nccl_multi, per_peer, first, ll_ok = _fixed("p2p", "send_recv", span, h, _p2p_fixed)[:5]
-    ll, c, step = _p2p_shape(size, nccl_multi, per_peer, first, ll_ok)
-    bw = ops.where(multi, bw, ops.minimum(bw, ops.where(on, h.p2p_channel_bw * c, math.inf)))
-    fill = ops.where(on, p2p.fill_fraction(size / c, p2p.chunk_data(step, ll, size, multi)), 0.0)
-    t = size / bw * ops.where(ops.logical_and(on, ll), 1.0 / nccl.LL_DATA_FRACTION, 1.0) * (1.0 + fill) + lat
-    return CollectiveCost(t, "direct", ops.where(ops.logical_and(on, ll), "LL", "Simple"), size / t, bw)
+    t = size / bw + lat
+    return CollectiveCost(t, "direct", "Simple", size / t, bw)
 
 
 def _zero_where(mask: Any, cost: CollectiveCost) -> CollectiveCost:
