@@ -663,18 +663,26 @@ def _flat_all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveC
     bandwidth inside the domain, the NICs' across (DeepEP's and UCCL-EP's own kernels, which do
     not run NCCL's p2p schedule, and fabrics without NVLink channel figures).
     """
-    n, k = span.n, span.k
     a2a_up = h.up_a2a_bw
-    t_intra = ops.where(k > 1, size * (k - 1) / n / a2a_up, 0.0)
-    multi = span.m > 1
-    if ops.any_(multi):
-        inter_bw = ops.where(multi, _cross_domain_bw(span, h), 0.0)
-        t_inter = ops.where(multi, size * (n - k) / n / ops.where(multi, inter_bw, 1.0), 0.0)
+    t_intra, t_inter, inter_bw = _a2a_stages(size, span, h, a2a_up)
+    t = ops.maximum(t_intra, t_inter) + _p2p_latency(span.n, span, h)
+    bottleneck = ops.where(ops.logical_and(t_inter >= t_intra, span.m > 1), inter_bw, a2a_up)
+    return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", span.n) / t, bottleneck)
+
+
+def _a2a_stages(size: Any, span: GroupSpan, h: AnyHierarchy, nvlink_bw: Any) -> tuple[Any, Any, Any]:
+    """(NVLink time, network time, the network's rate per GPU) of an all-to-all of ``size`` per
+    rank: (k-1)/n of it to the peers in the domain at ``nvlink_bw``, (n-k)/n to the others.
+    """
+    n, k = span.n, span.k
+    t_intra = ops.where(k > 1, size * (k - 1) / n / nvlink_bw, 0.0)
+    remote = span.m > 1
+    if ops.any_(remote):
+        inter_bw = ops.where(remote, _cross_domain_bw(span, h), 0.0)
+        t_inter = ops.where(remote, size * (n - k) / n / ops.where(remote, inter_bw, 1.0), 0.0)
     else:
         inter_bw = t_inter = 0.0
-    t = ops.maximum(t_intra, t_inter) + _p2p_latency(n, span, h)
-    bottleneck = ops.where(ops.logical_and(t_inter >= t_intra, multi), inter_bw, a2a_up)
-    return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", n) / t, bottleneck)
+    return t_intra, t_inter, inter_bw
 
 
 def _a2a_fixed(span: GroupSpan, h: AnyHierarchy, tag: str) -> tuple[Any, ...]:
@@ -693,13 +701,6 @@ def _a2a_fixed(span: GroupSpan, h: AnyHierarchy, tag: str) -> tuple[Any, ...]:
             bus_factor("all_to_all", span.n))
 
 
-def _p2p_shape(bytes_per_peer: Any, multi: Any, per_peer: Any, first: Any, ll_ok: Any) -> tuple[Any, Any, Any]:
-    """(runs LL, channels per send, its step) for ``bytes_per_peer`` on NCCL's schedule."""
-    ll = p2p.uses_ll(bytes_per_peer, per_peer, ll_ok)
-    step = p2p.step_bytes(ll, multi)
-    return ll, p2p.send_channels(bytes_per_peer, step, multi, per_peer, first), step
-
-
 def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     """NCCL's all-to-all: a send and a receive per peer, each on its channels (``twin.core.p2p``).
     Its bandwidth time is the slowest of the NVLink links (all-to-all rate), the NVLink side's
@@ -710,20 +711,15 @@ def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     if not ops.any_(h.p2p_channels > 0):
         return _flat_all_to_all(size, span, h)
     on, multi, per_peer, first, ll_ok, share, lat, factor = _fixed("p2p", "all_to_all", span, h, _a2a_fixed)
-    n, k = span.n, span.k
-    b = size / n
-    ll, c, step = _p2p_shape(b, multi, per_peer, first, ll_ok)
-    a2a_up = h.up_a2a_bw
-    nvl_bw = ops.minimum(a2a_up, ops.where(ops.logical_and(on, k > 1),
-                                           h.p2p_channel_bw * ops.minimum((k - 1) * c, share), math.inf))
-    t_intra = ops.where(k > 1, size * (k - 1) / n / nvl_bw, 0.0)
-    remote = span.m > 1
-    if ops.any_(remote):
-        inter_bw = ops.where(remote, _cross_domain_bw(span, h), 0.0)
-        t_inter = ops.where(remote, size * (n - k) / n / ops.where(remote, inter_bw, 1.0), 0.0)
-    else:
-        inter_bw = t_inter = 0.0
-    inter = ops.logical_and(t_inter >= t_intra, remote)
+    b = size / span.n  # to each peer
+    ll = p2p.uses_ll(b, per_peer, ll_ok)
+    step = p2p.step_bytes(ll, multi)
+    c = p2p.send_channels(b, step, multi, per_peer, first)
+    k = span.k
+    nvl_bw = ops.minimum(h.up_a2a_bw, ops.where(ops.logical_and(on, k > 1),
+                                                h.p2p_channel_bw * ops.minimum((k - 1) * c, share), math.inf))
+    t_intra, t_inter, inter_bw = _a2a_stages(size, span, h, nvl_bw)
+    inter = ops.logical_and(t_inter >= t_intra, span.m > 1)
     t_bw = ops.maximum(t_intra, t_inter)
     chunk = p2p.chunk_data(step, ll, b, inter)
     fill = ops.where(on, p2p.fill_fraction(b / c, chunk), 0.0)
