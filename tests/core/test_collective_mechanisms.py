@@ -40,7 +40,7 @@ from twin.core.nccl_tuning import (
     p2p_channels,
     ring_channels,
 )
-from twin.core.p2p import chunk_data, fill_fraction, peer_channels, send_channels, step_bytes, uses_ll
+from twin.core.p2p import chunk_data, fill_s, peer_channels, send_channels, step_bytes, uses_ll
 from twin.core.specs import Generation
 from twin.core.topology import HierarchyBatch, place_group
 from twin.engine import Engine
@@ -738,7 +738,9 @@ def test_small_sends_run_ll_in_half_data_chunks():
     # network Simple: / 4 below one step, / 2 below 8 steps
     assert [chunk_data(128 * KIB, False, b, True) for b in (64 * KIB, 512 * KIB, 2 * MIB)] == [
         32 * KIB, 64 * KIB, 128 * KIB]
-    assert fill_fraction(2 * MIB, 512 * KIB) == 0.25 and fill_fraction(64 * KIB, 512 * KIB) == 1.0
+    # fill: one chunk (at most the part) per copy stage besides the slowest: 1 over NVLink, 2 across
+    assert fill_s(2 * MIB, 512 * KIB, 20 * GB, False) == pytest.approx(512 * KIB / (20 * GB))
+    assert fill_s(64 * KIB, 512 * KIB, 20 * GB, True) == pytest.approx(2 * 64 * KIB / (20 * GB))
 
 
 def test_an_nvlink_all_to_all_by_hand(engine):
@@ -750,20 +752,21 @@ def test_an_nvlink_all_to_all_by_hand(engine):
     lat = (8 + 3 * 0.5) * US  # the twin's p2p latency
     ch = 40.1 / 2 * GB
     # 64 MiB: 16 MiB per peer on 8 channels (2 MiB parts): 3 x 8 = 24 channels, below the links'
-    # all-to-all rate; one 512 KiB chunk of fill per 2 MiB part
+    # all-to-all rate; the receiver's copy of one 512 KiB chunk as fill
     got = collective_cost("all_to_all", 64 * MIB, span, h)
-    assert float(got.time_s) == pytest.approx(lat + 64 * MIB * 3 / 4 / (24 * ch) * (1 + 0.25), rel=1e-12)
+    assert float(got.time_s) == pytest.approx(lat + 64 * MIB * 3 / 4 / (24 * ch) + 512 * KIB / ch, rel=1e-12)
     assert float(got.bottleneck_bw_Bps) == pytest.approx(24 * ch) and str(got.protocol) == "Simple"
     # 2 MiB: 512 KiB per peer = 32 x 16 KiB, so LL: twice the bytes, 8 channels of 64 KiB,
-    # 32 KiB data chunks (fill 1/2)
+    # 32 KiB data chunks
     got = collective_cost("all_to_all", 2 * MIB, span, h)
-    assert float(got.time_s) == pytest.approx(lat + 2 * 2 * MIB * 3 / 4 / (24 * ch) * 1.5, rel=1e-12)
+    assert float(got.time_s) == pytest.approx(lat + 2 * (2 * MIB * 3 / 4 / (24 * ch) + 32 * KIB / ch), rel=1e-12)
     assert str(got.protocol) == "LL"
     # 1 GiB: 256 MiB per peer on 16 channels: 48 parts on 32 channels, so the comm's 32 channels
-    # (641.6 GB/s), below the links' all-to-all rate
+    # (641.6 GB/s, below the links' all-to-all rate), each copying at 32/48 of its rate
     got = collective_cost("all_to_all", 2.0 ** 30, span, h)
     assert float(got.bottleneck_bw_Bps) == pytest.approx(32 * ch) and 32 * ch < h.up_a2a_bw
-    assert float(got.time_s) == pytest.approx(lat + 2.0 ** 30 * 3 / 4 / (32 * ch) * (1 + 0.5 / 16), rel=1e-12)
+    assert float(got.time_s) == pytest.approx(lat + 2.0 ** 30 * 3 / 4 / (32 * ch) + 512 * KIB / (ch * 32 / 48),
+                                              rel=1e-12)
 
 
 def test_fabrics_without_nvlink_channels_keep_the_flat_all_to_all():

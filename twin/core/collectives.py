@@ -705,12 +705,13 @@ def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     """NCCL's all-to-all: a send and a receive per peer, each on its channels (``twin.core.p2p``).
     Its bandwidth time is the slowest of the NVLink links (all-to-all rate), the NVLink side's
     channels (each at NCCL's provisioned half link, ``Hierarchy.p2p_channel_bw``: fewer channels
-    than the links need is a lower rate) and the NICs; LL doubles it (half of each line is
-    flags), and each channel's pipeline adds one chunk (``p2p.fill_fraction``).
+    than the links need is a lower rate) and the NICs; each channel's pipeline adds a chunk per
+    copy stage (``p2p.fill_s``); LL doubles both (half of each line is flags).
     """
     if not ops.any_(h.p2p_channels > 0):
         return _flat_all_to_all(size, span, h)
     on, multi, per_peer, first, ll_ok, share, lat, factor = _fixed("p2p", "all_to_all", span, h, _a2a_fixed)
+    channels = ops.maximum(h.p2p_channels, 1)
     b = size / span.n  # to each peer
     ll = p2p.uses_ll(b, per_peer, ll_ok)
     step = p2p.step_bytes(ll, multi)
@@ -721,9 +722,10 @@ def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     t_intra, t_inter, inter_bw = _a2a_stages(size, span, h, nvl_bw)
     inter = ops.logical_and(t_inter >= t_intra, span.m > 1)
     t_bw = ops.maximum(t_intra, t_inter)
-    chunk = p2p.chunk_data(step, ll, b, inter)
-    fill = ops.where(on, p2p.fill_fraction(b / c, chunk), 0.0)
-    t = lat + t_bw * ops.where(ops.logical_and(on, ll), 1.0 / nccl.LL_DATA_FRACTION, 1.0) * (1.0 + fill)
+    # The copies run at the channel's rate, shared where the (n-1) x c sends outnumber the channels.
+    copy_bw = ops.where(on, h.p2p_channel_bw * ops.minimum(1.0, channels / ops.maximum((span.n - 1) * c, 1)), 1.0)
+    fill = ops.where(on, p2p.fill_s(b / c, p2p.chunk_data(step, ll, b, inter), copy_bw, inter), 0.0)
+    t = lat + (t_bw + fill) * ops.where(ops.logical_and(on, ll), 1.0 / nccl.LL_DATA_FRACTION, 1.0)
     return CollectiveCost(t, "direct", ops.where(ops.logical_and(on, ll), "LL", "Simple"), size * factor / t,
                           ops.where(inter, inter_bw, nvl_bw))
 

@@ -101,10 +101,12 @@ def chunk_data(step: Any, ll: Any, bytes_per_peer: Any, network: Any) -> Any:
     return chunk * ops.where(ll, nccl.LL_DATA_FRACTION, 1.0)
 
 
-def fill_fraction(part: Any, chunk: Any) -> Any:
-    """The pipeline fill of one channel's part as a fraction of its transfer time: the part
-    moves as chunks through the sender's copy into a FIFO slot and the receiver's copy out of
-    it (NCCL_STEPS = 8 slots keep both busy, device.h), so it takes its chunks' time plus one
-    chunk's, min(part, chunk) / part more (both copies at the channel's rate).
+def fill_s(part: Any, chunk: Any, copy_bw: Any, network: Any) -> Any:
+    """The pipeline fill of one channel's part, s: a part moves as chunks through the sender's
+    copy into a FIFO slot, the transfer and the receiver's copy out of it (NCCL_STEPS = 8 slots,
+    device.h, keep the stages busy at once), so it takes the slowest stage's time plus one chunk
+    in each other stage: over NVLink the sender's copy is the transfer and the receiver's copy
+    adds one chunk; across the network (the NIC the slowest) both copies do. Each copy runs at
+    ``copy_bw``, its channel's rate.
     """
-    return ops.minimum(part, chunk) / ops.maximum(part, 1e-30)
+    return ops.where(network, 2.0, 1.0) * ops.minimum(part, chunk) / copy_bw
