@@ -75,6 +75,14 @@ def link_bandwidth_GBps(cluster: Cluster) -> float:
     return per_link * links
 
 
+def links_per_gpu(cluster: Cluster) -> int:
+    """NVLink links per GPU: its bandwidth over the generation's per-link rate (``GENERATIONS``;
+    e.g. 450 / 25 = 18 on H100, 200 / 25 = 8 on H800), at least one.
+    """
+    per_link = GENERATIONS.get(generation_of(cluster), GENERATIONS[4])[0]
+    return max(1, round(link_bandwidth_GBps(cluster) / per_link))
+
+
 def generation_of(cluster: Cluster) -> int:
     """NVLink generation: stated, else inferred from the GPU generation."""
     if cluster.scale_up.generation:
@@ -109,7 +117,7 @@ class NVLinkFabric(ScaleUpFabric):
         return Tier(name="nvlink", fabric=self.kind, span_gpus=max(1, min(up.domain_gpus, cluster.num_gpus)),
                     bw_Bps=link * frac, latency_s=(up.latency_us or 1.0) * 1e-6,
                     reduction="nvls" if nvls else "", nvls_bw_Bps=link * nvls_fraction(gen) if nvls else 0.0,
-                    a2a_bw_Bps=link * A2A_FRACTION)
+                    a2a_bw_Bps=link * A2A_FRACTION, nvlink_links=links_per_gpu(cluster))
 
     def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:
         gen = generation_of(cluster)

@@ -781,17 +781,18 @@ def ep_predicted_GBps(wl: EPWorkload, span: Any, hierarchy: Any) -> tuple[float,
     """DeepEP's reported bandwidth as the twin predicts it, and the cost behind it.
 
     Inside one NVLink domain DeepEP reports the NVLink bandwidth (test_intranode.py), the
-    bottleneck link's. Across domains it reports RDMA bytes / kernel time with RDMA bytes =
+    bottleneck link's, at which its own kernels (not NCCL's p2p schedule) run the all-to-all
+    (``dedup_dispatch_cost`` inside one domain). Across domains it reports RDMA bytes / kernel
+    time with RDMA bytes =
     ``num_rdma_token_sent`` x token bytes, the (token, node) pairs deduplicated by node *with
     the token's own node counted* (tests/test_internode.py: ``rdma_idx.ne(-1).sum()``; DeepEP's
     V2 README calls it a logical bandwidth that includes local traffic); the test routes over
     ``num_topk_groups = min(num_nodes, 4)`` groups. The twin's time is its DeepEP dispatch
     model (``dedup_dispatch_cost``).
     """
-    if span.m <= 1:
-        cost = collective_cost("all_to_all", wl.dispatched_bytes, span, hierarchy)
-        return float(cost.bottleneck_bw_Bps) / 1e9, cost
     cost = dedup_dispatch_cost(wl.token_bytes, wl.tokens, wl.top_k, span, hierarchy, wl.groups)
+    if span.m <= 1:
+        return float(cost.bottleneck_bw_Bps) / 1e9, cost
     pairs = wl.tokens * float(domains_per_token(span.m, wl.top_k, wl.groups))
     return pairs * wl.token_bytes / float(cost.time_s) / 1e9, cost
 

@@ -3,7 +3,7 @@ NCCL's ring-latency rules (net post overhead by host CPU, ppn=1, MNNVL as one no
 correction, NVLS-tree's network steps, CollNet Direct's bandwidth model, Blackwell's NVLS
 efficiency, NVLS's chunking and pipeline fill (NCCL 2.28.3's enqueue.cc, nvls.cc, all_reduce.h),
 EFA through aws-ofi-nccl (Simple only, its per-step latency), node-limited expert dispatch and
-DeepEP's own metric.
+DeepEP's own metric, and NCCL's p2p schedule for the all-to-all (channels per peer, LL, chunks).
 Each test works the number out by hand from the source the code cites.
 """
 
@@ -31,11 +31,16 @@ from twin.core.nccl_tuning import (
     COLLNET_DIRECT_BW,
     LL_MAX_BW_ONE_NODE_GBPS,
     NVLS_CHANNELS,
+    P2P_NET_CHUNK,
+    P2P_NVL_CHUNK,
     RING_PLATEAU,
     collnet_direct_bw,
     nvls_chunk,
     nvls_tree_chunk,
+    p2p_channels,
+    ring_channels,
 )
+from twin.core.p2p import chunk_data, fill_s, peer_channels, send_channels, step_bytes, uses_ll
 from twin.core.specs import Generation
 from twin.core.topology import HierarchyBatch, place_group
 from twin.engine import Engine
@@ -664,3 +669,152 @@ def test_ep_case_with_a_bad_dtype_is_that_cases_error(engine):
     report = validate_collectives(engine, {"cases": [case, good]})
     assert [r.id for r in report.cases] == ["good"]
     assert report.skipped[0]["id"] == "bad" and "workload.dispatch_dtype" in report.skipped[0]["reason"]
+
+
+# ------------------------------------------------------------ NCCL p2p (all-to-all)
+# NCCL 2.28.3 runs an all-to-all as grouped sends (twin.core.p2p; nccl_tuning cites each rule).
+def test_ring_channels_reproduce_the_channel_counts_nccl_logs():
+    # search.cc at the speed giving the most channels x speed, DupChannels, Postset's doubling:
+    # Hopper 18 links (18 x 20.6 = 370.8 GB/s): 6 x 60 -> 12 -> 24; Ampere 12 x 20: 6 x 40 -> 12 -> 24;
+    # H800's 8 links: 4 x 40 (no dup: sm90, < 50 GB/s, but only 4 channels) -> 8 -> 16 (nccl#892 logs 16);
+    # Blackwell 18 x 40.1 = 721.8: 8 x 90 -> 16 -> 32.
+    assert [ring_channels(g, links) for g, links in (("hopper", 18), ("ampere", 12), ("hopper", 8),
+                                                      ("blackwell", 18))] == [24, 24, 16, 32]
+    # p2pnChannels = pow2Up(nChannels); an NVLink peer asks for 2 per link
+    assert p2p_channels("hopper", 18) == (32, 36)
+    assert p2p_channels("hopper", 8) == (16, 16)
+    assert p2p_channels("blackwell", 18) == (32, 36)
+    assert p2p_channels("hopper", 0) == (0, 0)
+
+
+def test_nvlink_hierarchies_carry_nccls_p2p_channels(engine):
+    """The NVLink tier states its links (bandwidth over the per-link rate); the hierarchy turns
+    them into NCCL's channels and half a link's bandwidth per channel (topo.h nvlBw / 2)."""
+    for system, gpu, want in (("DGX-H100", None, (32, 36, 20.6 / 2)), ("GB300-NVL72", None, (32, 36, 40.1 / 2)),
+                              ("DGX-H100", "H800-SXM-80GB", (16, 16, 20.6 / 2)), ("DGX-A100", None, (32, 24, 10.0))):
+        cluster: dict = {"system": system, "num_gpus": 8}
+        if gpu:
+            cluster["gpu"] = gpu
+        h = _hierarchy(engine, {"cluster": cluster, "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 8}})
+        assert (h.p2p_channels, h.p2p_peer_channels, h.p2p_channel_bw / GB) == pytest.approx(want), system
+        batch = HierarchyBatch([h], np.zeros(2, dtype=np.int64))
+        assert list(batch.p2p_channels) == [want[0]] * 2 and list(batch.p2p_channel_bw) == [want[2] * GB] * 2
+    pcie = _hierarchy(engine, {"cluster": {"gpu": "H100-PCIe-80GB", "num_gpus": 8, "gpus_per_node": 8,
+                                           "scale_up": {"fabric": "pcie", "generation": 5, "domain_gpus": 8}},
+                               "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 8}})
+    assert (pcie.p2p_channels, pcie.p2p_channel_bw) == (0, 0.0)  # no NVLink: the flat p2p model
+
+
+def test_p2p_channels_per_peer_and_the_first_split():
+    # one NVLink domain, 32 channels, NVLink peers ask 36: pow2Up(min(32, 36)) = 32 per peer, and
+    # nChannelsMin halves 32 until n ranks fit in 32 channels: 8 for 4 ranks, 4 for 8, 1 for 64
+    for n, first in ((4, 8), (8, 4), (64, 1)):
+        assert peer_channels(n, False, True, 32, 36) == (32, first)
+    # across nodes a network peer asks for 2 (16 ranks: 2 x 16 <= 4 x 32), 1 from 2 x n > 128
+    assert peer_channels(16, True, True, 32, 36) == (2, 2)
+    assert peer_channels(128, True, True, 32, 36) == (1, 1)
+    assert peer_channels(2, True, False, 32, 0) == (2, 2)  # one GPU per node: no NVLink peer
+
+
+def test_a_send_doubles_its_channels_by_part_size():
+    # one node: Simple step 512 KiB, parts from 64 KiB (step / 8) to 16 MiB (32 steps)
+    step = P2P_NVL_CHUNK
+    assert send_channels(128 * KIB, step, False, 32, 8) == 2           # divUp(128 KiB, 64 KiB)
+    assert send_channels(16 * MIB, step, False, 32, 8) == 8            # parts of 2 MiB
+    assert send_channels(128 * MIB, step, False, 32, 8) == 8           # 16 MiB parts: not above the cap
+    assert send_channels(128 * MIB + 1, step, False, 32, 8) == 16
+    assert send_channels(2 ** 30, step, False, 32, 8) == 32            # at most the per-peer channels
+    # across nodes: step 128 KiB, parts 64 KiB to 128 KiB, at most 2 channels
+    assert send_channels(100 * KIB, P2P_NET_CHUNK, True, 2, 1) == 1
+    assert send_channels(200 * KIB, P2P_NET_CHUNK, True, 2, 1) == 2
+
+
+def test_small_sends_run_ll_in_half_data_chunks():
+    assert uses_ll(32 * 16 * KIB, 32) and not uses_ll(32 * 16 * KIB + 1, 32)  # nChannelsMax x 16 KiB
+    assert not uses_ll(KIB, 32, ll_ok=False)                                  # a Simple-only network
+    assert step_bytes(True, False) == 64 * KIB and step_bytes(False, True) == 128 * KIB
+    assert chunk_data(64 * KIB, True, 100 * KIB, False) == 32 * KIB          # LL: 8 data bytes per 16
+    assert chunk_data(512 * KIB, False, 4 * MIB, False) == 512 * KIB         # NVLink: the chunk
+    # network Simple: / 4 below one step, / 2 below 8 steps
+    assert [chunk_data(128 * KIB, False, b, True) for b in (64 * KIB, 512 * KIB, 2 * MIB)] == [
+        32 * KIB, 64 * KIB, 128 * KIB]
+    # fill: one chunk (at most the part) per copy stage besides the slowest: 1 over NVLink, 2 across
+    assert fill_s(2 * MIB, 512 * KIB, 20 * GB, False) == pytest.approx(512 * KIB / (20 * GB))
+    assert fill_s(64 * KIB, 512 * KIB, 20 * GB, True) == pytest.approx(2 * 64 * KIB / (20 * GB))
+
+
+def test_an_nvlink_all_to_all_by_hand(engine):
+    """4 GB300 GPUs (one tray): 32 channels, 8 per peer at first, each at half an NVLink 5 link
+    (40.1 / 2 GB/s), three peers behind NVLink."""
+    h = _hierarchy(engine, {"cluster": {"system": "GB300-NVL72", "num_gpus": 4}, "model": "llama3.1-8b",
+                            "plan": {"tp": 4, "gbs": 4}})
+    span = place_group(4, 1, h)
+    lat = (8 + 3 * 0.5) * US  # the twin's p2p latency
+    ch = 40.1 / 2 * GB
+    # 64 MiB: 16 MiB per peer on 8 channels (2 MiB parts): 3 x 8 = 24 channels, below the links'
+    # all-to-all rate; the receiver's copy of one 512 KiB chunk as fill
+    got = collective_cost("all_to_all", 64 * MIB, span, h)
+    assert float(got.time_s) == pytest.approx(lat + 64 * MIB * 3 / 4 / (24 * ch) + 512 * KIB / ch, rel=1e-12)
+    assert float(got.bottleneck_bw_Bps) == pytest.approx(24 * ch) and str(got.protocol) == "Simple"
+    # 2 MiB: 512 KiB per peer = 32 x 16 KiB, so LL: twice the bytes, 8 channels of 64 KiB,
+    # 32 KiB data chunks
+    got = collective_cost("all_to_all", 2 * MIB, span, h)
+    assert float(got.time_s) == pytest.approx(lat + 2 * (2 * MIB * 3 / 4 / (24 * ch) + 32 * KIB / ch), rel=1e-12)
+    assert str(got.protocol) == "LL"
+    # 1 GiB: 256 MiB per peer on 16 channels: 48 parts on 32 channels, so the comm's 32 channels
+    # (641.6 GB/s, below the links' all-to-all rate), each copying at 32/48 of its rate
+    got = collective_cost("all_to_all", 2.0 ** 30, span, h)
+    assert float(got.bottleneck_bw_Bps) == pytest.approx(32 * ch) and 32 * ch < h.up_a2a_bw
+    assert float(got.time_s) == pytest.approx(lat + 2.0 ** 30 * 3 / 4 / (32 * ch) + 512 * KIB / (ch * 32 / 48),
+                                              rel=1e-12)
+
+
+def test_fabrics_without_nvlink_channels_keep_the_flat_all_to_all():
+    h = flat_hierarchy()  # no NVLink links stated: p2p_channels 0
+    span = place_group(8, 1, h)
+    got = collective_cost("all_to_all", 2.0 ** 30, span, h)
+    assert float(got.time_s) == pytest.approx(2.0 ** 30 * 7 / 8 / (370 * GB) + (8 + 7 * 0.5) * US, rel=1e-12)
+    assert str(got.protocol) == "Simple"
+
+
+def test_deepep_inside_a_domain_runs_its_own_kernels_at_the_link_rate(engine):
+    """DeepEP's intranode kernels are not NCCL's p2p: its EP8 figure stays the NVLink all-to-all
+    rate where NCCL's channels would bind (8 H800s: 16 channels, 2 per peer at first)."""
+    h = _hierarchy(engine, {"cluster": {"system": "DGX-H100", "num_gpus": 8, "gpu": "H800-SXM-80GB"},
+                            "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 8}})
+    span = place_group(8, 1, h)
+    wl = EPWorkload(tokens=1024.0, token_bytes=7168 * 2.0, top_k=8, groups=None)  # 14.7 MB per peer
+    got, _ = ep_predicted_GBps(wl, span, h)
+    assert got == pytest.approx(h.up_a2a_bw / GB)  # 155 GB/s: 200 x DeepEP's 155/200
+    nccl = collective_cost("all_to_all", wl.dispatched_bytes, span, h)
+    # NCCL: 7 peers x 2 channels (parts of 7.3 MB, below 16 MiB) x 10.3 GB/s = 144.2 GB/s
+    assert float(nccl.bottleneck_bw_Bps) == pytest.approx(7 * 2 * 20.6 / 2 * GB)
+    assert float(nccl.bottleneck_bw_Bps) < h.up_a2a_bw
+
+
+def test_nccl_all_to_all_is_one_model_on_both_paths(engine):
+    """Hopper and Blackwell domains, a flat hierarchy without channel figures, an EFA fabric
+    that carries no LL, one to three domains, sizes across every LL, part and chunk threshold:
+    each point of a batch as the scalar path has it."""
+    def hier(system: str, gpus: int):
+        return _hierarchy(engine, {"cluster": {"system": system, "num_gpus": gpus}, "model": "llama3.1-8b",
+                                   "plan": {"tp": 1, "gbs": gpus}})
+    hs = [hier("DGX-H100", 64), hier("GB300-NVL72", 216),
+          flat_hierarchy(),
+          _hierarchy(engine, _cluster("efa", nodes=4))]
+    rows = np.array([0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 0, 1, 3])
+    n = np.array([8, 16, 64, 4, 8, 64, 144, 8, 16, 32, 8, 4, 216, 16])
+    size = np.array([4 * MIB, 1 * MIB, 2.0 ** 30, 2 * MIB, 4 * MIB + 8, 32 * MIB, 2.0 ** 33, 8.0, 3e9,
+                     64 * KIB, 96 * MIB, 1.0, 7e8, 2 * MIB], dtype=float)
+    batch = HierarchyBatch(hs, rows)
+    spans = place_group(n, np.ones_like(n), batch)
+    got = collective_cost("all_to_all", size, spans, batch)
+    protocols = set()
+    for i in range(len(rows)):
+        h = hs[rows[i]]
+        one = collective_cost("all_to_all", float(size[i]), place_group(int(n[i]), 1, h), h)
+        assert float(got.time_s[i]) == pytest.approx(float(one.time_s), rel=1e-12), i
+        assert float(got.bottleneck_bw_Bps[i]) == pytest.approx(float(one.bottleneck_bw_Bps), rel=1e-12), i
+        assert str(got.protocol[i]) == str(one.protocol), i
+        protocols.add(str(one.protocol))
+    assert protocols == {"LL", "Simple"}

@@ -16,6 +16,7 @@ hierarchies may hold one value per point; an algorithm a point cannot use costs 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from twin.core import nccl_tuning as nccl
-from twin.core import ops
+from twin.core import ops, p2p
 from twin.core.errors import SpecError
 from twin.core.moe_routing import dispatch_fanout, domains_per_token
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch
@@ -36,9 +37,10 @@ ALGORITHMS = ("ring", "tree", "nvls", "sharp", "direct")
 # line); the tree-correction rows, with the trailing 1.0 from 512 MiB up, also as arrays.
 _TREE_CORRECTION_ROWS = {p: (*row, 1.0) for p, row in nccl.TREE_CORRECTION.items()}
 _TREE_CORRECTION_ARRAYS = {p: np.asarray(row) for p, row in _TREE_CORRECTION_ROWS.items()}
-# All-to-all / send-recv: one message per peer, a per-operation base and a per-peer cost. Not
-# NCCL's: tuning.cc costs collectives only (p2p operations never go through ncclTopoGetAlgoTime),
-# and no source at hand gives these; the twin's own figures, a known gap (docs/fidelity.md).
+# All-to-all / send-recv latency: one message per peer, a per-operation base and a per-peer cost.
+# Not NCCL's: tuning.cc costs collectives only (p2p operations never go through
+# ncclTopoGetAlgoTime), and no source at hand gives these; the twin's own figures, a known gap
+# (docs/fidelity.md). Their bandwidth side follows NCCL's p2p schedule (``twin.core.p2p``).
 _P2P_BASE_US = 8.0
 _P2P_PER_PEER_US = 0.5
 
@@ -656,19 +658,76 @@ def _p2p_latency(n: Any, span: GroupSpan | None = None, h: AnyHierarchy | None =
     return lat * US
 
 
-def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
-    n, k = span.n, span.k
+def _flat_all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
+    """An all-to-all at the links' rates with the twin's p2p latency: the NVLink all-to-all
+    bandwidth inside the domain, the NICs' across (DeepEP's and UCCL-EP's own kernels, which do
+    not run NCCL's p2p schedule, and fabrics without NVLink channel figures).
+    """
     a2a_up = h.up_a2a_bw
-    t_intra = ops.where(k > 1, size * (k - 1) / n / a2a_up, 0.0)
-    multi = span.m > 1
-    if ops.any_(multi):
-        inter_bw = ops.where(multi, _cross_domain_bw(span, h), 0.0)
-        t_inter = ops.where(multi, size * (n - k) / n / ops.where(multi, inter_bw, 1.0), 0.0)
+    t_intra, t_inter, inter_bw = _a2a_stages(size, span, h, a2a_up)
+    t = ops.maximum(t_intra, t_inter) + _p2p_latency(span.n, span, h)
+    bottleneck = ops.where(ops.logical_and(t_inter >= t_intra, span.m > 1), inter_bw, a2a_up)
+    return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", span.n) / t, bottleneck)
+
+
+def _a2a_stages(size: Any, span: GroupSpan, h: AnyHierarchy, nvlink_bw: Any) -> tuple[Any, Any, Any]:
+    """(NVLink time, network time, the network's rate per GPU) of an all-to-all of ``size`` per
+    rank: (k-1)/n of it to the peers in the domain at ``nvlink_bw``, (n-k)/n to the others.
+    """
+    n, k = span.n, span.k
+    t_intra = ops.where(k > 1, size * (k - 1) / n / nvlink_bw, 0.0)
+    remote = span.m > 1
+    if ops.any_(remote):
+        inter_bw = ops.where(remote, _cross_domain_bw(span, h), 0.0)
+        t_inter = ops.where(remote, size * (n - k) / n / ops.where(remote, inter_bw, 1.0), 0.0)
     else:
         inter_bw = t_inter = 0.0
-    t = ops.maximum(t_intra, t_inter) + _p2p_latency(n, span, h)
-    bottleneck = ops.where(ops.logical_and(t_inter >= t_intra, multi), inter_bw, a2a_up)
-    return CollectiveCost(t, "direct", "Simple", size * bus_factor("all_to_all", n) / t, bottleneck)
+    return t_intra, t_inter, inter_bw
+
+
+def _a2a_fixed(span: GroupSpan, h: AnyHierarchy, tag: str) -> tuple[Any, ...]:
+    """The share-free, size-free parts of an all-to-all on NCCL's p2p schedule (``twin.core.p2p``):
+    whether the hierarchy has NVLink channel figures, whether the group spans NCCL nodes, the
+    per-peer channel maximum and nChannelsMin, whether the transport carries LL, the comm's
+    channels the k-1 peers behind NVLink get (their share of the n-1 peers'), the twin's
+    latency, the bus factor.
+    """
+    channels = h.p2p_channels
+    multi = _nccl_nodes(span) > 1
+    per_peer, first = p2p.peer_channels(span.n, multi, span.k > 1, ops.maximum(channels, 1), h.p2p_peer_channels)
+    ll_ok = ops.logical_not(ops.logical_and(span.m > 1, h.simple_only_through(span.top)))
+    share = channels * (span.k - 1) / ops.maximum(span.n - 1, 1)
+    return (channels > 0, multi, per_peer, first, ll_ok, share, _p2p_latency(span.n, span, h),
+            bus_factor("all_to_all", span.n))
+
+
+def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
+    """NCCL's all-to-all: a send and a receive per peer, each on its channels (``twin.core.p2p``).
+    Its bandwidth time is the slowest of the NVLink links (all-to-all rate), the NVLink side's
+    channels (each at NCCL's provisioned half link, ``Hierarchy.p2p_channel_bw``: fewer channels
+    than the links need is a lower rate) and the NICs; each channel's pipeline adds a chunk per
+    copy stage (``p2p.fill_s``); LL doubles both (half of each line is flags).
+    """
+    if not ops.any_(h.p2p_channels > 0):
+        return _flat_all_to_all(size, span, h)
+    on, multi, per_peer, first, ll_ok, share, lat, factor = _fixed("p2p", "all_to_all", span, h, _a2a_fixed)
+    channels = ops.maximum(h.p2p_channels, 1)
+    b = size / span.n  # to each peer
+    ll = p2p.uses_ll(b, per_peer, ll_ok)
+    step = p2p.step_bytes(ll, multi)
+    c = p2p.send_channels(b, step, multi, per_peer, first)
+    k = span.k
+    nvl_bw = ops.minimum(h.up_a2a_bw, ops.where(ops.logical_and(on, k > 1),
+                                                h.p2p_channel_bw * ops.minimum((k - 1) * c, share), math.inf))
+    t_intra, t_inter, inter_bw = _a2a_stages(size, span, h, nvl_bw)
+    inter = ops.logical_and(t_inter >= t_intra, span.m > 1)
+    t_bw = ops.maximum(t_intra, t_inter)
+    # The copies run at the channel's rate, shared where the (n-1) x c sends outnumber the channels.
+    copy_bw = ops.where(on, h.p2p_channel_bw * ops.minimum(1.0, channels / ops.maximum((span.n - 1) * c, 1)), 1.0)
+    fill = ops.where(on, p2p.fill_s(b / c, p2p.chunk_data(step, ll, b, inter), copy_bw, inter), 0.0)
+    t = lat + (t_bw + fill) * ops.where(ops.logical_and(on, ll), 1.0 / nccl.LL_DATA_FRACTION, 1.0)
+    return CollectiveCost(t, "direct", ops.where(ops.logical_and(on, ll), "LL", "Simple"), size * factor / t,
+                          ops.where(inter, inter_bw, nvl_bw))
 
 
 def dedup_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan,
@@ -692,9 +751,9 @@ def dedup_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSp
         if span.n <= 1 or tokens <= 0:
             return ZERO_COST
         if span.m <= 1:
-            return _all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
+            return _flat_all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
         return _dedup(token_bytes, tokens, per_rank, per_domain, span, hierarchy)
-    flat = _all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
+    flat = _flat_all_to_all(token_bytes * tokens * per_rank, span, hierarchy)
     multi = span.m > 1
     if not ops.any_(multi):
         return _zero_where(ops.logical_or(span.n <= 1, tokens <= 0), flat)
@@ -750,6 +809,10 @@ def _dedup(token_bytes: Any, tokens: Any, per_rank: Any, per_domain: Any, span: 
 
 
 def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
+    """One send to one peer (a pipeline stage's activations): over NVLink inside the domain, the
+    group's NIC share across, with the twin's p2p latency. (NCCL's p2p schedule, which the
+    all-to-all follows, is not applied here: docs/fidelity.md, "looked at and not kept".)
+    """
     multi = span.m > 1
     if ops.any_(multi):
         bw = ops.where(multi, 1.0 / net_seconds_per_byte(span, h, "p2p"), h.up_bw)

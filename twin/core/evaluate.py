@@ -69,9 +69,12 @@ from twin.core.nccl_tuning import (
     LL_MAX_BW_MULTI_NODE_GBPS,
     LL_MAX_BW_ONE_NODE_GBPS,
     NET_OVERHEAD_US_BY_CPU,
+    NVLINK_BW_PER_LINK_GBPS,
     NVLS_CHANNELS,
+    P2P_CHANNELS_PER_NVLINK,
     RING_PLATEAU,
     collnet_direct_bw,
+    p2p_channels,
 )
 from twin.core.pipelines import rank0_params
 from twin.core.points import ColumnView, PlanColumns, PointSet
@@ -672,6 +675,8 @@ class TwinModel:
         else:
             notes.append("no scale-out fabric: groups larger than the scale-up domain are not possible")
         cpu = c.host_cpu or "intel"  # not stated: NCCL's Intel/other figures
+        gen = c.gpu.generation
+        p2p, peer = p2p_channels(gen, tiers[0].nvlink_links)
         return Hierarchy(tiers=tuple(tiers), gpus_per_node=c.gpus_per_node, notes=tuple(notes),
                          ring_plateau=RING_PLATEAU[c.gpu.generation],
                          ll_max_bw=LL_MAX_BW_ONE_NODE_GBPS[c.gpu.generation] * 1e9,
@@ -681,7 +686,10 @@ class TwinModel:
                                                              c.nics_per_node or c.gpus_per_node),
                          net_overhead_us=NET_OVERHEAD_US_BY_CPU[cpu],
                          ll_max_bw_two_nodes=LL_MAX_BW_MULTI_NODE_GBPS[cpu][0] * 1e9,
-                         ll_max_bw_more_nodes=LL_MAX_BW_MULTI_NODE_GBPS[cpu][1] * 1e9)
+                         ll_max_bw_more_nodes=LL_MAX_BW_MULTI_NODE_GBPS[cpu][1] * 1e9,
+                         # NCCL provisions P2P_CHANNELS_PER_NVLINK channels per link (nccl_tuning)
+                         p2p_channels=p2p, p2p_peer_channels=peer,
+                         p2p_channel_bw=NVLINK_BW_PER_LINK_GBPS[gen] * 1e9 / P2P_CHANNELS_PER_NVLINK if p2p else 0.0)
 
     def fabric_report(self, scenario: Scenario, hierarchy: Hierarchy) -> dict[str, object]:
         """Facts each fabric model reports (power, switches, tiers), cached per cluster and hierarchy."""

@@ -186,3 +186,113 @@ def nvls_tree_chunk(per_channel: Any, heads: Any, nodes: Any) -> Any:
     for times, smaller in NVLS_TREE_SHRINK:
         chunk = ops.where(ops.logical_and(per_channel < times * heads * chunk, chunk > smaller), smaller, chunk)
     return chunk
+
+
+# ------------------------------------------------------------------ p2p (send/recv, all-to-all)
+# How NCCL 2.28.3 runs point-to-point operations (an all-to-all is a group of n sends and n
+# receives), all from the same mirror; ``twin.core.p2p`` uses them. NCCL's tuning model has no
+# p2p entry (p2p operations never go through ncclTopoGetAlgoTime), so these are its scheduling
+# rules, not a cost model.
+#
+# Per-link NVLink bandwidth NCCL assumes, GB/s (src/graph/topo.h, SM70_NVLINK_BW 20.0,
+# SM80_NVLINK_BW 20.0, SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1; ncclTopoNVLinkBw picks by
+# compute capability). A GPU's NVLink path to an NVSwitch peer is links x this.
+NVLINK_BW_PER_LINK_GBPS = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
+# Compute capability x 10 per generation (NVIDIA CUDA C++ Programming Guide, compute capabilities:
+# Volta 7.0, Ampere 8.0, Hopper 9.0, Blackwell 10.0), as search.cc's ccMin tests read it.
+COMPUTE_CAPABILITY = {"volta": 70, "ampere": 80, "hopper": 90, "blackwell": 100}
+# search.cc, the intra-node ring search's per-channel bandwidths, tried from the first down:
+# speedArrayIntra (before sm90), sm90SpeedArrayIntra, sm100SpeedArrayIntra.
+RING_SEARCH_SPEEDS_GBPS = {
+    "volta": (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
+    "ampere": (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
+    "hopper": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+    "blackwell": (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+}
+# src/include/device.h "#define MAXCHANNELS 64"; init.cc "ringGraph->maxChannels = MAXCHANNELS/2"
+# (the search's channels, which connect.cc ncclTopoPostset then doubles: "nChannels =
+# comm->nChannels = std::min(MAXCHANNELS,nChannels*2)").
+MAX_CHANNELS = 64
+RING_SEARCH_MAX_CHANNELS = MAX_CHANNELS // 2
+# search.cc ncclTopoCompute, pass 1: a lower speed is tried only while it is more than .49 of the
+# best found ("speedArray[speedIndex+1]/graph->bwInter > .49"); ncclTopoDupChannels doubles the
+# found channels unless "graph->bwIntra < 25.0" or "ccMin > 80 && graph->bwIntra < 50.0 &&
+# graph->nChannels > 4".
+RING_SEARCH_NEXT_SPEED = 0.49
+DUP_MIN_BW_GBPS, DUP_HOPPER_BW_GBPS, DUP_HOPPER_MAX_CHANNELS = 25.0, 50.0, 4
+# paths.cc ncclTopoGetNchannels: a peer behind NVLink gets "2*std::max(1, (int)(path->bw /
+# nvlBw))" channels, two per link's worth of bandwidth; a peer across the network starts "from 2
+# channels per NIC" (NCCL_NCHANNELS_PER_NET_PEER unset), halved "while (nChannelsMax*comm->nRanks >
+# comm->p2pnChannels*4 && nChannelsMax > 1)" ("Avoid overloading channels with 8+ operations"),
+# then at least the NICs its bandwidth needs (getLocalNetCountByBw; the twin takes one).
+P2P_CHANNELS_PER_NVLINK = 2
+P2P_CHANNELS_PER_NET_PEER = 2
+P2P_NET_OVERLOAD = 4
+# enqueue.cc addP2pToPlan: a send or receive takes the LL protocol when its bytes are at most
+# nChannelsMax x NCCL_P2P_LL_THRESHOLD ("NCCL_PARAM(P2pLLThreshold, "P2P_LL_THRESHOLD", 16384)";
+# nChannelsMax = p2pnChannelsPerPeer); LL moves 8 data bytes in each 16-byte line (device.h, union
+# ncclLLFifoLine: data1, flag1, data2, flag2), so its chunk carries half its size in data.
+P2P_LL_THRESHOLD = 16384
+LL_DATA_FRACTION = 0.5
+# init.cc computeBuffSizes: the Simple p2p chunk: "if (comm->nNodes > 1) comm->p2pChunkSize = ratio *
+# ncclParamP2pNetChunkSize()" (NCCL_P2P_NET_CHUNKSIZE 1 << 17; ratio 2 on ARM hosts with compute
+# capability 10.0, which the twin cannot tell, so 1), "else if (comm->isAllNvlink)" NCCL_P2P_NVL_CHUNKSIZE
+# (1 << 19). The LL step is the LL buffer over NCCL_STEPS: DEFAULT_LL_BUFFSIZE = NCCL_LL_LINES_PER_THREAD
+# (8) x NCCL_LL_MAX_NTHREADS (512) x NCCL_STEPS (8) x 16 bytes, / 8 = 64 KiB (device.h).
+P2P_NET_CHUNK = 1 << 17
+P2P_NVL_CHUNK = 1 << 19
+P2P_LL_STEP = 8 * 512 * 16
+# enqueue.cc addP2pToPlan, channels per send/recv: "minPartSize = comm->nNodes > 1 ? stepSize/2 :
+# stepSize/8", "maxPartSize = comm->nNodes > 1 ? stepSize : stepSize*32", start from min(nChannelsMin,
+# divUp(bytes, minPartSize)) and double "while (partSize > maxPartSize && nChannels <= nChannelsMax/2)";
+# a network connection's chunk is "/= 4" below one step (Simple) and "/= 2" below 8 steps.
+P2P_MIN_PART = {False: 8, True: 2}   # step / this, by "across NCCL nodes"
+P2P_MAX_PART = {False: 32.0, True: 1.0}  # step x this
+P2P_NET_SMALL_DIV, P2P_NET_MID_DIV, P2P_NET_MID_STEPS = 4, 2, 8
+
+
+def _pow2_up(x: int) -> int:
+    """The smallest power of two >= ``x`` (NCCL's pow2Up)."""
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+def ring_channels(generation: str, links: int) -> int:
+    """NCCL's collective channels on one NVSwitch domain whose GPUs have ``links`` NVLinks each
+    (``comm->nChannels``): the intra-node ring search (search.cc ncclTopoCompute) at the speed
+    that gives the most bandwidth (channels x speed, each channel taking its speed of the GPU's
+    links x nvlBw; the first such speed wins ties), over speeds down to .49 of the best found;
+    ncclTopoDupChannels' doubling; ncclTopoPostset's doubling. On NVLink 4 (18 links, Hopper) this
+    gives 6 x 60 -> 12 -> 24, on 12 Ampere links 6 x 40 -> 12 -> 24, on 8 (H800) 4 x 40 -> 8 -> 16,
+    on 18 Blackwell links 8 x 90 -> 16 -> 32, as NCCL logs them (24 coll channels on 8x A100 and
+    8x H100; 16 on 8x H800, NVIDIA/nccl#892).
+    """
+    total = links * NVLINK_BW_PER_LINK_GBPS[generation]
+    best_n, best_s = 0, 0.0
+    for speed in RING_SEARCH_SPEEDS_GBPS[generation]:
+        if best_n and speed / best_s <= RING_SEARCH_NEXT_SPEED:
+            break
+        n = min(int(total // speed), RING_SEARCH_MAX_CHANNELS)
+        if n and n * speed > best_n * best_s:
+            best_n, best_s = n, speed
+        if best_n * best_s >= total:  # "graph->nChannels*graph->bwInter >= system->totalBw"
+            break
+    if not best_n:
+        return 1
+    cc = COMPUTE_CAPABILITY[generation]
+    if best_s >= DUP_MIN_BW_GBPS and not (cc > 80 and best_s < DUP_HOPPER_BW_GBPS and best_n > DUP_HOPPER_MAX_CHANNELS):
+        best_n = min(2 * best_n, RING_SEARCH_MAX_CHANNELS)
+    return min(MAX_CHANNELS, 2 * best_n)
+
+
+def p2p_channels(generation: str, links: int) -> tuple[int, int]:
+    """(p2pnChannels, channels an NVLink peer asks for) on an NVSwitch domain with ``links`` NVLinks
+    per GPU (paths.cc ncclTopoComputeP2pChannels: "p2pnChannels = pow2Up(min(nChannels,
+    MAXCHANNELS))"; ncclTopoGetNchannels for a peer behind NVLink: 2 per link). ``(0, 0)`` without
+    NVLink: the twin then keeps its flat p2p model.
+    """
+    if links <= 0:
+        return 0, 0
+    return _pow2_up(min(ring_channels(generation, links), MAX_CHANNELS)), P2P_CHANNELS_PER_NVLINK * links

@@ -52,6 +52,8 @@ class Tier:
     ``simple_only``: the transport across this tier carries only NCCL's Simple protocol
     (LL and LL128 need the network to deliver 8- and 128-byte stores in order; e.g. EFA
     under aws-ofi-nccl, which sets NCCL_PROTO=simple where the endpoint cannot).
+    ``nvlink_links``: NVLink links per GPU into the domain's switches (tier 0 of an NVLink
+    fabric; 0 otherwise), from which NCCL sizes its p2p channels (``nccl_tuning.p2p_channels``).
     """
 
     name: str
@@ -64,6 +66,7 @@ class Tier:
     nvls_bw_Bps: float = 0.0
     a2a_bw_Bps: float = 0.0
     simple_only: bool = False
+    nvlink_links: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,12 @@ class Hierarchy:
     net_overhead_us: float = 1.0
     ll_max_bw_two_nodes: float = 39.0e9
     ll_max_bw_more_nodes: float = 20.4e9
+    # NCCL's p2p channels for the domain's GPUs (``nccl_tuning.p2p_channels``: p2pnChannels, and
+    # the channels a peer behind NVLink asks for) and the bandwidth NCCL provisions per p2p channel,
+    # half a link's (B/s); all 0 where the scale-up fabric is not NVLink: the flat p2p model.
+    p2p_channels: int = 0
+    p2p_peer_channels: int = 0
+    p2p_channel_bw: float = 0.0
     # The parts of collective costs on these tiers that no link share changes, by value
     # (``collectives._fixed``): shared with its share views (``with_shares``), not part of
     # its value (equality, hash, repr, pickle); a copy made any other way starts empty.
@@ -252,6 +261,9 @@ class HierarchyBatch:
         self.net_overhead_us = np.asarray([h.net_overhead_us for h in self.hierarchies])[rows]
         self.ll_max_bw_two_nodes = np.asarray([h.ll_max_bw_two_nodes for h in self.hierarchies])[rows]
         self.ll_max_bw_more_nodes = np.asarray([h.ll_max_bw_more_nodes for h in self.hierarchies])[rows]
+        self.p2p_channels = np.asarray([h.p2p_channels for h in self.hierarchies], np.int64)[rows]
+        self.p2p_peer_channels = np.asarray([h.p2p_peer_channels for h in self.hierarchies], np.int64)[rows]
+        self.p2p_channel_bw = np.asarray([h.p2p_channel_bw for h in self.hierarchies])[rows]
 
     def _cumulative(self, test: Any, width: int) -> np.ndarray:
         """Per hierarchy and tier i, whether ``test`` holds for some scale-out tier in 1..i."""
@@ -356,7 +368,8 @@ class HierarchyBatch:
         out.rows = self.rows[index]
         for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw",
                      "nvls_channels", "nvls_channels_multi", "collnet_direct_bw", "net_overhead_us",
-                     "ll_max_bw_two_nodes", "ll_max_bw_more_nodes"):
+                     "ll_max_bw_two_nodes", "ll_max_bw_more_nodes", "p2p_channels", "p2p_peer_channels",
+                     "p2p_channel_bw"):
             setattr(out, name, getattr(self, name)[index])
         if self.shares is not None:
             out.shares = self.shares[index]

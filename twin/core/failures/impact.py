@@ -67,7 +67,9 @@ def degrade_hierarchy(h: Hierarchy, impact: Impact, spare_uplinks: float = 0.0) 
                      notes=(*h.notes, note), ring_plateau=h.ring_plateau, ll_max_bw=h.ll_max_bw,
                      nvls_channels=h.nvls_channels, nvls_channels_multi=h.nvls_channels_multi,
                      collnet_direct_bw=h.collnet_direct_bw, net_overhead_us=h.net_overhead_us,
-                     ll_max_bw_two_nodes=h.ll_max_bw_two_nodes, ll_max_bw_more_nodes=h.ll_max_bw_more_nodes)
+                     ll_max_bw_two_nodes=h.ll_max_bw_two_nodes, ll_max_bw_more_nodes=h.ll_max_bw_more_nodes,
+                     p2p_channels=h.p2p_channels, p2p_peer_channels=h.p2p_peer_channels,
+                     p2p_channel_bw=h.p2p_channel_bw)
 
 
 def degrade_scenario(scn: Scenario, impact: Impact) -> Scenario:
