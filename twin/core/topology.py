@@ -208,6 +208,17 @@ class Hierarchy:
         return self.tiers[tier - 1].span_gpus if tier >= 1 else self.tiers[0].span_gpus
 
 
+# What a batch reads per point of each point's hierarchy (name, dtype), expanded to the points
+# when the batch is built and taken with them (``HierarchyBatch.take``).
+_PER_POINT: tuple[tuple[str, Any], ...] = (
+    ("gpus_per_node", np.int64), ("domain_gpus", np.int64), ("up_bw", np.float64), ("up_a2a_bw", np.float64),
+    ("up_nvls_bw", np.float64), ("ring_plateau", np.float64), ("ll_max_bw", np.float64),
+    ("nvls_channels", np.int64), ("nvls_channels_multi", np.int64), ("collnet_direct_bw", np.float64),
+    ("net_overhead_us", np.float64), ("ll_max_bw_two_nodes", np.float64), ("ll_max_bw_more_nodes", np.float64),
+    ("p2p_channels", np.int64), ("p2p_peer_channels", np.int64), ("p2p_channel_bw", np.float64),
+)
+
+
 class HierarchyBatch:
     """The hierarchies of a batch of points: per distinct hierarchy a row of tables.
 
@@ -248,22 +259,9 @@ class HierarchyBatch:
         self._sharp = self._cumulative(lambda t: t.reduction == "sharp", width)
         self._simple_only = self._cumulative(lambda t: t.simple_only, width)
         self._last = np.asarray([len(h.tiers) - 1 for h in self.hierarchies], np.int64)
-        self.gpus_per_node = np.asarray([h.gpus_per_node for h in self.hierarchies], np.int64)[rows]
-        self.domain_gpus = np.asarray([h.domain_gpus for h in self.hierarchies], np.int64)[rows]
-        self.up_bw = self._bw[rows, 0]
-        self.up_a2a_bw = np.asarray([h.up_a2a_bw for h in self.hierarchies])[rows]
-        self.up_nvls_bw = np.asarray([h.up_nvls_bw for h in self.hierarchies])[rows]
-        self.ring_plateau = np.asarray([h.ring_plateau for h in self.hierarchies])[rows]
-        self.ll_max_bw = np.asarray([h.ll_max_bw for h in self.hierarchies])[rows]
-        self.nvls_channels = np.asarray([h.nvls_channels for h in self.hierarchies], np.int64)[rows]
-        self.nvls_channels_multi = np.asarray([h.nvls_channels_multi for h in self.hierarchies], np.int64)[rows]
-        self.collnet_direct_bw = np.asarray([h.collnet_direct_bw for h in self.hierarchies])[rows]
-        self.net_overhead_us = np.asarray([h.net_overhead_us for h in self.hierarchies])[rows]
-        self.ll_max_bw_two_nodes = np.asarray([h.ll_max_bw_two_nodes for h in self.hierarchies])[rows]
-        self.ll_max_bw_more_nodes = np.asarray([h.ll_max_bw_more_nodes for h in self.hierarchies])[rows]
-        self.p2p_channels = np.asarray([h.p2p_channels for h in self.hierarchies], np.int64)[rows]
-        self.p2p_peer_channels = np.asarray([h.p2p_peer_channels for h in self.hierarchies], np.int64)[rows]
-        self.p2p_channel_bw = np.asarray([h.p2p_channel_bw for h in self.hierarchies])[rows]
+        for name, dtype in _PER_POINT:  # each point's hierarchy's figure (up_bw from the table above)
+            setattr(self, name, self._bw[rows, 0] if name == "up_bw" else
+                    np.asarray([getattr(h, name) for h in self.hierarchies], dtype)[rows])
 
     def _cumulative(self, test: Any, width: int) -> np.ndarray:
         """Per hierarchy and tier i, whether ``test`` holds for some scale-out tier in 1..i."""
@@ -366,10 +364,7 @@ class HierarchyBatch:
         out._fixed_memo = {}
         out._fixed_from = (self._fixed_memo, index)
         out.rows = self.rows[index]
-        for name in ("gpus_per_node", "domain_gpus", "up_bw", "up_a2a_bw", "up_nvls_bw", "ring_plateau", "ll_max_bw",
-                     "nvls_channels", "nvls_channels_multi", "collnet_direct_bw", "net_overhead_us",
-                     "ll_max_bw_two_nodes", "ll_max_bw_more_nodes", "p2p_channels", "p2p_peer_channels",
-                     "p2p_channel_bw"):
+        for name, _ in _PER_POINT:
             setattr(out, name, getattr(self, name)[index])
         if self.shares is not None:
             out.shares = self.shares[index]
