@@ -13,6 +13,7 @@ from twin.client import event_rows
 from twin.engine import Engine
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import twin_service_pb2 as t
+from twin.server.services import DEADLINE_SLACK_S, stop_reason
 from twin.sweep.spec import set_path
 from twin.wire.convert import scenario_from_mapping
 
@@ -144,6 +145,19 @@ def test_python_client_sweep_and_early_close(server):
     rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "client-cancel",
                           timeout=10)
     assert rec["reason"] == "cancelled" and rec["done_points"] < rec["total_points"] == 12_000
+
+
+def test_stop_reason_counts_a_cancel_at_the_deadline_as_the_deadline():
+    """The client's deadline timer fires before the server's (it started earlier), so its cancel can
+    arrive with a little of the server's deadline left: that stop is the deadline's; one with more
+    left is a cancel, and an error, a shutdown or a finish outrank both."""
+    def reason(remaining_s, **kw):
+        return stop_reason(**{"finished": False, "failed": "", "shutdown": False, **kw}, remaining_s=remaining_s)
+    assert reason(-0.2) == reason(0.0) == reason(0.05) == reason(DEADLINE_SLACK_S) == "deadline"
+    assert reason(DEADLINE_SLACK_S + 0.01) == reason(119.0) == reason(None) == "cancelled"
+    assert reason(0.0, shutdown=True) == "shutdown"
+    assert reason(0.0, failed="ValueError") == reason(119.0, failed="ValueError") == "ValueError"
+    assert reason(0.0, finished=True) == reason(None, finished=True) == ""
 
 
 def test_deadline_stops_the_work(server, sweep_stub):

@@ -33,6 +33,27 @@ from twin.wire.errors import code_for, field_of, rule_of
 CACHE_KEY_MAX = 16 * 1024
 TWIN_SERVICE = twin_service_pb2.DESCRIPTOR.services_by_name["TwinService"]
 SWEEP_SERVICE = sweep_service_pb2.DESCRIPTOR.services_by_name["SweepService"]
+# A call that ends this close to its deadline ended for the deadline. The client's deadline starts when
+# it sends the call, the server's when the call arrives, so the client's own timer fires first and its
+# cancel can reach the server before the server's deadline has passed, by up to the call's transit
+# time (longer on a loaded machine: CI once logged such a stop as "cancelled"). A client that cancels
+# by hand this close to its deadline is, for the log, indistinguishable and harmless.
+DEADLINE_SLACK_S = 1.0
+
+
+def stop_reason(*, finished: bool, failed: str, shutdown: bool, remaining_s: float | None) -> str:
+    """Why a streamed call ended, for its log record: "" when it finished, else the error's type name,
+    "shutdown", "deadline" (no more than :data:`DEADLINE_SLACK_S` of its deadline left) or "cancelled".
+    """
+    if failed:
+        return failed
+    if finished:
+        return ""
+    if shutdown:
+        return "shutdown"
+    if remaining_s is not None and remaining_s <= DEADLINE_SLACK_S:
+        return "deadline"
+    return "cancelled"
 
 
 def parse_document(text: str, field: str) -> Any:
@@ -275,9 +296,8 @@ class SweepServicer:
             raise
         finally:
             outcome = "finished" if finished else "stopped"
-            remaining = context.time_remaining()
-            reason = failed or ("" if finished else "shutdown" if cancel_work.is_set() else
-                                "deadline" if remaining is not None and remaining <= 0 else "cancelled")
+            reason = stop_reason(finished=finished, failed=failed, shutdown=cancel_work.is_set(),
+                                 remaining_s=context.time_remaining())
             self.ctx.log.info(f"sweep {outcome}", extra={
                 "sweep": name, "done_points": done, "total_points": total,
                 "elapsed_s": round(time.perf_counter() - t0, 3), "reason": reason})
