@@ -1,6 +1,7 @@
 """Evaluations per second through the public API, one core: one by one and as a batch.
 
     python benchmarks/bench_evaluate.py [--scenarios 20000] [--repeats 3]
+    python benchmarks/bench_evaluate.py --base OTHER_CHECKOUT [--scenarios 20000] [--rounds 3]
 
 Each figure is over *distinct* scenarios (no scenario is evaluated twice in a pass):
 
@@ -21,6 +22,14 @@ share presets, spans or plans: what a long-running service sees). One process pi
 one core; the machine may be shared, so compare figures of one run. Each timed pass starts
 after a full garbage collection: a pass that happens to run the collector's oldest
 generation would otherwise also pay for freeing the earlier passes' engines.
+
+``--base OTHER_CHECKOUT`` compares this checkout with another one (e.g. a worktree of the
+commit before a change: ``git worktree add /tmp/base COMMIT``) on the same ``fresh``
+scenarios: each side runs in its own process (``benchmarks/evaluate_child.py``, pinned to
+one core) with ``sys.path`` pointing at that checkout's ``twin`` and ``plugins`` (imported as
+``twin_plugins``), the sides alternating for ``--rounds`` rounds; printed: each round's
+evaluations/s one by one and as a batch, the median of each side and the ratio. The other
+checkout needs its generated protobuf modules only if its engine imports them.
 """
 
 from __future__ import annotations
@@ -28,9 +37,13 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+import json
 import os
 import random
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -129,11 +142,67 @@ def rates(run: Callable[[Engine, list[dict[str, Any]]], None], maps: list[dict[s
     return cold, best
 
 
+def checkout_path(checkout: Path, into: Path) -> Path:
+    """A directory to put first on ``sys.path`` so that ``twin`` and ``twin_plugins`` import from
+    ``checkout`` (its ``twin/`` and ``plugins/``, as the installed package maps them)."""
+    into.mkdir(parents=True, exist_ok=True)
+    for name, sub in (("twin", "twin"), ("twin_plugins", "plugins")):
+        if not (checkout / sub / "__init__.py").is_file():
+            raise SystemExit(f"--base: {checkout} is not a checkout of the twin (no {sub}/__init__.py)")
+        (into / name).symlink_to((checkout / sub).resolve(), target_is_directory=True)
+    return into
+
+
+def child_rates(path: Path, scenarios: Path) -> dict[str, float]:
+    """Run ``evaluate_child.py`` with ``path`` first on ``sys.path``; its JSON line."""
+    env = {**os.environ, "PYTHONPATH": str(path)}
+    child = Path(__file__).resolve().parent / "evaluate_child.py"
+    # cwd: a directory without a twin/ of its own, so that only PYTHONPATH decides what imports
+    done = subprocess.run([sys.executable, str(child), str(scenarios)], env=env, cwd=path, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"evaluate_child.py under {path} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def compare(base: Path, n: int, rounds: int) -> None:
+    """This checkout against ``base`` on the same never-seen scenarios (module docstring)."""
+    warm = family(n)
+    seen = {repr(m) for m in warm}
+    timed = [m for m in family(n, seed=2) if repr(m) not in seen]
+    with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
+        scenarios = Path(tmp) / "scenarios.json"
+        scenarios.write_text(json.dumps({"warm": warm, "timed": timed}), encoding="utf-8")
+        sides = {}
+        for name, checkout in (("base", base), ("this", Path(__file__).resolve().parents[1])):
+            sides[name] = checkout_path(checkout, Path(tmp) / name)
+        print(f"fresh evaluations/s, {len(timed):,} never-seen scenarios after a warm-up on {len(warm):,}, "
+              f"one core; base = {base}")
+        got: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
+        for r in range(rounds):
+            for name, path in sides.items():
+                rates = child_rates(path, scenarios)
+                got[name].append(rates)
+                print(f"  round {r + 1} {name}: one by one {rates['one_by_one']:>9,.0f}  "
+                      f"batch {rates['batch']:>9,.0f}  (refused {rates['one_by_one_refused']:,} / "
+                      f"{rates['batch_refused']:,})")
+    for kind, label in (("one_by_one", "Engine.evaluate, one by one"), ("batch", "Engine.evaluate_many, batch")):
+        b = statistics.median(x[kind] for x in got["base"])
+        t = statistics.median(x[kind] for x in got["this"])
+        print(f"  {label:29s}: median base {b:>9,.0f}  this {t:>9,.0f}  -> this costs {b / t:.2f}x the base "
+              f"per evaluation")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--base", type=Path, help="another checkout to compare with (see the module docstring)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of each side with --base")
     args = ap.parse_args()
+    if args.base is not None:
+        compare(args.base, args.scenarios, args.rounds)
+        return
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     sets = {"family": family(args.scenarios),

@@ -1,0 +1,63 @@
+"""One side of ``bench_evaluate.py --base``: time never-seen scenarios through the twin on ``sys.path``.
+
+    python benchmarks/evaluate_child.py SCENARIOS.json
+
+``SCENARIOS.json``: ``{"warm": [mapping, ...], "timed": [mapping, ...]}``. Prints one JSON
+line: evaluations/s of ``timed`` one by one (``Engine.evaluate``) and as one batch
+(``Engine.evaluate_many``), each on a fresh engine first warmed on ``warm`` (what a
+long-running service sees: caches shared only where the two sets share presets, spans or
+plans), and how many ``timed`` mappings that twin refused. Imports only what every version of
+the twin since issue 9 has (``twin.engine.Engine``, ``twin.core.errors.TwinError``), so the
+parent can point ``sys.path`` at an older checkout.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from twin.core.errors import TwinError
+from twin.engine import Engine
+
+
+def one_by_one(engine: Engine, maps: list[dict[str, Any]]) -> int:
+    """Evaluate each mapping; returns how many were refused (a bad mapping is timed too)."""
+    refused = 0
+    for m in maps:
+        try:
+            engine.evaluate(m)
+        except TwinError:
+            refused += 1
+    return refused
+
+
+def batch(engine: Engine, maps: list[dict[str, Any]]) -> int:
+    """Evaluate the mappings as one batch; returns how many have a reason instead of numbers."""
+    res = engine.evaluate_many(maps)
+    return sum(res.reason(i) is not None for i in range(len(maps)))
+
+
+def main() -> None:
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    with open(sys.argv[1], encoding="utf-8") as f:
+        sets = json.load(f)
+    warm, timed = sets["warm"], sets["timed"]
+    out: dict[str, Any] = {}
+    for label, run in (("one_by_one", one_by_one), ("batch", batch)):
+        engine = Engine(autoload=False)
+        run(engine, warm)
+        gc.collect()  # not the freeing of the warm-up's garbage inside the timed pass
+        t0 = time.perf_counter()
+        refused = run(engine, timed)
+        out[label] = len(timed) / (time.perf_counter() - t0)
+        out[f"{label}_refused"] = refused
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
