@@ -107,6 +107,22 @@ def test_a_backlogged_competitor_costs_at_most_its_fair_share():
     assert sd == (2.0,)
 
 
+@pytest.mark.parametrize("nbytes", [(2.0, 3.0, 5.0), (2.0, 0.0, 5.0), (0.0, 0.0, 0.0)],
+                         ids=["all-send-bytes", "one-reports-none", "none-report-bytes"])
+def test_a_batch_flow_is_loaded_as_each_of_its_points_alone(nbytes):
+    """Per point, a batch's link utilisation is what the point's own flow gives: by its bytes, or
+    by its issued time on its busiest link where it reports no bytes (also when only some do)."""
+    import numpy as np
+
+    profiles = [(1.0, 0.5, 0.0), (0.2, 0.4, 0.1), (0.0, 3.0, 1.5)]
+    issued, window = (0.5, 1.0, 4.0), (1.0, 8.0, 2.0)
+    batch = Flow("data", np.array(profiles), np.array(nbytes), np.array(issued), np.array(window), "step", True)
+    got = batch.utilisation()
+    for i, profile in enumerate(profiles):
+        alone = Flow("data", profile, nbytes[i], issued[i], window[i], "step", True).utilisation()
+        assert tuple(got[i]) == alone
+
+
 def test_a_failure_never_makes_a_step_faster(engine):
     from twin.core.failures.impact import DegradedModel
     from twin.failures import FailureAnalyzer

@@ -92,10 +92,13 @@ class Flow:
             worst = max(self.profile) or 1.0
             return tuple(min(1.0, self.issued_s * p / worst / window) for p in self.profile)
         window = ops.maximum(self.window_s, 1e-30)
-        worst = self.profile.max(axis=1, keepdims=True)
-        by_time = np.asarray(self.issued_s)[:, None] * self.profile / np.where(worst > 0, worst, 1.0)
-        by_bytes = np.asarray(self.nbytes)[:, None] * self.profile
-        busy = np.where(np.asarray(self.nbytes)[:, None] > 0, by_bytes, by_time)
+        nbytes = np.asarray(self.nbytes)
+        busy = nbytes[:, None] * self.profile
+        sends = nbytes > 0
+        if not sends.all():  # points whose strategy reports no bytes: by its issued time
+            worst = self.profile.max(axis=1, keepdims=True)
+            by_time = np.asarray(self.issued_s)[:, None] * self.profile / np.where(worst > 0, worst, 1.0)
+            busy = np.where(sends[:, None], busy, by_time)
         return np.minimum(1.0, busy / np.asarray(window)[:, None])
 
 
