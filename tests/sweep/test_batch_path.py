@@ -445,3 +445,34 @@ def test_points_that_differ_in_gbs_and_vp_share_the_strategies_work_and_match(en
         for name in MODEL_COLUMNS:
             assert same(ev.floats[name][i], want[name]), (i, name)
     assert checked >= 100
+
+
+def test_row_reductions_match_numpys_along_the_rows():
+    """ops.row_max / row_any (column by column) give what .max(axis=1) / .any(axis=1) give,
+    NaN included, for the widths a hierarchy has (1 to 5 link classes)."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n, w = int(rng.integers(1, 40)), int(rng.integers(1, 6))
+        table = rng.choice([0.0, 0.5, 1.0, 2.0, np.inf, np.nan], size=(n, w))
+        got = ops.row_max(table)
+        assert got.dtype == np.float64 and np.array_equal(got, table.max(axis=1), equal_nan=True)
+        mask = table > 1.0
+        assert np.array_equal(ops.row_any(mask), mask.any(axis=1))
+
+
+def test_a_batchs_top_tier_is_each_points_hierarchys():
+    """HierarchyBatch.top_tier (first tier spanning the footprint, else the last) per point as
+    Hierarchy.top_tier answers it, over hierarchies of different depths (padded tables)."""
+    from twin.core.topology import Hierarchy, HierarchyBatch, Tier
+
+    def hierarchy(spans: list[int]) -> Hierarchy:
+        tiers = tuple(Tier(f"t{j}", "nvlink" if j == 0 else "ib", s, 50e9, 1e-6) for j, s in enumerate(spans))
+        return Hierarchy(tiers=tiers, gpus_per_node=spans[0])
+
+    hs = [hierarchy([8, 256]), hierarchy([8, 64, 4096]), hierarchy([72, 1152, 18432, 1 << 20])]
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, len(hs), 300)
+    footprint = rng.choice([1, 8, 9, 64, 65, 256, 257, 4096, 5000, 18432, 1 << 21], 300)
+    got = HierarchyBatch(hs, rows).top_tier(footprint)
+    assert got.dtype == np.int64
+    assert got.tolist() == [hs[r].top_tier(int(f)) for r, f in zip(rows.tolist(), footprint.tolist(), strict=True)]

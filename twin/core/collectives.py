@@ -246,7 +246,7 @@ def net_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
 def _net_seconds_batch(span: GroupSpan, h: HierarchyBatch, pattern: str) -> Any:
     got = _nic_seconds(span, h, pattern)
     if h.width > 2 and ops.any_(np.asarray(span.top) >= 2):
-        got = np.maximum(got, _uplink_seconds(span, h, pattern).max(axis=1))
+        got = np.maximum(got, ops.row_max(_uplink_seconds(span, h, pattern)))
     return got
 
 
