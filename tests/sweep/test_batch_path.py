@@ -476,3 +476,19 @@ def test_a_batchs_top_tier_is_each_points_hierarchys():
     got = HierarchyBatch(hs, rows).top_tier(footprint)
     assert got.dtype == np.int64
     assert got.tolist() == [hs[r].top_tier(int(f)) for r, f in zip(rows.tolist(), footprint.tolist(), strict=True)]
+
+
+def test_unique_ints_gives_numpys_unique():
+    """ops.unique_ints (a table of the key range, no sort) gives np.unique's values, first
+    points and inverse, dtypes too, on narrow ranges and on wide ones (np.unique itself)."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(0, 60))
+        bound = int(rng.choice([1, 3, 50, 1000, 1 << 40]))
+        key = rng.integers(0, bound, n).astype(rng.choice([np.int64, np.int32]))
+        values, first, inverse = ops.unique_ints(key, bound, first=True)
+        want = np.unique(key, return_index=True, return_inverse=True)
+        for got, expected in zip((values, first, inverse), want, strict=True):
+            assert got.dtype == expected.dtype and np.array_equal(got, expected.reshape(-1))
+        values, inverse = ops.unique_ints(key, bound)
+        assert np.array_equal(values, want[0]) and np.array_equal(inverse, want[2].reshape(-1))

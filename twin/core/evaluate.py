@@ -463,7 +463,9 @@ class PointResults:
         known = self._written.get(key)
         if known is not None and all(a is b for a, (b, _) in zip(known[0], pending, strict=True)):
             return known[1]  # type: ignore[no-any-return]
-        rows = np.unique(np.concatenate([np.atleast_1d(np.asarray(where, np.int64)) for where, _ in pending]))
+        rows = np.concatenate([np.atleast_1d(np.asarray(where, np.int64)) for where, _ in pending])
+        if len(rows) > 1 and not (rows[1:] > rows[:-1]).all():  # (one write at ascending rows: as they are)
+            rows = ops.unique_ints(rows, len(self))[0]
         self._written[key] = (tuple(where for where, _ in pending), rows)
         return rows
 
@@ -1372,7 +1374,7 @@ class TwinModel:
                 out.reason_ix[sel] = reasons.code(reason_of(err))
                 bad |= sel
         pair = cix * len(ps.calibrations) + ps.calibration_ix
-        pairs, pair_row = np.unique(pair, return_inverse=True)
+        pairs, pair_row = ops.unique_ints(pair, len(ps.clusters) * len(ps.calibrations))
         pair_row = pair_row.reshape(-1)
         hierarchies: list[Hierarchy | None] = []
         for k, p in enumerate(pairs.tolist()):
@@ -1528,7 +1530,7 @@ class TwinModel:
         scales, scode = np.unique(scale, return_inverse=True)
         n_pr = len(precs) * len(recipes)
         dkey = (gpu_ix * n_pr + pcode * len(recipes) + rcode) * len(scales) + scode.reshape(-1)
-        dkeys, drow = np.unique(dkey, return_inverse=True)
+        dkeys, drow = ops.unique_ints(dkey, len(gpus) * n_pr * len(scales))
         drow = drow.reshape(-1)
         devs = []
         for k in dkeys.tolist():
@@ -1644,7 +1646,7 @@ class TwinModel:
                          pairs: np.ndarray) -> HierarchyBatch:
         """The hierarchies of the batch's (cluster, calibration) pairs, one row per point."""
         pair = ps.cluster_ix * len(ps.calibrations) + ps.calibration_ix
-        used, rows = np.unique(np.searchsorted(pairs, pair), return_inverse=True)
+        used, rows = ops.unique_ints(np.searchsorted(pairs, pair), len(pairs))
         hs = [hierarchies[int(k)] for k in used]
         assert all(h is not None for h in hs)
         return HierarchyBatch(hs, rows.reshape(-1))  # type: ignore[arg-type]
@@ -1871,7 +1873,7 @@ def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         stacked = np.stack([np.asarray(c, np.float64) for c in columns], axis=1)
         _, first, inv = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
         return first, inv.reshape(-1)
-    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    _, first, inv = ops.unique_ints(key, mult, first=True)
     return first, inv.reshape(-1)
 
 

