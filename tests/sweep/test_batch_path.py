@@ -492,3 +492,21 @@ def test_unique_ints_gives_numpys_unique():
             assert got.dtype == expected.dtype and np.array_equal(got, expected.reshape(-1))
         values, inverse = ops.unique_ints(key, bound)
         assert np.array_equal(values, want[0]) and np.array_equal(inverse, want[2].reshape(-1))
+
+
+def test_select_min_gathers_each_entry_as_np_choose_does():
+    """The winner's entries: names, per-point arrays, and one array among equal numbers (the
+    NVLS fill, 0.0 for every other option) come back as np.choose gives them, dtype included."""
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        n, k = int(rng.integers(1, 40)), int(rng.integers(1, 9))
+        lone = int(rng.integers(0, k))
+        zero = rng.choice([0.0, -0.0, 1.5])
+        options = [(rng.random(n), ("ring", "tree", "nvls", "sharp")[j % 4], rng.random(n) if j % 3 else float(j),
+                    rng.random(n) if j == lone else zero) for j in range(k)]
+        best = np.argmin(np.stack([o[0] for o in options]), axis=0)
+        got = ops.select_min(options)
+        for e in (1, 2, 3):
+            want = np.choose(best, [np.asarray(o[e]) for o in options])
+            assert got[e].dtype == want.dtype and np.array_equal(got[e], want)
+            assert np.array_equal(np.signbit(got[e]), np.signbit(want)) if want.dtype.kind == "f" else True

@@ -277,10 +277,35 @@ def select_min(options: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
     for j in range(1, len(options[0])):
         entries = [o[j] for o in options]
         if not any(is_batch(e) for e in entries):
-            out.append(np.asarray(entries)[best])  # one value per option (a name): index the small table
+            out.append(_pick_names(np.asarray(entries), best))  # one value per option (a name)
         else:
-            out.append(np.choose(best, [np.asarray(e) for e in entries]))
+            out.append(_choose(best, [np.asarray(e) for e in entries]))
     return tuple(out)
+
+
+def _pick_names(table: np.ndarray, best: np.ndarray) -> np.ndarray:
+    """``table[best]`` of a small table of one value per option. Strings are gathered as
+    opaque fixed-size items (numpy's fancy indexing of a str array is ~2x slower, measured).
+    """
+    if table.dtype.kind != "U":
+        return table[best]  # type: ignore[no-any-return]
+    raw = table.view(np.dtype((np.void, table.dtype.itemsize)))
+    return raw.take(best).view(table.dtype)  # type: ignore[no-any-return]
+
+
+def _choose(best: np.ndarray, choices: list[np.ndarray]) -> np.ndarray:
+    """``np.choose(best, choices)`` (per-point arrays and 0-d values), which costs 2.5x a gather
+    from the stacked choices and ~13x one ``np.where`` (measured: 30,000 points, 8 options).
+    The NVLS fill is the usual case of one array among equal 0-d values: a single ``where``.
+    """
+    if best.ndim != 1 or any(c.ndim > 1 for c in choices):
+        return np.choose(best, choices)  # type: ignore[no-any-return]
+    wide = [j for j, c in enumerate(choices) if c.ndim]
+    rest = [c for c in choices if not c.ndim]
+    if len(wide) == 1 and rest and all(c.dtype == rest[0].dtype and c.tobytes() == rest[0].tobytes() for c in rest):
+        return np.where(best == wide[0], choices[wide[0]], rest[0])  # type: ignore[no-any-return]
+    table = np.stack(np.broadcast_arrays(*choices))
+    return table[best, np.arange(len(best))]  # type: ignore[no-any-return]
 
 
 def _first(option: tuple[Any, ...]) -> Any:
