@@ -510,3 +510,23 @@ def test_select_min_gathers_each_entry_as_np_choose_does():
             want = np.choose(best, [np.asarray(o[e]) for o in options])
             assert got[e].dtype == want.dtype and np.array_equal(got[e], want)
             assert np.array_equal(np.signbit(got[e]), np.signbit(want)) if want.dtype.kind == "f" else True
+
+
+def test_a_batch_cost_zeroed_where_nothing_is_sent_is_np_wheres():
+    """collectives._zero_where: points in the mask cost nothing and name "none" (names as
+    np.where gives them: per-point arrays, one name for all, objects), the rest unchanged."""
+    from twin.core.collectives import _zero_where
+
+    rng = np.random.default_rng(4)
+    for names in (np.asarray(["ring", "sharp", "tree"])[rng.integers(0, 3, 50)], "direct",
+                  np.asarray(["LL", "Simple"], dtype=object)[rng.integers(0, 2, 50)]):
+        mask = rng.random(50) < 0.3
+        t = rng.random(50)
+        cost = CollectiveCost(t, names, names, t * 2.0, t * 3.0)
+        got = _zero_where(mask, cost)
+        for have, base in ((got.algorithm, names), (got.protocol, names)):
+            want = np.where(mask, "none", base)
+            assert have.dtype == want.dtype and have.tolist() == want.tolist()
+        assert np.array_equal(got.time_s, np.where(mask, 0.0, t))
+        assert np.array_equal(got.bottleneck_bw_Bps, np.where(mask, 0.0, t * 3.0))
+    assert _zero_where(np.zeros(3, bool), cost) is cost
