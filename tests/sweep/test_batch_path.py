@@ -530,3 +530,19 @@ def test_a_batch_cost_zeroed_where_nothing_is_sent_is_np_wheres():
         assert np.array_equal(got.time_s, np.where(mask, 0.0, t))
         assert np.array_equal(got.bottleneck_bw_Bps, np.where(mask, 0.0, t * 3.0))
     assert _zero_where(np.zeros(3, bool), cost) is cost
+
+
+def test_labels_compare_as_their_names_do_constant_columns_and_absent_names_too():
+    """Labels == / != a name give what comparing the names gives, for per-point labels, a
+    constant (broadcast) column of a batch, a name no point has, and the result is writable."""
+    labels = ops.Labels.of(["full", "none", "full", "selective"])
+    constant = ops.take_rows(ops.Labels.of(["full"]), np.zeros(5, np.int64))
+    assert constant.strides[0] == 0 and isinstance(constant, ops.Labels)
+    for column in (labels, constant, labels[:0]):
+        names = column.names()
+        for name in ("full", "none", "selective", "offload"):
+            got = column == name
+            assert got.dtype == bool and got.tolist() == (names == name).tolist()
+            assert (column != name).tolist() == (names != name).tolist()
+            got[...] = True  # a fresh array, not a view of the column
+    assert (labels == "full").tolist() == [True, False, True, False]

