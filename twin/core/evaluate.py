@@ -481,6 +481,8 @@ class PointResults:
             distinct, inverse = np.unique(rows, return_inverse=True)
             return self.values_at(name, distinct)[inverse.reshape(-1)]
         out = np.full(len(rows), np.nan)
+        if not len(rows):
+            return out
         for where, values in pending:  # in the order written: a later write wins, as in put
             known = self._at.get((id(where), id(rows)))
             if known is not None and known[0] is where and known[1] is rows:
@@ -491,7 +493,12 @@ class PointResults:
                 hit = inside & (rows[np.where(inside, at, 0)] == where)
                 if np.ndim(hit):
                     at = at[hit]
+                    if len(at) == len(rows) and np.array_equal(where, rows):
+                        at = hit = None  # written at exactly the rows read, in their order
                 self._at[(id(where), id(rows))] = (where, rows, at, hit)
+            if hit is None:
+                out[:] = values  # (the usual read of a batch's results: no positions to gather)
+                continue
             if np.ndim(hit) == 0:
                 if hit:
                     out[at] = values
