@@ -1357,10 +1357,12 @@ class TwinModel:
             before = np.asarray([-1 if s[0] is None else reasons.code(s[0]) for s in statics], np.int64)[cix]
             after = np.asarray([-1 if s[1] is None else reasons.code(s[1]) for s in statics], np.int64)[cix]
             code = before.copy()
+            open_ = code < 0  # points no rule has coded yet (kept as rules code them, not recomputed per rule)
             for field_path, broken, template, values in plan_rules(plan, model, view):
-                fresh = np.asarray(broken, bool) & (code < 0)
+                fresh = np.asarray(broken, bool) & open_
                 if fresh.any():
                     _code_rule(Rule(field_path, broken, template, values()), fresh, code, reasons)
+                    open_ &= ~fresh
             code = np.where(code < 0, after, code)
             if unresolved is not None:  # the selection is the batch's: every point still valid gets it
                 code = np.where(code < 0, reasons.code(unresolved), code)
