@@ -1418,7 +1418,7 @@ class TwinModel:
         if len(keep) == 0:
             return
         if len(keep) < len(idx):
-            sub, work = sub.take(keep), _take_work(work, keep)
+            sub, work = _take_points(sub, work, keep)
             idx = idx[keep]
         if prune is None:
             self._run_points(sub, work, idx, hierarchies, pairs, strategies, reasons, out, headroom, power)
@@ -1432,7 +1432,7 @@ class TwinModel:
         head = order[:0]
         if not math.isfinite(prune.threshold()):  # no bar yet: the most promising points set it
             head = order[:max(_PRUNE_FIRST, 4 * prune.top)]
-            self._run_points(sub.take(head), _take_work(work, head), idx[head], hierarchies, pairs, strategies,
+            self._run_points(*_take_points(sub, work, head), idx[head], hierarchies, pairs, strategies,
                              reasons, out, headroom, power)
             prune.offer(out, idx[head])
         rest = order[len(head):]
@@ -1442,7 +1442,7 @@ class TwinModel:
             out.stats["pruned"] = out.stats.get("pruned", 0) + len(cut)
         live = np.sort(rest[bound[rest] <= prune.threshold()])
         if len(live):
-            self._run_points(sub.take(live), _take_work(work, live), idx[live], hierarchies, pairs, strategies,
+            self._run_points(*_take_points(sub, work, live), idx[live], hierarchies, pairs, strategies,
                              reasons, out, headroom, power)
             prune.offer(out, idx[live])
 
@@ -1456,7 +1456,7 @@ class TwinModel:
         first, inverse = _factorize(_group_columns(sub))
         if len(first) < len(idx) and any(not s.reads_schedule and s.vectorized for s in strategies):
             # Strategies that do not read the schedule, once per group of points differing only in gbs/vp.
-            grp, work_g, hb_g = sub.take(first), _take_work(work, first), hb.take(first)
+            (grp, work_g), hb_g = _take_points(sub, work, first), hb.take(first)
             spans_g = {dim: place_group(*stride_of(grp.plan, work_g.dp, dim), hb_g) for dim in DIMENSIONS}
             ctx_g = _context(work_g, model, ColumnView(grp.clusters, grp.cluster_ix),
                              ColumnView(grp.calibrations, grp.calibration_ix), hb_g, spans_g,
@@ -1479,7 +1479,7 @@ class TwinModel:
             # The points ``some`` (None: all) alone, on their view of the hierarchy.
             if some is None:
                 return dataclasses.replace(ctx, hierarchy=h, cost_fn=self._batch_cost(sub, h))
-            part, work_p = sub.take(some), _take_work(work, some)
+            part, work_p = _take_points(sub, work, some)
             spans_p = {dim: _take_tree(v, some) for dim, v in spans.items()}
             return _context(work_p, model, ColumnView(part.clusters, part.cluster_ix),
                             ColumnView(part.calibrations, part.calibration_ix), h, spans_p,
@@ -2037,13 +2037,23 @@ def _take_tree(obj: Any, idx: Any) -> Any:
     return obj
 
 
-def _take_work(work: _Work, idx: np.ndarray) -> _Work:
-    """The work of the points in ``idx``: its arrays taken, its structures viewed (taken where read)."""
+def _take_points(ps: PointSet, work: _Work, idx: np.ndarray) -> tuple[PointSet, _Work]:
+    """The points ``idx`` of ``ps`` and of its ``work``. The work's plan is the point set's
+    (``_batch_work``), so its columns are taken once, for both.
+    """
+    part = ps.take(idx)
+    return part, _take_work(work, idx, part.plan if work.plan is ps.plan else None)
+
+
+def _take_work(work: _Work, idx: np.ndarray, plan: PlanColumns | None = None) -> _Work:
+    """The work of the points in ``idx``: its arrays taken, its structures viewed (taken where
+    read); ``plan``: its plan's columns at ``idx`` when already taken.
+    """
     kw: dict[str, Any] = {}
     for f in dataclasses.fields(work):
         v = getattr(work, f.name)
         if f.name == "plan":
-            kw[f.name] = v.take(idx)
+            kw[f.name] = v.take(idx) if plan is None else plan
         elif isinstance(v, np.ndarray):
             kw[f.name] = ops.take_rows(v, idx) if v.ndim else v
         elif isinstance(v, ops.TakeView) or dataclasses.is_dataclass(v):
