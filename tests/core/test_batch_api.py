@@ -138,3 +138,27 @@ def test_sparse_batch_results_read_back_as_the_dense_columns():
         if name.startswith("exposed_"):
             made = np.where((sparse.reason_ix < 0) & np.isnan(made), 0.0, made)
         assert np.array_equal(made, col, equal_nan=True), name
+
+
+def test_sparse_writes_read_back_as_put_would_have_written_them():
+    """PointResults with pending writes (sparse): values_at is the dense column at the rows
+    read, whatever the writes' rows: the very rows read (the usual case), the same rows in
+    another order, a part of them, rows beyond them, and a later write over an earlier one."""
+    from twin.core.evaluate import PointResults
+
+    rng = np.random.default_rng(12)
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        read = np.flatnonzero(rng.random(n) < 0.6)
+        writes = [read.copy(), read[rng.permutation(len(read))], rng.permutation(n)[: int(rng.integers(0, n + 1))],
+                  np.sort(rng.permutation(n)[: int(rng.integers(0, n + 1))])]
+        order = rng.permutation(len(writes))[: int(rng.integers(1, len(writes) + 1))]
+        sparse = PointResults(np.full(n, -1), [], {}, np.zeros(n, int), np.zeros(n, int))
+        sparse._pending = {}
+        dense = PointResults(np.full(n, -1), [], {}, np.zeros(n, int), np.zeros(n, int))
+        for k in order.tolist():
+            values = rng.random(len(writes[k]))
+            sparse.put("x", writes[k], values)
+            dense.put("x", writes[k], values)
+        assert np.array_equal(sparse.values_at("x", read), dense.columns["x"][read], equal_nan=True)
+        assert np.array_equal(sparse.values_at("x", read), dense.columns["x"][read], equal_nan=True)  # cached

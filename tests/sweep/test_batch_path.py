@@ -445,3 +445,104 @@ def test_points_that_differ_in_gbs_and_vp_share_the_strategies_work_and_match(en
         for name in MODEL_COLUMNS:
             assert same(ev.floats[name][i], want[name]), (i, name)
     assert checked >= 100
+
+
+def test_row_reductions_match_numpys_along_the_rows():
+    """ops.row_max / row_any (column by column) give what .max(axis=1) / .any(axis=1) give,
+    NaN included, for the widths a hierarchy has (1 to 5 link classes)."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n, w = int(rng.integers(1, 40)), int(rng.integers(1, 6))
+        table = rng.choice([0.0, 0.5, 1.0, 2.0, np.inf, np.nan], size=(n, w))
+        got = ops.row_max(table)
+        assert got.dtype == np.float64 and np.array_equal(got, table.max(axis=1), equal_nan=True)
+        mask = table > 1.0
+        assert np.array_equal(ops.row_any(mask), mask.any(axis=1))
+
+
+def test_a_batchs_top_tier_is_each_points_hierarchys():
+    """HierarchyBatch.top_tier (first tier spanning the footprint, else the last) per point as
+    Hierarchy.top_tier answers it, over hierarchies of different depths (padded tables)."""
+    from twin.core.topology import Hierarchy, HierarchyBatch, Tier
+
+    def hierarchy(spans: list[int]) -> Hierarchy:
+        tiers = tuple(Tier(f"t{j}", "nvlink" if j == 0 else "ib", s, 50e9, 1e-6) for j, s in enumerate(spans))
+        return Hierarchy(tiers=tiers, gpus_per_node=spans[0])
+
+    hs = [hierarchy([8, 256]), hierarchy([8, 64, 4096]), hierarchy([72, 1152, 18432, 1 << 20])]
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, len(hs), 300)
+    footprint = rng.choice([1, 8, 9, 64, 65, 256, 257, 4096, 5000, 18432, 1 << 21], 300)
+    got = HierarchyBatch(hs, rows).top_tier(footprint)
+    assert got.dtype == np.int64
+    assert got.tolist() == [hs[r].top_tier(int(f)) for r, f in zip(rows.tolist(), footprint.tolist(), strict=True)]
+
+
+def test_unique_ints_gives_numpys_unique():
+    """ops.unique_ints (a table of the key range, no sort) gives np.unique's values, first
+    points and inverse, dtypes too, on narrow ranges and on wide ones (np.unique itself)."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(0, 60))
+        bound = int(rng.choice([1, 3, 50, 1000, 1 << 40]))
+        key = rng.integers(0, bound, n).astype(rng.choice([np.int64, np.int32]))
+        values, first, inverse = ops.unique_ints(key, bound, first=True)
+        want = np.unique(key, return_index=True, return_inverse=True)
+        for got, expected in zip((values, first, inverse), want, strict=True):
+            assert got.dtype == expected.dtype and np.array_equal(got, expected.reshape(-1))
+        values, inverse = ops.unique_ints(key, bound)
+        assert np.array_equal(values, want[0]) and np.array_equal(inverse, want[2].reshape(-1))
+
+
+def test_select_min_gathers_each_entry_as_np_choose_does():
+    """The winner's entries: names, per-point arrays, and one array among equal numbers (the
+    NVLS fill, 0.0 for every other option) come back as np.choose gives them, dtype included."""
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        n, k = int(rng.integers(1, 40)), int(rng.integers(1, 9))
+        lone = int(rng.integers(0, k))
+        zero = rng.choice([0.0, -0.0, 1.5])
+        options = [(rng.random(n), ("ring", "tree", "nvls", "sharp")[j % 4], rng.random(n) if j % 3 else float(j),
+                    rng.random(n) if j == lone else zero) for j in range(k)]
+        best = np.argmin(np.stack([o[0] for o in options]), axis=0)
+        got = ops.select_min(options)
+        for e in (1, 2, 3):
+            want = np.choose(best, [np.asarray(o[e]) for o in options])
+            assert got[e].dtype == want.dtype and np.array_equal(got[e], want)
+            assert np.array_equal(np.signbit(got[e]), np.signbit(want)) if want.dtype.kind == "f" else True
+
+
+def test_a_batch_cost_zeroed_where_nothing_is_sent_is_np_wheres():
+    """collectives._zero_where: points in the mask cost nothing and name "none" (names as
+    np.where gives them: per-point arrays, one name for all, objects), the rest unchanged."""
+    from twin.core.collectives import _zero_where
+
+    rng = np.random.default_rng(4)
+    for names in (np.asarray(["ring", "sharp", "tree"])[rng.integers(0, 3, 50)], "direct",
+                  np.asarray(["LL", "Simple"], dtype=object)[rng.integers(0, 2, 50)]):
+        mask = rng.random(50) < 0.3
+        t = rng.random(50)
+        cost = CollectiveCost(t, names, names, t * 2.0, t * 3.0)
+        got = _zero_where(mask, cost)
+        for have, base in ((got.algorithm, names), (got.protocol, names)):
+            want = np.where(mask, "none", base)
+            assert have.dtype == want.dtype and have.tolist() == want.tolist()
+        assert np.array_equal(got.time_s, np.where(mask, 0.0, t))
+        assert np.array_equal(got.bottleneck_bw_Bps, np.where(mask, 0.0, t * 3.0))
+    assert _zero_where(np.zeros(3, bool), cost) is cost
+
+
+def test_labels_compare_as_their_names_do_constant_columns_and_absent_names_too():
+    """Labels == / != a name give what comparing the names gives, for per-point labels, a
+    constant (broadcast) column of a batch, a name no point has, and the result is writable."""
+    labels = ops.Labels.of(["full", "none", "full", "selective"])
+    constant = ops.take_rows(ops.Labels.of(["full"]), np.zeros(5, np.int64))
+    assert constant.strides[0] == 0 and isinstance(constant, ops.Labels)
+    for column in (labels, constant, labels[:0]):
+        names = column.names()
+        for name in ("full", "none", "selective", "offload"):
+            got = column == name
+            assert got.dtype == bool and got.tolist() == (names == name).tolist()
+            assert (column != name).tolist() == (names != name).tolist()
+            got[...] = True  # a fresh array, not a view of the column
+    assert (labels == "full").tolist() == [True, False, True, False]

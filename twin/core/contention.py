@@ -96,7 +96,7 @@ class Flow:
         busy = nbytes[:, None] * self.profile
         sends = nbytes > 0
         if not sends.all():  # points whose strategy reports no bytes: by its issued time
-            worst = self.profile.max(axis=1, keepdims=True)
+            worst = ops.row_max(self.profile)[:, None]
             by_time = np.asarray(self.issued_s)[:, None] * self.profile / np.where(worst > 0, worst, 1.0)
             busy = np.where(sends[:, None], busy, by_time)
         return np.minimum(1.0, busy / np.asarray(window)[:, None])
@@ -182,7 +182,7 @@ def contended(stretch: Any) -> Any:
     """Whether a flow is stretched enough to be costed again (per point for a batch)."""
     if isinstance(stretch, tuple):
         return max(stretch) > 1.0 + MIN_STRETCH
-    return (stretch > 1.0 + MIN_STRETCH).any(axis=1)
+    return ops.row_any(stretch > 1.0 + MIN_STRETCH)
 
 
 def link_name(hierarchy: Hierarchy, tier: int) -> str:

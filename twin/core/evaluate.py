@@ -463,7 +463,9 @@ class PointResults:
         known = self._written.get(key)
         if known is not None and all(a is b for a, (b, _) in zip(known[0], pending, strict=True)):
             return known[1]  # type: ignore[no-any-return]
-        rows = np.unique(np.concatenate([np.atleast_1d(np.asarray(where, np.int64)) for where, _ in pending]))
+        rows = np.concatenate([np.atleast_1d(np.asarray(where, np.int64)) for where, _ in pending])
+        if len(rows) > 1 and not (rows[1:] > rows[:-1]).all():  # (one write at ascending rows: as they are)
+            rows = ops.unique_ints(rows, len(self))[0]
         self._written[key] = (tuple(where for where, _ in pending), rows)
         return rows
 
@@ -479,6 +481,8 @@ class PointResults:
             distinct, inverse = np.unique(rows, return_inverse=True)
             return self.values_at(name, distinct)[inverse.reshape(-1)]
         out = np.full(len(rows), np.nan)
+        if not len(rows):
+            return out
         for where, values in pending:  # in the order written: a later write wins, as in put
             known = self._at.get((id(where), id(rows)))
             if known is not None and known[0] is where and known[1] is rows:
@@ -489,7 +493,12 @@ class PointResults:
                 hit = inside & (rows[np.where(inside, at, 0)] == where)
                 if np.ndim(hit):
                     at = at[hit]
+                    if len(at) == len(rows) and np.array_equal(where, rows):
+                        at = hit = None  # written at exactly the rows read, in their order
                 self._at[(id(where), id(rows))] = (where, rows, at, hit)
+            if hit is None:
+                out[:] = values  # (the usual read of a batch's results: no positions to gather)
+                continue
             if np.ndim(hit) == 0:
                 if hit:
                     out[at] = values
@@ -1348,10 +1357,12 @@ class TwinModel:
             before = np.asarray([-1 if s[0] is None else reasons.code(s[0]) for s in statics], np.int64)[cix]
             after = np.asarray([-1 if s[1] is None else reasons.code(s[1]) for s in statics], np.int64)[cix]
             code = before.copy()
+            open_ = code < 0  # points no rule has coded yet (kept as rules code them, not recomputed per rule)
             for field_path, broken, template, values in plan_rules(plan, model, view):
-                fresh = np.asarray(broken, bool) & (code < 0)
+                fresh = np.asarray(broken, bool) & open_
                 if fresh.any():
                     _code_rule(Rule(field_path, broken, template, values()), fresh, code, reasons)
+                    open_ &= ~fresh
             code = np.where(code < 0, after, code)
             if unresolved is not None:  # the selection is the batch's: every point still valid gets it
                 code = np.where(code < 0, reasons.code(unresolved), code)
@@ -1372,7 +1383,7 @@ class TwinModel:
                 out.reason_ix[sel] = reasons.code(reason_of(err))
                 bad |= sel
         pair = cix * len(ps.calibrations) + ps.calibration_ix
-        pairs, pair_row = np.unique(pair, return_inverse=True)
+        pairs, pair_row = ops.unique_ints(pair, len(ps.clusters) * len(ps.calibrations))
         pair_row = pair_row.reshape(-1)
         hierarchies: list[Hierarchy | None] = []
         for k, p in enumerate(pairs.tolist()):
@@ -1407,7 +1418,7 @@ class TwinModel:
         if len(keep) == 0:
             return
         if len(keep) < len(idx):
-            sub, work = sub.take(keep), _take_work(work, keep)
+            sub, work = _take_points(sub, work, keep)
             idx = idx[keep]
         if prune is None:
             self._run_points(sub, work, idx, hierarchies, pairs, strategies, reasons, out, headroom, power)
@@ -1421,7 +1432,7 @@ class TwinModel:
         head = order[:0]
         if not math.isfinite(prune.threshold()):  # no bar yet: the most promising points set it
             head = order[:max(_PRUNE_FIRST, 4 * prune.top)]
-            self._run_points(sub.take(head), _take_work(work, head), idx[head], hierarchies, pairs, strategies,
+            self._run_points(*_take_points(sub, work, head), idx[head], hierarchies, pairs, strategies,
                              reasons, out, headroom, power)
             prune.offer(out, idx[head])
         rest = order[len(head):]
@@ -1431,7 +1442,7 @@ class TwinModel:
             out.stats["pruned"] = out.stats.get("pruned", 0) + len(cut)
         live = np.sort(rest[bound[rest] <= prune.threshold()])
         if len(live):
-            self._run_points(sub.take(live), _take_work(work, live), idx[live], hierarchies, pairs, strategies,
+            self._run_points(*_take_points(sub, work, live), idx[live], hierarchies, pairs, strategies,
                              reasons, out, headroom, power)
             prune.offer(out, idx[live])
 
@@ -1445,7 +1456,7 @@ class TwinModel:
         first, inverse = _factorize(_group_columns(sub))
         if len(first) < len(idx) and any(not s.reads_schedule and s.vectorized for s in strategies):
             # Strategies that do not read the schedule, once per group of points differing only in gbs/vp.
-            grp, work_g, hb_g = sub.take(first), _take_work(work, first), hb.take(first)
+            (grp, work_g), hb_g = _take_points(sub, work, first), hb.take(first)
             spans_g = {dim: place_group(*stride_of(grp.plan, work_g.dp, dim), hb_g) for dim in DIMENSIONS}
             ctx_g = _context(work_g, model, ColumnView(grp.clusters, grp.cluster_ix),
                              ColumnView(grp.calibrations, grp.calibration_ix), hb_g, spans_g,
@@ -1468,7 +1479,7 @@ class TwinModel:
             # The points ``some`` (None: all) alone, on their view of the hierarchy.
             if some is None:
                 return dataclasses.replace(ctx, hierarchy=h, cost_fn=self._batch_cost(sub, h))
-            part, work_p = sub.take(some), _take_work(work, some)
+            part, work_p = _take_points(sub, work, some)
             spans_p = {dim: _take_tree(v, some) for dim, v in spans.items()}
             return _context(work_p, model, ColumnView(part.clusters, part.cluster_ix),
                             ColumnView(part.calibrations, part.calibration_ix), h, spans_p,
@@ -1528,7 +1539,7 @@ class TwinModel:
         scales, scode = np.unique(scale, return_inverse=True)
         n_pr = len(precs) * len(recipes)
         dkey = (gpu_ix * n_pr + pcode * len(recipes) + rcode) * len(scales) + scode.reshape(-1)
-        dkeys, drow = np.unique(dkey, return_inverse=True)
+        dkeys, drow = ops.unique_ints(dkey, len(gpus) * n_pr * len(scales))
         drow = drow.reshape(-1)
         devs = []
         for k in dkeys.tolist():
@@ -1644,7 +1655,7 @@ class TwinModel:
                          pairs: np.ndarray) -> HierarchyBatch:
         """The hierarchies of the batch's (cluster, calibration) pairs, one row per point."""
         pair = ps.cluster_ix * len(ps.calibrations) + ps.calibration_ix
-        used, rows = np.unique(np.searchsorted(pairs, pair), return_inverse=True)
+        used, rows = ops.unique_ints(np.searchsorted(pairs, pair), len(pairs))
         hs = [hierarchies[int(k)] for k in used]
         assert all(h is not None for h in hs)
         return HierarchyBatch(hs, rows.reshape(-1))  # type: ignore[arg-type]
@@ -1871,7 +1882,7 @@ def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         stacked = np.stack([np.asarray(c, np.float64) for c in columns], axis=1)
         _, first, inv = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
         return first, inv.reshape(-1)
-    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    _, first, inv = ops.unique_ints(key, mult, first=True)
     return first, inv.reshape(-1)
 
 
@@ -2026,13 +2037,23 @@ def _take_tree(obj: Any, idx: Any) -> Any:
     return obj
 
 
-def _take_work(work: _Work, idx: np.ndarray) -> _Work:
-    """The work of the points in ``idx``: its arrays taken, its structures viewed (taken where read)."""
+def _take_points(ps: PointSet, work: _Work, idx: np.ndarray) -> tuple[PointSet, _Work]:
+    """The points ``idx`` of ``ps`` and of its ``work``. The work's plan is the point set's
+    (``_batch_work``), so its columns are taken once, for both.
+    """
+    part = ps.take(idx)
+    return part, _take_work(work, idx, part.plan if work.plan is ps.plan else None)
+
+
+def _take_work(work: _Work, idx: np.ndarray, plan: PlanColumns | None = None) -> _Work:
+    """The work of the points in ``idx``: its arrays taken, its structures viewed (taken where
+    read); ``plan``: its plan's columns at ``idx`` when already taken.
+    """
     kw: dict[str, Any] = {}
     for f in dataclasses.fields(work):
         v = getattr(work, f.name)
         if f.name == "plan":
-            kw[f.name] = v.take(idx)
+            kw[f.name] = v.take(idx) if plan is None else plan
         elif isinstance(v, np.ndarray):
             kw[f.name] = ops.take_rows(v, idx) if v.ndim else v
         elif isinstance(v, ops.TakeView) or dataclasses.is_dataclass(v):

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from twin.core import ops
 from twin.core.errors import NotFoundError, SpecError
 from twin.core.evaluate import spec_key
 from twin.core.points import _NESTED, PlanColumns, PointSet, plan_column
@@ -110,9 +111,12 @@ class PointBatch:
 
     def point_set(self, idx: np.ndarray) -> PointSet:
         """The points in ``idx`` (which must share one model and one strategy selection, and have no error)."""
+        # Every point (0 .. n-1, ascending): the columns as they are, not copied.
+        whole = len(idx) == len(self) and idx[0] == 0 and bool((idx[1:] > idx[:-1]).all())
         return PointSet(model=self.models[int(self.model_ix[idx[0]])], clusters=self.clusters,
-                        cluster_ix=self.cluster_ix[idx], calibrations=self.calibrations,
-                        calibration_ix=self.calibration_ix[idx], plan=self.plan.take(idx), software=self.software,
+                        cluster_ix=self.cluster_ix if whole else self.cluster_ix[idx], calibrations=self.calibrations,
+                        calibration_ix=self.calibration_ix if whole else self.calibration_ix[idx],
+                        plan=self.plan if whole else self.plan.take(idx), software=self.software,
                         strategies=self.strategies[int(self.strategy_index()[idx[0]])])
 
 
@@ -363,7 +367,7 @@ def _distinct_rows(codes: Sequence[np.ndarray], axes: Sequence[Axis]) -> tuple[l
             for c, r in zip(reversed(codes), reversed(radix), strict=True):
                 key += c.astype(np.int64) * mult
                 mult *= r
-            uniq, inv = np.unique(key, return_inverse=True)
+            uniq, inv = ops.unique_ints(key, mult)
             rows = []
             for key_value in uniq.tolist():
                 digits = []
