@@ -530,6 +530,11 @@ def test_a_batch_cost_zeroed_where_nothing_is_sent_is_np_wheres():
         assert np.array_equal(got.time_s, np.where(mask, 0.0, t))
         assert np.array_equal(got.bottleneck_bw_Bps, np.where(mask, 0.0, t * 3.0))
     assert _zero_where(np.zeros(3, bool), cost) is cost
+    # a mask of one value for every point (a Python or numpy bool), as np.where takes it
+    for mask in (True, np.True_):
+        got = _zero_where(mask, cost)
+        assert got.algorithm.tolist() == np.where(mask, "none", cost.algorithm).tolist()
+        assert np.array_equal(got.time_s, np.zeros(50))
 
 
 def test_labels_compare_as_their_names_do_constant_columns_and_absent_names_too():

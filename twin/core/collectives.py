@@ -837,8 +837,9 @@ def _none_where(mask: np.ndarray, names: Any) -> np.ndarray:
     """``np.where(mask, "none", names)``: a copy of ``names`` written over at ``mask`` (np.where
     on str arrays costs 2-4x that, measured), with the dtype np.where gives.
     """
-    names = np.asarray(names)
-    out = np.array(np.broadcast_to(names, mask.shape), dtype=np.result_type(np.asarray("none"), names))
+    mask, names = np.asarray(mask, bool), np.asarray(names)  # a mask of one value too, as np.where takes it
+    out = np.array(np.broadcast_to(names, np.broadcast_shapes(mask.shape, names.shape)),
+                   dtype=np.result_type(np.asarray("none"), names))
     out[mask] = "none"
     return out
 
