@@ -6,9 +6,10 @@
 line: evaluations/s of ``timed`` one by one (``Engine.evaluate``) and as one batch
 (``Engine.evaluate_many``), each on a fresh engine first warmed on ``warm`` (what a
 long-running service sees: caches shared only where the two sets share presets, spans or
-plans), and how many ``timed`` mappings that twin refused. Imports only what every version of
-the twin since issue 9 has (``twin.engine.Engine``, ``twin.core.errors.TwinError``), so the
-parent can point ``sys.path`` at an older checkout.
+plans), and how many ``timed`` mappings that twin refused. ``bench_evaluate.py`` times its own
+passes with the same functions. Imports only what every version of the twin since issue 9
+has (``twin.engine.Engine``, ``twin.core.errors.TwinError``), so the parent can point
+``sys.path`` at an older checkout.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from twin.core.errors import TwinError
@@ -41,21 +43,25 @@ def batch(engine: Engine, maps: list[dict[str, Any]]) -> int:
     return sum(res.reason(i) is not None for i in range(len(maps)))
 
 
+def fresh_rate(run: Callable[[Engine, list[dict[str, Any]]], int], warm: list[dict[str, Any]],
+               timed: list[dict[str, Any]]) -> tuple[float, int]:
+    """(evaluations/s of ``timed``, how many it refused) by ``run`` on a fresh engine warmed on ``warm``."""
+    engine = Engine(autoload=False)
+    run(engine, warm)
+    gc.collect()  # not the freeing of earlier passes' garbage (cycles) inside the timed pass
+    t0 = time.perf_counter()
+    refused = run(engine, timed)
+    return len(timed) / (time.perf_counter() - t0), refused
+
+
 def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     with open(sys.argv[1], encoding="utf-8") as f:
         sets = json.load(f)
-    warm, timed = sets["warm"], sets["timed"]
     out: dict[str, Any] = {}
     for label, run in (("one_by_one", one_by_one), ("batch", batch)):
-        engine = Engine(autoload=False)
-        run(engine, warm)
-        gc.collect()  # not the freeing of the warm-up's garbage inside the timed pass
-        t0 = time.perf_counter()
-        refused = run(engine, timed)
-        out[label] = len(timed) / (time.perf_counter() - t0)
-        out[f"{label}_refused"] = refused
+        out[label], out[f"{label}_refused"] = fresh_rate(run, sets["warm"], sets["timed"])
     print(json.dumps(out))
 
 
