@@ -61,40 +61,43 @@ HEAD_GROUP: list[int] = []
 def batch_tasks() -> list[int]:
     """PIDs of workers of *our* Ray head currently running a sweep batch.
 
-    Candidates are only processes descending from the head this module started (by its PID);
-    among those, the process title tells a worker running a batch from an idle one.
+    Only the process tree under the head this module started (by its PID) is looked at; within
+    it, a worker's process title tells one running a batch from an idle one.
     """
     if not HEAD_GROUP:
         return []
     pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in _descendants(HEAD_GROUP[0]):
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
                 title = f.read().split(b"\0")[0]
-        except OSError:
+        except OSError:  # it has exited meanwhile
             continue
-        if title.startswith(b"ray::_run_batch") and _descends_from(int(entry), HEAD_GROUP[0]):
-            pids.append(int(entry))
+        if title.startswith(b"ray::_run_batch"):
+            pids.append(pid)
     return pids
 
 
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def _descends_from(pid: int, root: int) -> bool:
-    """Whether ``pid`` is ``root`` or one of its descendants (Ray workers are the raylet's children)."""
-    try:
-        while pid > 1:
-            if pid == root:
-                return True
-            pid = _parent(pid)
-    except OSError:
-        return False
-    return False
+def _descendants(root: int) -> list[int]:
+    """The PIDs under ``root`` (its children, theirs, ...), from each thread's
+    ``/proc/PID/task/TID/children`` (Ray workers are the raylet's children, the raylet the head's)."""
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
