@@ -55,7 +55,7 @@ from twin.engine import Engine
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import equivalence
-from evaluate_child import batch, fresh_rate, one_by_one
+from evaluate_child import batch, collector_cost, fresh_rate, one_by_one
 
 MODELS = ["llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "gpt3-175b", "mixtral-8x7b", "qwen3-235b-a22b"]
 SYSTEMS = ["DGX-H100", "DGX-A100", "DGX-B200", "GB200-NVL72", "Meta-RoCE-H100"]
@@ -165,9 +165,10 @@ def compare(base: Path, n: int, rounds: int) -> None:
             for name, path in sides.items():
                 rates = child_rates(path, scenarios)
                 got[name].append(rates)
+                gc_part = f"; collector {rates['gc_us']:.1f} us/eval, {rates['kept']:.1f} objects kept/eval"
                 print(f"  round {r + 1} {name}: one by one {rates['one_by_one']:>9,.0f}  "
                       f"batch {rates['batch']:>9,.0f}  (refused {rates['one_by_one_refused']:,} / "
-                      f"{rates['batch_refused']:,})")
+                      f"{rates['batch_refused']:,}){gc_part}")
     for kind, label in (("one_by_one", "Engine.evaluate, one by one"), ("batch", "Engine.evaluate_many, batch")):
         b = statistics.median(x[kind] for x in got["base"])
         t = statistics.median(x[kind] for x in got["this"])
@@ -201,6 +202,9 @@ def main() -> None:
         rate, refused = fresh_rate(run, sets["family"], unseen)
         assert refused == 0, f"{refused} evaluations refused: every scenario here was checked valid"
         print(f"  fresh   ({len(unseen):6,} scenarios)  {label:29s}: {rate:>10,.0f} (after warm-up on family)")
+    gc_us, kept = collector_cost(sets["family"], unseen)
+    print(f"  fresh, one by one: the cyclic collector {gc_us:.1f} us per evaluation; {kept:.1f} tracked objects "
+          "kept per evaluation")
 
 
 if __name__ == "__main__":

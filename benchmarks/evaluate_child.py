@@ -6,10 +6,11 @@
 line: evaluations/s of ``timed`` one by one (``Engine.evaluate``) and as one batch
 (``Engine.evaluate_many``), each on a fresh engine first warmed on ``warm`` (what a
 long-running service sees: caches shared only where the two sets share presets, spans or
-plans), and how many ``timed`` mappings that twin refused. ``bench_evaluate.py`` times its own
-passes with the same functions. Imports only what every version of the twin since issue 9
-has (``twin.engine.Engine``, ``twin.core.errors.TwinError``), so the parent can point
-``sys.path`` at an older checkout.
+plans), how many ``timed`` mappings that twin refused, and, one by one, the collector's time
+per evaluation and the tracked objects each evaluation leaves behind (:func:`collector_cost`).
+``bench_evaluate.py`` times its own passes with the same functions. Imports only what every
+version of the twin since issue 9 has (``twin.engine.Engine``, ``twin.core.errors.TwinError``),
+so the parent can point ``sys.path`` at an older checkout.
 """
 
 from __future__ import annotations
@@ -54,6 +55,35 @@ def fresh_rate(run: Callable[[Engine, list[dict[str, Any]]], int], warm: list[di
     return len(timed) / (time.perf_counter() - t0), refused
 
 
+def collector_cost(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> tuple[float, float]:
+    """(microseconds of cyclic-collector work per evaluation, objects the collector tracks that
+    each evaluation leaves behind) over ``timed`` one by one on a fresh engine warmed on ``warm``.
+
+    Every object an evaluation keeps (a cache entry) is traversed by each later full
+    collection while it lives; on a large heap that costs more than the entry saves when it is
+    never used again. Collections are timed with ``gc.callbacks``.
+    """
+    engine = Engine(autoload=False)
+    one_by_one(engine, warm)
+    gc.collect()
+    spent = [0.0, 0.0]
+
+    def clock(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            spent[1] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - spent[1]
+
+    before = len(gc.get_objects())
+    gc.callbacks.append(clock)
+    try:
+        one_by_one(engine, timed)
+    finally:
+        gc.callbacks.remove(clock)
+    gc.collect()
+    return spent[0] / len(timed) * 1e6, (len(gc.get_objects()) - before) / len(timed)
+
+
 def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -62,6 +92,7 @@ def main() -> None:
     out: dict[str, Any] = {}
     for label, run in (("one_by_one", one_by_one), ("batch", batch)):
         out[label], out[f"{label}_refused"] = fresh_rate(run, sets["warm"], sets["timed"])
+    out["gc_us"], out["kept"] = collector_cost(sets["warm"], sets["timed"])
     print(json.dumps(out))
 
 

@@ -30,6 +30,7 @@ def test_each_side_imports_its_own_checkout(tmp_path: Path) -> None:
     rates = bench.child_rates(path, scenarios)
     assert rates["one_by_one"] > 0 and rates["batch"] > 0
     assert rates["one_by_one_refused"] == 1 and rates["batch_refused"] == 1
+    assert rates["gc_us"] >= 0 and rates["kept"] >= 0
 
 
 def test_compare_prints_both_sides_and_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
