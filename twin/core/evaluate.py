@@ -295,7 +295,7 @@ class ClusterFacts:
     peak_tflops: dict[str, float]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Work:
     """Per point (or one scenario): everything the timing needs, before communication."""
 
@@ -1774,12 +1774,11 @@ def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: Sta
     states = shared.states
     mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, shared.pool_capacity,
                          dev.flash, act, states)
-    return _Work(plan=plan, dp=dp, m=m, dev=dev, w=w, stage=stage, params=params, expert=expert, act=act, mem=mem,
-                 divisors=states.divisors, optimizer_s=shared.optimizer_s,
-                 flops=shared.passes * fwd_flops * plan.gbs, capacity=facts.capacity_bytes,
-                 offload_bw=shared.offload_bw, pool_capacity=shared.pool_capacity,
-                 tp_overlap_default=facts.tp_overlap_default, half_peak=facts.half_peak_tflops, prec_peak=prec_peak,
-                 num_gpus=num_gpus)
+    # Positionally, in _Work's field order: keywords cost about twice as much (timeit), and
+    # every evaluation builds one.
+    return _Work(plan, dp, m, dev, w, stage, params, expert, act, mem, states.divisors, shared.optimizer_s,
+                 shared.passes * fwd_flops * plan.gbs, facts.capacity_bytes, shared.offload_bw, shared.pool_capacity,
+                 facts.tp_overlap_default, facts.half_peak_tflops, prec_peak, num_gpus)
 
 
 def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, divisors: StateDivisors, offload_bw: Any,
@@ -1822,11 +1821,10 @@ def _context(work: _Work, model: Model, cluster: Any, calibration: Any, hierarch
         m = work.m
     else:
         plan, in_hbm, m = dataclasses.replace(plan, gbs=None, vp=None), None, None
-    return EvalContext(plan=plan, model=model, cluster=cluster, calibration=calibration, dp=work.dp,
-                       microbatches=m, device=work.dev, workload=work.w, hierarchy=hierarchy, spans=spans,
-                       stage=work.stage, params_per_gpu=work.params, expert_params_per_gpu=work.expert,
-                       tp_overlap=tp_overlap, cost_fn=cost_fn, offload_bw_Bps=work.offload_bw,
-                       activation_bytes=in_hbm, points=points, scenario=scenario, software=software)
+    # Positionally, in EvalContext's field order (notes: a fresh list, as its default): as _Work.
+    return EvalContext(plan, model, cluster, calibration, work.dp, m, work.dev, work.w, hierarchy, spans, work.stage,
+                       work.params, work.expert, tp_overlap, cost_fn, work.offload_bw, in_hbm, points, scenario, [],
+                       software)
 
 
 def _code_rule(rule: Any, fresh: np.ndarray, code: np.ndarray, reasons: _Reasons) -> None:
