@@ -1,5 +1,5 @@
 """The one-scenario path builds its per-evaluation records positionally (``evaluate._work``,
-``evaluate._context``: keywords cost about twice as much); these pin the field orders those
+``evaluate._context``, ``evaluate._shared``: keywords cost about twice as much); these pin the field orders those
 calls are written in, so that a field added in the middle fails here, not silently there."""
 
 from __future__ import annotations
@@ -22,6 +22,11 @@ def test_work_fields_are_in_the_order_work_passes_them():
     assert [f.name for f in dataclasses.fields(evaluate._Work)] == [
         "plan", "dp", "m", "dev", "w", "stage", "params", "expert", "act", "mem", "divisors", "optimizer_s", "flops",
         "capacity", "offload_bw", "pool_capacity", "tp_overlap_default", "half_peak", "prec_peak", "num_gpus"]
+
+
+def test_shared_fields_are_in_the_order_shared_passes_them():
+    assert [f.name for f in dataclasses.fields(evaluate._Shared)] == [
+        "states", "offload_bw", "pool_capacity", "optimizer_s", "passes"]
 
 
 def test_a_context_built_for_one_scenario_holds_what_it_was_given():

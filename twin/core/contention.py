@@ -88,7 +88,9 @@ class Flow:
             # ``u if u < 1.0 else 1.0`` is ``min(1.0, u)`` (NaN included) without the call.
             if self.nbytes > 0:
                 nb = self.nbytes
-                return tuple(u if (u := nb * p / window) < 1.0 else 1.0 for p in self.profile)
+                # tuple([...]): a list comprehension runs in one frame, a generator resumes per item
+                # (~40% faster for a few link classes, timeit); so below.
+                return tuple([u if (u := nb * p / window) < 1.0 else 1.0 for p in self.profile])
             worst = max(self.profile) or 1.0
             return tuple(min(1.0, self.issued_s * p / worst / window) for p in self.profile)
         window = ops.maximum(self.window_s, 1e-30)
@@ -120,7 +122,7 @@ def traffic_profile(traffic: Sequence[tuple[str, str]], spans: dict[str, GroupSp
         if profile is None:
             profile = p
         elif isinstance(p, tuple):
-            profile = tuple(b if b > a else a for a, b in zip(profile, p, strict=True))  # max(a, b)
+            profile = tuple([b if b > a else a for a, b in zip(profile, p, strict=True)])  # max(a, b)
         else:
             profile = np.maximum(profile, p)
     return profile
@@ -177,7 +179,7 @@ def shares_of(stretch: Any, hit: Any) -> Any:
     a batch below the threshold (``hit`` false) keep their whole links, as one scenario does.
     """
     if isinstance(stretch, tuple):
-        return tuple(math.floor(SHARE_STEPS / x) / SHARE_STEPS for x in stretch)
+        return tuple([math.floor(SHARE_STEPS / x) / SHARE_STEPS for x in stretch])  # see Flow._utilisation
     return np.where(hit[:, None], np.floor(SHARE_STEPS / stretch) / SHARE_STEPS, 1.0)
 
 

@@ -1751,8 +1751,8 @@ def _shared(plan: Any, model: Model, w: Workload, dp: Any, dev: Device, facts: A
                                   pool_capacity)
     states = model_states(plan, model, w, dp, params, expert, master_weights=software.master_weights)
     opt_s = optimizer_time(plan, params, expert, states.divisors, offload_bw, dev.hbm_Bps, software.master_weights)
-    return _Shared(states=states, offload_bw=offload_bw, pool_capacity=pool_capacity, optimizer_s=opt_s,
-                   passes=ops.where(plan.trainable == "lora", 2.0, 3.0))
+    # Positionally (states, offload_bw, pool_capacity, optimizer_s, passes): as _work.
+    return _Shared(states, offload_bw, pool_capacity, opt_s, ops.where(plan.trainable == "lora", 2.0, 3.0))
 
 
 def _work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: StageTimes, facts: Any,
