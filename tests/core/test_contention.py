@@ -225,3 +225,17 @@ def test_a_capacity_view_is_costed_on_its_own_links_whatever_was_evaluated_befor
     assert after_alone.step_time_s == only_view.step_time_s
     assert [link.utilisation for link in after_alone.links] == [link.utilisation for link in only_view.links]
     assert after_alone.links[1].utilisation != alone.links[1].utilisation  # half the NIC capacity: busier
+
+
+def test_a_share_view_is_the_hierarchy_with_its_shares_and_shares_its_memo():
+    from tests.core.test_formulas import flat_hierarchy
+
+    h = flat_hierarchy(over=2.0)
+    h._memo["probe"] = 1
+    view = h.with_shares((0.5, 0.25))
+    # Equal (every field) to the hierarchy built with those shares, the original untouched.
+    assert view == dataclasses.replace(h, shares=(0.5, 0.25)) and view != h and h.shares == ()
+    assert view._memo is h._memo
+    # Shares of a view are of what that view gives: they multiply, tier by tier.
+    assert view.with_shares((0.5, 1.0, 0.5)).shares == (0.25, 0.25, 0.5)
+    assert view.up_bw == 0.5 * h.up_bw

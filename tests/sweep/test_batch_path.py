@@ -365,6 +365,14 @@ def test_select_min_chooses_per_point_as_argmin_over_the_options_does():
         assert bw.dtype == expected.dtype and np.array_equal(bw, expected)
 
 
+def test_select_min_of_scalars_keeps_the_earliest_tie_and_any_array_makes_it_a_batch():
+    """One scenario's options (all scalars): the first of the fastest, as ``min`` takes it; one
+    array anywhere in any option (here the last option's bandwidth) makes every entry per point.
+    """
+    assert ops.select_min([(2.0, "ring", 1.0), (1.0, "tree", 2.0), (1.0, "nvls", 3.0)]) == (1.0, "tree", 2.0)
+    t, algo, bw = ops.select_min([(2.0, "ring", 1.0), (1.0, "tree", np.asarray([2.0, 5.0]))])
+    assert type(t) is np.ndarray and t == 1.0 and algo == "tree" and bw.tolist() == [2.0, 5.0]
+
 def test_the_example_packages_strategy_runs_on_the_batch_path():
     """The third-party strategy of tests/example_plugin (installed like any plugin package)."""
     from twin_example_dragonfly.gradnorm import GradientNormAllReduce

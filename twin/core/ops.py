@@ -19,6 +19,7 @@ are the exception: numpy may use its own SIMD implementations; :func:`log2` and
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -264,9 +265,13 @@ def select_min(options: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
     ``np.argmin`` (the first NaN), so a batch's choice is the one ``argmin`` over the
     options would make, found option by option (no points x options table).
     """
-    for o in options:
-        if is_batch(*o):
-            break
+    for o in options:  # is_batch(*o) for each option, without a call per option (one scenario's hot path)
+        for v in o:
+            if isinstance(v, ndarray):
+                break
+        else:
+            continue
+        break
     else:
         return min(options, key=_first)
     times = np.broadcast_arrays(*(o[0] for o in options))
@@ -314,8 +319,8 @@ def _choose(best: np.ndarray, choices: list[np.ndarray]) -> np.ndarray:
     return table[best, np.arange(len(best))]  # type: ignore[no-any-return]
 
 
-def _first(option: tuple[Any, ...]) -> Any:
-    return option[0]
+# An option's time (``select_min``'s key): itemgetter, not a Python function called per option.
+_first = operator.itemgetter(0)
 
 
 def take_rows(values: np.ndarray, index: np.ndarray) -> np.ndarray:
