@@ -150,8 +150,7 @@ def stretches(flows: Sequence[Flow]) -> list[Any]:
             for k, e, r in slowing:
                 if k == i:
                     continue
-                # _overlap(e, f), called only where it is not 1.0
-                ov = _overlap(e, f) if e.phase == "step" and f.phase != "step" else 1.0
+                ov = _overlap(e, f)
                 for j in used:
                     if r[j] > 0:
                         u = r[j] * ov
