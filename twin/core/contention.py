@@ -99,9 +99,7 @@ class Flow:
             worst = ops.row_max(self.profile)[:, None]
             by_time = np.asarray(self.issued_s)[:, None] * self.profile / np.where(worst > 0, worst, 1.0)
             busy = np.where(sends[:, None], busy, by_time)
-        # In place: ``busy`` is this call's own table (a points x link-classes temporary fewer).
-        np.divide(busy, np.asarray(window)[:, None], out=busy)
-        return np.minimum(1.0, busy, out=busy)
+        return np.minimum(1.0, busy / np.asarray(window)[:, None])
 
 
 ProfileFn = Callable[[GroupSpan, Any, str], Any]
@@ -155,8 +153,6 @@ def stretches(flows: Sequence[Flow]) -> list[Any]:
                         s[j] += u if u < 1.0 else 1.0  # min(1.0, u)
             out.append(tuple(s))
             continue
-        # Summed in place, in the same order (the batch's points x link-classes temporaries
-        # are what its page faults are made of).
         s_arr = np.ones_like(f.profile)
         for k, e in enumerate(flows):
             if k == i or not e.overlapped:
@@ -164,14 +160,11 @@ def stretches(flows: Sequence[Flow]) -> list[Any]:
             r, overlap = rho[k], _overlap(e, f)
             if type(overlap) is float and overlap == 1.0:
                 # min(1, r * 1.0) is r itself: utilisation() is at most 1 (or NaN, kept)
-                np.add(s_arr, r, out=s_arr)
+                s_arr = s_arr + r
                 continue
             ov = np.asarray(overlap)
-            part = r * (ov[:, None] if ov.ndim else ov)
-            np.add(s_arr, np.minimum(1.0, part, out=part), out=s_arr)
-        # np.where(profile > 0, s, 1.0): 1.0 where the profile is not > 0 (NaN included)
-        np.copyto(s_arr, 1.0, where=~(f.profile > 0))
-        out.append(s_arr)
+            s_arr = s_arr + np.minimum(1.0, r * (ov[:, None] if ov.ndim else ov))
+        out.append(np.where(f.profile > 0, s_arr, 1.0))
     return out
 
 
@@ -182,11 +175,7 @@ def shares_of(stretch: Any, hit: Any) -> Any:
     """
     if isinstance(stretch, tuple):
         return tuple(math.floor(SHARE_STEPS / x) / SHARE_STEPS for x in stretch)
-    shares = np.divide(SHARE_STEPS, stretch)
-    np.floor(shares, out=shares)
-    np.divide(shares, SHARE_STEPS, out=shares)
-    np.copyto(shares, 1.0, where=~hit[:, None])  # np.where(hit, ..., 1.0), in place
-    return shares
+    return np.where(hit[:, None], np.floor(SHARE_STEPS / stretch) / SHARE_STEPS, 1.0)
 
 
 def contended(stretch: Any) -> Any:
