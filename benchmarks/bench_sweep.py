@@ -9,6 +9,9 @@ x 10 cluster sizes (256 to 16,384 H100s) x 2 scale-out fabrics (InfiniBand, RoCE
 rule (degrees that do not divide, out of memory) are counted by reason like in any sweep;
 the figures below give both all points per second and fully evaluated points per second.
 
+The process keeps its freed memory as ``twin sweep`` and the sweep's Ray tasks do
+(``twin.sweep.allocator``); ``TWIN_SWEEP_RETAIN_MEMORY=0`` measures glibc's defaults.
+
 Prints wall time and CPU time (the machine may be shared), points/s per executor, the
 Ray/inline ratio (Ray's start-up, the cluster and a warm-up task per CPU, reported
 separately), and checks that both give identical results. Aims (issue 9): >= 1,000,000
@@ -24,6 +27,8 @@ import time
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep a local Ray on 127.0.0.1
 
+from twin.sweep.allocator import ENV as RETAIN_ENV
+from twin.sweep.allocator import retain_freed_memory
 from twin.sweep.job import EngineSettings
 from twin.sweep.runner import run_job, sweep_job
 from twin.sweep.spec import parse_spec
@@ -76,6 +81,9 @@ def main() -> None:
     ap.add_argument("--batch-points", type=int, default=None, help="Ray batch size (default ~8 batches per CPU)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per executor; the best (warm) is reported")
     args = ap.parse_args()
+    retained = retain_freed_memory()  # as `twin sweep` does
+    print(f"allocator: {'freed memory kept' if retained else 'glibc defaults'} ({RETAIN_ENV}="
+          f"{'1' if retained else '0'})")
     settings = EngineSettings(autoload=False)
     engine = settings.build()
     job = sweep_job(parse_spec(spec(args.scale)), engine, settings)

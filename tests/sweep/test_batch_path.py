@@ -468,6 +468,32 @@ def test_row_reductions_match_numpys_along_the_rows():
         assert np.array_equal(ops.row_any(mask), mask.any(axis=1))
 
 
+def test_gather_gives_what_indexing_gives():
+    """ops.gather (ndarray.take for an int index) gives values[index]: tables of points x link
+    classes and columns, negative positions, int32 and int64 positions, Labels with their
+    categories, strided and broadcast views; a mask or a slice is indexed as it is; a position
+    out of range raises IndexError as indexing does."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n, w, m = int(rng.integers(1, 30)), int(rng.integers(1, 5)), int(rng.integers(0, 40))
+        table = rng.choice([0.0, 0.5, 2.0, np.inf, np.nan], size=(n, w))
+        index = rng.integers(-n, n, m).astype(rng.choice([np.int64, np.int32, np.intp]))
+        for values in (table, table[:, 0], table.T.copy().T, np.broadcast_to(table[:1], (n, w))):
+            got = ops.gather(values, index)
+            want = values[index]
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert np.array_equal(got, want, equal_nan=True)
+        mask = rng.random(n) < 0.5
+        assert np.array_equal(ops.gather(table, mask), table[mask], equal_nan=True)
+        assert np.array_equal(ops.gather(table, slice(1, None)), table[1:], equal_nan=True)
+    labels = ops.Labels.of(["full", "none", "full", "selective"])
+    got = ops.gather(labels, np.asarray([3, 0, -1]))
+    assert isinstance(got, ops.Labels) and got.categories == labels.categories
+    assert got.names().tolist() == ["selective", "full", "selective"]
+    with pytest.raises(IndexError):
+        ops.gather(np.zeros((3, 2)), np.asarray([3]))
+
+
 def test_a_batchs_top_tier_is_each_points_hierarchys():
     """HierarchyBatch.top_tier (first tier spanning the footprint, else the last) per point as
     Hierarchy.top_tier answers it, over hierarchies of different depths (padded tables)."""

@@ -46,8 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep and print its summary."""
+    from twin.sweep.allocator import retain_freed_memory
     from twin.sweep.output import _format, write_rows
 
+    retain_freed_memory()  # this process runs the sweep: keep its batches' memory (TWIN_SWEEP_RETAIN_MEMORY=0: not)
     settings = EngineSettings(autoload=False if args.no_plugins else None)
     engine = settings.build()
     spec = load_spec(args.spec)

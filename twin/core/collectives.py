@@ -175,7 +175,7 @@ def _batch_fixed(tag: str, span: GroupSpan, h: HierarchyBatch, build: Build) -> 
 def _take_part(value: Any, rows: np.ndarray) -> Any:
     """``value`` (a built part: arrays per point, tuples of them, plain values) for ``rows``."""
     if type(value) is np.ndarray and value.ndim:
-        return value[rows]
+        return ops.gather(value, rows)
     if type(value) is tuple:
         return tuple(_take_part(v, rows) for v in value)
     return value

@@ -1234,7 +1234,7 @@ class TwinModel:
                     profile = None
                 elif groups is not None:  # a group's points share their groups' spans and links
                     profile = traffic_profile(traffic, groups.ctx.spans, groups.ctx.hierarchy, profile_fn)
-                    profile = None if profile is None else profile[groups.inverse]
+                    profile = None if profile is None else ops.gather(profile, groups.inverse)
                 else:
                     profile = traffic_profile(traffic, ctx.spans, h, profile_fn)
                 if memo is not None:
@@ -1960,7 +1960,7 @@ def _unstretched(profile: Any) -> Any:
 
 def _expand_terms(t: Terms, inverse: np.ndarray) -> Terms:
     """A group's terms, one row per point."""
-    return Terms(*(getattr(t, f)[inverse] if isinstance(getattr(t, f), np.ndarray) else getattr(t, f)
+    return Terms(*(ops.gather(getattr(t, f), inverse) if isinstance(getattr(t, f), np.ndarray) else getattr(t, f)
                    for f in _TERM_FIELDS), algorithm=None)
 
 

@@ -298,14 +298,14 @@ class HierarchyBatch:
         """Bandwidth per GPU of every tier, per point (points x width)."""
         got = self._per_point.get("bw")
         if got is None:
-            got = self._per_point["bw"] = self._bw[self.rows]
+            got = self._per_point["bw"] = ops.gather(self._bw, self.rows)
         return got
 
     def oversubscription_table(self) -> np.ndarray:
         """Cumulative oversubscription below every tier, per point (points x width)."""
         got = self._per_point.get("over")
         if got is None:
-            got = self._per_point["over"] = self._over[self.rows]
+            got = self._per_point["over"] = ops.gather(self._over, self.rows)
         return got
 
     def share_at(self, tier: Any) -> Any:
@@ -351,11 +351,11 @@ class HierarchyBatch:
 
     def top_tier(self, footprint: Any) -> np.ndarray:
         """Per point, the first tier spanning ``footprint`` GPUs (else the last)."""
-        spans = self._span[self.rows]
+        spans = ops.gather(self._span, self.rows)
         ok = spans >= np.asarray(footprint).reshape(-1, 1)
         # The first column that holds, found column by column from the last (numpy's
         # any/argmax along short rows cost ~10x more: ops.row_max).
-        first = self._last[self.rows]
+        first = ops.gather(self._last, self.rows)
         for j in range(ok.shape[1] - 1, -1, -1):
             first = np.where(ok[:, j], j, first)
         return first
@@ -381,11 +381,11 @@ class HierarchyBatch:
         out._net_memo = {}
         out._fixed_memo = {}
         out._fixed_from = (self._fixed_memo, index)
-        out.rows = self.rows[index]
+        out.rows = ops.gather(self.rows, index)
         for name, _ in _PER_POINT:
-            setattr(out, name, getattr(self, name)[index])
+            setattr(out, name, ops.gather(getattr(self, name), index))
         if self.shares is not None:
-            out.shares = self.shares[index]
+            out.shares = ops.gather(self.shares, index)
         return out
 
 

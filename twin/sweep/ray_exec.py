@@ -30,6 +30,7 @@ from typing import Any
 
 from twin.core.errors import TwinError
 from twin.core.extras import needs_extra
+from twin.sweep.allocator import retain_freed_memory
 from twin.sweep.job import EngineSettings, Job, engine_for, worker_for
 from twin.sweep.reduce import BatchResult
 
@@ -68,6 +69,7 @@ def import_ray() -> Any:
 
 def _run_batch(job: Job, index: int, start: int, stop: int) -> BatchResult:
     """The task: evaluate and reduce one batch in this worker process."""
+    retain_freed_memory()  # a sweep's worker: keep its batches' memory (twin.sweep.allocator)
     return worker_for(job).run(index, start, stop)
 
 
