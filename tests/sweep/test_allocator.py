@@ -65,7 +65,7 @@ def test_the_library_sets_nothing_on_import():
     assert out.stdout.strip() == "False"
 
 
-def test_twin_sweep_sets_it_and_a_ray_batch_task_does(monkeypatch, tmp_path):
+def test_twin_sweep_sets_it_and_a_ray_batch_task_does_when_asked(monkeypatch, tmp_path):
     from twin.cli import main
     from twin.sweep import ray_exec
 
@@ -83,5 +83,7 @@ def test_twin_sweep_sets_it_and_a_ray_batch_task_does(monkeypatch, tmp_path):
             return (index, start, stop)
 
     monkeypatch.setattr(ray_exec, "worker_for", lambda job: FakeWorker())
-    assert ray_exec._run_batch(None, 3, 0, 2) == (3, 0, 2)
+    assert ray_exec._run_batch(None, 3, 0, 2) == (3, 0, 2)  # a joined cluster's worker: left alone
+    assert calls == ["cli"]
+    assert ray_exec._run_batch(None, 3, 0, 2, True) == (3, 0, 2)  # a worker of a Ray the twin started
     assert calls == ["cli", "task"]

@@ -1,5 +1,7 @@
 """Keep a sweep process's freed memory in the process (glibc's malloc), in processes the twin
-starts for sweeps: the ``twin sweep`` command and the sweep's Ray batch task.
+runs sweeps in: the ``twin sweep`` command, and the sweep's Ray batch task in the workers of a
+Ray the twin started itself (``RayExecutor.owns_cluster``; never a joined cluster's long-lived
+workers, which run other people's tasks too).
 
 Why: a batch of the step model makes numpy temporaries of a batch's points (about 0.1-6 MB
 each at the inline executor's 100,000-point batches). glibc hands freed memory back to the
@@ -14,7 +16,8 @@ each page handed back is zero-filled and faulted in again by the next batch. On 
 The thresholds are process-wide state, so the library never sets them on import, and an
 embedding process (a server running sweeps inline, a notebook) keeps glibc's defaults. The
 processes the twin runs sweeps in call :func:`retain_freed_memory`. Opt out with
-``TWIN_SWEEP_RETAIN_MEMORY=0``; what stays allocated is at most a batch's peak (hundreds of MB
+``TWIN_SWEEP_RETAIN_MEMORY=0`` (read by ``twin sweep``, and for Ray by the driver, which asks
+its own workers to keep memory or not); what stays allocated is at most a batch's peak (hundreds of MB
 at the default batch sizes), which such a process holds anyway while a batch runs.
 """
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from twin.core.errors import TwinError
 from twin.core.extras import needs_extra
+from twin.sweep.allocator import enabled as allocator_enabled
 from twin.sweep.allocator import retain_freed_memory
 from twin.sweep.job import EngineSettings, Job, engine_for, worker_for
 from twin.sweep.reduce import BatchResult
@@ -67,9 +68,13 @@ def import_ray() -> Any:
     return ray
 
 
-def _run_batch(job: Job, index: int, start: int, stop: int) -> BatchResult:
-    """The task: evaluate and reduce one batch in this worker process."""
-    retain_freed_memory()  # a sweep's worker: keep its batches' memory (twin.sweep.allocator)
+def _run_batch(job: Job, index: int, start: int, stop: int, retain_memory: bool = False) -> BatchResult:
+    """The task: evaluate and reduce one batch in this worker process. ``retain_memory``: keep
+    the batches' freed memory in this worker (``twin.sweep.allocator``); the driver asks it only
+    of the workers of a Ray it started itself, never of a shared cluster's long-lived workers.
+    """
+    if retain_memory:
+        retain_freed_memory()
     return worker_for(job).run(index, start, stop)
 
 
@@ -168,13 +173,16 @@ class RayExecutor:
         stats.setdefault("retried", 0)
         stats.setdefault("cancelled_tasks", 0)
         job_ref = ray.put(job)
+        # Workers of a Ray this executor started serve only its sweeps: they may keep their freed
+        # memory (the driver's TWIN_SWEEP_RETAIN_MEMORY decides); a joined cluster's workers are left as they are.
+        retain = self.owns_cluster and allocator_enabled()
         pending: collections.deque[tuple[tuple[int, int, int], int]] = collections.deque((b, 0) for b in batches)
         in_flight: dict[Any, tuple[tuple[int, int, int], int]] = {}
         try:
             while (pending or in_flight) and not cancel.is_set():
                 while pending and len(in_flight) < self.max_in_flight:
                     b, attempts = pending.popleft()
-                    in_flight[self._task.remote(job_ref, *b)] = (b, attempts)
+                    in_flight[self._task.remote(job_ref, *b, retain)] = (b, attempts)
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=HEARTBEAT_S)
                 if not ready:
                     yield None
