@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
 
 from twin.sweep.job import Job
 from twin.sweep.reduce import SweepResult, nrows
-from twin.sweep.runner import Finished, InlineExecutor, Progress, events, run_job, sweep_job
+from twin.sweep.runner import (
+    MAX_BATCH_POINTS,
+    MIN_GUIDED_POINTS,
+    Finished,
+    InlineExecutor,
+    Progress,
+    events,
+    plan_batches,
+    run_job,
+    sweep_job,
+)
 from twin.sweep.spec import parse_spec
 
 SPEC = {
@@ -119,3 +130,20 @@ def test_equal_step_times_rank_the_plan_with_more_memory_free_first():
     rows["memory_gib"] = np.array([51.0, 51.0, 70.0, 10.0])
     assert list(top_rows(rows, "step_time_s", "min", 3)["point_id"]) == [2, 0, 1]   # then by point id
     assert list(top_rows(rows, "memory_gib", "min", 2)["point_id"]) == [0, 1]
+
+
+def test_parallel_batches_cover_every_point_once_largest_first():
+    total, workers = 1_036_800, 2
+    batches = plan_batches(total, workers)
+    assert [b[0] for b in batches] == list(range(len(batches)))
+    assert batches[0][1] == 0 and batches[-1][2] == total
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(batches))  # contiguous, no overlap
+    sizes = [stop - start for _, start, stop in batches]
+    assert sizes == sorted(sizes, reverse=True)
+    assert max(sizes) <= MAX_BATCH_POINTS and min(sizes[:-1]) >= MIN_GUIDED_POINTS
+    # Guided self-scheduling: each batch is the points left over the workers (within the bounds).
+    done = 0
+    for size in sizes[:-1]:
+        assert size == min(MAX_BATCH_POINTS, max(MIN_GUIDED_POINTS, -(-(total - done) // workers)))
+        done += size
+    assert len(batches) == 8

@@ -1,9 +1,9 @@
 """A sweep job as plain data, and the per-process state that evaluates its batches.
 
-The job (what to evaluate, how to rank, which plugins) is shipped once to every worker
-(``ray.put``); a worker builds its engine, point source and evaluator once per job and
-keeps them for every batch it runs, so caches (collectives, stage times, groups) carry
-over between batches.
+The job (what to evaluate, how to rank, which plugins) is shipped to every worker (inside
+each task when small, else ``ray.put`` once: ``twin.sweep.ray_exec``); a worker builds its
+engine, point source and evaluator once per job and keeps them for every batch it runs, so
+caches (collectives, stage times, groups) carry over between batches.
 """
 
 from __future__ import annotations

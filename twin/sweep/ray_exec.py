@@ -11,9 +11,10 @@ itself. When ``RAY_AUTH_MODE`` is unset and a token is available (``RAY_AUTH_TOK
 ``RAY_AUTH_TOKEN_PATH`` or the default file), token mode is enabled before connecting,
 which also works against clusters without authentication.
 
-Work: the job is ``ray.put`` once; batches of contiguous point ids go out as tasks, at
-most ``2 x workers`` in flight; a ``ray.wait`` loop yields each finished batch (and a
-heartbeat every half second). A task whose worker died (killed, OOM, node lost) is
+Work: a job that pickles below Ray's inline-argument limit (a sweep spec: ~1 KB) rides in each
+task's spec; a bigger one is ``ray.put`` once (see :func:`_job_argument`). Batches of contiguous
+point ids go out as tasks, at most ``2 x workers`` in flight; a ``ray.wait`` loop yields each
+finished batch (and a heartbeat every half second). A task whose worker died (killed, OOM, node lost) is
 resubmitted (up to ``max_retries`` times); results are merged by batch index, so every
 point counts exactly once. Cancelling cancels the in-flight tasks with ``ray.cancel``.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import pickle
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 0.5
 CANCEL_WAIT_S = 10.0
+# Ray inlines a task argument below max_direct_call_object_size (100 KiB, Ray's
+# src/ray/common/ray_config_def.h) in the task spec itself; a bigger one goes to the object store.
+INLINE_JOB_BYTES = 100 * 1024
 
 
 def _token_available() -> bool:
@@ -76,6 +81,23 @@ def _run_batch(job: Job, index: int, start: int, stop: int, retain_memory: bool 
     if retain_memory:
         retain_freed_memory()
     return worker_for(job).run(index, start, stop)
+
+
+def _job_argument(ray: Any, job: Job) -> Any:
+    """The job as each batch task's argument: the job itself when it pickles small enough for Ray
+    to inline in the task spec, else one ``ray.put`` reference for all tasks.
+
+    An inlined argument is read from the task spec; a reference is fetched from the object store
+    by each task (measured here: ~0.5-1 ms more a task on 2 CPUs, the gap between a worker's
+    tasks 4.0-4.7 ms by value against 4.6-5.9 ms by reference). The size is the standard
+    pickle's (what Ray's cloudpickle writes for importable classes); a job the standard pickle
+    refuses (a recipe defined in a function) goes by reference.
+    """
+    try:
+        small = len(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)) < INLINE_JOB_BYTES
+    except (pickle.PicklingError, TypeError, AttributeError):
+        small = False
+    return job if small else ray.put(job)
 
 
 def _warm_up(settings: tuple[EngineSettings, ...]) -> int:
@@ -172,7 +194,7 @@ class RayExecutor:
         stats = stats if stats is not None else {}
         stats.setdefault("retried", 0)
         stats.setdefault("cancelled_tasks", 0)
-        job_ref = ray.put(job)
+        job_arg = _job_argument(ray, job)
         # Workers of a Ray this executor started serve only its sweeps: they may keep their freed
         # memory (the driver's TWIN_SWEEP_RETAIN_MEMORY decides); a joined cluster's workers are left as they are.
         retain = self.owns_cluster and allocator_enabled()
@@ -182,7 +204,7 @@ class RayExecutor:
             while (pending or in_flight) and not cancel.is_set():
                 while pending and len(in_flight) < self.max_in_flight:
                     b, attempts = pending.popleft()
-                    in_flight[self._task.remote(job_ref, *b, retain)] = (b, attempts)
+                    in_flight[self._task.remote(job_arg, *b, retain)] = (b, attempts)
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=HEARTBEAT_S)
                 if not ready:
                     yield None

@@ -30,7 +30,12 @@ EXECUTORS = ("auto", "inline", "ray")
 AUTO_RAY_POINTS = 2_000_000
 # Parallel batches: guided (see _guided); a batch is at least MIN_GUIDED_POINTS points, below
 # which numpy's per-operation cost shows. Inline batches are for progress and cancel only.
-GUIDED_DIVISOR = 2
+# Divisor 1 is guided self-scheduling as published (a batch is the remaining points over the
+# workers). 2 (half that) made 13 batches of benchmarks/bench_sweep.py's 1,036,800 points on
+# 2 CPUs against 8, each with ~5 ms of Ray between a worker's tasks and ~10 ms of per-batch model
+# work that a bigger batch shares; a local 2-CPU Ray ran that sweep in 0.60-0.71 s (medians of 5-6
+# interleaved runs, three sessions) with 1 against 0.69-0.84 s with 2 (docs/sweeps.md, "Measured").
+GUIDED_DIVISOR = 1
 MIN_GUIDED_POINTS = 20_000
 MAX_BATCH_POINTS = 250_000
 INLINE_BATCH_POINTS = 100_000
