@@ -98,6 +98,20 @@ class OffloadColumns:
 _PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.init)
 _PLAN_GETTER = operator.attrgetter(*_PLAN_FIELDS)
 _NESTED = {"overlap": (Overlap, OverlapColumns), "offload": (Offload, OffloadColumns)}
+_NESTED_FIELDS = {name: tuple(f.name for f in dataclasses.fields(spec)) for name, (spec, _) in _NESTED.items()}
+
+
+def _plan_field(values: Sequence[Any], name: str, index: np.ndarray | None, n: int) -> np.ndarray:
+    """The column of one plan field's ``values`` (one per distinct plan), ``[index]`` per point
+    when given, ``n`` points: a read-only broadcast view where every value is the same.
+    """
+    if values and (name in _NONE_AS or type(values[0]) is str) and values.count(values[0]) == len(values):
+        # Equal values make equal columns here (a sentinel field's int(v), a string field's
+        # labels); a plain number field is left to numpy (1, 1.0 and True compare equal but
+        # make columns of different dtypes). tuple.count compares in C.
+        return ops.broadcast_rows(plan_column(values[:1], name), n)
+    col = plan_column(values, name)
+    return col if index is None else col[index]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,21 +164,25 @@ class PlanColumns:
 
     @classmethod
     def from_plans(cls, plans: Sequence[Plan], index: np.ndarray | None = None) -> PlanColumns:
-        """Columns of ``plans`` (then ``[index]`` per point, when given)."""
+        """Columns of ``plans`` (then ``[index]`` per point, when given).
+
+        A string field, or one that may be None, with one value in every plan (most of a
+        batch's such fields) becomes a read-only broadcast view of that value, as :meth:`take`
+        keeps such a column: built from one value instead of a Python pass over every plan,
+        and read by the batch path's constant-column shortcuts (``ops.take_rows``,
+        ``Labels.__eq__``).
+        """
         rows = list(zip(*map(_PLAN_GETTER, plans), strict=True)) if plans else [()] * len(_PLAN_FIELDS)
+        n = len(plans) if index is None else len(index)
         kw: dict[str, Any] = {}
         for name, values in zip(_PLAN_FIELDS, rows, strict=True):
             if name in _NESTED:
-                spec, cols = _NESTED[name]
-                names = tuple(f.name for f in dataclasses.fields(spec))
+                cols = _NESTED[name][1]
+                names = _NESTED_FIELDS[name]
                 inner = list(zip(*map(operator.attrgetter(*names), values), strict=True))
-                parts = {k: plan_column(v, k) for k, v in zip(names, inner, strict=True)}
-                if index is not None:
-                    parts = {k: v[index] for k, v in parts.items()}
-                kw[name] = cols(**parts)
+                kw[name] = cols(**{k: _plan_field(v, k, index, n) for k, v in zip(names, inner, strict=True)})
             else:
-                col = plan_column(values, name)
-                kw[name] = col if index is None else col[index]
+                kw[name] = _plan_field(values, name, index, n)
         return cls(**kw)
 
     def take(self, index: np.ndarray) -> PlanColumns:
