@@ -17,6 +17,7 @@ import os
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported anywhere in this process
 
+import dataclasses
 import shutil
 import signal
 import socket
@@ -25,7 +26,9 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -59,7 +62,8 @@ HEAD_GROUP: list[int] = []
 
 
 def batch_tasks() -> list[int]:
-    """PIDs of workers of *our* Ray head currently running a sweep batch.
+    """PIDs of workers of *our* Ray head currently running a sweep batch, to observe (never to
+    signal: the killed-worker test learns its victim's PID from the batch itself).
 
     Only the process tree under the head this module started (by its PID) is looked at; within
     it, a worker's process title tells one running a batch from an idle one.
@@ -235,28 +239,60 @@ def test_inline_and_ray_give_identical_results(head, engine, job, inline_result)
     assert_same(r, inline_result)
 
 
-def test_killed_worker_batch_is_retried_every_point_once(head, engine, job, inline_result):
+def _reporting_pids(space: Any, busy: Path) -> Any:
+    """A recipe evaluating ``space``'s points whose batches first write their worker's PID as a
+    file in ``busy``: the killer learns which process runs a batch from the batch itself.
+
+    Defined in a function so that Ray pickles it by value (the workers need not import this
+    test module); a job with it goes to the workers through ``ray.put``.
+    """
+
+    class Source:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+            self.total = inner.total
+
+        def batch(self, start: int, stop: int) -> Any:
+            (busy / str(os.getpid())).touch()
+            return self.inner.batch(start, stop)
+
+    class Reporting:
+        def source(self, engine: Any) -> Source:
+            return Source(space.source(engine))
+
+    return Reporting()
+
+
+def test_killed_worker_batch_is_retried_every_point_once(head, engine, job, inline_result, tmp_path):
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    # A token of its own: a worker that ran ``job`` keeps that job's source under its token.
+    reporting = dataclasses.replace(job, recipe=_reporting_pids(job.recipe, busy), token=uuid.uuid4().hex)
     killed: list[int] = []
     stop = threading.Event()
 
-    def killer() -> None:  # SIGKILL the first worker seen running a batch
+    def killer() -> None:  # SIGKILL the first worker that reports running a batch
         while not stop.is_set() and not killed:
-            pids = batch_tasks()
-            if pids:
-                os.kill(pids[0], signal.SIGKILL)
-                killed.append(pids[0])
+            for entry in busy.iterdir():
+                pid = int(entry.name)
+                # Only a process of the head this module started (belt and braces: the PID
+                # came from our own task, and could only be reused after that worker exited).
+                if pid in _descendants(HEAD_GROUP[0]):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    break
             time.sleep(0.02)
 
     ex = RayExecutor(address=head)
     t = threading.Thread(target=killer, daemon=True)
     t.start()
     try:
-        r = run_job(job, engine=engine, executor=ex, batch_points=70_000)
+        r = run_job(reporting, engine=engine, executor=ex, batch_points=70_000)
     finally:
         stop.set()
         t.join()
         ex.close()
-    assert killed, "no worker was seen running a batch"
+    assert killed, "no worker reported running a batch"
     assert r.retried >= 1
     assert list(r.rows["point_id"]) == list(range(job.total))   # every point exactly once
     assert_same(r, inline_result)
