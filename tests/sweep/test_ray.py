@@ -61,25 +61,36 @@ def free_port() -> int:
 HEAD_GROUP: list[int] = []
 
 
-def batch_tasks() -> list[int]:
-    """PIDs of workers of *our* Ray head currently running a sweep batch, to observe (never to
-    signal: the killed-worker test learns its victim's PID from the batch itself).
+def batch_tasks(sample_s: float = 0.3) -> list[int]:
+    """PIDs of processes of *our* Ray head busy evaluating: those using over half a core during
+    ``sample_s`` (a sweep batch keeps its worker's core busy; an idle worker, the raylet and the
+    GCS use next to none). To observe only, never to signal: the killed-worker test learns its
+    victim's PID from the batch itself.
 
-    Only the process tree under the head this module started (by its PID) is looked at; within
-    it, a worker's process title tells one running a batch from an idle one.
+    Only the process tree under the head this module started (by its PID) is looked at, and
+    processes are told apart by the CPU time ``/proc/PID/stat`` counts, not by name or title.
     """
     if not HEAD_GROUP:
         return []
-    pids = []
-    for pid in _descendants(HEAD_GROUP[0]):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                title = f.read().split(b"\0")[0]
-        except OSError:  # it has exited meanwhile
-            continue
-        if title.startswith(b"ray::_run_batch"):
-            pids.append(pid)
-    return pids
+    before = {pid: _cpu_s(pid) for pid in _descendants(HEAD_GROUP[0])}
+    time.sleep(sample_s)
+    busy = []
+    for pid, was in before.items():
+        now = _cpu_s(pid)
+        if was is not None and now is not None and now - was > 0.5 * sample_s:
+            busy.append(pid)
+    return busy
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` (fields 14 and 15 of ``/proc/PID/stat``, proc(5));
+    None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            after_name = f.read().rsplit(")", 1)[1].split()  # the name (field 2) may hold spaces
+    except (OSError, IndexError):
+        return None
+    return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _descendants(root: int) -> list[int]:
@@ -308,15 +319,16 @@ def test_cancel_stops_the_ray_tasks(head, engine):
     t0 = time.monotonic()
     try:
         for ev in events(job, ex, cancel=cancel, batch_points=50_000):
-            if isinstance(ev, Progress) and not cancel.is_set() and batch_tasks():
+            if isinstance(ev, Progress) and not cancel.is_set():
                 running_at_cancel = batch_tasks()
-                cancel.set()
+                if running_at_cancel:
+                    cancel.set()
             if isinstance(ev, Finished):
                 result = ev.result
         deadline = time.monotonic() + 20
-        while batch_tasks() and time.monotonic() < deadline:
-            time.sleep(0.1)
         still_running = batch_tasks()
+        while still_running and time.monotonic() < deadline:
+            still_running = batch_tasks()
     finally:
         ex.close()
     assert running_at_cancel, "cancelled before any task ran"
@@ -351,22 +363,27 @@ def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, ca
     running = app.build_server(ServerConfig(port=0, state_dir=str(tmp_path), plugins_autoload=False, grace_s=1.0),
                                engine)
     app.start(running)
-    spec = {**BIG, "name": "ray-cancel"}
+    # BIG with precision and sharding axes (6x): ~6M points, several seconds on a 2-CPU Ray, so
+    # the cancel, which follows a CPU sample (batch_tasks), lands mid-sweep.
+    spec = {**BIG, "name": "ray-cancel", "axes": [*BIG["axes"], {"path": "plan.precision", "values": ["bf16", "fp8"]},
+                                                  {"path": "plan.optimizer_sharding",
+                                                   "values": ["distributed_optimizer", "fsdp", "zero1"]}]}
     try:
         with grpc.insecure_channel(running.address) as channel:
             call = sw_grpc.SweepServiceStub(channel).Sweep(sw.SweepRequest(spec_document=json.dumps(spec)),
                                                            timeout=120)
             running_at_cancel: list[int] = []
             for event in call:
-                if event.HasField("progress") and batch_tasks():
+                if event.HasField("progress"):
                     running_at_cancel = batch_tasks()
-                    break
+                    if running_at_cancel:
+                        break
             call.cancel()
             rec = stopped_record(caplog, "ray-cancel")
             deadline = time.monotonic() + 20
-            while batch_tasks() and time.monotonic() < deadline:
-                time.sleep(0.1)
             still = batch_tasks()
+            while still and time.monotonic() < deadline:
+                still = batch_tasks()
             cancelled = runner._ray.cancelled_tasks if runner._ray is not None else 0
     finally:
         app.stop(running)
