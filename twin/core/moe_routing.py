@@ -6,10 +6,15 @@ across domains, once over RDMA to each destination domain, forwarded over NVLink
 it); the receiving rank fans it out to its local experts. So what a dispatch moves is set
 by the distinct destination ranks and domains per token, not by top-k:
 
-- ``random`` routing (the twin's balanced default): each of the k experts uniform and
-  independent over E experts on n ranks, so a rank is hit with probability 1-(1-1/n)^k:
-  n(1-(1-1/n)^k) ranks and m(1-(1-1/m)^k) domains per token (with replacement; the same
-  approximation as the domains of ``collectives.dedup_dispatch_cost``).
+- ``random`` routing (the twin's balanced default): a token's k experts are k distinct ones
+  drawn uniformly from the E experts (top-k never picks an expert twice), E/n on each of n
+  ranks, so a rank holding L = E/n of them is missed with the hypergeometric probability
+  C(E-L, k) / C(E, k) (Feller, "An Introduction to Probability Theory and Its Applications"
+  I, §II.6): n(1 - C(E-L, k)/C(E, k)) ranks and, likewise with E/m experts per domain, the
+  domains per token. Where E is not known (a collectives case that does not state it) each
+  of the k experts is taken independently, with replacement: n(1-(1-1/n)^k) ranks and
+  m(1-(1-1/m)^k) domains, which undercounts (e.g. 1.875 of 2 ranks for top-2 over 8 experts
+  on 8 ranks).
 - ``contiguous`` routing: token t's experts are (t*k + j) mod E for j < k, which is how NeMo
   AutoModel's ``FakeBalancedGate`` (``fake_balanced_gate: true`` in its benchmark configs;
   nemo_automodel/components/moe/layers.py) balances expert load. Experts sit on ranks in
@@ -46,20 +51,43 @@ def _contiguous(experts: int, top_k: int, ranks: int, ranks_per_domain: int) -> 
     return hit_ranks / n, hit_domains / n
 
 
-def domains_per_token(m: Any, top_k: int, groups: Any = None) -> Any:
+def domains_per_token(m: Any, top_k: int, groups: Any = None, experts: int = 0) -> Any:
     """Distinct NVLink domains (own included) one token's ``top_k`` experts lie in, with experts
     chosen uniformly over ``m`` domains, or over ``groups`` of them under node-limited routing
-    (DeepSeek-V3 report §2.1.2: each token goes to at most M nodes): g (1 - (1 - 1/g)^top_k),
-    g = min(m, groups). By symmetry a share 1/m of them is the token's own domain.
+    (DeepSeek-V3 report §2.1.2: each token goes to at most M nodes), g = min(m, groups) domains:
+    with ``experts`` E known, k distinct experts of the E g/m within reach, E/m per domain
+    (g (1 - C(E g/m - E/m, k) / C(E g/m, k)), see the module docstring); without,
+    g (1 - (1 - 1/g)^top_k). By symmetry a share 1/m of them is the token's own domain.
     """
     g = ops.maximum(m if groups is None else ops.minimum(m, groups), 1)
+    if experts:
+        per_domain = experts / ops.maximum(m, 1)
+        return g * (1.0 - _miss(per_domain * g, per_domain, top_k))
     return g * (1.0 - ops.power(1.0 - 1.0 / g, top_k))
 
 
-def _random(top_k: int, ranks: Any, domains: Any, per_domain: Any, groups: Any) -> tuple[Any, Any]:
+def _miss(pool: Any, held: Any, top_k: int) -> Any:
+    """The probability that none of ``top_k`` distinct experts drawn uniformly from ``pool``
+    is among ``held`` of them: C(pool - held, k) / C(pool, k) = prod_i (pool - held - i) /
+    (pool - i), i < k (hypergeometric, no success in k draws). A pool of fewer than k
+    experts beyond the held ones always hits them (0).
+    """
+    p: Any = 1.0
+    for i in range(top_k):
+        p = p * ops.maximum(pool - held - i, 0.0) / ops.maximum(pool - i, 1.0)
+    return p
+
+
+def _random(top_k: int, ranks: Any, domains: Any, per_domain: Any, groups: Any,
+            experts: int = 0) -> tuple[Any, Any]:
     # Node-limited routing keeps a token's experts inside g domains, so on g x k ranks.
     reach = ranks if groups is None else ops.minimum(ranks, ops.minimum(domains, groups) * per_domain)
-    return (reach * (1.0 - ops.power(1.0 - 1.0 / reach, top_k)), domains_per_token(domains, top_k, groups))
+    if experts:
+        local = experts / ranks  # experts per rank
+        hit = reach * (1.0 - _miss(local * reach, local, top_k))
+    else:
+        hit = reach * (1.0 - ops.power(1.0 - 1.0 / reach, top_k))
+    return hit, domains_per_token(domains, top_k, groups, experts)
 
 
 def dispatch_fanout(experts: int, top_k: int, ranks: Any, ranks_per_domain: Any,
@@ -75,7 +103,7 @@ def dispatch_fanout(experts: int, top_k: int, ranks: Any, ranks_per_domain: Any,
     ranks_a = ops.maximum(ranks, 1)
     per_dom = ops.maximum(ops.minimum(ranks_per_domain, ranks_a), 1)
     domains = -(-ranks_a // per_dom)
-    rand = _random(top_k, ranks_a, domains, per_dom, groups)
+    rand = _random(top_k, ranks_a, domains, per_dom, groups, experts)
     if routing != "contiguous":
         return rand
     if not ops.is_batch(ranks_a, per_dom):

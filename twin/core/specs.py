@@ -275,8 +275,8 @@ class MoE:
     pad_to_capacity: bool = spec_field(
         False, doc="pad every expert's input to its capacity (Megatron moe_pad_expert_input_to_capacity; "
                    "needs capacity_factor)")
-    # How a token's top-k experts are laid out (twin.core.moe_routing): "random", each
-    # uniform and independent (balanced routing); "contiguous", experts (t*k + j) mod E, as
+    # How a token's top-k experts are laid out (twin.core.moe_routing): "random", k distinct
+    # experts drawn uniformly (balanced routing); "contiguous", experts (t*k + j) mod E, as
     # NeMo AutoModel's FakeBalancedGate (fake_balanced_gate: true) assigns them, so a token
     # reaches only the few ranks its consecutive experts span.
     routing: Literal["random", "contiguous"] = "random"
