@@ -521,9 +521,39 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
 def _step_time(case: Mapping[str, Any]) -> float | None:
     for key in ("measured", "derived"):
         value = (case.get(key) or {}).get("step_time_s")
-        if isinstance(value, (int, float)) and value > 0:
+        if _positive(value):
             return float(value)
     return None
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+# A throughput published instead of a step time, per GPU or for the whole job (tokens/s). Like
+# the step time it depends on no FLOP-counting convention: one step processes gbs x seq_len
+# tokens on num_gpus GPUs, so step time = gbs x seq_len / (tokens/s/GPU x num_gpus). (Model
+# TFLOP/s and MFU follow each publisher's FLOP count and are not turned into a step time.)
+_THROUGHPUTS = ("tokens_per_s_per_gpu", "tokens_per_s_total")
+
+
+def _throughput(case: Mapping[str, Any]) -> tuple[str, float] | None:
+    """The published tokens/s (which field, its value) of a case without a step time."""
+    measured = case.get("measured") or {}
+    for key in _THROUGHPUTS:
+        value = measured.get(key)
+        if _positive(value):
+            return key, float(value)
+    return None
+
+
+def _step_time_of_throughput(scn: Scenario, key: str, value: float) -> tuple[float, str]:
+    """The step time a published throughput implies for ``scn`` (see ``_THROUGHPUTS``), and a note."""
+    gpus = scn.cluster.num_gpus
+    total = value * gpus if key == "tokens_per_s_per_gpu" else value
+    step = scn.plan.gbs * scn.model.seq_len / total
+    return step, (f"step time from measured.{key}: gbs {scn.plan.gbs} x seq_len {scn.model.seq_len} / "
+                  f"{total:,.0f} tokens/s = {step:.4g} s")
 
 
 def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
@@ -532,8 +562,9 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
     for case in data.get("cases") or []:
         cid = str(case.get("id", "?"))
         measured = _step_time(case)
-        if measured is None:
-            skipped.append({"id": cid, "reason": "no step time (measured or derived) published"})
+        throughput = _throughput(case) if measured is None else None
+        if measured is None and throughput is None:
+            skipped.append({"id": cid, "reason": "no step time (measured or derived) or tokens/s published"})
             continue
         try:
             scn, knobs, notes = training_scenario(engine, case)
@@ -541,6 +572,9 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
         except TwinError as err:
             skipped.append({"id": cid, "reason": f"cannot model: {err}"})
             continue
+        if measured is None and throughput is not None:
+            measured, note = _step_time_of_throughput(scn, *throughput)
+            notes.append(note)
         free = [k for k, opts in (("mbs", knobs.mbs), ("recompute", knobs.recompute), ("vp", knobs.vp),
                                   ("fsdp_reshard_after_forward", knobs.reshard)) if len(opts) > 1]
         if free:

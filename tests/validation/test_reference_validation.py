@@ -171,6 +171,36 @@ cases:
     assert "TPU-v9" in reasons["unknown-gpu"]
 
 
+def test_a_published_throughput_stands_for_the_step_time(engine, tmp_path):
+    """A run published as tokens/s (per GPU or in all) and no step time is scored on the step
+    time it implies, gbs x seq_len / tokens per second; the same run with that step time gets the
+    same prediction and error. A model-FLOPs figure alone is not turned into a step time."""
+    case = """
+  - id: {cid}
+    family: f
+    kind: pretrain
+    cluster: {{gpu: H100-SXM-80GB, num_gpus: 16, gpus_per_node: 8}}
+    model: {{layers: 4, hidden: 1024, heads: 8, vocab: 32000, seq_len: 2048}}
+    plan: {{tp: 1, pp: 1, dp: 16, mbs: 1, gbs: 64}}
+    measured: {measured}
+"""
+    runs = {"per-gpu": "{tokens_per_s_per_gpu: 4096.0}", "total": "{tokens_per_s_total: 65536.0}",
+            "step": "{step_time_s: 2.0}", "tflops-only": "{model_tflops_per_gpu: 400.0}"}
+    f = tmp_path / "cases.yaml"
+    f.write_text("schema: twin-reference-cases/v1\ncases:" + "".join(
+        case.format(cid=cid, measured=m) for cid, m in runs.items()))
+    report = validate_file(engine, f)
+    got = {c.id: c for c in report.cases}
+    assert set(got) == {"per-gpu", "total", "step"}
+    # 64 x 2048 tokens / (4096 tokens/s/GPU x 16 GPUs) = 2.0 s
+    for cid in ("per-gpu", "total"):
+        assert got[cid].measured == pytest.approx(2.0, rel=1e-12)
+        assert got[cid].predicted == got["step"].predicted
+        assert any("tokens_per_s" in n for n in got[cid].notes)
+    assert [s["id"] for s in report.skipped] == ["tflops-only"]
+    assert "tokens/s" in report.skipped[0]["reason"]
+
+
 def test_reader_tolerates_spellings_and_bookkeeping_keys(engine, tmp_path):
     """Published runs arrive with framework spellings (bf16-mixed, fsdp2, uniform) and
     bookkeeping keys; the reader normalises or ignores them instead of skipping."""
