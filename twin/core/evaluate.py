@@ -899,12 +899,13 @@ class TwinModel:
         """(stage times, parameters, expert parameters, activation terms) of the bottleneck stage.
 
         They depend on the work of a micro-batch only (degrees, micro-batch, recomputation,
-        precision, device, software stack), not on the batch size or the sharding: cached by those.
+        precision, device, software stack, and the schedule, which places stages on ranks), not
+        on the batch size or the sharding: cached by those.
         """
         key = (self._key(dev), self._key(model), self._key(sw), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep,
                plan.expert_tp, plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision,
                plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers,
-               plan.recompute_modules, plan.recipe, plan.moe_dispatcher)
+               plan.recompute_modules, plan.recipe, plan.moe_dispatcher, plan.schedule)
         hit = self._stages.get(key)
         if hit is None:
             stage = stage_times(plan, model, dev, w, sw)
@@ -1592,7 +1593,7 @@ class TwinModel:
         uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
                                 rc, plan.recompute_layers, tr, drow, plan.bf16_layers_start, plan.bf16_layers_end,
                                 plan.pp_first_layers, plan.pp_last_layers, _categories(plan.recompute_modules)[1],
-                                _categories(plan.moe_dispatcher)[1]])
+                                _categories(plan.moe_dispatcher)[1], _categories(plan.schedule)[1]])
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
@@ -1633,7 +1634,7 @@ class TwinModel:
         cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers,
                 plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers)
         labels = (plan.recompute, plan.trainable, plan.precision, plan.recompute_modules, plan.recipe,
-                  plan.moe_dispatcher)
+                  plan.moe_dispatcher, plan.schedule)
         keys = [(m_key, d_keys[r], *vals, *names) for r, vals, names in zip(
             rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
             zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
@@ -1926,7 +1927,7 @@ _SCHEDULE_FIELDS = ("gbs", "vp")
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
                                    "recompute_layers", "recompute_modules", "precision", "recipe", "bf16_layers_start",
                                    "bf16_layers_end", "pp_first_layers", "pp_last_layers", "trainable",
-                                   "rank_order", "dp_shard", "moe_dispatcher")
+                                   "rank_order", "dp_shard", "moe_dispatcher", "schedule")
 # The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))

@@ -52,9 +52,11 @@ dualpipev       (p-1) max(F&B+B-3W, 0) / 2              p+1/2            1x     
 Rank 0 of ZB-V, DualPipe and DualPipeV holds both ends of the model, the embedding and
 the LM head (DeepSeek-V3 report §2.2: "the shallowest layers (including the embedding
 layer) and deepest layers (including the output head) of the model on the same PP
-rank"): its parameters and its logits count there. Their compute is placed as under 1F1B
-(first and last rank), and DualPipe's second parameter copy adds no communication of its
-own beyond the data-parallel gradient traffic of twice the parameters.
+rank"): its parameters and its logits count there. DualPipe's rank 0 runs the first and the
+last stage, half of the micro-batches through each, so its work per micro-batch is their
+mean (``schedule.stage_times``); ZB-V's and DualPipeV's compute is placed as under 1F1B
+(first and last rank). DualPipe's second parameter copy adds no communication of its own
+beyond the data-parallel gradient traffic of twice the parameters.
 
 Written once for one scenario and for a batch (``twin.core.ops``).
 """

@@ -114,8 +114,19 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
         pick_last = t_last > t_first
         n_layers = ops.where(pick_last, last, first)
         extra_f, extra_b = ops.where(pick_last, hf_p, ef_p), ops.where(pick_last, hb_p, eb_p)
+        t_end = ops.where(pick_last, t_last, t_first)
+        # DualPipe: rank i holds stages i and p-1-i and runs half of the micro-batches through
+        # each (DeepSeek-V3 report §3.2.1 and Figure 5: micro-batches fed from both ends; the
+        # shallowest layers with the embedding and the deepest with the head on one rank), so
+        # the end rank's work per micro-batch is the mean of the first and the last stage.
+        dual = ops.logical_and(piped, plan.schedule == "dualpipe")
+        if ops.any_(dual):
+            n_layers = ops.where(dual, 0.5 * (first + last), n_layers)
+            extra_f, extra_b = ops.where(dual, 0.5 * (ef_p + hf_p), extra_f), ops.where(dual, 0.5 * (eb_p + hb_p),
+                                                                                      extra_b)
+            t_end = ops.where(dual, 0.5 * (t_first + t_last), t_end)
         if ops.any_(p > 2):
-            pick_mid = ops.logical_and(p > 2, middle * per_layer + mid > ops.where(pick_last, t_last, t_first))
+            pick_mid = ops.logical_and(p > 2, middle * per_layer + mid > t_end)
             n_layers = ops.where(pick_mid, middle, n_layers)
             extra_f, extra_b = ops.where(pick_mid, ends, extra_f), ops.where(pick_mid, ends, extra_b)
         layers_p = np.asarray(n_layers, np.float64) if ops.is_batch(n_layers) else float(n_layers)
