@@ -520,10 +520,18 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
 
 def _step_time(case: Mapping[str, Any]) -> float | None:
     for key in ("measured", "derived"):
-        value = (case.get(key) or {}).get("step_time_s")
+        value = _section(case, key).get("step_time_s")
         if _positive(value):
             return float(value)
     return None
+
+
+def _section(case: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``case[key]`` where it is a mapping (``measured``, ``derived``), else empty: a case whose
+    section is malformed publishes no figure there, and is skipped as such.
+    """
+    value = case.get(key)
+    return value if isinstance(value, Mapping) else {}
 
 
 def _positive(value: Any) -> bool:
@@ -539,7 +547,7 @@ _THROUGHPUTS = ("tokens_per_s_per_gpu", "tokens_per_s_total")
 
 def _throughput(case: Mapping[str, Any]) -> tuple[str, float] | None:
     """The published tokens/s (which field, its value) of a case without a step time."""
-    measured = case.get("measured") or {}
+    measured = _section(case, "measured")
     for key in _THROUGHPUTS:
         value = measured.get(key)
         if _positive(value):

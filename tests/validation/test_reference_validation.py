@@ -186,7 +186,8 @@ def test_a_published_throughput_stands_for_the_step_time(engine, tmp_path):
     measured: {measured}
 """
     runs = {"per-gpu": "{tokens_per_s_per_gpu: 4096.0}", "total": "{tokens_per_s_total: 65536.0}",
-            "step": "{step_time_s: 2.0}", "tflops-only": "{model_tflops_per_gpu: 400.0}"}
+            "step": "{step_time_s: 2.0}", "tflops-only": "{model_tflops_per_gpu: 400.0}",
+            "not-a-mapping": "[2.0]", "nan": "{tokens_per_s_per_gpu: .nan}"}
     f = tmp_path / "cases.yaml"
     f.write_text("schema: twin-reference-cases/v1\ncases:" + "".join(
         case.format(cid=cid, measured=m) for cid, m in runs.items()))
@@ -198,8 +199,8 @@ def test_a_published_throughput_stands_for_the_step_time(engine, tmp_path):
         assert got[cid].measured == pytest.approx(2.0, rel=1e-12)
         assert got[cid].predicted == got["step"].predicted
         assert any("tokens_per_s" in n for n in got[cid].notes)
-    assert [s["id"] for s in report.skipped] == ["tflops-only"]
-    assert "tokens/s" in report.skipped[0]["reason"]
+    assert [s["id"] for s in report.skipped] == ["tflops-only", "not-a-mapping", "nan"]
+    assert all("tokens/s" in s["reason"] for s in report.skipped)
 
 
 def test_reader_tolerates_spellings_and_bookkeeping_keys(engine, tmp_path):
