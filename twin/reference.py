@@ -178,15 +178,34 @@ def _number(value: Any, path: str, *, integer: bool = False, minimum: float = 0.
     """
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SpecError(path, f"must be a number (got {value!r})")
+    # (an int of any size is finite; math.isfinite would overflow converting it to a float)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and not math.isfinite(value)):
+        raise SpecError(path, f"must be a number (got {_shown(value)})")
     if integer:
         if value != int(value):
-            raise SpecError(path, f"must be a whole number (got {value!r})")
+            raise SpecError(path, f"must be a whole number (got {_shown(value)})")
         value = int(value)
     if value <= minimum:
-        raise SpecError(path, f"must be > {minimum:g} (got {value!r})")
+        raise SpecError(path, f"must be > {minimum:g} (got {_shown(value)})")
+    if value > _LARGEST:
+        raise SpecError(path, f"must be at most {_LARGEST:g} (got {_shown(value)})")
     return value
+
+
+# No field of a reference case comes near this (the largest are message sizes, ~1e11 bytes);
+# past it a number is a typo or an attack, refused naming its field before it reaches arithmetic.
+_LARGEST = 1e18
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters; a huge integer by its size (Python refuses to
+    print one of over 4,300 digits, and a 400-digit one is not worth echoing whole).
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
@@ -342,7 +361,9 @@ def case_software(case: Mapping[str, Any]) -> str | Mapping[str, Any]:
     """The software stack of a case, by the one rule above (a preset name or a mapping)."""
     stated = case.get("software")
     if stated:
-        return stated  # type: ignore[no-any-return]
+        if not isinstance(stated, str | Mapping):
+            raise SpecError("software", f"must be a software preset name or a mapping (got {type(stated).__name__})")
+        return stated
     family = str(case.get("family") or "").lower()
     for word, preset in _SOFTWARE_BY_FAMILY:
         if word in family:
@@ -387,20 +408,27 @@ def _norm_schedule(value: Any) -> str:
     return got
 
 
+def _whole(plan: Mapping[str, Any], key: str) -> int | None:
+    """A plan degree or count of a training case: a whole number above 0, or None if absent
+    (SpecError naming ``plan.KEY`` otherwise: 1.5 or "8" is not silently made 1 or 8).
+    """
+    return _number(plan.get(key), f"plan.{key}", integer=True)  # type: ignore[no-any-return]
+
+
 def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario, _Knobs, list[str]]:
     """The scenario of one training case, and the knobs left for the twin to choose."""
     notes: list[str] = []
     cid = case.get("id", "?")
     cluster = _cluster(engine, case.get("cluster") or {}, notes, "cluster")
-    model = resolve_model(_model(engine, case.get("model") or {}), engine.catalog)
-    p = dict(case.get("plan") or {})
+    model = resolve_model(_model(engine, _mapping(case.get("model"), "model")), engine.catalog)
+    p = dict(_mapping(case.get("plan"), "plan"))
     # The normaliser fills mbs and vp with mechanical placeholders (gbs/dp, 1) when a source
     # is silent, so those count as unstated; other assumed plan fields (recompute,
     # precision, sharding) come from the source's prose and are used as given.
     assumed = {a.split(".", 1)[1] for a in case.get("assumed") or [] if a.startswith("plan.")} & {"mbs", "vp"}
-    tp, pp, cp, ep = (int(p.get(k) or 1) for k in ("tp", "pp", "cp", "ep"))
+    tp, pp, cp, ep = (_whole(p, k) or 1 for k in ("tp", "pp", "cp", "ep"))
     n = cluster.num_gpus
-    dp = p.get("dp")
+    dp = _whole(p, "dp")
     if dp is None or tp * pp * cp * int(dp) != n:
         if n % (tp * pp * cp):
             raise SpecError("plan", f"tp*pp*cp ({tp * pp * cp}) does not divide num_gpus ({n})")
@@ -409,8 +437,10 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
                          f"dp={n // (tp * pp * cp)} used")
         dp = n // (tp * pp * cp)
     dp = int(dp)
-    gbs = int(p["gbs"])
-    published_dp = p.get("dp")
+    gbs = _whole(p, "gbs")
+    if gbs is None:
+        raise SpecError("plan.gbs", "is required (the global batch in sequences)")
+    published_dp = _whole(p, "dp")
     if gbs % dp and published_dp and gbs % int(published_dp) == 0:
         # The derived dp cannot split the batch; the published dp can, so the mismatch is in
         # another degree. Context parallelism is the one that scales with GPUs at fixed batch
@@ -432,11 +462,11 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         "optimizer_sharding": sharding, "sequence_parallel": p.get("sequence_parallel"),
         "trainable": "lora" if case.get("kind") == "lora" else "full"}
     if p.get("etp"):
-        plan_kwargs["etp"] = int(p["etp"])
+        plan_kwargs["etp"] = _whole(p, "etp")
     if p.get("recompute_layers"):
         # Layers of a stage fully recomputed (Megatron --recompute-num-layers; torchtitan's
         # selective layer AC checkpoints every n-th layer): used as given, never dropped.
-        plan_kwargs["recompute_layers"] = int(p["recompute_layers"])
+        plan_kwargs["recompute_layers"] = _whole(p, "recompute_layers")
     if p.get("rank_order"):
         plan_kwargs["rank_order"] = _norm_rank_order(p["rank_order"])
     schedule = _norm_schedule(p["schedule"]) if p.get("schedule") else None
@@ -448,11 +478,11 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     per_rank = gbs // dp if gbs % dp == 0 else 0
     if per_rank == 0:
         raise SpecError("plan.gbs", f"gbs ({gbs}) is not a multiple of dp ({dp})")
-    mbs = p.get("mbs")
+    mbs = _whole(p, "mbs")
     if mbs is None or "mbs" in assumed:
         mbs_opts = tuple(b for b in _SEARCH_MBS if per_rank % b == 0) or (1,)
     else:
-        mbs_opts = (int(mbs),)
+        mbs_opts = (mbs,)
     stack = case_software(case)
     stack_name = stack if isinstance(stack, str) else str(stack.get("preset", "megatron-core-te"))
     defaults = STACK_DEFAULTS.get(engine.catalog.canonical("software", stack_name), STACK_DEFAULTS["megatron-core-te"])
@@ -461,14 +491,14 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         rc = defaults["recompute"]
         notes.append(f"recompute not published: {rc} ({stack_name} default)")
     rc_opts: tuple[str, ...] = (str(rc),)
-    vp = p.get("vp")
+    vp = _whole(p, "vp")
     if schedule in _SCHEDULE_VP and (vp is None or "vp" in assumed):
         vp_opts: tuple[int, ...] = (_SCHEDULE_VP[schedule],)  # the schedule fixes it
     elif pp > 1 and (vp is None or "vp" in assumed):
         vp_opts = tuple(v for v in _SEARCH_VP if pp * v <= model.layers and (schedule != "interleaved" or v > 1)) \
             or (1,)
     else:
-        vp_opts = (int(vp or 1),)
+        vp_opts = (vp or 1,)
     reshard = p.get("fsdp_reshard_after_forward", defaults.get("fsdp_reshard_after_forward"))
     if reshard is not None:
         plan_kwargs["fsdp_reshard_after_forward"] = bool(reshard)
@@ -567,8 +597,12 @@ def _step_time_of_throughput(scn: Scenario, key: str, value: float) -> tuple[flo
 def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
     """Score every case of a ``twin-reference-cases/v1`` document."""
     results, skipped = [], []
-    for case in data.get("cases") or []:
-        cid = str(case.get("id", "?"))
+    for i, case in enumerate(data.get("cases") or []):
+        if not isinstance(case, Mapping):
+            skipped.append({"id": f"cases[{i}]",
+                            "reason": f"malformed case: must be a mapping (got {type(case).__name__})"})
+            continue
+        cid = str(case.get("id", f"cases[{i}]"))
         measured = _step_time(case)
         throughput = _throughput(case) if measured is None else None
         if measured is None and throughput is None:
@@ -579,6 +613,9 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
             chosen, predicted, more = best_plan(engine, scn, knobs)
         except TwinError as err:
             skipped.append({"id": cid, "reason": f"cannot model: {err}"})
+            continue
+        except (TypeError, ValueError, AttributeError, ArithmeticError) as err:  # a malformed value no check names
+            skipped.append({"id": cid, "reason": f"malformed case: {type(err).__name__}: {err}"})
             continue
         if measured is None and throughput is not None:
             measured, note = _step_time_of_throughput(scn, *throughput)

@@ -203,6 +203,36 @@ def test_a_published_throughput_stands_for_the_step_time(engine, tmp_path):
     assert all("tokens/s" in s["reason"] for s in report.skipped)
 
 
+def test_a_malformed_training_case_is_that_cases_error(engine):
+    """Every malformed case is skipped naming its field (or saying what is malformed), the good
+    one is still scored: a case that is not a mapping, a plan or model that is not one, a
+    software stack of the wrong type, a degree that is not a whole number (1.5 is not made 1,
+    "8" is not made 8), a missing batch, integers too large to use or even print."""
+    from twin.reference import validate_training
+
+    good = {"id": "ok", "family": "f", "kind": "pretrain",
+            "cluster": {"gpu": "H100-SXM-80GB", "num_gpus": 8, "gpus_per_node": 8},
+            "model": {"layers": 2, "hidden": 256, "heads": 4, "vocab": 1000, "seq_len": 512},
+            "plan": {"tp": 1, "pp": 1, "dp": 8, "gbs": 8}, "measured": {"step_time_s": 1.0}}
+    bad = {"plan-text": {"plan": "tp8"}, "model-int": {"model": 5}, "software-int": {"software": 3},
+           "tp-half": {"plan": {"tp": 1.5, "gbs": 8}}, "tp-text": {"plan": {"tp": "8", "gbs": 8}},
+           "no-gbs": {"plan": {"tp": 1}}, "gbs-400-digits": {"plan": {"gbs": 10**400}},
+           "gpus-5001-digits": {"cluster": {**good["cluster"], "num_gpus": 10**5000}}}
+    cases = [["not", "a", "mapping"], *({**good, "id": cid, **fields} for cid, fields in bad.items()), good]
+    report = validate_training(engine, {"cases": cases})
+    assert [c.id for c in report.cases] == ["ok"]
+    reasons = {s["id"]: s["reason"] for s in report.skipped}
+    assert "must be a mapping" in reasons.pop("cases[0]")
+    expected = {"plan-text": "plan:", "model-int": "model:", "software-int": "software:", "tp-half": "plan.tp",
+                "tp-text": "plan.tp", "no-gbs": "plan.gbs", "gbs-400-digits": "plan.gbs",
+                "gpus-5001-digits": "cluster.num_gpus"}
+    assert set(reasons) == set(expected)
+    for cid, field in expected.items():
+        assert field in reasons[cid], (cid, reasons[cid])
+        assert len(reasons[cid]) < 300  # a huge number is described, not echoed
+    assert "whole number" in reasons["tp-half"] and "digits" in reasons["gpus-5001-digits"]
+
+
 def test_reader_tolerates_spellings_and_bookkeeping_keys(engine, tmp_path):
     """Published runs arrive with framework spellings (bf16-mixed, fsdp2, uniform) and
     bookkeeping keys; the reader normalises or ignores them instead of skipping."""
