@@ -631,9 +631,15 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
             plan={"tp": pl.tp, "pp": pl.pp, "vp": pl.vp, "dp": chosen.dp, "cp": pl.cp, "ep": pl.ep, "mbs": pl.mbs,
                   "recompute": pl.recompute, "recompute_layers": pl.recompute_layers,
                   "precision": pl.precision}))
-    for s in data.get("skipped") or []:
-        skipped.append({"id": str(s.get("id", "?")), "reason": f"skipped by the reference file: {s.get('reason', '')}"})
+    skipped += _listed_skips(data)
     return Report(kind="training", cases=results, skipped=skipped)
+
+
+def _listed_skips(data: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The runs a reference file itself lists under ``skipped:`` (entries that are not mappings ignored)."""
+    listed = data.get("skipped")
+    return [{"id": str(s.get("id", "?")), "reason": f"skipped by the reference file: {s.get('reason', '')}"}
+            for s in (listed if isinstance(listed, list) else []) if isinstance(s, Mapping)]
 
 
 # ------------------------------------------------------------------ collectives
@@ -973,10 +979,7 @@ def validate_collectives(engine: Engine, data: Mapping[str, Any]) -> Report:
             skipped.append({"id": cid, "reason": result})
         else:
             results.append(result)
-    for s in data.get("skipped") or []:
-        if isinstance(s, Mapping):
-            skipped.append({"id": str(s.get("id", "?")),
-                            "reason": f"skipped by the reference file: {s.get('reason', '')}"})
+    skipped += _listed_skips(data)
     return Report(kind="collectives", cases=results, skipped=skipped)
 
 
