@@ -50,6 +50,7 @@ from twin.api import (
     fat_tree_failure_modes,
     gbps_to_bytes_per_s,
     hookimpl,
+    hop_latency_s,
     network_rates,
     nic_efficiency,
     nic_share_factor,
@@ -137,11 +138,12 @@ class DragonflyFabric(ScaleOutFabric):
         def span(endpoints: int) -> int:
             return min(every, max(gpn, endpoints * gpn // nics))
 
-        tiers = [Tier("router", self.kind, span(s["p"]), per_gpu, HOP_LATENCY_S),
-                 Tier("group", self.kind, span(s["a"] * s["p"]), per_gpu, 2 * HOP_LATENCY_S, oversubscription=local)]
+        hop = hop_latency_s(cluster, HOP_LATENCY_S)  # scale_out.latency_us where stated
+        tiers = [Tier("router", self.kind, span(s["p"]), per_gpu, hop),
+                 Tier("group", self.kind, span(s["a"] * s["p"]), per_gpu, 2 * hop, oversubscription=local)]
         if s["groups"] > 1:
             tiers.append(Tier("global", self.kind, every, per_gpu * ROUTING_GLOBAL_FACTOR[routing],
-                              ROUTING_GLOBAL_HOPS[routing] * HOP_LATENCY_S,
+                              ROUTING_GLOBAL_HOPS[routing] * hop,
                               oversubscription=local * max(1.0, s["p"] / s["h"])))
         tiers[-1] = Tier(tiers[-1].name, self.kind, every, tiers[-1].bw_Bps, tiers[-1].latency_s,
                          oversubscription=tiers[-1].oversubscription)

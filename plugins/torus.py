@@ -57,6 +57,7 @@ from twin.api import (
     check_scale_out_params,
     gbps_to_bytes_per_s,
     hookimpl,
+    hop_latency_s,
     network_rates,
     nic_efficiency,
     read_param,
@@ -155,7 +156,7 @@ class TorusFabric(ScaleOutFabric):
             hops += k / 4 if wrap else k / 3   # mean minimal distance in a ring / a line (Dally & Towles §3.3)
             ring_bw = ring * used * link
             tiers.append(Tier(name=f"torus-{axis}", fabric=self.kind, span_gpus=span * gpn, bw_Bps=ring_bw / gpn,
-                              latency_s=HOP_LATENCY_S * max(1.0, hops),
+                              latency_s=hop_latency_s(cluster, HOP_LATENCY_S) * max(1.0, hops),
                               a2a_bw_Bps=min(ring_bw, cut * link / kmax) / gpn))
         if not tiers:  # one node: a tier that spans it, never crossed
             tiers.append(Tier(name="torus", fabric=self.kind, span_gpus=max(cluster.num_gpus, gpn),

@@ -29,7 +29,8 @@ Index (each group in the order of ``__all__``):
 - Scale-out fabric helpers: ``check_scale_out_params`` (reject unknown
   ``scale_out.params``), ``reject_scale_out_fields`` (reject ``scale_out`` fields a fabric
   does not model), ``read_param`` (one checked parameter), ``nic_efficiency`` /
-  ``NIC_EFFICIENCY`` (achievable share of the NIC line rate), fat-tree sizing
+  ``NIC_EFFICIENCY`` (achievable share of the NIC line rate), ``hop_latency_s`` (a hop's
+  latency, ``scale_out.latency_us`` where stated), fat-tree sizing
   ``build_fat_tree``, ``tiers_needed``, ``FatTree``, ``FatTreeLevel``, ``LEVEL_NAMES``,
   tiers from a fat tree ``scale_out_tiers`` and its switch/link counts ``fat_tree_report``.
 - Failure scenarios: ``ComponentGroup``, ``FailureMode``, ``Impact``, ``UplinkLoss`` (what
@@ -96,7 +97,7 @@ from twin.core.fattree import (
 )
 from twin.core.memory import ADAM_STATE_BYTES, lora_trainable_fraction, weights_sharded
 from twin.core.moe_routing import dispatch_fanout
-from twin.core.nic import NIC_EFFICIENCY, nic_efficiency
+from twin.core.nic import NIC_EFFICIENCY, hop_latency_s, nic_efficiency
 from twin.core.pipelines import resolved as resolved_schedule
 from twin.core.points import PlanColumns
 from twin.core.specs import GPU, Cluster, MemoryPool, Model, Optics, Plan, ScaleOut, ScaleUp, Scenario
@@ -122,6 +123,7 @@ __all__ = [  # noqa: RUF022
     "GIB", "US", "HOUR_S", "DAY_S", "gbps_to_bytes_per_s", "BYTES_PER_ELEMENT",
     # scale-out fabric helpers
     "check_scale_out_params", "reject_scale_out_fields", "read_param", "nic_efficiency", "NIC_EFFICIENCY",
+    "hop_latency_s",
     "build_fat_tree", "tiers_needed", "FatTree", "FatTreeLevel", "LEVEL_NAMES", "scale_out_tiers", "fat_tree_report",
     # failure scenarios
     "ComponentGroup", "FailureMode", "Impact", "UplinkLoss", "ecmp_max_load", "fat_tree_of", "fat_tree_components",

@@ -416,3 +416,40 @@ def test_one_dragonfly_group_has_no_global_links(engine):
     est = engine.evaluate(_with_optics(data, "pluggable"))
     assert est.fabric["scale_out"]["groups"] == 1
     assert est.fabric["scale_out"]["global_links"] == est.fabric["optics"]["links"] == 0
+
+
+# ------------------------------------------------- scale_out fields every fabric reads
+@pytest.mark.parametrize("scale_out", [
+    {"fabric": "infiniband"}, {"fabric": "roce"}, {"fabric": "ethernet"}, {"fabric": "efa"}, {"fabric": "tcp"},
+    {"fabric": "dragonfly"}, "torus"])
+def test_a_stated_hop_latency_reaches_every_scale_out_tier(engine, scale_out):
+    """``scale_out.latency_us`` (one hop's latency) replaces each fabric's own hop figure in every
+    scale-out tier, as many times as the tier's hops; it was accepted and ignored."""
+    if scale_out == "torus":
+        base = yaml.safe_load((EXAMPLES / "torus-3d.yaml").read_text())
+    else:
+        base = _scenario(scale_out, num_gpus=4096)
+    slow = _with(base, "scale_out", latency_us=500.0)
+    own, stated = _tiers(engine, base)[1:], _tiers(engine, slow)[1:]
+    assert own and len(own) == len(stated)
+    for a, b in zip(own, stated, strict=True):
+        assert b.latency_s > a.latency_s
+        assert b.latency_s >= 500e-6 - 1e-12  # at least one hop of it (EFA keeps its floor, TCP adds its stack)
+    # and a latency-bound collective across the network pays it
+    assert engine.evaluate(slow).step_time_s > engine.evaluate(base).step_time_s
+
+
+def test_a_stated_leaf_below_the_cluster_puts_a_spine_above_it(engine):
+    """``scale_out.gpus_per_leaf`` below the cluster needs a tier above the leaf, whatever the
+    radix: a 16-GPU leaf on 256 GPUs was one 256-GPU leaf (the stated span ignored)."""
+    base = _scenario({"fabric": "infiniband"}, num_gpus=256)
+    assert [t.span_gpus for t in _tiers(engine, base)[1:]] == [256]
+    for leaf in (16, 128):
+        tiers = _tiers(engine, _with(base, "scale_out", gpus_per_leaf=leaf))[1:]
+        assert [t.span_gpus for t in tiers] == [leaf, 256]
+        assert tiers[1].latency_s > tiers[0].latency_s  # the spine is hops further
+    # a taper on that spine now costs what it should: DP traffic crosses it
+    leafy = _with(base, "scale_out", gpus_per_leaf=16)
+    tapered = _with(leafy, "scale_out", oversubscription=[4.0])
+    assert engine.evaluate(tapered).step_time_s > engine.evaluate(leafy).step_time_s
+    assert _tiers(engine, _with(base, "scale_out", tier_spans=[32]))[1].span_gpus == 32

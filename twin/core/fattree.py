@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from twin.core.nic import hop_latency_s as hop_latency_s_of
 from twin.core.units import gbps_to_bytes_per_s
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ def build_fat_tree(endpoints: int, radix: int, tiers: int | None = None,
     """
     endpoints = max(1, endpoints)
     t = tiers or tiers_needed(endpoints, radix)
+    if not tiers and spans:
+        # A stated span below the whole fabric needs a tier above it (a 16-GPU leaf on 256 GPUs
+        # is under a spine however large the radix).
+        t = max(t, max((i + 2 for i, s in enumerate(spans) if s < endpoints), default=t))
     levels: list[FatTreeLevel] = []
     for i in range(t):
         o = oversubscription[i] if i < len(oversubscription) else 1.0
@@ -128,6 +133,7 @@ def scale_out_tiers(cluster: Cluster, radix: int, fabric: str, efficiency: list[
     else:
         spans = ()
     tree = build_fat_tree(endpoints, radix, so.tiers, so.oversubscription, spans)
+    hop_latency_s = hop_latency_s_of(cluster, hop_latency_s)
     nic_Bps = gbps_to_bytes_per_s(so.nic_gbps)
     per_gpu = nic_Bps * nics / gpn
     tiers: list[Tier] = []

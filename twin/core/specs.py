@@ -130,14 +130,17 @@ class ScaleOut:
     oversubscription: tuple[float, ...] = spec_field(
         default_factory=tuple, ge=1, le=1000,
         doc="down:up ratio of the uplinks of each switch tier, leaf first (1 = non-blocking)")
-    gpus_per_leaf: int | None = spec_field(None, ge=1, le=MAX_GPUS)
+    gpus_per_leaf: int | None = spec_field(
+        None, ge=1, le=MAX_GPUS, doc="GPUs under one leaf switch; below the cluster, a tier above it; None: from radix")
     tier_spans: tuple[int, ...] = spec_field(
         default_factory=tuple, ge=1, le=MAX_GPUS,
         doc="GPUs under one switch of each tier, leaf first; empty: from radix")
     sharp: bool = False
     adaptive_routing: bool | None = None
     achievable_fraction: float | None = spec_field(None, ge=0.01, le=1)
-    latency_us: float | None = spec_field(None, ge=0, le=1e6)
+    latency_us: float | None = spec_field(
+        None, ge=0, le=1e6, doc="one hop's latency (NIC, cable, switch), us; each tier pays it per hop crossed; "
+                                "None: the fabric's own figure")
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
