@@ -128,6 +128,12 @@ def _model(**over):
 MORE_BAD = [
     # (scenario overrides, expected field)
     ({"model": _model(kv_heads=16)}, "model.kv_heads"),
+    # knobs of one mode set in another would be ignored: refused instead
+    ({"model": _model(mla={"kv_lora_rank": 256})}, "model.mla"),
+    ({"model": _model(moe={"experts": 8, "top_k": 2, "expert_ffn": 256, "shared_expert_ffn": 512})},
+     "model.moe.shared_expert_ffn"),
+    ({"plan": {"gbs": 64, "tp": 1, "lora_rank": 64}}, "plan.lora_rank"),
+    ({"plan": {"gbs": 64, "tp": 1, "fsdp_reshard_after_forward": False}}, "plan.fsdp_reshard_after_forward"),
     ({"model": _model(attention="mla")}, "model.mla"),
     ({"model": _model(moe={"experts": 4, "top_k": 8, "expert_ffn": 256})}, "model.moe.top_k"),
     ({"model": _model(moe={"experts": 4, "top_k": 2, "expert_ffn": 256, "moe_layers": 8, "dense_layers": 2})},

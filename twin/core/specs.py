@@ -365,6 +365,8 @@ class Model:
     kv_heads: int | None = spec_field(None, ge=1, le=1_000_000, doc="None: heads (MHA)")
     head_dim: int | None = spec_field(None, ge=1, le=1_000_000, doc="None: hidden/heads")
     gated_mlp: bool = False
+    # "mla" selects multi-head latent attention (with ``mla``); "mha" and "gqa" name the others, whose
+    # grouping the KV head count sets (kv_heads below heads is GQA whatever the name).
     attention: Literal["mha", "gqa", "mla"] = "mha"
     moe: MoE | None = None
     mla: MLA | None = None
@@ -434,6 +436,12 @@ class Offload:
     activations: OffloadTarget = "none"
 
 
+# LoRA's adapter rank where a plan does not state one: the twin's default, an assumption (ranks of
+# 8 to 64 are common in published fine-tuning recipes). A plan that is not LoRA must leave it
+# here (plan_rules: it would be ignored).
+DEFAULT_LORA_RANK = 16
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A parallel training plan. ``dp`` None: derived as num_gpus/(tp*pp*cp).
@@ -496,7 +504,8 @@ class Plan:
     moe_dispatcher: Literal["alltoall", "deepep"] = "deepep"
     rank_order: Literal["tp-cp-ep-dp-pp", "tp-cp-pp-dp"] = "tp-cp-ep-dp-pp"
     trainable: Literal["full", "lora"] = "full"
-    lora_rank: int = spec_field(16, ge=1, le=1_000_000, doc="with trainable 'lora': adapter rank on every projection")
+    lora_rank: int = spec_field(DEFAULT_LORA_RANK, ge=1, le=1_000_000,
+                                doc="with trainable 'lora': adapter rank on every projection")
 
     @property
     def sp(self) -> bool:
@@ -673,6 +682,9 @@ def validate_model(model: Model, path: str = "model") -> None:
         raise SpecError(f"{path}.kv_heads", f"must divide heads ({model.heads}) (got {model.kv_head_count})")
     if model.attention == "mla" and model.mla is None:
         raise SpecError(f"{path}.mla", "is required when attention is 'mla'")
+    # An MLA block under another attention would be ignored (only attention: mla reads it).
+    if model.mla is not None and model.attention != "mla":
+        raise SpecError(f"{path}.mla", f"applies only with attention: mla (got attention {model.attention!r})")
     if model.packed_doc_tokens is not None and model.packed_doc_tokens > model.seq_len:
         raise SpecError(f"{path}.packed_doc_tokens",
                         f"must be <= seq_len ({model.seq_len}): a packed document fits in its sequence "
@@ -681,6 +693,8 @@ def validate_model(model: Model, path: str = "model") -> None:
         moe = model.moe
         if moe.top_k > moe.experts:
             raise SpecError(f"{path}.moe.top_k", f"must be <= experts ({moe.experts}) (got {moe.top_k})")
+        if moe.shared_expert_ffn is not None and moe.shared_experts == 0:
+            raise SpecError(f"{path}.moe.shared_expert_ffn", "applies only with moe.shared_experts > 0")
         if moe.pad_to_capacity and moe.capacity_factor is None:
             raise SpecError(f"{path}.moe.pad_to_capacity",
                             "needs moe.capacity_factor (Megatron-Core pads expert inputs to a capacity)")
@@ -901,6 +915,13 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     bad = ops.logical_and(requested, plan.recompute != "full")
     if batch or bad:
         yield f"{path}.recompute_layers", bad, "applies only with recompute: full", dict
+    # Knobs of one mode only: set away from their default elsewhere, they would be ignored.
+    bad = ops.logical_and(plan.lora_rank != DEFAULT_LORA_RANK, plan.trainable != "lora")
+    if batch or bad:
+        yield f"{path}.lora_rank", bad, "applies only with trainable: lora", dict
+    bad = ops.logical_and(ops.logical_not(plan.fsdp_reshard_after_forward), plan.optimizer_sharding != "fsdp")
+    if batch or bad:
+        yield f"{path}.fsdp_reshard_after_forward", bad, "applies only with optimizer_sharding: fsdp", dict
     if batch or plan.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
         yield from _recompute_module_rules(plan, model, path, batch)
     # A batch's view reads an optional section as a bool per point when only some clusters have it.
