@@ -549,10 +549,13 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
 
 
 def _step_time(case: Mapping[str, Any]) -> float | None:
+    """The published step time (measured, else derived); None if neither is stated (null); a
+    SpecError naming the field for one that is not a finite number above 0.
+    """
     for key in ("measured", "derived"):
         value = _section(case, key).get("step_time_s")
-        if _positive(value):
-            return float(value)
+        if value is not None:
+            return float(_number(value, f"{key}.step_time_s"))
     return None
 
 
@@ -562,10 +565,6 @@ def _section(case: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     """
     value = case.get(key)
     return value if isinstance(value, Mapping) else {}
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 # A throughput published instead of a step time, per GPU or for the whole job (tokens/s). Like
@@ -580,8 +579,8 @@ def _throughput(case: Mapping[str, Any]) -> tuple[str, float] | None:
     measured = _section(case, "measured")
     for key in _THROUGHPUTS:
         value = measured.get(key)
-        if _positive(value):
-            return key, float(value)
+        if value is not None:
+            return key, float(_number(value, f"measured.{key}"))
     return None
 
 
@@ -603,8 +602,12 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
                             "reason": f"malformed case: must be a mapping (got {type(case).__name__})"})
             continue
         cid = str(case.get("id", f"cases[{i}]"))
-        measured = _step_time(case)
-        throughput = _throughput(case) if measured is None else None
+        try:
+            measured = _step_time(case)
+            throughput = _throughput(case) if measured is None else None
+        except TwinError as err:
+            skipped.append({"id": cid, "reason": f"malformed case: {err}"})
+            continue
         if measured is None and throughput is None:
             skipped.append({"id": cid, "reason": "no step time (measured or derived) or tokens/s published"})
             continue

@@ -199,8 +199,10 @@ def test_a_published_throughput_stands_for_the_step_time(engine, tmp_path):
         assert got[cid].measured == pytest.approx(2.0, rel=1e-12)
         assert got[cid].predicted == got["step"].predicted
         assert any("tokens_per_s" in n for n in got[cid].notes)
-    assert [s["id"] for s in report.skipped] == ["tflops-only", "not-a-mapping", "nan"]
-    assert all("tokens/s" in s["reason"] for s in report.skipped)
+    reasons = {s["id"]: s["reason"] for s in report.skipped}
+    assert list(reasons) == ["tflops-only", "not-a-mapping", "nan"]
+    assert "tokens/s" in reasons["tflops-only"] and "tokens/s" in reasons["not-a-mapping"]
+    assert "measured.tokens_per_s_per_gpu" in reasons["nan"]  # stated, but not a number: named
 
 
 def test_a_malformed_training_case_is_that_cases_error(engine):
@@ -217,7 +219,8 @@ def test_a_malformed_training_case_is_that_cases_error(engine):
     bad = {"plan-text": {"plan": "tp8"}, "model-int": {"model": 5}, "software-int": {"software": 3},
            "tp-half": {"plan": {"tp": 1.5, "gbs": 8}}, "tp-text": {"plan": {"tp": "8", "gbs": 8}},
            "no-gbs": {"plan": {"tp": 1}}, "gbs-400-digits": {"plan": {"gbs": 10**400}},
-           "gpus-5001-digits": {"cluster": {**good["cluster"], "num_gpus": 10**5000}}}
+           "gpus-5001-digits": {"cluster": {**good["cluster"], "num_gpus": 10**5000}},
+           "step-400-digits": {"measured": {"step_time_s": 10**400}}}
     cases = [["not", "a", "mapping"], *({**good, "id": cid, **fields} for cid, fields in bad.items()), good]
     report = validate_training(engine, {"cases": cases, "skipped": [1, "run"]})  # listed skips that are not mappings
     assert [c.id for c in report.cases] == ["ok"]
@@ -225,7 +228,7 @@ def test_a_malformed_training_case_is_that_cases_error(engine):
     assert "must be a mapping" in reasons.pop("cases[0]")
     expected = {"plan-text": "plan:", "model-int": "model:", "software-int": "software:", "tp-half": "plan.tp",
                 "tp-text": "plan.tp", "no-gbs": "plan.gbs", "gbs-400-digits": "plan.gbs",
-                "gpus-5001-digits": "cluster.num_gpus"}
+                "gpus-5001-digits": "cluster.num_gpus", "step-400-digits": "measured.step_time_s"}
     assert set(reasons) == set(expected)
     for cid, field in expected.items():
         assert field in reasons[cid], (cid, reasons[cid])
