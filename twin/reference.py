@@ -559,6 +559,14 @@ def _step_time(case: Mapping[str, Any]) -> float | None:
     return None
 
 
+def _case_id(case: Mapping[str, Any], default: str) -> str:
+    """A case's ``id`` as text (``default`` where it has none; a non-text id shown cut short)."""
+    cid = case.get("id")
+    if cid is None:
+        return default
+    return cid if isinstance(cid, str) else _shown(cid)
+
+
 def _section(case: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     """``case[key]`` where it is a mapping (``measured``, ``derived``), else empty: a case whose
     section is malformed publishes no figure there, and is skipped as such.
@@ -601,7 +609,7 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
             skipped.append({"id": f"cases[{i}]",
                             "reason": f"malformed case: must be a mapping (got {type(case).__name__})"})
             continue
-        cid = str(case.get("id", f"cases[{i}]"))
+        cid = _case_id(case, f"cases[{i}]")
         try:
             measured = _step_time(case)
             throughput = _throughput(case) if measured is None else None
@@ -804,7 +812,7 @@ class CollectiveSetup:
 def collective_setup(engine: Engine, case: Any) -> CollectiveSetup:
     """Read one collectives case (SpecError names a malformed field)."""
     case = _mapping(case, "case")
-    cid = str(case.get("id", "?"))
+    cid = _case_id(case, "?")
     op = collective_op(case.get("op"))
     algorithm = _collective_algorithm(case.get("algorithm"))
     notes: list[str] = []
@@ -969,7 +977,7 @@ def validate_collectives(engine: Engine, data: Mapping[str, Any]) -> Report:
     results: list[CaseResult] = []
     skipped: list[dict[str, str]] = []
     for i, case in enumerate(data.get("cases") or []):
-        cid = str(case.get("id", f"cases[{i}]")) if isinstance(case, Mapping) else f"cases[{i}]"
+        cid = _case_id(case, f"cases[{i}]") if isinstance(case, Mapping) else f"cases[{i}]"
         try:
             result = _score_collective(engine, case)
         except TwinError as err:
