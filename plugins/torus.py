@@ -145,6 +145,7 @@ class TorusFabric(ScaleOutFabric):
         gpn = cluster.gpus_per_node
         ring = 2.0 if wrap else 1.0          # rings per dimension: both ways round, or one on a line
         cut = 8.0 if wrap else 4.0           # bisection bound numerator (module docstring)
+        hop = hop_latency_s(cluster, HOP_LATENCY_S)  # scale_out.latency_us where stated
         tiers: list[Tier] = []
         span, used, kmax, hops = 1, 0, 1, 0.0
         for axis, k in zip(AXES, dims, strict=False):
@@ -156,7 +157,7 @@ class TorusFabric(ScaleOutFabric):
             hops += k / 4 if wrap else k / 3   # mean minimal distance in a ring / a line (Dally & Towles §3.3)
             ring_bw = ring * used * link
             tiers.append(Tier(name=f"torus-{axis}", fabric=self.kind, span_gpus=span * gpn, bw_Bps=ring_bw / gpn,
-                              latency_s=hop_latency_s(cluster, HOP_LATENCY_S) * max(1.0, hops),
+                              latency_s=hop * max(1.0, hops),
                               a2a_bw_Bps=min(ring_bw, cut * link / kmax) / gpn))
         if not tiers:  # one node: a tier that spans it, never crossed
             tiers.append(Tier(name="torus", fabric=self.kind, span_gpus=max(cluster.num_gpus, gpn),

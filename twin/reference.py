@@ -208,6 +208,11 @@ def _shown(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+# A malformed value that no check names (a type the reading code does not expect): that case's
+# error ("malformed case"), like a SpecError, never the file's.
+_MALFORMED = (TypeError, ValueError, AttributeError, ArithmeticError)
+
+
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
     """``value`` if it is a mapping, {} if null, else a SpecError naming ``path``."""
     if value is None:
@@ -429,27 +434,26 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     tp, pp, cp, ep = (_whole(p, k) or 1 for k in ("tp", "pp", "cp", "ep"))
     n = cluster.num_gpus
     dp = _whole(p, "dp")
-    if dp is None or tp * pp * cp * int(dp) != n:
+    if dp is None or tp * pp * cp * dp != n:
         if n % (tp * pp * cp):
             raise SpecError("plan", f"tp*pp*cp ({tp * pp * cp}) does not divide num_gpus ({n})")
         if dp is not None:
-            notes.append(f"published dp={dp} gives tp*pp*cp*dp={tp * pp * cp * int(dp)} != {n} GPUs; "
+            notes.append(f"published dp={dp} gives tp*pp*cp*dp={tp * pp * cp * dp} != {n} GPUs; "
                          f"dp={n // (tp * pp * cp)} used")
         dp = n // (tp * pp * cp)
-    dp = int(dp)
     gbs = _whole(p, "gbs")
     if gbs is None:
         raise SpecError("plan.gbs", "is required (the global batch in sequences)")
     published_dp = _whole(p, "dp")
-    if gbs % dp and published_dp and gbs % int(published_dp) == 0:
+    if gbs % dp and published_dp and gbs % published_dp == 0:
         # The derived dp cannot split the batch; the published dp can, so the mismatch is in
         # another degree. Context parallelism is the one that scales with GPUs at fixed batch
         # in long-sequence tables: give it the remaining factor.
-        rest = n // (tp * pp * int(published_dp))
-        if n % (tp * pp * int(published_dp)) == 0 and model.seq_len % (2 * rest) == 0:
-            notes[-1] = (f"published tp*pp*cp*dp = {tp * pp * cp * int(published_dp)} != {n} GPUs and "
+        rest = n // (tp * pp * published_dp)
+        if n % (tp * pp * published_dp) == 0 and model.seq_len % (2 * rest) == 0:
+            notes[-1] = (f"published tp*pp*cp*dp = {tp * pp * cp * published_dp} != {n} GPUs and "
                          f"gbs={gbs} < GPUs/(tp*pp*cp); cp={rest} (published {cp}) with dp={published_dp} used")
-            cp, dp = rest, int(published_dp)
+            cp, dp = rest, published_dp
     precision = _norm_precision(p.get("precision"))
     if precision is None:
         precision = "bf16" if cluster.gpu.supports("bf16") else "fp16"
@@ -625,7 +629,7 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
         except TwinError as err:
             skipped.append({"id": cid, "reason": f"cannot model: {err}"})
             continue
-        except (TypeError, ValueError, AttributeError, ArithmeticError) as err:  # a malformed value no check names
+        except _MALFORMED as err:
             skipped.append({"id": cid, "reason": f"malformed case: {type(err).__name__}: {err}"})
             continue
         if measured is None and throughput is not None:
@@ -983,7 +987,7 @@ def validate_collectives(engine: Engine, data: Mapping[str, Any]) -> Report:
         except TwinError as err:
             skipped.append({"id": cid, "reason": f"cannot model: {err}"})
             continue
-        except (TypeError, ValueError, ArithmeticError) as err:  # a malformed value no check above names
+        except _MALFORMED as err:
             skipped.append({"id": cid, "reason": f"malformed case: {type(err).__name__}: {err}"})
             continue
         if isinstance(result, str):

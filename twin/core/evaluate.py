@@ -76,7 +76,7 @@ from twin.core.nccl_tuning import (
     collnet_direct_bw,
     p2p_channels,
 )
-from twin.core.pipelines import rank0_params
+from twin.core.pipelines import pairs_end_stages, rank0_params
 from twin.core.points import ColumnView, PlanColumns, PointSet
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
 from twin.core.schema import freeze
@@ -905,7 +905,7 @@ class TwinModel:
         key = (self._key(dev), self._key(model), self._key(sw), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep,
                plan.expert_tp, plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision,
                plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers,
-               plan.recompute_modules, plan.recipe, plan.moe_dispatcher, plan.schedule)
+               plan.recompute_modules, plan.recipe, plan.moe_dispatcher, pairs_end_stages(plan.schedule))
         hit = self._stages.get(key)
         if hit is None:
             stage = stage_times(plan, model, dev, w, sw)
@@ -924,7 +924,8 @@ class TwinModel:
         share it.
         """
         plan, cluster, cal, model = scenario.plan, scenario.cluster, scenario.calibration, scenario.model
-        key = (self._key(cluster), self._key(model), self._key(cal), self._key(scenario.software), _WORK_FIELDS(plan))
+        key = (self._key(cluster), self._key(model), self._key(cal), self._key(scenario.software), _WORK_FIELDS(plan),
+               pairs_end_stages(plan.schedule))
         hit = self._setups.get(key)
         if hit is None:
             facts = self.cluster_facts(cluster)
@@ -1593,7 +1594,8 @@ class TwinModel:
         uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
                                 rc, plan.recompute_layers, tr, drow, plan.bf16_layers_start, plan.bf16_layers_end,
                                 plan.pp_first_layers, plan.pp_last_layers, _categories(plan.recompute_modules)[1],
-                                _categories(plan.moe_dispatcher)[1], _categories(plan.schedule)[1]])
+                                _categories(plan.moe_dispatcher)[1],
+                                np.asarray(pairs_end_stages(plan.schedule), np.int64)])
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
@@ -1632,9 +1634,10 @@ class TwinModel:
         m_key = (self._key(model), self._key(sw))
         d_keys = [self._key(d) for d in devs]
         cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers,
-                plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers)
+                plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers,
+                np.asarray(pairs_end_stages(plan.schedule)))
         labels = (plan.recompute, plan.trainable, plan.precision, plan.recompute_modules, plan.recipe,
-                  plan.moe_dispatcher, plan.schedule)
+                  plan.moe_dispatcher)
         keys = [(m_key, d_keys[r], *vals, *names) for r, vals, names in zip(
             rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
             zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
@@ -1927,7 +1930,7 @@ _SCHEDULE_FIELDS = ("gbs", "vp")
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
                                    "recompute_layers", "recompute_modules", "precision", "recipe", "bf16_layers_start",
                                    "bf16_layers_end", "pp_first_layers", "pp_last_layers", "trainable",
-                                   "rank_order", "dp_shard", "moe_dispatcher", "schedule")
+                                   "rank_order", "dp_shard", "moe_dispatcher")
 # The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))

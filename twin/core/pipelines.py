@@ -155,6 +155,14 @@ def _newer_in_flight(name: str, pp: Any, m: Any) -> Any:
     return ops.minimum(pp + 0.5, m)         # DualPipeV: PP+1 = 2p+1 half-rank micro-batches
 
 
+def pairs_end_stages(schedule: Any) -> Any:
+    """Whether ``schedule`` runs each rank's two stages (i and p-1-i) half of the micro-batches each,
+    so that the end rank averages the first and the last stage (DualPipe; ``schedule.stage_times``).
+    The only way the schedule changes a stage's work: the stage caches key on it, not on the name.
+    """
+    return schedule == "dualpipe"
+
+
 def both_ends_on_first(plan: Any) -> Any:
     """Whether rank 0 holds the embedding and the LM head (pipelined ZB-V, DualPipe, DualPipeV)."""
     return ops.logical_and(plan.pp > 1, ops.isin(plan.schedule, BOTH_ENDS_ON_FIRST))

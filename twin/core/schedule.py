@@ -119,7 +119,7 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
         # each (DeepSeek-V3 report §3.2.1 and Figure 5: micro-batches fed from both ends; the
         # shallowest layers with the embedding and the deepest with the head on one rank), so
         # the end rank's work per micro-batch is the mean of the first and the last stage.
-        dual = ops.logical_and(piped, plan.schedule == "dualpipe")
+        dual = ops.logical_and(piped, pipelines.pairs_end_stages(plan.schedule))
         if ops.any_(dual):
             n_layers = ops.where(dual, 0.5 * (first + last), n_layers)
             extra_f, extra_b = ops.where(dual, 0.5 * (ef_p + hf_p), extra_f), ops.where(dual, 0.5 * (eb_p + hb_p),

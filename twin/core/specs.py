@@ -436,9 +436,9 @@ class Offload:
     activations: OffloadTarget = "none"
 
 
-# LoRA's adapter rank where a plan does not state one: the twin's default, an assumption (ranks of
-# 8 to 64 are common in published fine-tuning recipes). A plan that is not LoRA must leave it
-# here (plan_rules: it would be ignored).
+# LoRA's adapter rank where a plan does not state one: the twin's default, an assumption, not a
+# published figure (a plan should state its rank). A plan that is not LoRA must leave it here
+# (plan_rules: it would be ignored).
 DEFAULT_LORA_RANK = 16
 
 
