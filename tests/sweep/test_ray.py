@@ -309,19 +309,51 @@ def test_killed_worker_batch_is_retried_every_point_once(head, engine, job, inli
     assert_same(r, inline_result)
 
 
-def test_cancel_stops_the_ray_tasks(head, engine):
-    space = space_for(engine, "llama3.1-405b", "Meta-RoCE-H100", 16384, gbs=2048)
-    job = plan_job(space, settings=SETTINGS)
+def _spinning(space: Any, busy: Path, spin_s: float) -> Any:
+    """A recipe whose batches write their worker's PID in ``busy``, then evaluate their points
+    over and over for ``spin_s`` seconds: a batch is certainly running (and keeps its core busy)
+    when the test cancels, however fast the machine, so only ``ray.cancel`` can stop it early.
+
+    Defined in a function so that Ray pickles it by value, like :func:`_reporting_pids`.
+    """
+
+    class Source:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+            self.total = inner.total
+
+        def batch(self, start: int, stop: int) -> Any:
+            (busy / str(os.getpid())).touch()
+            out = self.inner.batch(start, stop)
+            end = time.monotonic() + spin_s
+            while time.monotonic() < end:
+                out = self.inner.batch(start, start + 1)
+            return out
+
+    class Spinning:
+        def source(self, engine: Any) -> Source:
+            return Source(space.source(engine))
+
+    return Spinning()
+
+
+def test_cancel_stops_the_ray_tasks(head, engine, tmp_path):
+    space = space_for(engine, "llama3.1-8b", "DGX-H100", 16, gbs=32)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    # Each batch would run 90 s: a sweep that ends well within the 20 s below was cancelled.
+    job = dataclasses.replace(plan_job(space, settings=SETTINGS), recipe=_spinning(space, busy, 90.0),
+                              token=uuid.uuid4().hex)
     cancel = threading.Event()
     ex = RayExecutor(address=head)
     result = None
-    running_at_cancel: list[int] = []
+    started: list[str] = []
     t0 = time.monotonic()
     try:
-        for ev in events(job, ex, cancel=cancel, batch_points=50_000):
+        for ev in events(job, ex, cancel=cancel, batch_points=max(1, job.total // 4)):
             if isinstance(ev, Progress) and not cancel.is_set():
-                running_at_cancel = batch_tasks()
-                if running_at_cancel:
+                started = [p.name for p in busy.iterdir()]
+                if started:
                     cancel.set()
             if isinstance(ev, Finished):
                 result = ev.result
@@ -331,11 +363,11 @@ def test_cancel_stops_the_ray_tasks(head, engine):
             still_running = batch_tasks()
     finally:
         ex.close()
-    assert running_at_cancel, "cancelled before any task ran"
+    assert started, "no batch reported running"
     assert result is not None and result.cancelled and result.done < job.total
     assert ex.cancelled_tasks >= 1 and result.stats["cancelled_tasks"] >= 1
     assert still_running == []           # no worker is still evaluating a batch
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 60    # far less than one batch's 90 s
 
 
 def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, caplog):
