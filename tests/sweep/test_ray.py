@@ -250,9 +250,13 @@ def test_inline_and_ray_give_identical_results(head, engine, job, inline_result)
     assert_same(r, inline_result)
 
 
-def _reporting_pids(space: Any, busy: Path) -> Any:
+def _reporting_pids(space: Any, busy: Path, spin_s: float = 0.0) -> Any:
     """A recipe evaluating ``space``'s points whose batches first write their worker's PID as a
     file in ``busy``: the killer learns which process runs a batch from the batch itself.
+
+    With ``spin_s`` a batch then evaluates its points over and over for that many seconds: it is
+    certainly running (and keeps its core busy) when a test cancels, however fast the machine,
+    so only ``ray.cancel`` can stop it early.
 
     Defined in a function so that Ray pickles it by value (the workers need not import this
     test module); a job with it goes to the workers through ``ray.put``.
@@ -265,7 +269,11 @@ def _reporting_pids(space: Any, busy: Path) -> Any:
 
         def batch(self, start: int, stop: int) -> Any:
             (busy / str(os.getpid())).touch()
-            return self.inner.batch(start, stop)
+            out = self.inner.batch(start, stop)
+            end = time.monotonic() + spin_s
+            while time.monotonic() < end:
+                out = self.inner.batch(start, start + 1)
+            return out
 
     class Reporting:
         def source(self, engine: Any) -> Source:
@@ -309,40 +317,12 @@ def test_killed_worker_batch_is_retried_every_point_once(head, engine, job, inli
     assert_same(r, inline_result)
 
 
-def _spinning(space: Any, busy: Path, spin_s: float) -> Any:
-    """A recipe whose batches write their worker's PID in ``busy``, then evaluate their points
-    over and over for ``spin_s`` seconds: a batch is certainly running (and keeps its core busy)
-    when the test cancels, however fast the machine, so only ``ray.cancel`` can stop it early.
-
-    Defined in a function so that Ray pickles it by value, like :func:`_reporting_pids`.
-    """
-
-    class Source:
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-            self.total = inner.total
-
-        def batch(self, start: int, stop: int) -> Any:
-            (busy / str(os.getpid())).touch()
-            out = self.inner.batch(start, stop)
-            end = time.monotonic() + spin_s
-            while time.monotonic() < end:
-                out = self.inner.batch(start, start + 1)
-            return out
-
-    class Spinning:
-        def source(self, engine: Any) -> Source:
-            return Source(space.source(engine))
-
-    return Spinning()
-
-
 def test_cancel_stops_the_ray_tasks(head, engine, tmp_path):
     space = space_for(engine, "llama3.1-8b", "DGX-H100", 16, gbs=32)
     busy = tmp_path / "busy"
     busy.mkdir()
     # Each batch would run 90 s: a sweep that ends well within the 20 s below was cancelled.
-    job = dataclasses.replace(plan_job(space, settings=SETTINGS), recipe=_spinning(space, busy, 90.0),
+    job = dataclasses.replace(plan_job(space, settings=SETTINGS), recipe=_reporting_pids(space, busy, 90.0),
                               token=uuid.uuid4().hex)
     cancel = threading.Event()
     ex = RayExecutor(address=head)
