@@ -357,3 +357,38 @@ def validate_training_doc(engine, case):
     from twin.reference import validate_training
 
     return validate_training(engine, {"schema": "twin-reference-cases/v1", "cases": [case]})
+
+
+def test_automodel_unstated_recompute_is_the_least_that_fits(engine):
+    """NeMo AutoModel turns activation checkpointing on per model where memory needs it: an
+    AutoModel run with no recompute stated gets the least that fits. Blanking the stated
+    setting of the project's AutoModel runs, the rule gives back what their configs say on at
+    least 12 of 14 (GPT-OSS off; the Qwen2.5-32B LoRA runs keep it on without needing it);
+    another stack keeps its plain default even where that does not fit."""
+    import copy
+
+    import yaml
+
+    from twin.reference import best_plan, training_scenario
+
+    cases = yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]
+    stated = [c for c in cases if c["id"].startswith("automodel-") and c["plan"].get("recompute") is not None]
+    agree, chosen_by_id = 0, {}
+    for case in stated:
+        blank = copy.deepcopy(case)
+        blank["plan"]["recompute"] = None
+        scn, knobs, notes = training_scenario(engine, blank)
+        assert any("least that fits" in n for n in notes)
+        chosen, _, more = best_plan(engine, scn, knobs)
+        assert not more                        # never a memory miss: it picks one that fits
+        chosen_by_id[case["id"]] = chosen.plan.recompute
+        agree += chosen.plan.recompute == case["plan"]["recompute"]
+    assert len(stated) == 14 and agree >= 12
+    assert chosen_by_id["automodel-pretrain-GPT-OSS_20B-8gpu"] == "none"
+    assert chosen_by_id["automodel-pretrain-Llama3_70B-64gpu"] == "full"
+
+    other = copy.deepcopy(next(c for c in stated if c["id"] == "automodel-pretrain-Llama3_70B-64gpu"))
+    other["plan"]["recompute"] = None
+    other["software"] = "megatron-core-te"
+    scn, knobs, _ = training_scenario(engine, other)
+    assert knobs.recompute == ("none",)
