@@ -94,7 +94,12 @@ STACK_DEFAULTS: dict[str, dict[str, Any]] = {
     # 14 AutoModel runs of validation/reference whose config states it, that rule reproduces 12
     # (GPT-OSS 20B/120B off, the rest on; the two Qwen2.5-32B LoRA runs keep it on though the
     # twin finds they fit without): tests/validation/test_reference_validation.py.
-    "nemo-automodel": {"recompute": "none", "recompute_fit": True, "fsdp_reshard_after_forward": True},
+    # Its published performance tables are run with mock data and the fake balanced gate
+    # (performance-summary.mdx: "fake balanced gate for MoE"; FakeBalancedGate in
+    # nemo_automodel/components/moe/layers.py gives token t the experts (t*k + j) mod E): an
+    # MoE run of that stack with no routing stated is read as model.moe.routing: contiguous.
+    "nemo-automodel": {"recompute": "none", "recompute_fit": True, "fsdp_reshard_after_forward": True,
+                       "moe_routing": "contiguous"},
 }
 # Recompute settings from least to most activation memory saved (and most work redone).
 _RECOMPUTE_LEVELS = ("none", "selective", "full")
@@ -427,12 +432,28 @@ def _whole(plan: Mapping[str, Any], key: str) -> int | None:
     return _number(plan.get(key), f"plan.{key}", integer=True)  # type: ignore[no-any-return]
 
 
+def _stack(engine: Engine, case: Mapping[str, Any]) -> tuple[str | Mapping[str, Any], str, Mapping[str, Any]]:
+    """The case's software stack, its preset name, and its ``STACK_DEFAULTS`` (Megatron-Core's
+    for a stack that has none).
+    """
+    stack = case_software(case)
+    name = stack if isinstance(stack, str) else str(stack.get("preset", "megatron-core-te"))
+    return stack, name, STACK_DEFAULTS.get(engine.catalog.canonical("software", name),
+                                           STACK_DEFAULTS["megatron-core-te"])
+
+
 def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario, _Knobs, list[str]]:
     """The scenario of one training case, and the knobs left for the twin to choose."""
     notes: list[str] = []
     cid = case.get("id", "?")
     cluster = _cluster(engine, case.get("cluster") or {}, notes, "cluster")
     model = resolve_model(_model(engine, _mapping(case.get("model"), "model")), engine.catalog)
+    stack, stack_name, defaults = _stack(engine, case)
+    stated_moe = _mapping(case.get("model"), "model").get("moe")
+    if (model.moe is not None and defaults.get("moe_routing")
+            and not (isinstance(stated_moe, Mapping) and stated_moe.get("routing") is not None)):
+        model = dataclasses.replace(model, moe=dataclasses.replace(model.moe, routing=defaults["moe_routing"]))
+        notes.append(f"model.moe.routing not published: {defaults['moe_routing']} (its stack's published runs)")
     p = dict(_mapping(case.get("plan"), "plan"))
     # The normaliser fills mbs and vp with mechanical placeholders (gbs/dp, 1) when a source
     # is silent, so those count as unstated; other assumed plan fields (recompute,
@@ -494,9 +515,6 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
         mbs_opts = tuple(b for b in _SEARCH_MBS if per_rank % b == 0) or (1,)
     else:
         mbs_opts = (mbs,)
-    stack = case_software(case)
-    stack_name = stack if isinstance(stack, str) else str(stack.get("preset", "megatron-core-te"))
-    defaults = STACK_DEFAULTS.get(engine.catalog.canonical("software", stack_name), STACK_DEFAULTS["megatron-core-te"])
     rc = _norm_recompute(p.get("recompute"))
     rc_opts: tuple[str, ...]
     if rc is None and defaults.get("recompute_fit"):

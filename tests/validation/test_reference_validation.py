@@ -392,3 +392,35 @@ def test_automodel_unstated_recompute_is_the_least_that_fits(engine):
     other["software"] = "megatron-core-te"
     scn, knobs, _ = training_scenario(engine, other)
     assert knobs.recompute == ("none",)
+
+
+def test_automodel_moe_run_with_no_routing_stated_is_read_with_its_fake_gate(engine):
+    """AutoModel's performance tables run MoE with the fake balanced gate: a case of that stack
+    with no routing stated is read as contiguous, and costs what the stated one does; a stated
+    routing, or another stack, is left as it is."""
+    import copy
+
+    import yaml
+
+    from twin.reference import best_plan, training_scenario
+
+    cases = yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]
+    stated = next(c for c in cases if c["id"] == "automodel-pretrain-Qwen3_MoE_30B-8gpu")
+    assert stated["model"]["moe"]["routing"] == "contiguous"
+    unstated = copy.deepcopy(stated)
+    del unstated["model"]["moe"]["routing"]
+
+    def step(case):
+        scn, knobs, notes = training_scenario(engine, case)
+        return scn.model.moe.routing, best_plan(engine, scn, knobs)[1], notes
+
+    routing, t_unstated, notes = step(unstated)
+    assert routing == "contiguous" and any("model.moe.routing not published" in n for n in notes)
+    assert t_unstated == step(stated)[1]
+    random_stated = copy.deepcopy(stated)
+    random_stated["model"]["moe"]["routing"] = "random"
+    routing, t_random, _ = step(random_stated)
+    assert routing == "random" and t_random != t_unstated
+    other = copy.deepcopy(unstated)
+    other["software"] = "megatron-core-te"
+    assert step(other)[0] == "random"
