@@ -14,7 +14,9 @@ training cases. A generation is fitted only where runs of at least two families 
 in the fit set (``MIN_FAMILIES``); otherwise it takes the nearest fitted generation's
 values (``with_priors``), as a new GPU would. Leave-one-family-out: each family is
 predicted with parameters fitted on the other families by that rule, which estimates the
-error on runs the fit has not seen.
+error on runs the fit has not seen. Families in ``HELD_OUT`` are in no fit (full or
+fold): they were added after the constants were fitted, to test the twin on runs it has
+not seen, and their errors are printed apart, with the full fit's constants.
 
     python validation/calibrate.py [--lofo] [--write]
 """
@@ -52,6 +54,15 @@ PARAMS: dict[tuple[str, str], list[float]] = {
     ("hopper", "attention"): [x / 100 for x in range(60, 141, 5)],
     ("blackwell", "attention"): [x / 100 for x in range(60, 161, 5)],
 }
+
+
+# Families kept out of every fit: an out-of-sample test of MoE and Blackwell, the mission's
+# weak spots (NVIDIA's Megatron-Core MoE Model Zoo, added 2026-12-04 after the constants were
+# fitted). Their H100 runs miss by up to 48% through mechanisms no compute constant stands
+# for (docs/fidelity.md, "Known weaknesses"); fitted on, they would move Hopper's sustained
+# fraction for every other run.
+HELD_OUT = ("Megatron-Core MoE Model Zoo (Qwen3-235B-A22B, H100)",
+            "Megatron-Core MoE Model Zoo (Qwen3-235B-A22B, GB200/GB300)")
 
 
 @dataclasses.dataclass
@@ -236,8 +247,11 @@ def main(argv: list[str] | None = None) -> int:
             start[(prof, key)] = profiles[prof].get("sustained", 1.0)
         else:
             start[(prof, key)] = profiles[prof]["gemm"][key]
-    cases = load_cases(engine)
-    print("start:", summary(errors(engine, cases, start)))
+    loaded = load_cases(engine)
+    cases = [c for c in loaded if c.family not in HELD_OUT]
+    held = [c for c in loaded if c.family in HELD_OUT]
+    apart = f" (held out: {summary(errors(engine, held, start))})" if held else ""
+    print("start:", summary(errors(engine, cases, start)) + apart)
     params = start if args.no_fit else fold_params(engine, cases, start)
     print("fitted:", summary(errors(engine, cases, params)))
     for k, v in params.items():
@@ -261,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
                                if g not in fitted and prior_generation(g, fitted))
             print(f"  LOFO {fam[:60]:60s} {summary(e)}" + (f"  (priors: {priors})" if priors else ""))
         print("LOFO overall:", summary(all_errs))
+    for fam in HELD_OUT:
+        e = errors(engine, [c for c in held if c.family == fam], params)
+        if e:
+            print(f"  held out {fam[:56]:56s} {summary(e)}")
     if args.write:
         text = PRESET.read_text()
         data: dict[str, Any] = yaml.safe_load(text)

@@ -37,10 +37,10 @@ def test_pretraining_cases_error(training, engine):
 
 
 def test_no_case_with_a_step_time_and_complete_plan_is_skipped(training):
-    # Only the run the file itself lists (a plan the twin cannot be told) is skipped.
-    assert [s["id"] for s in training.skipped] == ["qwen3-235b-h100-256gpu-tp2-ep8-pp32-vp3-alltoall"]
+    # Only the runs the file itself lists (plans the twin cannot be told) are skipped.
+    assert len(training.skipped) == 6
     assert all(s["reason"].startswith("skipped by the reference file") for s in training.skipped)
-    assert len(training.cases) == 153
+    assert len(training.cases) == 156
 
 
 def test_json_shape(training):
