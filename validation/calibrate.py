@@ -224,6 +224,11 @@ def fold_params(engine: Engine, cases: list[Case], start: dict[tuple[str, str], 
     return with_priors(p, gens)
 
 
+def split_held_out(cases: list[Case]) -> tuple[list[Case], list[Case]]:
+    """(the cases a fit may use, the cases of ``HELD_OUT`` families, kept out of every fit)."""
+    return [c for c in cases if c.family not in HELD_OUT], [c for c in cases if c.family in HELD_OUT]
+
+
 def summary(errs: list[float]) -> str:
     s = sorted(errs)
     return f"n={len(s)} median={statistics.median(s):.1f}% p90={s[min(len(s) - 1, math.ceil(0.9 * len(s)) - 1)]:.1f}%"
@@ -247,9 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             start[(prof, key)] = profiles[prof].get("sustained", 1.0)
         else:
             start[(prof, key)] = profiles[prof]["gemm"][key]
-    loaded = load_cases(engine)
-    cases = [c for c in loaded if c.family not in HELD_OUT]
-    held = [c for c in loaded if c.family in HELD_OUT]
+    cases, held = split_held_out(load_cases(engine))
     apart = f" (held out: {summary(errors(engine, held, start))})" if held else ""
     print("start:", summary(errors(engine, cases, start)) + apart)
     params = start if args.no_fit else fold_params(engine, cases, start)

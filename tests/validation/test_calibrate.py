@@ -80,3 +80,20 @@ def test_a_fold_fits_only_identified_generations_and_fills_the_rest(monkeypatch)
     assert seen == [{"ampere"}]
     assert out[("volta", "sustained")] == 0.82
     assert out[("ampere", "sustained")] == 0.82
+
+
+def test_held_out_families_are_in_no_fit_and_exist_in_the_reference_set():
+    """The Model Zoo runs are kept out of the fit (an out-of-sample test), and every held-out
+    family name is one the reference file has: a renamed family would silently join the fit."""
+    import yaml
+
+    from tests.conftest import REFERENCE
+
+    cal = _script()
+    cases = [_case(cal, cal.HELD_OUT[0], "hopper"), _case(cal, "Llama 3", "hopper"),
+             _case(cal, cal.HELD_OUT[1], "blackwell")]
+    fit, held = cal.split_held_out(cases)
+    assert [c.family for c in fit] == ["Llama 3"]
+    assert {c.family for c in held} == set(cal.HELD_OUT)
+    families = {c["family"] for c in yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]}
+    assert set(cal.HELD_OUT) <= families
