@@ -90,7 +90,9 @@ STACK_DEFAULTS: dict[str, dict[str, Any]] = {
     "nemo-megatron": {"recompute": "none"},
     "pytorch-fsdp2": {"recompute": "selective", "fsdp_reshard_after_forward": True},
     # AutoModel's default is no activation checkpointing, and its benchmark configs turn it on
-    # model by model where memory needs it: "fit" takes the least recompute that fits. On the
+    # model by model where memory needs it: "recompute_fit" lists the settings the stack has,
+    # from least to most (its activation_checkpointing is a per-layer on/off switch: none or
+    # full), and the reader takes the least of them that fits. On the
     # 14 AutoModel runs of validation/reference whose config states it, that rule reproduces 12
     # (GPT-OSS 20B/120B off, the rest on; the two Qwen2.5-32B LoRA runs keep it on though the
     # twin finds they fit without): tests/validation/test_reference_validation.py.
@@ -98,11 +100,9 @@ STACK_DEFAULTS: dict[str, dict[str, Any]] = {
     # (performance-summary.mdx: "fake balanced gate for MoE"; FakeBalancedGate in
     # nemo_automodel/components/moe/layers.py gives token t the experts (t*k + j) mod E): an
     # MoE run of that stack with no routing stated is read as model.moe.routing: contiguous.
-    "nemo-automodel": {"recompute": "none", "recompute_fit": True, "fsdp_reshard_after_forward": True,
+    "nemo-automodel": {"recompute": "none", "recompute_fit": ("none", "full"), "fsdp_reshard_after_forward": True,
                        "moe_routing": "contiguous"},
 }
-# Recompute settings from least to most activation memory saved (and most work redone).
-_RECOMPUTE_LEVELS = ("none", "selective", "full")
 
 
 @dataclass
@@ -520,8 +520,7 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     if rc is None and defaults.get("recompute_fit"):
         # The run ran, so its recompute let it fit: the least that does (best_plan takes the
         # fastest that fits, and less recompute is faster).
-        rc = defaults["recompute"]
-        rc_opts = _RECOMPUTE_LEVELS[_RECOMPUTE_LEVELS.index(rc):]
+        rc_opts = tuple(defaults["recompute_fit"])
         notes.append(f"recompute not published: the least that fits ({stack_name} practice)")
     elif rc is None:
         rc = defaults["recompute"]
