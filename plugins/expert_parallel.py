@@ -23,6 +23,7 @@ from twin.api import (
     dispatch_fanout,
     hookimpl,
     ops,
+    recompute_module,
 )
 
 # Share of expert all-to-all that DualPipe-style overlap hides (DeepSeek-V3 report §3.2.1:
@@ -70,7 +71,10 @@ class ExpertParallel(Strategy):
             t, busbw = ops.where(deepep, t, a2a.time_s), ops.where(deepep, busbw, a2a.busbw_Bps)
             algo = ops.where(deepep, algo, a2a.algorithm)
         moe_layers = stage.layers * w.counts["moe"] / w.layers
-        passes = 4.0 + ops.where(plan.recompute == "full", 2.0, 0.0)
+        # Dispatch and combine forward and backward; recomputing the layer's forward (full
+        # recomputation, or selective module moe, which checkpoints the whole MoE layer with its
+        # dispatcher: Megatron-Core MoELayer) sends both once more.
+        passes = 4.0 + ops.where(ops.logical_or(plan.recompute == "full", recompute_module(plan, "moe")), 2.0, 0.0)
         comm = t * moe_layers * passes
         exposed = ops.where(plan.overlap.ep_comm, comm * (1.0 - EP_OVERLAP_HIDDEN), comm)
         if ops.any_(deepep):

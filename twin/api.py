@@ -49,7 +49,8 @@ Index (each group in the order of ``__all__``):
   ``ops`` (``where``, ``maximum``, ``minimum``, ``logical_and``, ``any_`` ...: arithmetic
   that works on one scenario's numbers and on a batch's arrays alike), and the model
   facts strategies use: ``ACT_BYTES``, ``ADAM_STATE_BYTES``, ``lora_trainable_fraction``,
-  ``weights_sharded``, ``dedup_dispatch_cost``, ``dispatch_fanout`` (distinct ranks and
+  ``weights_sharded``, ``recompute_module`` (whether selective recomputation names a
+  module), ``dedup_dispatch_cost``, ``dispatch_fanout`` (distinct ranks and
   domains a token's expert dispatch reaches), ``resolved_schedule`` (the pipeline
   schedule one plan runs: ``plan.schedule`` with "auto" resolved by vp).
 
@@ -100,7 +101,7 @@ from twin.core.moe_routing import dispatch_fanout
 from twin.core.nic import NIC_EFFICIENCY, hop_latency_s, nic_efficiency
 from twin.core.pipelines import resolved as resolved_schedule
 from twin.core.points import PlanColumns
-from twin.core.specs import GPU, Cluster, MemoryPool, Model, Optics, Plan, ScaleOut, ScaleUp, Scenario
+from twin.core.specs import GPU, Cluster, MemoryPool, Model, Optics, Plan, ScaleOut, ScaleUp, Scenario, recompute_module
 from twin.core.telemetry import Condition, MetricMapping
 from twin.core.topology import GroupSpan, Hierarchy, Tier
 from twin.core.units import BYTES_PER_ELEMENT, DAY_S, GIB, HOUR_S, US, gbps_to_bytes_per_s
@@ -135,6 +136,6 @@ __all__ = [  # noqa: RUF022
     "CollectiveCost", "collective_cost", "bus_factor", "OPS", "ALGORITHMS",
     # parallelism strategies
     "Strategy", "Terms", "EvalContext", "StageTimes", "Workload", "PlanColumns", "ops", "ACT_BYTES",
-    "ADAM_STATE_BYTES", "lora_trainable_fraction", "weights_sharded", "dedup_dispatch_cost", "dispatch_fanout",
-    "resolved_schedule",
+    "ADAM_STATE_BYTES", "lora_trainable_fraction", "weights_sharded", "recompute_module", "dedup_dispatch_cost",
+    "dispatch_fanout", "resolved_schedule",
 ]

@@ -70,7 +70,7 @@ def test_recomputed_modules_cost_time_and_save_memory(engine):
 @pytest.mark.parametrize(("fields", "path", "words"), [
     ({"recompute_modules": ["layernorm"]}, "plan.recompute_modules", "applies only with recompute: selective"),
     ({"recompute": "selective", "recompute_modules": []}, "plan.recompute_modules", "at least one module"),
-    ({"recompute": "selective", "recompute_modules": ["mlp"]}, "plan.recompute_modules", "must be one of"),
+    ({"recompute": "selective", "recompute_modules": ["shared_experts"]}, "plan.recompute_modules", "must be one of"),
 ])
 def test_module_rules_name_the_field(engine, fields, path, words):
     s = copy.deepcopy(DEEPSEEK)
@@ -83,9 +83,54 @@ def test_module_rules_name_the_field(engine, fields, path, words):
 def test_mla_and_moe_modules_need_such_a_model(engine):
     dense = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-70b",
              "plan": {"tp": 8, "pp": 2, "gbs": 64, "recompute": "selective"}}
-    for module, words in (("mla_up_proj", "multi-head latent attention"), ("moe_act", "an MoE model")):
+    for module, words in (("mla_up_proj", "multi-head latent attention"), ("moe_act", "an MoE model"),
+                          ("moe", "an MoE model")):
         s = copy.deepcopy(dense)
         s["plan"]["recompute_modules"] = [module]
         with pytest.raises(SpecError) as err:
             engine.evaluate(s)
         assert err.value.field == "plan.recompute_modules" and words in str(err.value)
+
+
+def test_mlp_and_moe_checkpoint_whole_sub_layers(engine):
+    """mlp keeps only the dense MLP's input (DeepSeek-V3's 3 dense layers: fc1's 2 x 18432
+    output and the activation's 18432, FP8 where a GEMM input); moe keeps only the MoE
+    layer's input (58 layers: every routed copy's and the shared expert's activations)."""
+    base = per_token_layer(engine, recompute="selective")
+    mlp = per_token_layer(engine, recompute="selective", recompute_modules=["mlp"])
+    assert base - mlp == pytest.approx((2 * 2 * 18432 + 1 * 18432) * 3 / 61)
+    moe = per_token_layer(engine, recompute="selective", recompute_modules=["moe"])
+    routed = 8 * (1 * 7168 + 2 * 2 * 2048 + 1 * 2048)
+    shared = 2 * 2 * 2048 + 1 * 2048
+    assert base - moe == pytest.approx((routed + shared) * 58 / 61)
+    # moe includes what moe_act drops: naming both drops no more than moe alone
+    assert per_token_layer(engine, recompute="selective", recompute_modules=["moe", "moe_act"]) == pytest.approx(moe)
+
+
+def test_moe_recompute_repeats_the_layer_forward_and_its_all_to_all(engine):
+    s = copy.deepcopy(DEEPSEEK)
+    s["plan"].update(recompute="selective", recompute_modules=["layernorm"])
+    norm = engine.evaluate(s)
+    s["plan"]["recompute_modules"] = ["layernorm", "moe"]
+    moe = engine.evaluate(s)
+    expected = (per_token_layer(engine, recompute="selective", recompute_modules=["layernorm", "moe"])
+                / per_token_layer(engine, recompute="selective", recompute_modules=["layernorm"]))
+    assert moe.memory.activations / norm.memory.activations == pytest.approx(expected, rel=0.02)
+    assert moe.breakdown.recompute_s > 5 * norm.breakdown.recompute_s
+    # dispatch and combine forward and backward, then forward again: 6 passes instead of 4
+    # (to within the shares the contention model gives it beside the other dimensions' traffic)
+    assert moe.comm_issued_s["ep"] == pytest.approx(1.5 * norm.comm_issued_s["ep"], rel=0.005)
+    s["plan"]["recompute_modules"] = ["layernorm", "mlp"]
+    mlp = engine.evaluate(s)
+    assert norm.breakdown.recompute_s < mlp.breakdown.recompute_s < moe.breakdown.recompute_s
+    assert mlp.comm_issued_s["ep"] == pytest.approx(norm.comm_issued_s["ep"], rel=1e-12)
+
+
+def test_mlp_needs_dense_mlp_layers(engine):
+    qwen = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "qwen3-235b-a22b",
+            "plan": {"tp": 2, "pp": 4, "ep": 8, "gbs": 64, "recompute": "selective", "recompute_modules": ["mlp"]}}
+    with pytest.raises(SpecError) as err:
+        engine.evaluate(qwen)
+    assert err.value.field == "plan.recompute_modules" and "dense MLP layers" in str(err.value)
+    qwen["plan"]["recompute_modules"] = ["moe"]
+    assert engine.evaluate(qwen).step_time_s > 0

@@ -209,7 +209,8 @@ def test_every_schedule_runs_on_the_batch_path_and_matches(engine):
 
 
 def test_recompute_modules_run_on_the_batch_path_and_match(engine):
-    sets = [["core_attn"], ["layernorm"], ["mla_up_proj"], ["moe_act"], ["layernorm", "mla_up_proj", "moe_act"]]
+    sets = [["core_attn"], ["layernorm"], ["mla_up_proj"], ["moe_act"], ["layernorm", "mla_up_proj", "moe_act"],
+            ["mlp"], ["moe"], ["layernorm", "moe"]]
     ran = grid_matches(engine, {"name": "modules", "base": {
         "cluster": {"system": "HGX-H200", "num_gpus": 512}, "model": "deepseek-v3",
         "plan": {"tp": 1, "pp": 16, "ep": 32, "gbs": 256, "mbs": 1}},

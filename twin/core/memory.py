@@ -197,8 +197,11 @@ def activation_bytes_per_token_layer(plan: Any, model: Model, w: Workload, flash
                 per = ops.where(unfused, per + b * 2.5 * a * model.seq_len / plan.cp / tp, per)
         elif kind == "mlp":
             f = model.ffn_size
-            # norm input, fc1 input, fc1 output (activation input), activation output (fc2 input)
-            per = b * h_sp + norm_out + b * (mult - 1) * f / tp + g_in * f / tp
+            # norm input, fc1 input, fc1 output (activation input), activation output (fc2 input);
+            # recomputed (module mlp: Megatron-Core checkpoints the MLP on its input), the norm
+            # input and the MLP's input only.
+            per = b * h_sp + norm_out + ops.where(recompute_module(plan, "mlp"), 0.0,
+                                                  b * (mult - 1) * f / tp + g_in * f / tp)
         elif kind == "moe":
             moe = model.moe
             assert moe is not None
@@ -213,10 +216,12 @@ def activation_bytes_per_token_layer(plan: Any, model: Model, w: Workload, flash
                 fp8_cache = ops.logical_and(plan.precision == "fp8", plan.recipe == "blockwise")
                 act_in = ops.where(ops.logical_and(recomputed_act, fp8_cache), 1.0 * (mult - 1) * fe, act_in)
                 act_out = ops.where(recomputed_act, 0.0, act_out)
-            per = b * h_sp + norm_out + routed * (g_in * inner + act_in + act_out)
+            inside = routed * (g_in * inner + act_in + act_out)
             if moe.shared_experts:
                 fs = (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts / tp
-                per += b * (mult - 1) * fs + g_in * fs
+                inside += b * (mult - 1) * fs + g_in * fs
+            # Module moe checkpoints the whole MoE layer (shared experts included) on its input.
+            per = b * h_sp + norm_out + ops.where(recompute_module(plan, "moe"), 0.0, inside)
         else:  # mamba: norm input, in_proj input, in_proj output, conv/scan output (out_proj input)
             hy = model.hybrid
             assert hy is not None

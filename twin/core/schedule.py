@@ -241,8 +241,10 @@ def _selective_layer_s(plan: Any, model: Model, dev: Device, w: Workload, t_attn
     core_attn: the attention core's forward (Korthikanti et al. 2022 §5). layernorm: each
     norm again, memory-bound (it reads and writes one hidden vector per token). mla_up_proj:
     the MLA up-projection GEMMs' forward. moe_act: the expert activation, memory-bound (it
-    reads the fc1 output and writes the activation per routed copy). Each memory-bound kernel
-    takes at least the device's minimum kernel time.
+    reads the fc1 output and writes the activation per routed copy). mlp / moe: the dense
+    MLP's / the whole MoE layer's forward (the MoE layer's all-to-all is the expert-parallel
+    strategy's: it counts a third pass). Each memory-bound kernel takes at least the
+    device's minimum kernel time.
     """
     L = w.layers
     tokens, h = w.tokens, model.hidden
@@ -260,7 +262,15 @@ def _selective_layer_s(plan: Any, model: Model, dev: Device, w: Workload, t_attn
         routed = moe.top_k * moe.busiest_load * ops.where(plan.sp, plan.expert_tp / plan.tp, 1.0)
         act_s = ops.maximum(ACT_BYTES * tokens * routed * mult * moe.expert_ffn / plan.expert_tp / dev.hbm_Bps,
                             dev.kernel_min_s)
-        out = out + ops.where(recompute_module(plan, "moe_act"), act_s * w.counts["moe"] / L, 0.0)
+        # moe recomputes the whole layer's forward (its activation included), else moe_act.
+        whole = sublayer_times(dev, w.sublayers["moe"], False, plan.moe_dispatcher)[0]
+        out = out + ops.where(recompute_module(plan, "moe"), whole * w.counts["moe"] / L,
+                              ops.where(recompute_module(plan, "moe_act"), act_s * w.counts["moe"] / L, 0.0))
+    if "mlp" in w.counts:
+        # The dense MLP's forward again (its sub-layer's norm and residual kernels counted with
+        # it: a few memory-bound kernels more than the checkpointed MLP itself runs).
+        mlp_f = sublayer_times(dev, w.sublayers["mlp"], False, plan.moe_dispatcher)[0]
+        out = out + ops.where(recompute_module(plan, "mlp"), mlp_f * w.counts["mlp"] / L, 0.0)
     return out
 
 

@@ -31,8 +31,9 @@ HostCpu = Literal["intel", "amd", "other"]
 Recompute = Literal["none", "selective", "full"]
 # What selective recomputation recomputes (Megatron-Core TransformerConfig.recompute_modules,
 # the modules the twin's memory model tells apart): the attention core (the default), the
-# layer norms, MLA's up-projections, the MoE activation function.
-RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act"]
+# layer norms, MLA's up-projections, the MoE activation function, the dense MLP sub-layer and
+# the whole MoE layer (router, dispatch, experts, combine).
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe"]
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 Sharding = Literal["none", "distributed_optimizer", "zero1", "zero2", "zero3", "fsdp"]
 OffloadTarget = Literal["none", "cxl", "host"]
@@ -454,9 +455,10 @@ class Plan:
     parallel outermost, as Llama 3 was trained: Llama 3 paper §3.3.2, "[TP, CP, PP, DP]").
     ``recompute_modules``: with ``recompute: selective``, what is recomputed (Megatron-Core
     ``recompute_modules``): the attention core (``core_attn``, the default; Korthikanti et
-    al. 2022), the layer norms (``layernorm``), MLA's up-projections (``mla_up_proj``) and
-    the MoE activation (``moe_act``); DeepSeek-V3 recomputes the last three (report §3.2.3,
-    §3.3.3; ``twin.core.memory``).
+    al. 2022), the layer norms (``layernorm``), MLA's up-projections (``mla_up_proj``), the
+    MoE activation (``moe_act``), the dense MLP sub-layers (``mlp``) and the whole MoE layer
+    with its expert all-to-all (``moe``); DeepSeek-V3 recomputes layernorm, mla_up_proj and
+    moe_act (report §3.2.3, §3.3.3; ``twin.core.memory``).
     ``schedule``: the pipeline schedule (``twin.core.pipelines``): 1F1B, interleaved, the
     zero-bubble schedules ZB-H1 / ZB-H2 / ZB-V (Qi et al. 2024) or DualPipe / DualPipeV
     (DeepSeek-V3); "auto" keeps the choice by vp (interleaved when vp > 1, else 1F1B).
@@ -944,8 +946,9 @@ def recompute_module(plan: Any, name: str) -> Any:
 
 def _recompute_module_rules(plan: Any, model: Model, path: str, batch: bool) -> Iterator[RuleCheck]:
     """``recompute_modules``' rules (see :func:`plan_rules`): it applies with selective
-    recomputation only, names at least one module, ``mla_up_proj`` needs MLA and ``moe_act``
-    an MoE model (Megatron-Core TransformerConfig's checks).
+    recomputation only, names at least one module, ``mla_up_proj`` needs MLA, ``moe_act`` and
+    ``moe`` an MoE model and ``mlp`` dense MLP layers (Megatron-Core TransformerConfig's
+    checks; its ``mlp`` recomputes the dense MLP only, not an MoE layer).
     """
     modules = plan.recompute_modules
     default = default_recompute_modules(modules)
@@ -963,6 +966,19 @@ def _recompute_module_rules(plan: Any, model: Model, path: str, batch: bool) -> 
     bad = ops.logical_and(model.moe is None, _named(modules, "moe_act"))
     if batch or bad:
         yield field, bad, "moe_act needs an MoE model (model.moe)", dict
+    bad = ops.logical_and(model.moe is None, _named(modules, "moe"))
+    if batch or bad:
+        yield field, bad, "moe needs an MoE model (model.moe)", dict
+    bad = ops.logical_and(not has_dense_mlp(model), _named(modules, "mlp"))
+    if batch or bad:
+        yield field, bad, "mlp needs dense MLP layers (an MoE model with moe.dense_layers, or a dense one)", dict
+
+
+def has_dense_mlp(model: Model) -> bool:
+    """Whether ``model`` has dense MLP sub-layers (the ``mlp`` of ``twin.core.workload``)."""
+    if model.hybrid is not None:
+        return model.hybrid.count("-") > 0
+    return model.moe_layer_count < model.layers
 
 
 def default_recompute_modules(modules: Any) -> Any:
