@@ -18,13 +18,41 @@ def training(engine):
     return validate_file(engine, REFERENCE / "training_runs.yaml")
 
 
+def _held_out() -> tuple[str, ...]:
+    from tests.conftest import validation_script
+
+    return validation_script("calibrate").HELD_OUT
+
+
+def _quantiles(errs: list[float]) -> tuple[float, float]:
+    """Median and p90, interpolated as twin validate's summary does."""
+    import numpy as np
+
+    median, p90 = np.percentile(errs, [50, 90])
+    return float(median), float(p90)
+
+
 def test_training_runs_step_time_error(training):
-    s = training.summary()
+    """The bar over the runs the constants are fitted on (every family but the held-out ones)."""
+    held = _held_out()
+    median, p90 = _quantiles([abs(c.error_pct) for c in training.cases if c.family not in held])
     # 2026-12-04: median 4.9%, p90 15.0% over 149 runs (DualPipe's end rank averaging its two
     # stages); 2026-12-01: 4.9% / 15.8% (before issue 10's mechanisms and the
     # runs' stated recomputation: 5.3% / 21.2% over 146; docs/fidelity.md).
-    assert s["median_abs_error_pct"] <= 6.0
-    assert s["p90_abs_error_pct"] <= 18.0
+    assert median <= 6.0
+    assert p90 <= 18.0
+
+
+def test_held_out_runs_do_not_regress(training):
+    """The Model Zoo's runs, in no fit (validation/calibrate.py HELD_OUT): what the twin does on
+    runs it has not seen. 2026-12-04: 11 runs, median 19.0%, p90 47.5% (docs/fidelity.md,
+    "Known weaknesses"). A guard against getting worse, not a bar of quality."""
+    held = _held_out()
+    errs = [abs(c.error_pct) for c in training.cases if c.family in held]
+    assert len(errs) == 11
+    median, p90 = _quantiles(errs)
+    assert median <= 21.0
+    assert p90 <= 50.0
 
 
 def test_pretraining_cases_error(training, engine):
@@ -38,9 +66,9 @@ def test_pretraining_cases_error(training, engine):
 
 def test_no_case_with_a_step_time_and_complete_plan_is_skipped(training):
     # Only the runs the file itself lists (plans the twin cannot be told) are skipped.
-    assert len(training.skipped) == 6
+    assert len(training.skipped) == 2
     assert all(s["reason"].startswith("skipped by the reference file") for s in training.skipped)
-    assert len(training.cases) == 156
+    assert len(training.cases) == 160
 
 
 def test_json_shape(training):
