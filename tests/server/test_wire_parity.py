@@ -45,3 +45,32 @@ def test_every_spec_with_a_wire_message_is_checked():
                 and hasattr(getattr(scenario_pb2, n).DESCRIPTOR, "fields")}
     both = {n for n in classes if n in messages or n in PAIRS} | {spelled[m] for m in messages if m in spelled}
     assert both <= set(PAIRS), sorted(both - set(PAIRS))
+
+
+@pytest.mark.parametrize(("core", "wire"), sorted(PAIRS.items()))
+def test_every_value_a_spec_field_takes_has_a_wire_enum_value(core, wire):
+    """A Literal-typed spec field carried as a wire enum: every value the spec takes is an enum
+    value (found this way: recompute_modules' mlp and moe, added to the spec first)."""
+    import typing
+
+    from twin.wire.convert import enum_choices
+
+    msg = getattr(scenario_pb2, wire).DESCRIPTOR
+    renames = {v: k for k, v in RENAMES.get(msg.full_name, {}).items()}
+    hints = typing.get_type_hints(getattr(specs, core))
+    checked = 0
+    for f in dataclasses.fields(getattr(specs, core)):
+        wire_field = msg.fields_by_name.get(renames.get(f.name, f.name))
+        if wire_field is None or wire_field.enum_type is None:
+            continue
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) is tuple:  # tuple[Literal[...], ...]
+            hint, args = args[0], typing.get_args(args[0])
+        values = {a for a in args if isinstance(a, str)}
+        if typing.get_origin(hint) is not typing.Literal and not values:
+            continue
+        assert values <= set(enum_choices(wire_field.enum_type)), f"{core}.{f.name}: {values}"
+        checked += 1
+    if core == "Plan":
+        assert checked >= 5  # precision, recipe, recompute, recompute_modules, sharding, ...
