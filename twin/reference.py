@@ -439,6 +439,24 @@ def _whole(plan: Mapping[str, Any], key: str) -> int | None:
     return _number(plan.get(key), f"plan.{key}", integer=True)  # type: ignore[no-any-return]
 
 
+# Mean tokens per example of the fine-tuning datasets a run may say it packs (source, family or
+# notes: "SQuAD packed 4096"), for model.packed_doc_tokens when the case does not state it.
+# SQuAD v1.1: the Hugging Face rajpurkar/squad train split is 79,346,108 bytes for 87,599
+# examples = 906 B, less ~60 B of id/title/answer-offset fields, at ~4 characters per BPE
+# token of English (OpenAI's tokenizer guide: 1 token ~ 4 characters): ~210 tokens.
+_PACKED_DATASETS = {"squad": 210}
+_PACKED = re.compile(r"\b(" + "|".join(_PACKED_DATASETS) + r")\b[^|;]*?(?<!not )(?<!non-)\bpacked\b", re.IGNORECASE)
+
+
+def _packed_doc_tokens(case: Mapping[str, Any]) -> tuple[int, str] | None:
+    """(mean tokens per packed document, the dataset) where the case's text says it packs a
+    dataset of ``_PACKED_DATASETS``; None otherwise.
+    """
+    text = " | ".join(str(case.get(k) or "") for k in ("source", "family", "notes"))
+    hit = _PACKED.search(text)
+    return None if hit is None else (_PACKED_DATASETS[hit.group(1).lower()], hit.group(1))
+
+
 def _stack(engine: Engine, case: Mapping[str, Any]) -> tuple[str | Mapping[str, Any], str, Mapping[str, Any]]:
     """The case's software stack, its preset name, and its ``STACK_DEFAULTS`` (Megatron-Core's
     for a stack that has none).
@@ -456,7 +474,12 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     cluster = _cluster(engine, case.get("cluster") or {}, notes, "cluster")
     model = resolve_model(_model(engine, _mapping(case.get("model"), "model")), engine.catalog)
     stack, stack_name, defaults = _stack(engine, case)
-    stated_moe = _mapping(case.get("model"), "model").get("moe")
+    stated_model = _mapping(case.get("model"), "model")
+    packed = _packed_doc_tokens(case) if stated_model.get("packed_doc_tokens") is None else None
+    if packed is not None and packed[0] < model.seq_len:
+        model = dataclasses.replace(model, packed_doc_tokens=packed[0])
+        notes.append(f"model.packed_doc_tokens not stated: {packed[0]} ({packed[1]} packed, as the case says)")
+    stated_moe = stated_model.get("moe")
     if (model.moe is not None and defaults.get("moe_routing")
             and not (isinstance(stated_moe, Mapping) and stated_moe.get("routing") is not None)):
         model = dataclasses.replace(model, moe=dataclasses.replace(model.moe, routing=defaults["moe_routing"]))

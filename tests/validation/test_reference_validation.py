@@ -465,3 +465,33 @@ def test_automodel_moe_run_with_no_routing_stated_is_read_with_its_fake_gate(eng
     other = copy.deepcopy(unstated)
     other["software"] = "megatron-core-te"
     assert step(other)[0] == "random"
+
+
+def test_a_packed_dataset_the_case_names_is_read_as_sequence_packing(engine):
+    """NeMo's fine-tuning tables say "SQuAD packed 4096": a case whose source says so and
+    states no model.packed_doc_tokens is read with SQuAD's mean example (~210 tokens), which
+    makes its attention cheaper; a stated value, or a text that does not say packed, is left."""
+    import copy
+
+    import yaml
+
+    from twin.reference import best_plan, training_scenario
+
+    cases = yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]
+    stated = next(c for c in cases if c["id"] == "nemo2407-lora-LLAMA2-13B-8gpu")
+    assert stated["model"]["packed_doc_tokens"] == 210 and "SQuAD packed 4096" in stated["source"]
+    unstated = copy.deepcopy(stated)
+    del unstated["model"]["packed_doc_tokens"]
+
+    def read(case):
+        scn, knobs, notes = training_scenario(engine, case)
+        return scn.model.packed_doc_tokens, best_plan(engine, scn, knobs)[1], notes
+
+    tokens, t, notes = read(unstated)
+    assert tokens == 210 and any("SQuAD packed" in n for n in notes)
+    assert t == read(stated)[1]
+    plain = copy.deepcopy(unstated)
+    plain["source"] = plain["source"].replace("SQuAD packed 4096", "SQuAD, not packed, 4096")
+    plain["notes"] = ""  # this set's notes explain the stated packing
+    tokens, t_plain, _ = read(plain)
+    assert tokens is None and t_plain > t
