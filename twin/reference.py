@@ -416,7 +416,8 @@ _SCHEDULE_SPELLINGS = {"1f1b": "1f1b", "interleaved": "interleaved", "interleave
                        "zerobubbleh2": "zero_bubble_h2", "zbv": "zero_bubble_v", "zerobubblev": "zero_bubble_v",
                        "dualpipe": "dualpipe", "dualpipev": "dualpipev"}
 # Plan fields a case may state in the twin's own spelling (twin extensions, CASES.md): used as given.
-_AS_GIVEN = ("recipe", "recompute_modules", "overlap", "moe_dispatcher", "pp_first_layers", "pp_last_layers")
+_AS_GIVEN = ("recipe", "recompute_modules", "overlap", "moe_dispatcher", "pp_first_layers", "pp_last_layers",
+             "cp_comm_type")
 # The interleaving depth a stated schedule fixes (interleaved: any vp > 1).
 _SCHEDULE_VP = {"1f1b": 1, "zero_bubble_h1": 1, "zero_bubble_h2": 1, "dualpipe": 1, "zero_bubble_v": 2,
                 "dualpipev": 2}

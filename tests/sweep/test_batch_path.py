@@ -223,6 +223,20 @@ def test_recompute_modules_run_on_the_batch_path_and_match(engine):
     assert len(ran) == len(sets), ran
 
 
+def test_cp_comm_types_run_on_the_batch_path_and_match(engine):
+    """Ring, all-gather and Ulysses context parallelism in one batch (a2a refused where cp does
+    not divide a tensor-parallel rank's heads), each point as the scalar path gives it."""
+    ran = grid_matches(engine, {"name": "cp-comm", "base": {
+        "cluster": {"system": "DGX-H100", "num_gpus": 128}, "model": {"preset": "llama3.1-70b", "seq_len": 65536},
+        "plan": {"tp": 4, "mbs": 1, "gbs": 32}},
+        "axes": [{"path": "plan.cp", "values": [2, 4, 8, 16]},
+                 {"path": "plan.pp", "values": [1, 2]},
+                 {"path": "plan.cp_comm_type", "values": ["p2p", "all_gather", "a2a"]},
+                 {"path": "plan.recompute", "values": ["none", "full"]}]},
+        "cp_comm_type")
+    assert set(ran) == {"p2p", "all_gather", "a2a"}, ran
+
+
 class Checkpointing(Strategy):
     """A third-party strategy: saving a checkpoint shard every step costs 10 ms plus its
     bytes over the NICs (vectorised: plain arithmetic works on numbers and arrays)."""

@@ -145,6 +145,7 @@ class PlanColumns:
     overlap: OverlapColumns
     offload: OffloadColumns
     moe_dispatcher: np.ndarray
+    cp_comm_type: np.ndarray
     rank_order: np.ndarray
     trainable: np.ndarray
     lora_rank: np.ndarray

@@ -450,6 +450,12 @@ class Plan:
     ``moe_dispatcher``: "alltoall" sends one copy of a token per selected expert (Megatron-
     Core's all-to-all dispatcher); "deepep" sends one copy per destination NVLink domain and
     forwards inside it over NVLink (DeepEP; Megatron-Core's flex dispatcher).
+    ``cp_comm_type``: how context parallelism exchanges keys and values (Megatron-Core
+    ``--cp-comm-type``): "p2p", ring attention with each block's transfer overlapped (the
+    default); "all_gather", each rank gathers the whole sequence's K/V before its attention
+    and reduce-scatters their gradients after, on the critical path (Llama 3 paper §3.3.2);
+    "a2a", DeepSpeed-Ulysses (Jacobs et al. 2023): all-to-alls of Q/K/V before attention and
+    of the output after, each rank attending over the whole sequence for heads/cp heads.
     ``rank_order``: how ranks map to GPUs, innermost dimension first: Megatron-Core's
     default "tp-cp-ep-dp-pp" (pipeline stages farthest apart), or "tp-cp-pp-dp" (data
     parallel outermost, as Llama 3 was trained: Llama 3 paper §3.3.2, "[TP, CP, PP, DP]").
@@ -504,6 +510,7 @@ class Plan:
     overlap: Overlap = dataclasses.field(default_factory=Overlap)
     offload: Offload = dataclasses.field(default_factory=Offload)
     moe_dispatcher: Literal["alltoall", "deepep"] = "deepep"
+    cp_comm_type: Literal["p2p", "all_gather", "a2a"] = "p2p"
     rank_order: Literal["tp-cp-ep-dp-pp", "tp-cp-pp-dp"] = "tp-cp-ep-dp-pp"
     trainable: Literal["full", "lora"] = "full"
     lora_rank: int = spec_field(DEFAULT_LORA_RANK, ge=1, le=1_000_000,
@@ -874,6 +881,13 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     if batch or bad:
         yield (f"{path}.cp", bad, "2*cp ({cp2}) must divide seq_len ({seq})",
                lambda: {"cp2": 2 * cp, "seq": model.seq_len})
+    bad = ops.logical_and(plan.cp_comm_type != "p2p", cp == 1)
+    if batch or bad:
+        yield f"{path}.cp_comm_type", bad, "applies only with context parallelism (cp > 1)", dict
+    bad = ops.logical_and(plan.cp_comm_type == "a2a", (model.heads // tp) % cp != 0)
+    if batch or bad:
+        yield (f"{path}.cp_comm_type", bad, "a2a splits the heads of a tensor-parallel rank ({heads}) over cp ({cp}): "
+                                            "cp must divide them", lambda: {"heads": model.heads // tp, "cp": cp})
     bad = ops.logical_and(plan.sp, model.seq_len % (tp * cp) != 0)
     if batch or bad:
         yield (f"{path}.sequence_parallel", bad, "tp*cp ({tpcp}) must divide seq_len ({seq})",
