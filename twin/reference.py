@@ -89,24 +89,21 @@ STACK_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-deepspeed": {"recompute": "full"},
     "nemo-megatron": {"recompute": "none"},
     "pytorch-fsdp2": {"recompute": "selective", "fsdp_reshard_after_forward": True},
-    # AutoModel's default is no activation checkpointing, and its benchmark configs turn it on
-    # model by model where memory needs it: "recompute_fit" lists the settings the stack has,
-    # from least to most (its activation_checkpointing is a per-layer on/off switch: none or
-    # full), and the reader takes the least of them that fits, leaving "fit_headroom" of HBM
-    # free. On the 14 AutoModel runs of validation/reference whose config states it, that rule
-    # reproduces all 14 (GPT-OSS 20B/120B off, the rest on; without the headroom 12: the two
-    # Qwen2.5-32B LoRA runs keep it on though they would just fit without):
+    # AutoModel's default is no activation checkpointing; its benchmark configs turn it on model
+    # by model where memory needs it. "recompute_fit" lists the settings the stack has, least
+    # first (its activation_checkpointing switches whole layers: none or full; the first is its
+    # default), and the reader takes the least that fits leaving "fit_headroom" of HBM free. By
+    # the twin's count the AutoModel runs that go without use 60-67 of 80 GiB (75-83%); the two
+    # Qwen2.5-32B LoRA runs that keep it on would use 72-77 GiB (90-96%) without it. The 10% is
+    # set from those six runs (in-sample), the round figure between them, and is the headroom
+    # the plan search offers (docs/sweeps.md). On the 14 AutoModel runs of validation/reference
+    # whose config states it, the rule gives back all 14 (12 without the headroom):
     # tests/validation/test_reference_validation.py.
     # Its published performance tables are run with mock data and the fake balanced gate
     # (performance-summary.mdx: "fake balanced gate for MoE"; FakeBalancedGate in
     # nemo_automodel/components/moe/layers.py gives token t the experts (t*k + j) mod E): an
     # MoE run of that stack with no routing stated is read as model.moe.routing: contiguous.
-    # Where the run would leave under 10% of HBM free, its config turns checkpointing on: by the
-    # twin's count the AutoModel runs that go without use 60-67 of 80 GiB (75-83%), the two
-    # Qwen2.5-32B LoRA runs that keep it on 72-77 GiB (90-96%) without it. The threshold is set
-    # from those six runs (in-sample), at the round figure between them; it is also the
-    # headroom the plan search offers (docs/sweeps.md). With it the rule gives back all 14.
-    "nemo-automodel": {"recompute": "none", "recompute_fit": ("none", "full"), "fit_headroom": 0.10,
+    "nemo-automodel": {"recompute_fit": ("none", "full"), "fit_headroom": 0.10,
                        "fsdp_reshard_after_forward": True, "moe_routing": "contiguous"},
 }
 
@@ -473,9 +470,9 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     notes: list[str] = []
     cid = case.get("id", "?")
     cluster = _cluster(engine, case.get("cluster") or {}, notes, "cluster")
-    model = resolve_model(_model(engine, _mapping(case.get("model"), "model")), engine.catalog)
-    stack, stack_name, defaults = _stack(engine, case)
     stated_model = _mapping(case.get("model"), "model")
+    model = resolve_model(_model(engine, stated_model), engine.catalog)
+    stack, stack_name, defaults = _stack(engine, case)
     packed = _packed_doc_tokens(case) if stated_model.get("packed_doc_tokens") is None else None
     if packed is not None and packed[0] < model.seq_len:
         model = dataclasses.replace(model, packed_doc_tokens=packed[0])
@@ -606,7 +603,7 @@ def best_plan(engine: Engine, scn: Scenario, knobs: _Knobs) -> tuple[Scenario, f
             first_error = first_error or err
             continue
         # Ranked by fitting with the stack's headroom; a memory miss is only not fitting at all.
-        roomy = est.fits and (not knobs.headroom or est.memory.total <= (1.0 - knobs.headroom) * est.memory.capacity)
+        roomy = bool(est.memory.fits_leaving(knobs.headroom))
         key = (not roomy, est.step_time_s)
         if best is None or key < (not best[0], best[1]):
             best = (roomy, est.step_time_s, cand, bool(est.fits))

@@ -1445,9 +1445,7 @@ class TwinModel:
             # Where plain Python would have raised (an extreme input), the scalar path gives
             # the exact outcome of the point.
             self._per_point(sub.take(np.flatnonzero(odd)), idx[odd], reasons, out, headroom)
-        fits = work.mem.fits & ~odd
-        if headroom:
-            fits = fits & (total <= work.mem.capacity * (1.0 - headroom))
+        fits = work.mem.fits_leaving(headroom) & ~odd
         out.fits[idx] = fits
         if headroom is None:
             fits = ~odd
@@ -1549,7 +1547,7 @@ class TwinModel:
                 out.reason_ix[j] = reasons.code(f"{ARITHMETIC_REASON} (non-finite step time)")
                 continue
             mem = est.memory
-            fits = bool(mem.fits) and not (headroom and mem.total > mem.capacity * (1.0 - headroom))
+            fits = bool(mem.fits_leaving(headroom))
             out.fits[j] = fits
             if not fits and headroom is not None:
                 out.reason_ix[j] = reasons.code(MEMORY_REASON)

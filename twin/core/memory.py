@@ -76,6 +76,12 @@ class MemoryBreakdown:
         """HBM holds it, and the offload target holds what was sent there."""
         return ops.logical_and(self.total <= self.capacity, self.offloaded <= self.pool_capacity)
 
+    def fits_leaving(self, headroom: float | None) -> Any:
+        """It fits, leaving ``headroom`` (a share of HBM; 0 or None: none) free."""
+        if not headroom:
+            return self.fits
+        return ops.logical_and(self.fits, self.total <= self.capacity * (1.0 - headroom))
+
     def as_gib(self) -> dict[str, float]:
         """Each category in GiB."""
         return {

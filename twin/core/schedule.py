@@ -263,14 +263,18 @@ def _selective_layer_s(plan: Any, model: Model, dev: Device, w: Workload, t_attn
         act_s = ops.maximum(ACT_BYTES * tokens * routed * mult * moe.expert_ffn / plan.expert_tp / dev.hbm_Bps,
                             dev.kernel_min_s)
         # moe recomputes the whole layer's forward (its activation included), else moe_act.
-        whole = sublayer_times(dev, w.sublayers["moe"], False, plan.moe_dispatcher)[0]
-        out = out + ops.where(recompute_module(plan, "moe"), whole * w.counts["moe"] / L,
-                              ops.where(recompute_module(plan, "moe_act"), act_s * w.counts["moe"] / L, 0.0))
-    if "mlp" in w.counts:
+        act = ops.where(recompute_module(plan, "moe_act"), act_s * w.counts["moe"] / L, 0.0)
+        whole = recompute_module(plan, "moe")
+        if ops.any_(whole):
+            layer_f = sublayer_times(dev, w.sublayers["moe"], False, plan.moe_dispatcher)[0]
+            act = ops.where(whole, layer_f * w.counts["moe"] / L, act)
+        out = out + act
+    dense = recompute_module(plan, "mlp")
+    if "mlp" in w.counts and ops.any_(dense):
         # The dense MLP's forward again (its sub-layer's norm and residual kernels counted with
         # it: a few memory-bound kernels more than the checkpointed MLP itself runs).
         mlp_f = sublayer_times(dev, w.sublayers["mlp"], False, plan.moe_dispatcher)[0]
-        out = out + ops.where(recompute_module(plan, "mlp"), mlp_f * w.counts["mlp"] / L, 0.0)
+        out = out + ops.where(dense, mlp_f * w.counts["mlp"] / L, 0.0)
     return out
 
 
