@@ -106,6 +106,88 @@ def test_health_is_never_refused_by_the_queue_bound(slow_server):
         f.result(timeout=10)
 
 
+@pytest.fixture()
+def model_server():
+    """A real gRPC server whose ``test.Model`` calls run on a model pool of one worker (at most
+    one waiting) and whose other calls run on the server's pool of four."""
+    release = threading.Event()
+    started = threading.Semaphore(0)
+    executor = CountingExecutor(max_workers=4, thread_name_prefix="test-server")
+    model_pool = CountingExecutor(max_workers=1, thread_name_prefix="test-model")
+    admission = AdmissionInterceptor(executor, max_queued=1, model_pool=model_pool, model_methods=("/test.Model/",))
+    threads: dict[bytes, str] = {}
+
+    def blocking(request: bytes, context: grpc.ServicerContext) -> bytes:
+        threads[request] = threading.current_thread().name
+        started.release()
+        release.wait(20)
+        return request
+
+    def quick(request: bytes, context: grpc.ServicerContext) -> bytes:
+        threads[request] = threading.current_thread().name
+        return request
+
+    handlers = [grpc.method_handlers_generic_handler(name, {"Block": grpc.unary_unary_rpc_method_handler(blocking),
+                                                            "Quick": grpc.unary_unary_rpc_method_handler(quick)})
+                for name in ("test.Model", "test.Other")]
+    server = grpc.server(executor, interceptors=[admission], handlers=handlers)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield channel, executor, model_pool, admission, release, started, threads
+    finally:
+        release.set()
+        channel.close()
+        server.stop(None).wait(10)
+        model_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def test_model_calls_run_on_their_own_pool_and_its_backlog_sheds_only_them(model_server):
+    channel, executor, model_pool, admission, release, started, threads = model_server
+    block = channel.unary_unary("/test.Model/Block")
+    running = block.future(b"m1", timeout=20)
+    assert started.acquire(timeout=10)                       # the model pool's only worker is busy
+    assert threads[b"m1"].startswith("test-model")
+    waiting = block.future(b"m2", timeout=20)
+    _wait_for(lambda: model_pool.queued == 1)
+    # The model pool's backlog is at its bound: the next model call is refused at once ...
+    with pytest.raises(grpc.RpcError) as err:
+        channel.unary_unary("/test.Model/Quick")(b"m3", timeout=20)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "limits.max_queued_rpcs" in err.value.details() and "one of 1 workers" in err.value.details()
+    assert not release.is_set()
+    assert admission.refused == 1
+    # Once the backlog drains the episode ends: the next call (on either pool) is admitted.
+    release.set()
+    assert running.result(timeout=10) == b"m1" and waiting.result(timeout=10) == b"m2"
+    assert channel.unary_unary("/test.Other/Quick")(b"o1", timeout=10) == b"o1"
+    assert threads[b"o1"].startswith("test-server")
+    assert channel.unary_unary("/test.Model/Quick")(b"m4", timeout=10) == b"m4"
+    assert threads[b"m4"].startswith("test-model")
+    assert executor.queued == 0 and model_pool.queued == 0
+
+
+def test_other_calls_are_served_while_every_model_worker_is_busy(model_server):
+    channel, _, _, admission, release, started, threads = model_server
+    running = channel.unary_unary("/test.Model/Block").future(b"m1", timeout=20)
+    assert started.acquire(timeout=10)
+    # Not behind the model call: the server's pool has idle workers and its backlog is empty.
+    assert channel.unary_unary("/test.Other/Quick")(b"o1", timeout=10) == b"o1"
+    assert threads[b"o1"].startswith("test-server") and not release.is_set()
+    release.set()
+    assert running.result(timeout=10) == b"m1"
+    assert admission.refused == 0
+
+
+def test_model_workers_is_validated_and_read_from_the_environment():
+    assert load_config(None, env={"TWIN_LIMITS_MODEL_WORKERS": "3"}).limits.model_workers == 3
+    assert load_config(None).limits.model_workers == 2
+    with pytest.raises(SpecError) as err:
+        load_config(None, env={"TWIN_LIMITS_MODEL_WORKERS": "0"})
+    assert "limits.model_workers" in str(err.value)
+
+
 def test_a_call_cancelled_before_it_starts_leaves_the_backlog_count():
     executor = CountingExecutor(max_workers=1)
     gate = threading.Event()

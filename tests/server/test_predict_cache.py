@@ -3,6 +3,7 @@ an identical request (same scenario, same report switch) is a repeat."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +20,18 @@ from twin.wire.convert import scenario_from_mapping
 
 ONE = {"cluster": {"system": "DGX-H100", "num_gpus": 1024}, "model": "llama3.1-70b",
        "plan": {"tp": 4, "pp": 4, "vp": 5, "gbs": 1024}}
+threads: list[str] = []  # the thread each evaluation ran on
 TOO_BIG = {"cluster": {"system": "DGX-H100", "num_gpus": 8}, "model": "llama3.1-405b", "plan": {"tp": 8, "gbs": 8}}
 
 
 def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: int) -> Iterator[tuple[Any, list[str]]]:
     evaluated: list[str] = []
     real = guard.evaluate
+    threads.clear()
 
     def counting(engine: Engine, scenario: Any, *, report: bool = True) -> Any:
         evaluated.append(scenario.name)
+        threads.append(threading.current_thread().name)
         return real(engine, scenario, report=report)
 
     monkeypatch.setattr(guard, "evaluate", counting)
@@ -48,6 +52,12 @@ def cached(tmp_path, monkeypatch):
 
 def predict(stub: Any, mapping: dict[str, Any], **kw: Any) -> t.PredictResponse:
     return stub.Predict(t.PredictRequest(scenario=scenario_from_mapping(mapping), **kw), timeout=30)
+
+
+def test_predict_runs_on_the_model_pool(cached):
+    stub, _ = cached
+    predict(stub, ONE)
+    assert len(threads) == 1 and threads[0].startswith("twin-model")  # limits.model_workers' pool
 
 
 def test_a_repeated_predict_is_evaluated_once_and_answered_the_same(cached):

@@ -31,6 +31,17 @@ instead of seconds.
 Health and reflection are never refused (a busy server is not a dead one: a refused liveness
 probe would get the pod restarted), and streams have their own limit
 (``limits.max_sweep_streams``).
+
+The calls that run the model (:data:`MODEL_METHODS`) run on a pool of their own
+(``limits.model_workers`` threads, default 2) rather than on the server's (``workers``, 8):
+their work is Python under one GIL, so a third thread adds no throughput, but every runnable
+thread is one more for the accepting thread to wait behind for the GIL, and that wait is what
+a refusal costs past capacity. Measured with ``benchmarks/bench_server.py --rate 2000``
+(2 shared cores, all 8 workers against 2, alternated): refusals answered in p50 13.6-16.0 ms
+against 3.7-7.6 ms, 1,204-1,495 calls/s served against 1,350-1,522; at 500/s p99 3.37 against
+3.14 ms. Streams, ingest (an OTLP export waits for the group commit: more in flight make
+larger commits) and the other calls keep the server's pool, so a model call never waits
+behind a stream.
 """
 
 from __future__ import annotations
@@ -60,6 +71,11 @@ MAX_SERVICE_SAMPLE_S = 1.0
 # Where gRPC's sync server looks for a behaviour's own pool (``grpc._server``,
 # ``_select_thread_pool_for_behavior``: an attribute holding a ThreadPoolExecutor).
 POOL_ATTRIBUTE = "experimental_thread_pool"
+# The unary calls whose work is the model (method-name prefixes): Predict, Validate, PredictFleet,
+# failure analysis, and the telemetry calls that evaluate a job's scenario.
+MODEL_METHODS = ("/twin.rpc.v1.TwinService/", "/twin.rpc.v1.FailureService/",
+                 "/twin.rpc.v1.TelemetryService/PredictLive", "/twin.rpc.v1.TelemetryService/GetDivergence",
+                 "/twin.rpc.v1.TelemetryService/Calibrate")
 
 
 class CountingExecutor(ThreadPoolExecutor):
@@ -187,16 +203,39 @@ def _refuse(status: grpc.Status, pool: InlineRefusals) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=None, response_serializer=None)
 
 
+def _on_pool(handler: grpc.RpcMethodHandler, pool: CountingExecutor) -> grpc.RpcMethodHandler:
+    """``handler`` run on ``pool`` instead of the server's pool (gRPC reads the behaviour's
+    ``POOL_ATTRIBUTE``; a bound method cannot carry one, so a function calls it).
+    """
+    inner = handler.unary_unary
+
+    def run(request: Any, context: grpc.ServicerContext) -> Any:
+        return inner(request, context)
+
+    setattr(run, POOL_ATTRIBUTE, pool)
+    return grpc.unary_unary_rpc_method_handler(run, request_deserializer=handler.request_deserializer,
+                                               response_serializer=handler.response_serializer)
+
+
 class AdmissionInterceptor(grpc.ServerInterceptor):
-    """Refuses unary calls while too many wait: ``max_queued`` for a worker of ``executor``, or,
+    """Refuses unary calls while too many wait: ``max_queued`` for a worker of their pool, or,
     counting those still waiting in gRPC core to be accepted, as :class:`StandingQueueGate`
     decides (the gate's counter of calls in core is attached with :meth:`watch`).
+
+    ``model_pool``: where the calls of ``model_methods`` run (see the module docstring); None:
+    every call runs on ``executor``, the server's pool.
     """
 
     def __init__(self, executor: CountingExecutor, max_queued: int,
                  open_services: tuple[str, ...] = OPEN_SERVICES, gate: StandingQueueGate | None = None,
-                 keep_busy: int = KEEP_BUSY) -> None:
+                 keep_busy: int = KEEP_BUSY, model_pool: CountingExecutor | None = None,
+                 model_methods: tuple[str, ...] = MODEL_METHODS) -> None:
         self._executor = executor
+        self.model_pool = model_pool
+        self._model_methods = model_methods
+        # The last handler seen per model method and its pooled form: gRPC's generic handlers
+        # hand out the same handler object every call, so it is wrapped once.
+        self._pooled: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
         self._max_queued = max_queued
         self._open = tuple(f"/{s}/" for s in open_services)
         self.refused = 0
@@ -215,15 +254,23 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
     def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
                           handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         executor = self._executor
-        self.gate.arrived(executor.idle)
+        model_pool = self.model_pool
+        self.gate.arrived(executor.idle and (model_pool is None or model_pool.idle))
         handler = continuation(handler_call_details)
-        if (handler is None or handler.request_streaming or handler.response_streaming
-                or (handler_call_details.method or "").startswith(self._open)):
+        method = handler_call_details.method or ""
+        if handler is None or handler.request_streaming or handler.response_streaming or method.startswith(self._open):
             return handler
+        pool = executor
+        if model_pool is not None and method.startswith(self._model_methods):
+            pool = model_pool
+            seen = self._pooled.get(method)
+            if seen is None or seen[0] is not handler:
+                seen = self._pooled[method] = (handler, _on_pool(handler, model_pool))
+            handler = seen[1]
         shedding = self.gate.shedding
-        if not self.gate.refuse(executor.queued):
+        if not self.gate.refuse(pool.queued):
             return handler
-        if executor.unfinished < self.keep_busy:
+        if pool.unfinished < self.keep_busy:
             # Shedding, yet the workers are (nearly) out of work: serve this one. Refusing
             # everything left the workers idle while the queue in core drained, and served
             # 4-20% of capacity past 2x load; a worker or two keep the throughput (Python runs
@@ -237,8 +284,8 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         # A new episode: one status for every call refused until it ends (built once, not per
         # call; a refusal never sends a response, so one handler serves every method).
         waiting = self.gate.waiting
-        wait = max(MIN_RETRY_AFTER_S, executor.drain_time_s(waiting))
-        message = (f"limits.max_queued_rpcs: {waiting} calls wait to be accepted or for one of {executor.workers} "
+        wait = max(MIN_RETRY_AFTER_S, pool.drain_time_s(waiting))
+        message = (f"limits.max_queued_rpcs: {waiting} calls wait to be accepted or for one of {pool.workers} "
                    f"workers (the limit is {self._max_queued}); unary calls are refused until that queue drains; "
                    f"retry in {wait:.2f} s")
         self._shedding = _refuse(retry_status(grpc.StatusCode.RESOURCE_EXHAUSTED, message, wait,

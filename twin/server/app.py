@@ -170,8 +170,10 @@ def build_server(config: ServerConfig, engine: Engine | None = None,
                                                        "tls": config.tls.enabled})
     executor = CountingExecutor(max_workers=config.workers, thread_name_prefix="twin-rpc")
     ctx.on_shutdown.append(lambda: executor.shutdown(wait=False, cancel_futures=True))
+    model_pool = CountingExecutor(max_workers=config.limits.model_workers, thread_name_prefix="twin-model")
+    ctx.on_shutdown.append(lambda: model_pool.shutdown(wait=False, cancel_futures=True))
     # Shedding comes first: a refused call costs no auth check, no span, no decode.
-    admission = AdmissionInterceptor(executor, config.limits.max_queued_rpcs)
+    admission = AdmissionInterceptor(executor, config.limits.max_queued_rpcs, model_pool=model_pool)
     ctx.on_shutdown.append(admission.shutdown)
     interceptors: list[grpc.ServerInterceptor] = [admission]
     otel = setup_otel(__version__) if otel_requested(config.otel.enabled) else None
