@@ -114,7 +114,8 @@ def model_server():
     started = threading.Semaphore(0)
     executor = CountingExecutor(max_workers=4, thread_name_prefix="test-server")
     model_pool = CountingExecutor(max_workers=1, thread_name_prefix="test-model")
-    admission = AdmissionInterceptor(executor, max_queued=1, model_pool=model_pool, model_methods=("/test.Model/",))
+    admission = AdmissionInterceptor(executor, max_queued=1, model_pool=model_pool,
+                                     model_methods=frozenset({"/test.Model/Block", "/test.Model/Quick"}))
     threads: dict[bytes, str] = {}
 
     def blocking(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -178,6 +179,42 @@ def test_other_calls_are_served_while_every_model_worker_is_busy(model_server):
     release.set()
     assert running.result(timeout=10) == b"m1"
     assert admission.refused == 0
+
+
+def test_a_predict_runs_on_the_model_pool_and_a_fleet_or_failure_analysis_does_not():
+    """The default MODEL_METHODS: the short, frequent model calls on the model pool; the long
+    ones (many evaluations each) on the server's, where they cannot hold every Predict back."""
+    executor = CountingExecutor(max_workers=4, thread_name_prefix="test-server")
+    model_pool = CountingExecutor(max_workers=2, thread_name_prefix="test-model")
+    admission = AdmissionInterceptor(executor, max_queued=8, model_pool=model_pool)
+    threads: dict[str, str] = {}
+
+    def named(method: str):
+        def behaviour(request: bytes, context: grpc.ServicerContext) -> bytes:
+            threads[method] = threading.current_thread().name
+            return request
+        return grpc.unary_unary_rpc_method_handler(behaviour)
+
+    calls = {"twin.rpc.v1.TwinService": ("Predict", "Validate", "PredictFleet", "GetCatalog"),
+             "twin.rpc.v1.FailureService": ("EvaluateFailures",),
+             "twin.rpc.v1.TelemetryService": ("PredictLive", "Calibrate", "GetDivergence", "RegisterJob")}
+    handlers = [grpc.method_handlers_generic_handler(service, {m: named(f"{service}/{m}") for m in methods})
+                for service, methods in calls.items()]
+    server = grpc.server(executor, interceptors=[admission], handlers=handlers)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            for service, methods in calls.items():
+                for m in methods:
+                    assert channel.unary_unary(f"/{service}/{m}")(b"x", timeout=10) == b"x"
+    finally:
+        server.stop(None).wait(10)
+        model_pool.shutdown(wait=False, cancel_futures=True)
+    on_model = {m for m, name in threads.items() if name.startswith("test-model")}
+    assert on_model == {"twin.rpc.v1.TwinService/Predict", "twin.rpc.v1.TwinService/Validate",
+                        "twin.rpc.v1.TelemetryService/PredictLive"}
+    assert len(threads) == 9 and all(name.startswith(("test-model", "test-server")) for name in threads.values())
 
 
 def test_model_workers_is_validated_and_read_from_the_environment():

@@ -32,7 +32,7 @@ Health and reflection are never refused (a busy server is not a dead one: a refu
 probe would get the pod restarted), and streams have their own limit
 (``limits.max_sweep_streams``).
 
-The calls that run the model (:data:`MODEL_METHODS`) run on a pool of their own
+The short calls that run the model (:data:`MODEL_METHODS`) run on a pool of their own
 (``limits.model_workers`` threads, default 2) rather than on the server's (``workers``, 8):
 their work is Python under one GIL, so a third thread adds no throughput, but every runnable
 thread is one more for the accepting thread to wait behind for the GIL, and that wait is what
@@ -40,8 +40,8 @@ a refusal costs past capacity. Measured with ``benchmarks/bench_server.py --rate
 (2 shared cores, all 8 workers against 2, alternated): refusals answered in p50 13.6-16.0 ms
 against 3.7-7.6 ms, 1,204-1,495 calls/s served against 1,350-1,522; at 500/s p99 3.37 against
 3.14 ms. Streams, ingest (an OTLP export waits for the group commit: more in flight make
-larger commits) and the other calls keep the server's pool, so a model call never waits
-behind a stream.
+larger commits), the long model calls and the other calls keep the server's pool, so a
+Predict never waits behind a stream, a failure analysis or a calibration.
 """
 
 from __future__ import annotations
@@ -71,11 +71,12 @@ MAX_SERVICE_SAMPLE_S = 1.0
 # Where gRPC's sync server looks for a behaviour's own pool (``grpc._server``,
 # ``_select_thread_pool_for_behavior``: an attribute holding a ThreadPoolExecutor).
 POOL_ATTRIBUTE = "experimental_thread_pool"
-# The unary calls whose work is the model (method-name prefixes): Predict, Validate, PredictFleet,
-# failure analysis, and the telemetry calls that evaluate a job's scenario.
-MODEL_METHODS = ("/twin.rpc.v1.TwinService/", "/twin.rpc.v1.FailureService/",
-                 "/twin.rpc.v1.TelemetryService/PredictLive", "/twin.rpc.v1.TelemetryService/GetDivergence",
-                 "/twin.rpc.v1.TelemetryService/Calibrate")
+# The short unary calls whose work is one evaluation of the model, the ones that come at a high
+# rate. The long ones (PredictFleet, EvaluateFailures, GetDivergence, Calibrate: many
+# evaluations each) stay on the server's pool: on a pool of two threads, two of them would hold
+# every Predict back for their whole run.
+MODEL_METHODS = frozenset({"/twin.rpc.v1.TwinService/Predict", "/twin.rpc.v1.TwinService/Validate",
+                           "/twin.rpc.v1.TelemetryService/PredictLive"})
 
 
 class CountingExecutor(ThreadPoolExecutor):
@@ -222,14 +223,14 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
     counting those still waiting in gRPC core to be accepted, as :class:`StandingQueueGate`
     decides (the gate's counter of calls in core is attached with :meth:`watch`).
 
-    ``model_pool``: where the calls of ``model_methods`` run (see the module docstring); None:
-    every call runs on ``executor``, the server's pool.
+    ``model_pool``: where the calls of ``model_methods`` (full method names) run (see the module
+    docstring); None: every call runs on ``executor``, the server's pool.
     """
 
     def __init__(self, executor: CountingExecutor, max_queued: int,
                  open_services: tuple[str, ...] = OPEN_SERVICES, gate: StandingQueueGate | None = None,
                  keep_busy: int = KEEP_BUSY, model_pool: CountingExecutor | None = None,
-                 model_methods: tuple[str, ...] = MODEL_METHODS) -> None:
+                 model_methods: frozenset[str] = MODEL_METHODS) -> None:
         self._executor = executor
         self.model_pool = model_pool
         self._model_methods = model_methods
@@ -261,7 +262,7 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         if handler is None or handler.request_streaming or handler.response_streaming or method.startswith(self._open):
             return handler
         pool = executor
-        if model_pool is not None and method.startswith(self._model_methods):
+        if model_pool is not None and method in self._model_methods:
             pool = model_pool
             seen = self._pooled.get(method)
             if seen is None or seen[0] is not handler:

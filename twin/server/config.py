@@ -83,9 +83,9 @@ class LimitsConfig:
     # The model's work is Python under one GIL: a second thread hides the gaps while a reply is
     # sent, more only make the accepting thread wait longer for the GIL (twin.server.admission).
     model_workers: int = spec_field(
-        2, ge=1, le=1024, doc="threads running the calls that evaluate the model (Predict, Validate, "
-                              "PredictFleet, EvaluateFailures, PredictLive, GetDivergence, Calibrate); "
-                              "the other calls run on the server's workers")
+        2, ge=1, le=1024, doc="threads running the short calls that evaluate the model (Predict, Validate, "
+                              "PredictLive); the other calls, the long model calls among them, run on the "
+                              "server's workers")
     max_sweep_streams: int = spec_field(
         4, ge=1, le=100_000, doc="open Sweep streams; more get RESOURCE_EXHAUSTED (at most workers - 1, so "
                                  "unary calls and Health always have a worker)")
