@@ -65,11 +65,16 @@ METHOD = "/twin.rpc.v1.TwinService/Predict"
 SHED_CODES = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
 
 
-def start_server(workers: int | None, twin: Path = ROOT) -> tuple[subprocess.Popen, str]:
-    """``twin serve`` of checkout ``twin`` (its own .venv's Python when it has one) on a free port."""
+def start_server(workers: int | None, twin: Path = ROOT,
+                 model_workers: int | None = None) -> tuple[subprocess.Popen, str]:
+    """``twin serve`` of checkout ``twin`` (its own .venv's Python when it has one) on a free port;
+    ``workers`` / ``model_workers``: its ``workers`` and ``limits.model_workers`` (None: its defaults).
+    """
     env = {**os.environ, "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1", "TWIN_LOG_LEVEL": "INFO"}
     if workers:
         env["TWIN_WORKERS"] = str(workers)
+    if model_workers:
+        env["TWIN_LIMITS_MODEL_WORKERS"] = str(model_workers)
     env.pop("TWIN_AUTH_TOKEN", None)
     launcher = None
     if twin != ROOT:
@@ -206,13 +211,17 @@ def main() -> None:
     ap.add_argument("--repeat", action="store_true",
                     help="send one request over and over (the server's scenario cache hits); default: every "
                          "request distinct, so every one is resolved and checked from scratch")
-    ap.add_argument("--workers", type=int, default=None, help="server worker threads when started here (default 8)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="server worker threads when started here (default 8; streams and the long calls)")
+    ap.add_argument("--model-workers", type=int, default=None,
+                    help="threads for Predict and Validate when started here (limits.model_workers, default 1)")
     ap.add_argument("--warmup", type=int, default=200)
     args = ap.parse_args()
     proc = None
     address = args.address
     if address is None:
-        proc, address = start_server(args.workers, args.twin.resolve())  # its log is drained in the background
+        # its log is drained in the background
+        proc, address = start_server(args.workers, args.twin.resolve(), args.model_workers)
     try:
         rates = [args.rate] if args.rate is not None else [200.0, 500.0, 2000.0, 0.0]
         kind = "one repeated request" if args.repeat else "distinct requests"

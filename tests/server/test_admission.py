@@ -182,8 +182,9 @@ def test_other_calls_are_served_while_every_model_worker_is_busy(model_server):
 
 
 def test_a_predict_runs_on_the_model_pool_and_a_fleet_or_failure_analysis_does_not():
-    """The default MODEL_METHODS: the short, frequent model calls on the model pool; the long
-    ones (many evaluations each) on the server's, where they cannot hold every Predict back."""
+    """The default MODEL_METHODS: Predict and Validate on the model pool; the long model calls
+    (many evaluations each) and PredictLive (it waits for the telemetry lock) on the server's,
+    where they cannot hold every Predict back."""
     executor = CountingExecutor(max_workers=4, thread_name_prefix="test-server")
     model_pool = CountingExecutor(max_workers=2, thread_name_prefix="test-model")
     admission = AdmissionInterceptor(executor, max_queued=8, model_pool=model_pool)
@@ -212,14 +213,13 @@ def test_a_predict_runs_on_the_model_pool_and_a_fleet_or_failure_analysis_does_n
         server.stop(None).wait(10)
         model_pool.shutdown(wait=False, cancel_futures=True)
     on_model = {m for m, name in threads.items() if name.startswith("test-model")}
-    assert on_model == {"twin.rpc.v1.TwinService/Predict", "twin.rpc.v1.TwinService/Validate",
-                        "twin.rpc.v1.TelemetryService/PredictLive"}
+    assert on_model == {"twin.rpc.v1.TwinService/Predict", "twin.rpc.v1.TwinService/Validate"}
     assert len(threads) == 9 and all(name.startswith(("test-model", "test-server")) for name in threads.values())
 
 
 def test_model_workers_is_validated_and_read_from_the_environment():
     assert load_config(None, env={"TWIN_LIMITS_MODEL_WORKERS": "3"}).limits.model_workers == 3
-    assert load_config(None).limits.model_workers == 2
+    assert load_config(None).limits.model_workers == 1
     with pytest.raises(SpecError) as err:
         load_config(None, env={"TWIN_LIMITS_MODEL_WORKERS": "0"})
     assert "limits.model_workers" in str(err.value)

@@ -32,16 +32,19 @@ Health and reflection are never refused (a busy server is not a dead one: a refu
 probe would get the pod restarted), and streams have their own limit
 (``limits.max_sweep_streams``).
 
-The short calls that run the model (:data:`MODEL_METHODS`) run on a pool of their own
-(``limits.model_workers`` threads, default 2) rather than on the server's (``workers``, 8):
-their work is Python under one GIL, so a third thread adds no throughput, but every runnable
-thread is one more for the accepting thread to wait behind for the GIL, and that wait is what
-a refusal costs past capacity. Measured with ``benchmarks/bench_server.py --rate 2000``
-(2 shared cores, all 8 workers against 2, alternated): refusals answered in p50 13.6-16.0 ms
-against 3.7-7.6 ms, 1,204-1,495 calls/s served against 1,350-1,522; at 500/s p99 3.37 against
-3.14 ms. Streams, ingest (an OTLP export waits for the group commit: more in flight make
-larger commits), the long model calls and the other calls keep the server's pool, so a
-Predict never waits behind a stream, a failure analysis or a calibration.
+Predict and Validate (:data:`MODEL_METHODS`) run on a pool of their own (``limits.model_workers``
+threads, default 1) rather than on the server's (``workers``, 8). Their work is Python under
+one GIL with no lock or I/O to wait for, so a second thread adds no throughput, while every
+runnable thread is one more for the accepting thread to wait behind for the GIL, and that wait
+is what a refusal costs past capacity. Measured with ``benchmarks/bench_server.py`` (2 shared
+cores, alternated): at 2,000/s, 8 threads answered refusals in 13.6-18.0 ms at p50, 2 threads in
+4.3-5.3 ms and 1 thread in 1.9-3.8 ms, serving as many calls (1,290-1,760/s with 1 or 2); at
+4,000/s, 2 threads in 13.5-17.3 ms and 1 thread in 2.2-2.5 ms (1,170-1,190 against 1,300-1,350
+calls/s served); at 500/s, p99 3.0-4.6 ms either way. Everything else keeps the server's pool:
+streams, ingest (an OTLP export waits for the group commit: more in flight make larger
+commits), the long model calls (PredictFleet, EvaluateFailures, GetDivergence, Calibrate: many
+evaluations each, which would hold every Predict back) and PredictLive (it waits for the
+telemetry state's lock, which the ingest writer holds while it applies a batch).
 """
 
 from __future__ import annotations
@@ -71,12 +74,9 @@ MAX_SERVICE_SAMPLE_S = 1.0
 # Where gRPC's sync server looks for a behaviour's own pool (``grpc._server``,
 # ``_select_thread_pool_for_behavior``: an attribute holding a ThreadPoolExecutor).
 POOL_ATTRIBUTE = "experimental_thread_pool"
-# The short unary calls whose work is one evaluation of the model, the ones that come at a high
-# rate. The long ones (PredictFleet, EvaluateFailures, GetDivergence, Calibrate: many
-# evaluations each) stay on the server's pool: on a pool of two threads, two of them would hold
-# every Predict back for their whole run.
-MODEL_METHODS = frozenset({"/twin.rpc.v1.TwinService/Predict", "/twin.rpc.v1.TwinService/Validate",
-                           "/twin.rpc.v1.TelemetryService/PredictLive"})
+# The unary calls whose work is one evaluation of the model and nothing to wait for, the ones
+# that come at a high rate (see the module docstring for the calls that stay on the server's pool).
+MODEL_METHODS = frozenset({"/twin.rpc.v1.TwinService/Predict", "/twin.rpc.v1.TwinService/Validate"})
 
 
 class CountingExecutor(ThreadPoolExecutor):

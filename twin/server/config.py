@@ -80,12 +80,11 @@ class LimitsConfig:
         32, ge=1, le=100_000, doc="unary calls waiting for a worker or, in gRPC core, to be accepted; more "
                                   "get RESOURCE_EXHAUSTED with RetryInfo at once, and every unary call does "
                                   "until the queue is down to a quarter (Health and reflection are never refused)")
-    # The model's work is Python under one GIL: a second thread hides the gaps while a reply is
-    # sent, more only make the accepting thread wait longer for the GIL (twin.server.admission).
+    # The model's work is Python under one GIL: more threads only make the accepting thread wait
+    # longer for the GIL, which is what a refusal past capacity costs (twin.server.admission).
     model_workers: int = spec_field(
-        2, ge=1, le=1024, doc="threads running the short calls that evaluate the model (Predict, Validate, "
-                              "PredictLive); the other calls, the long model calls among them, run on the "
-                              "server's workers")
+        1, ge=1, le=1024, doc="threads running Predict and Validate; the other calls, the long model calls "
+                              "among them, run on the server's workers")
     max_sweep_streams: int = spec_field(
         4, ge=1, le=100_000, doc="open Sweep streams; more get RESOURCE_EXHAUSTED (at most workers - 1, so "
                                  "unary calls and Health always have a worker)")
