@@ -905,8 +905,7 @@ class TwinModel:
         key = (self._key(dev), self._key(model), self._key(sw), plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep,
                plan.expert_tp, plan.pp, plan.recompute, plan.recompute_layers, plan.trainable, plan.precision,
                plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers,
-               plan.recompute_modules, plan.recipe, plan.moe_dispatcher, plan.cp_comm_type,
-               pairs_end_stages(plan.schedule))
+               plan.recompute_modules, plan.recipe, plan.moe_dispatcher, pairs_end_stages(plan.schedule))
         hit = self._stages.get(key)
         if hit is None:
             stage = stage_times(plan, model, dev, w, sw)
@@ -1593,7 +1592,7 @@ class TwinModel:
         uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
                                 rc, plan.recompute_layers, tr, drow, plan.bf16_layers_start, plan.bf16_layers_end,
                                 plan.pp_first_layers, plan.pp_last_layers, _categories(plan.recompute_modules)[1],
-                                _categories(plan.moe_dispatcher)[1], _categories(plan.cp_comm_type)[1],
+                                _categories(plan.moe_dispatcher)[1],
                                 np.asarray(pairs_end_stages(plan.schedule), np.int64)])
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
@@ -1636,7 +1635,7 @@ class TwinModel:
                 plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers,
                 np.asarray(pairs_end_stages(plan.schedule)))
         labels = (plan.recompute, plan.trainable, plan.precision, plan.recompute_modules, plan.recipe,
-                  plan.moe_dispatcher, plan.cp_comm_type)
+                  plan.moe_dispatcher)
         keys = [(m_key, d_keys[r], *vals, *names) for r, vals, names in zip(
             rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
             zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
@@ -1929,7 +1928,7 @@ _SCHEDULE_FIELDS = ("gbs", "vp")
 _WORK_FIELDS = operator.attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "mbs", "sequence_parallel", "recompute",
                                    "recompute_layers", "recompute_modules", "precision", "recipe", "bf16_layers_start",
                                    "bf16_layers_end", "pp_first_layers", "pp_last_layers", "trainable",
-                                   "rank_order", "dp_shard", "moe_dispatcher", "cp_comm_type")
+                                   "rank_order", "dp_shard", "moe_dispatcher")
 # The plan fields a group shares but the nested Overlap / Offload (keyed by their value tokens: not hashed).
 _GROUP_SCALARS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan)
                                        if f.name not in (*_SCHEDULE_FIELDS, "overlap", "offload")))
