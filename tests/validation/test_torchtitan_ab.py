@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import pytest
 
-# The measured GPUs as torchtitan describes them (96 GB HBM2e, 2.4 TB/s); the SXM peaks its
-# own MFU figures use (the ratio does not depend on them).
+# The measured GPUs as torchtitan describes them (96 GB HBM2e, 2.4 TB/s, 500 W); peaks, SMs and
+# NVLink are the H100 SXM preset's (NVIDIA H100 datasheet, twin/presets/gpus.yaml), the peaks
+# torchtitan's own MFU figures use (the ratios do not depend on them).
 GRAND_TETON_H100 = {
     "name": "H100-SXM-96GB-HBM2e", "generation": "hopper", "efficiency": "hopper",
     "peak_tflops": {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
     "hbm_gib": 96, "hbm_TBps": 2.4, "sm_count": 132, "nvlink_GBps": 450, "tdp_w": 500,
     "source": "pytorch/torchtitan docs/performance.md: Grand Teton, 8 H100 per host on NVLink, 96 GB HBM2e "
-              "2.4 TB/s, 400 Gb/s RDMA per GPU, 500 W power limit",
+              "2.4 TB/s, 400 Gb/s RDMA per GPU, 500 W power limit; peaks, SMs, NVLink: NVIDIA H100 SXM datasheet",
 }
 LLAMA31_8B = {"name": "Llama 3.1 8B", "layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8,
               "vocab": 128256, "seq_len": 8192, "head_dim": 128, "gated_mlp": True, "attention": "gqa"}
