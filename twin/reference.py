@@ -455,6 +455,29 @@ def _packed_doc_tokens(case: Mapping[str, Any]) -> tuple[int, str] | None:
     return None if hit is None else (_PACKED_DATASETS[hit.group(1).lower()], hit.group(1))
 
 
+# DeepEP is an expert-parallel communication library ("tailored for Mixture-of-Experts (MoE) and
+# expert parallelism (EP)", deepseek-ai/DeepEP README): its kernels dispatch tokens to the
+# experts of other EP ranks, so a run that names them is expert-parallel even where a table
+# prints no EP degree. NeMo AutoModel's performance summary prints EP as "-" for its two
+# GPT-OSS rows (read as ep 1) while their benchmark configs, which name DeepEP, set ep_size to
+# the whole data-parallel group (examples/benchmark/configs/gptoss_20b_te_deepep.yaml: 8 on 8
+# GPUs; gptoss_120b_te_deepep.yaml: 64 on 64). So an MoE case with ep 1 whose text names
+# DeepEP is read with the largest EP the plan admits: the largest divisor of dp that divides
+# the routed experts.
+_DEEPEP = re.compile(r"\bdeep-?ep\b", re.IGNORECASE)
+
+
+def _deepep_ep(case: Mapping[str, Any], experts: int, dp: int) -> int | None:
+    """The EP degree of an MoE case published with ep 1 whose text names DeepEP (see
+    ``_DEEPEP``); None where its text does not name it or no EP above 1 fits.
+    """
+    text = " | ".join(str(case.get(k) or "") for k in ("source", "family", "notes"))
+    if not _DEEPEP.search(text):
+        return None
+    best = max((e for e in range(1, dp + 1) if dp % e == 0 and experts % e == 0), default=1)
+    return best if best > 1 else None
+
+
 def _stack(engine: Engine, case: Mapping[str, Any]) -> tuple[str | Mapping[str, Any], str, Mapping[str, Any]]:
     """The case's software stack, its preset name, and its ``STACK_DEFAULTS`` (Megatron-Core's
     for a stack that has none).
@@ -510,6 +533,12 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
             notes[-1] = (f"published tp*pp*cp*dp = {tp * pp * cp * published_dp} != {n} GPUs and "
                          f"gbs={gbs} < GPUs/(tp*pp*cp); cp={rest} (published {cp}) with dp={published_dp} used")
             cp, dp = rest, published_dp
+    if ep == 1 and model.moe is not None and not p.get("etp"):
+        deepep = _deepep_ep(case, model.moe.experts, dp)
+        if deepep is not None:
+            ep = deepep
+            notes.append(f"plan.ep published as 1 but the run names DeepEP (an expert-parallel library): "
+                         f"ep={ep}, the largest that divides dp ({dp}) and the experts ({model.moe.experts})")
     precision = _norm_precision(p.get("precision"))
     if precision is None:
         precision = "bf16" if cluster.gpu.supports("bf16") else "fp16"

@@ -495,3 +495,38 @@ def test_a_packed_dataset_the_case_names_is_read_as_sequence_packing(engine):
     plain["notes"] = ""  # this set's notes explain the stated packing
     tokens, t_plain, _ = read(plain)
     assert tokens is None and t_plain > t
+
+
+def test_an_moe_run_naming_deepep_with_ep_1_is_read_expert_parallel(engine):
+    """AutoModel's table prints EP as "-" for GPT-OSS, whose configs run DeepEP with ep_size the
+    whole data-parallel group: a case with ep 1 whose text names DeepEP is read with the
+    largest EP that divides dp and the experts, and costs what the stated EP does; without
+    DeepEP in its text, ep 1 stays (all experts on every rank, gathered by FSDP: slower)."""
+    import copy
+
+    import yaml
+
+    from twin.reference import best_plan, training_scenario
+
+    cases = yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]
+    stated = next(c for c in cases if c["id"] == "automodel-pretrain-GPT-OSS_120B-64gpu")
+    assert stated["plan"]["ep"] == 64 and "DeepEP" in stated["notes"]
+    as_published = copy.deepcopy(stated)
+    as_published["plan"]["ep"] = 1
+
+    def read(case):
+        scn, knobs, notes = training_scenario(engine, case)
+        return scn.plan.ep, best_plan(engine, scn, knobs)[1], notes
+
+    ep, t, notes = read(as_published)
+    assert ep == 64 and any("names DeepEP" in n for n in notes)
+    assert t == read(stated)[1]
+    odd = copy.deepcopy(as_published)
+    odd["cluster"]["num_gpus"] = 48  # dp 48: the largest divisor of 48 that divides 128 experts
+    odd["plan"]["dp"] = 48
+    odd["plan"]["gbs"] = 480
+    assert read(odd)[0] == 16
+    plain = copy.deepcopy(as_published)
+    plain["notes"] = plain["notes"].replace("DeepEP", "an all-to-all")
+    ep, t_plain, notes = read(plain)
+    assert ep == 1 and not any("DeepEP" in n for n in notes) and t_plain > t
