@@ -1398,7 +1398,7 @@ class TwinModel:
             open_ = code < 0  # points no rule has coded yet (kept as rules code them, not recomputed per rule)
             for field_path, broken, template, values in plan_rules(plan, model, view):
                 fresh = np.asarray(broken, bool) & open_
-                if fresh.any():
+                if np.count_nonzero(fresh):  # one C call (ndarray.any: numpy's Python wrapper)
                     _code_rule(Rule(field_path, broken, template, values()), fresh, code, reasons)
                     open_ &= ~fresh
             code = np.where(code < 0, after, code)
@@ -1901,7 +1901,7 @@ def _factorize(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             col = col.astype(np.int64)
         if col.dtype.kind not in "iu":
             col = np.unique(col, return_inverse=True)[1].reshape(-1)
-        lo, hi = int(col.min()), int(col.max())
+        lo, hi = int(np.minimum.reduce(col)), int(np.maximum.reduce(col))  # the ufuncs: no Python wrapper
         if lo == hi:
             continue  # the same for every point: no part of the key
         if col.dtype.kind in "iu" and lo >= 0 and hi < 1 << 20:
