@@ -446,12 +446,16 @@ _PACKED_DATASETS = {"squad": 210}
 _PACKED = re.compile(r"\b(" + "|".join(_PACKED_DATASETS) + r")\b[^|;]*?(?<!not )(?<!non-)\bpacked\b", re.IGNORECASE)
 
 
+def _case_text(case: Mapping[str, Any]) -> str:
+    """The prose of a case the reader looks for facts in: its source, family and notes."""
+    return " | ".join(str(case.get(k) or "") for k in ("source", "family", "notes"))
+
+
 def _packed_doc_tokens(case: Mapping[str, Any]) -> tuple[int, str] | None:
     """(mean tokens per packed document, the dataset) where the case's text says it packs a
     dataset of ``_PACKED_DATASETS``; None otherwise.
     """
-    text = " | ".join(str(case.get(k) or "") for k in ("source", "family", "notes"))
-    hit = _PACKED.search(text)
+    hit = _PACKED.search(_case_text(case))
     return None if hit is None else (_PACKED_DATASETS[hit.group(1).lower()], hit.group(1))
 
 
@@ -463,7 +467,7 @@ def _packed_doc_tokens(case: Mapping[str, Any]) -> tuple[int, str] | None:
 # the whole data-parallel group (examples/benchmark/configs/gptoss_20b_te_deepep.yaml: 8 on 8
 # GPUs; gptoss_120b_te_deepep.yaml: 64 on 64). So an MoE case with ep 1 whose text names
 # DeepEP is read with the largest EP the plan admits: the largest divisor of dp that divides
-# the routed experts.
+# the routed experts (their greatest common divisor).
 _DEEPEP = re.compile(r"\bdeep-?ep\b", re.IGNORECASE)
 
 
@@ -471,10 +475,9 @@ def _deepep_ep(case: Mapping[str, Any], experts: int, dp: int) -> int | None:
     """The EP degree of an MoE case published with ep 1 whose text names DeepEP (see
     ``_DEEPEP``); None where its text does not name it or no EP above 1 fits.
     """
-    text = " | ".join(str(case.get(k) or "") for k in ("source", "family", "notes"))
-    if not _DEEPEP.search(text):
+    if not _DEEPEP.search(_case_text(case)):
         return None
-    best = max((e for e in range(1, dp + 1) if dp % e == 0 and experts % e == 0), default=1)
+    best = math.gcd(dp, experts)  # the largest divisor of dp that divides the experts
     return best if best > 1 else None
 
 

@@ -435,25 +435,36 @@ def test_automodel_unstated_recompute_is_the_least_that_fits(engine):
     assert knobs.recompute == ("none",)
 
 
+def _reference_case(case_id):
+    """One case of this project's training runs, by id (a fresh parse: the caller may change it)."""
+    import yaml
+
+    cases = yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]
+    return next(c for c in cases if c["id"] == case_id)
+
+
+def _read_case(engine, case):
+    """(the scenario the reader builds of ``case``, its step time with the twin's choices, the notes)."""
+    from twin.reference import best_plan, training_scenario
+
+    scn, knobs, notes = training_scenario(engine, case)
+    return scn, best_plan(engine, scn, knobs)[1], notes
+
+
 def test_automodel_moe_run_with_no_routing_stated_is_read_with_its_fake_gate(engine):
     """AutoModel's performance tables run MoE with the fake balanced gate: a case of that stack
     with no routing stated is read as contiguous, and costs what the stated one does; a stated
     routing, or another stack, is left as it is."""
     import copy
 
-    import yaml
-
-    from twin.reference import best_plan, training_scenario
-
-    cases = yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]
-    stated = next(c for c in cases if c["id"] == "automodel-pretrain-Qwen3_MoE_30B-8gpu")
+    stated = _reference_case("automodel-pretrain-Qwen3_MoE_30B-8gpu")
     assert stated["model"]["moe"]["routing"] == "contiguous"
     unstated = copy.deepcopy(stated)
     del unstated["model"]["moe"]["routing"]
 
     def step(case):
-        scn, knobs, notes = training_scenario(engine, case)
-        return scn.model.moe.routing, best_plan(engine, scn, knobs)[1], notes
+        scn, t, notes = _read_case(engine, case)
+        return scn.model.moe.routing, t, notes
 
     routing, t_unstated, notes = step(unstated)
     assert routing == "contiguous" and any("model.moe.routing not published" in n for n in notes)
@@ -473,19 +484,14 @@ def test_a_packed_dataset_the_case_names_is_read_as_sequence_packing(engine):
     makes its attention cheaper; a stated value, or a text that does not say packed, is left."""
     import copy
 
-    import yaml
-
-    from twin.reference import best_plan, training_scenario
-
-    cases = yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]
-    stated = next(c for c in cases if c["id"] == "nemo2407-lora-LLAMA2-13B-8gpu")
+    stated = _reference_case("nemo2407-lora-LLAMA2-13B-8gpu")
     assert stated["model"]["packed_doc_tokens"] == 210 and "SQuAD packed 4096" in stated["source"]
     unstated = copy.deepcopy(stated)
     del unstated["model"]["packed_doc_tokens"]
 
     def read(case):
-        scn, knobs, notes = training_scenario(engine, case)
-        return scn.model.packed_doc_tokens, best_plan(engine, scn, knobs)[1], notes
+        scn, t, notes = _read_case(engine, case)
+        return scn.model.packed_doc_tokens, t, notes
 
     tokens, t, notes = read(unstated)
     assert tokens == 210 and any("SQuAD packed" in n for n in notes)
@@ -504,19 +510,14 @@ def test_an_moe_run_naming_deepep_with_ep_1_is_read_expert_parallel(engine):
     DeepEP in its text, ep 1 stays (all experts on every rank, gathered by FSDP: slower)."""
     import copy
 
-    import yaml
-
-    from twin.reference import best_plan, training_scenario
-
-    cases = yaml.safe_load((REFERENCE / "training_runs.yaml").read_text())["cases"]
-    stated = next(c for c in cases if c["id"] == "automodel-pretrain-GPT-OSS_120B-64gpu")
+    stated = _reference_case("automodel-pretrain-GPT-OSS_120B-64gpu")
     assert stated["plan"]["ep"] == 64 and "DeepEP" in stated["notes"]
     as_published = copy.deepcopy(stated)
     as_published["plan"]["ep"] = 1
 
     def read(case):
-        scn, knobs, notes = training_scenario(engine, case)
-        return scn.plan.ep, best_plan(engine, scn, knobs)[1], notes
+        scn, t, notes = _read_case(engine, case)
+        return scn.plan.ep, t, notes
 
     ep, t, notes = read(as_published)
     assert ep == 64 and any("names DeepEP" in n for n in notes)

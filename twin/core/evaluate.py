@@ -1398,7 +1398,7 @@ class TwinModel:
             open_ = code < 0  # points no rule has coded yet (kept as rules code them, not recomputed per rule)
             for field_path, broken, template, values in plan_rules(plan, model, view):
                 fresh = np.asarray(broken, bool) & open_
-                if np.count_nonzero(fresh):  # one C call (ndarray.any: numpy's Python wrapper)
+                if ops.any_(fresh):
                     _code_rule(Rule(field_path, broken, template, values()), fresh, code, reasons)
                     open_ &= ~fresh
             code = np.where(code < 0, after, code)
