@@ -162,3 +162,61 @@ def test_sparse_writes_read_back_as_put_would_have_written_them():
             dense.put("x", writes[k], values)
         assert np.array_equal(sparse.values_at("x", read), dense.columns["x"][read], equal_nan=True)
         assert np.array_equal(sparse.values_at("x", read), dense.columns["x"][read], equal_nan=True)  # cached
+
+
+def test_models_differing_in_seq_len_only_share_one_batch_and_keep_every_answer():
+    # Sequence length is a number the step model computes with, like the micro-batch: scenarios
+    # whose models differ in it only are one batch (one structure), each point at its own length.
+    structures = [
+        {"preset": "llama3.1-8b"},
+        {"preset": "mixtral-8x7b"},
+        {"preset": "deepseek-v3"},                                                # MLA, MoE, MTP
+        {"preset": "llama3.1-8b", "sliding_window": {"window": 1024, "every_other_layer": True}},
+        {"preset": "llama3.1-8b", "packed_doc_tokens": 1500},
+        {"layers": 4, "hidden": 4096, "heads": 32, "vocab": 32000, "hybrid": {"pattern": "M*M-"}},
+    ]
+    seq_lens = [2048, 4096, 6144]
+    plans = [{"tp": 2, "pp": 2, "mbs": 1, "gbs": 64, "recompute": "selective"},
+             {"tp": 1, "cp": 2, "mbs": 2, "gbs": 128, "recompute": "none"},
+             {"tp": 4, "mbs": 1, "gbs": 32, "recompute": "full", "sequence_parallel": True}]
+    points = []
+    for k, structure in enumerate(structures):
+        for s in seq_lens:
+            for j, plan in enumerate(plans):
+                # Half the points on a stack without fused attention: the score matrix's bytes
+                # grow with each point's own length (memory.activation_bytes_per_token_layer).
+                software = "megatron-deepspeed" if (j + k) % 2 else "megatron-core-te"
+                ep = {"ep": 2} if "mixtral" in str(structure) or "deepseek" in str(structure) else {}
+                points.append({"cluster": {"system": "DGX-H100", "num_gpus": 16},
+                               "model": {**structure, "seq_len": s}, "plan": {**plan, **ep}, "software": software})
+    # A length the context-parallel rule refuses (the batch checks each point at its own length).
+    points.append({"cluster": {"system": "DGX-H100", "num_gpus": 16},
+                   "model": {"preset": "llama3.1-8b", "seq_len": 2050}, "plan": plans[1],
+                   "software": "megatron-core-te"})
+    engine = Engine(autoload=False)
+    res = engine.evaluate_many(points)
+    # One batch per (structure, software stack), whatever the lengths.
+    assert res.stats["batches"] == len(structures) * 2
+    assert res.stats["scalar_points"] == 0
+    one = Engine(autoload=False)
+    evaluated = 0
+    for i, p in enumerate(points):
+        try:
+            est = one.evaluate(p)
+        except TwinError as err:
+            assert res.reason(i) == reason_of(err), i
+            continue
+        assert res.reason(i) is None, (i, res.reason(i))
+        evaluated += 1
+        assert res.columns["step_time_s"][i] == est.step_time_s, i
+        assert res.columns["memory_gib"][i] == est.memory.total / 2**30, i
+        assert res.columns["tokens_per_s"][i] == est.tokens_per_s, i
+        assert res.columns["mfu"][i] == est.mfu, i
+        assert res.columns["compute_s"][i] == est.breakdown.compute_s, i
+        for dim, v in est.breakdown.exposed_comm_s.items():
+            assert res.columns[f"exposed_{dim}_s"][i] == v, (i, dim)
+    assert evaluated == len(points) - 1
+    assert res.reason(len(points) - 1) == "plan.cp: 2*cp must divide seq_len"  # its own length, not 2048
+    # The lengths matter: the same plan and structure is slower on longer sequences.
+    step = res.columns["step_time_s"]
+    assert step[0] < step[len(plans)] < step[2 * len(plans)]

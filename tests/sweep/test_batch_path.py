@@ -301,6 +301,41 @@ def test_a_scalar_only_strategy_is_evaluated_point_by_point_and_matches():
     assert stats["feasible"] > 0
 
 
+class SequenceCheckpointing(Checkpointing):
+    """A third-party strategy whose cost grows with the sequence length it reads from the model."""
+
+    name = "checkpointing-seq"
+
+    def evaluate(self, ctx: EvalContext) -> Terms:
+        t = 0.01 + ctx.model.seq_len * 1e-6
+        return Terms(exposed_per_step_s=t, issued_per_step_s=t, bytes_per_step=ctx.model.seq_len * 1.0)
+
+
+class ScalarSequenceCheckpointing(SequenceCheckpointing):
+    name = "checkpointing-seq-scalar"
+    vectorized = False
+
+    def evaluate(self, ctx: EvalContext) -> Terms:
+        assert not ctx.batch and isinstance(ctx.model.seq_len, int)
+        return super().evaluate(ctx)
+
+
+@pytest.mark.parametrize("strategy", [SequenceCheckpointing(), ScalarSequenceCheckpointing()])
+def test_a_strategy_reading_the_sequence_length_sees_each_points_own_in_a_mixed_batch(strategy: Strategy):
+    # Models that differ in seq_len only share a batch (TwinModel.evaluate_many): a strategy
+    # reads ctx.model.seq_len per point there, as it reads the plan's fields.
+    engine = _engine_with(StrategyPlugin(strategy))
+    points = [{"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": {"preset": "llama3.1-8b", "seq_len": s},
+               "plan": {"tp": tp, "gbs": gbs}} for s in (2048, 4096, 8192) for tp in (2, 8) for gbs in (64, 128)]
+    res = engine.evaluate_many(points)
+    assert res.stats["batches"] == 1
+    for i, p in enumerate(points):
+        est = engine.evaluate(p)
+        assert res.columns["exposed_checkpoint_s"][i] == est.breakdown.exposed_comm_s["checkpoint"]
+        assert est.breakdown.exposed_comm_s["checkpoint"] == 0.01 + p["model"]["seq_len"] * 1e-6
+        assert res.columns["step_time_s"][i] == est.step_time_s
+
+
 class HalfPriceAllReduce:
     """A collective-cost hook: all-reduce at half the built-in time (e.g. an in-network engine)."""
 

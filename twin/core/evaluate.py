@@ -77,7 +77,7 @@ from twin.core.nccl_tuning import (
     p2p_channels,
 )
 from twin.core.pipelines import pairs_end_stages, rank0_params
-from twin.core.points import ColumnView, PlanColumns, PointSet
+from twin.core.points import ColumnView, PlanColumns, PointSet, model_rows, model_structure
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
 from twin.core.schema import freeze
 from twin.core.specs import (
@@ -1307,15 +1307,16 @@ class TwinModel:
                       require_fit: bool = True, errors: Sequence[str | None] | None = None) -> PointResults:
         """Predict every scenario (any mix of models, clusters and plans) on the batch path.
 
-        Scenarios are grouped by model, software stack and strategy selection (the structure a batch
-        shares); the result has one
-        row per scenario, in order. ``None`` entries (with their reason in ``errors``) are
+        Scenarios are grouped by model structure (models that differ in sequence length only
+        share a batch), software stack and strategy selection (the structure a batch shares);
+        the result has one row per scenario, in order. ``None`` entries (with their reason in ``errors``) are
         points that could not be built and keep that reason.
         """
         n = len(scenarios)
         reasons = _Reasons()
         out = PointResults(np.full(n, -1, np.int64), reasons.names, {}, np.full(n, -1, np.int64),
-                           np.full(n, -1, np.int64), {"points": n, "evaluated": 0, "scalar_points": 0, "groups": 0})
+                           np.full(n, -1, np.int64),
+                           {"points": n, "evaluated": 0, "scalar_points": 0, "groups": 0, "batches": 0})
         by_model: dict[tuple[int, int, int], list[int]] = {}
         # The group of each (model, software, strategies) object triple, computed once per
         # triple (the objects are shared between scenarios and held by ``scenarios``, so
@@ -1330,9 +1331,10 @@ class TwinModel:
             group = by_ids.get(ids)
             if group is None:
                 group = by_ids[ids] = by_model.setdefault(
-                    (self._key(scn.model), self._key(scn.software), self._key(scn.strategies)), [])
+                    (self._key(model_structure(scn.model)), self._key(scn.software), self._key(scn.strategies)), [])
             group.append(i)
         for idx in by_model.values():
+            out.stats["batches"] += 1  # point sets evaluated over arrays, each one structure
             rows = np.asarray(idx, np.int64)
             part = self.evaluate_points(PointSet.from_scenarios([scenarios[i] for i in idx]),  # type: ignore[misc]
                                         memory_headroom=memory_headroom, require_fit=require_fit)
@@ -1378,7 +1380,6 @@ class TwinModel:
                          out: PointResults, prune: Pruner | None = None) -> None:
         """``headroom`` None: points that do not fit are evaluated too (``out.fits`` says)."""
         n = len(ps)
-        model = ps.model
         cix = ps.cluster_ix
         plan = ps.plan
         view = ColumnView(ps.clusters, cix)
@@ -1391,12 +1392,15 @@ class TwinModel:
                 raise
             strategies, unresolved = (), reason_of(err)
         if validate:
-            statics = [self._static_reasons(c, model) for c in ps.clusters]
-            before = np.asarray([-1 if s[0] is None else reasons.code(s[0]) for s in statics], np.int64)[cix]
-            after = np.asarray([-1 if s[1] is None else reasons.code(s[1]) for s in statics], np.int64)[cix]
+            # Per (cluster, model) pair: the points' models differ in sequence length at most.
+            models = ps.models or (ps.model,)
+            pair = cix if ps.model_ix is None else cix * len(models) + ps.model_ix
+            statics = [self._static_reasons(c, m) for c in ps.clusters for m in models]
+            before = np.asarray([-1 if s[0] is None else reasons.code(s[0]) for s in statics], np.int64)[pair]
+            after = np.asarray([-1 if s[1] is None else reasons.code(s[1]) for s in statics], np.int64)[pair]
             code = before.copy()
             open_ = code < 0  # points no rule has coded yet (kept as rules code them, not recomputed per rule)
-            for field_path, broken, template, values in plan_rules(plan, model, view):
+            for field_path, broken, template, values in plan_rules(plan, ps.model_rows(), view):
                 fresh = np.asarray(broken, bool) & open_
                 if ops.any_(fresh):
                     _code_rule(Rule(field_path, broken, template, values()), fresh, code, reasons)
@@ -1486,7 +1490,8 @@ class TwinModel:
                     pairs: np.ndarray, strategies: Sequence[Strategy], reasons: _Reasons, out: PointResults,
                     headroom: float | None, power: Sequence[energy_model.PowerFacts | None]) -> None:
         """The step of the points ``idx`` (``sub``, their ``work``): strategies, schedule, results."""
-        model, ps = sub.model, sub
+        ps = sub
+        model = sub.model_rows()  # its sequence length per point where the points' differ
         hb = self._hierarchy_batch(sub, hierarchies, pairs)
         groups = None
         first, inverse = _factorize(_group_columns(sub))
@@ -1494,7 +1499,7 @@ class TwinModel:
             # Strategies that do not read the schedule, once per group of points differing only in gbs/vp.
             (grp, work_g), hb_g = _take_points(sub, work, first), hb.take(first)
             spans_g = {dim: place_group(*stride_of(grp.plan, work_g.dp, dim), hb_g) for dim in DIMENSIONS}
-            ctx_g = _context(work_g, model, ColumnView(grp.clusters, grp.cluster_ix),
+            ctx_g = _context(work_g, grp.model_rows(), ColumnView(grp.clusters, grp.cluster_ix),
                              ColumnView(grp.calibrations, grp.calibration_ix), hb_g, spans_g,
                              self._batch_cost(grp, hb_g), len(first), None, schedule=False,
                              software=ps.software)
@@ -1517,7 +1522,7 @@ class TwinModel:
                 return dataclasses.replace(ctx, hierarchy=h, cost_fn=self._batch_cost(sub, h))
             part, work_p = _take_points(sub, work, some)
             spans_p = {dim: _take_tree(v, some) for dim, v in spans.items()}
-            return _context(work_p, model, ColumnView(part.clusters, part.cluster_ix),
+            return _context(work_p, part.model_rows(), ColumnView(part.clusters, part.cluster_ix),
                             ColumnView(part.calibrations, part.calibration_ix), h, spans_p,
                             self._batch_cost(part, h), len(some), None, software=ps.software)
 
@@ -1557,6 +1562,8 @@ class TwinModel:
     def _batch_work(self, ps: PointSet, facts: Sequence[ClusterFacts | None]) -> _Work:
         """Compute, work and memory of every point (the work of each distinct key once)."""
         plan, model, cix = ps.plan, ps.model, ps.cluster_ix
+        models = ps.models or (model,)
+        mix = ps.model_ix if ps.model_ix is not None else None
         n_gpus = np.asarray([c.num_gpus for c in ps.clusters], np.int64)[cix]
         dp = np.where(plan.dp > 0, plan.dp, n_gpus // (plan.tp * plan.pp * plan.cp))
         # Devices: one per distinct (GPU, precision, compute calibration).
@@ -1589,16 +1596,20 @@ class TwinModel:
         etp = plan.expert_tp
         _, rc = _categories(plan.recompute)
         _, tr = _categories(plan.trainable)
-        uniq, inv = _factorize([plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
-                                rc, plan.recompute_layers, tr, drow, plan.bf16_layers_start, plan.bf16_layers_end,
-                                plan.pp_first_layers, plan.pp_last_layers, _categories(plan.recompute_modules)[1],
-                                _categories(plan.moe_dispatcher)[1],
-                                np.asarray(pairs_end_stages(plan.schedule), np.int64)])
+        work_cols = [plan.tp, plan.cp, plan.mbs, sp.astype(np.int64), plan.ep, etp, plan.pp,
+                     rc, plan.recompute_layers, tr, drow, plan.bf16_layers_start, plan.bf16_layers_end,
+                     plan.pp_first_layers, plan.pp_last_layers, _categories(plan.recompute_modules)[1],
+                     _categories(plan.moe_dispatcher)[1], np.asarray(pairs_end_stages(plan.schedule), np.int64)]
+        if mix is not None:
+            work_cols.append(mix)
+        uniq, inv = _factorize(work_cols)
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
-        w_u = build_workload(model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
-        stage_u, params_u, expert_u, act_u = self._stage_rows(u_plan, model, u_dev, w_u, devs, drow[uniq],
-                                                              ps.software)
+        u_mix = np.zeros(len(uniq), np.int64) if mix is None else mix[uniq]
+        u_model = model if mix is None else model_rows(model, np.asarray([m.seq_len for m in models], np.int64)[u_mix])
+        w_u = build_workload(u_model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
+        stage_u, params_u, expert_u, act_u = self._stage_rows(u_plan, u_model, u_dev, w_u, devs, drow[uniq],
+                                                              ps.software, models, u_mix)
         # Per point, expanded from the distinct rows where read (subsets compose the indices).
         w, stage, act = ops.TakeView(w_u, inv), ops.TakeView(stage_u, inv), ops.TakeView(act_u, inv)
         dev = ops.TakeView(_device_batch(devs, np.arange(len(devs))), drow)
@@ -1616,28 +1627,37 @@ class TwinModel:
         peaks = np.asarray([[(f or proto).peak_tflops.get(str(p), np.nan) for p in precs] for f in facts])
         gpn = np.asarray([c.gpus_per_node for c in ps.clusters], np.int64)[cix]
         params, expert = rank0_params(plan, params_u[inv], expert_u[inv], w)
-        return _work(plan, model, dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus, gpn,  # type: ignore[arg-type]
-                     model_fwd_flops(model), params=params, expert=expert, act=act,  # type: ignore[arg-type]
+        fwd_flops = model_fwd_flops(model) if mix is None else \
+            np.asarray([model_fwd_flops(m) for m in models], np.float64)[mix]
+        return _work(plan, ps.model_rows(), dp, dev, w, stage, cluster_facts, peaks[cix, pcode], n_gpus,  # type: ignore[arg-type]
+                     gpn, fwd_flops, params=params, expert=expert, act=act,  # type: ignore[arg-type]
                      software=ps.software)
 
     def _stage_rows(self, plan: PlanColumns, model: Model, dev: Device, w: Workload, devs: Sequence[Device],
-                    rows: np.ndarray, sw: Software = DEFAULT_SOFTWARE,
+                    rows: np.ndarray, sw: Software = DEFAULT_SOFTWARE, models: Sequence[Model] = (),
+                    model_rows_ix: np.ndarray | None = None,
                     ) -> tuple[StageTimes, np.ndarray, np.ndarray, ActivationTerms]:
         """:meth:`_stage`'s numbers for distinct work keys (one row each), remembered across batches.
 
         A sweep's batches share most of their work keys (the same degrees on other cluster
         sizes and fabrics): rows seen before come from the cache, the rest are computed over
-        arrays together.
+        arrays together. ``model``: the rows' model (its sequence length per row where they
+        differ: ``models[model_rows_ix[i]]`` is row i's own, which its key names).
         """
-        m_key = (self._key(model), self._key(sw))
+        sw_key = self._key(sw)
+        if model_rows_ix is None or len(models) <= 1:
+            m_keys = [(self._key(models[0] if models else model), sw_key)] * len(rows)
+        else:
+            by_model = [(self._key(m), sw_key) for m in models]
+            m_keys = [by_model[k] for k in model_rows_ix.tolist()]
         d_keys = [self._key(d) for d in devs]
         cols = (plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp, plan.pp, plan.recompute_layers,
                 plan.bf16_layers_start, plan.bf16_layers_end, plan.pp_first_layers, plan.pp_last_layers,
                 np.asarray(pairs_end_stages(plan.schedule)))
         labels = (plan.recompute, plan.trainable, plan.precision, plan.recompute_modules, plan.recipe,
                   plan.moe_dispatcher)
-        keys = [(m_key, d_keys[r], *vals, *names) for r, vals, names in zip(
-            rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
+        keys = [(m_key, d_keys[r], *vals, *names) for m_key, r, vals, names in zip(
+            m_keys, rows.tolist(), zip(*(c.tolist() for c in cols), strict=True),
             zip(*(lab.names().tolist() for lab in labels), strict=True), strict=True)]
         cache = self._stage_cache
         blocks = self._stage_blocks
@@ -1650,9 +1670,10 @@ class TwinModel:
             mi = np.asarray(miss, np.int64)
             m_plan, m_dev = plan.take(mi), _take_tree(dev, mi)
             m_w = _take_tree(w, mi)
-            stage = stage_times(m_plan, model, m_dev, m_w, sw)
+            m_model = model_rows(model, model.seq_len[mi]) if type(model.seq_len) is np.ndarray else model
+            stage = stage_times(m_plan, m_model, m_dev, m_w, sw)
             params, expert = stage_params(m_plan, m_w, stage.layers)
-            act = activation_terms(m_plan, model, m_w, m_dev.flash)
+            act = activation_terms(m_plan, m_model, m_w, m_dev.flash)
             # One block of columns per computed set (a row per key): rows are gathered from
             # the blocks by index, never taken out one by one.
             k = len(mi)
@@ -1728,7 +1749,7 @@ class TwinModel:
 
         plan = ps.plan
         step = st.step_s
-        tokens = plan.gbs * ps.model.seq_len
+        tokens = plan.gbs * ps.seq_len()
         n = work.num_gpus
         flops = work.flops
         put("step_time_s", step)
@@ -1936,9 +1957,13 @@ _NOT_YET = object()
 
 
 def _group_columns(ps: PointSet) -> list[np.ndarray]:
-    """The columns whose distinct rows are the groups: every plan field but gbs and vp, cluster, calibration."""
+    """The columns whose distinct rows are the groups: every plan field but gbs and vp, cluster,
+    calibration and, where the points' differ, the model (its sequence length).
+    """
     plan = ps.plan
     cols = [ps.cluster_ix, ps.calibration_ix]
+    if ps.model_ix is not None:
+        cols.append(ps.model_ix)
     for f in dataclasses.fields(plan):
         if f.name in _SCHEDULE_FIELDS:
             continue
@@ -2005,7 +2030,10 @@ def _rows_context(ctx: EvalContext, rows: np.ndarray, hierarchy: HierarchyBatch,
             return ops.TakeView(v, rows)
         return v
 
-    return EvalContext(plan=ops.TakeView(ctx.plan, rows), model=ctx.model, cluster=take(ctx.cluster),
+    model = ctx.model
+    if type(model.seq_len) is np.ndarray:
+        model = model_rows(model, model.seq_len[rows])
+    return EvalContext(plan=ops.TakeView(ctx.plan, rows), model=model, cluster=take(ctx.cluster),
                        calibration=take(ctx.calibration), dp=take(ctx.dp), microbatches=None,
                        device=take(ctx.device), workload=take(ctx.workload), hierarchy=hierarchy,
                        spans={dim: ops.TakeView(v, rows) for dim, v in ctx.spans.items()}, stage=take(ctx.stage),
@@ -2123,7 +2151,10 @@ def _point_context(ctx: EvalContext, i: int) -> EvalContext:
     one_plan = plan.plan(i)
     cluster = ctx.cluster.distinct()
     calib = ctx.calibration.distinct()
-    scenario = Scenario(cluster=cluster[0][int(cluster[1][i])], model=ctx.model, plan=one_plan,
+    model = ctx.model
+    if type(model.seq_len) is np.ndarray:  # a batch whose points differ in sequence length
+        model = dataclasses.replace(model, seq_len=int(model.seq_len[i]))
+    scenario = Scenario(cluster=cluster[0][int(cluster[1][i])], model=model, plan=one_plan,
                         calibration=calib[0][int(calib[1][i])], software=ctx.software)
     hb = ctx.hierarchy
     assert isinstance(hb, HierarchyBatch)
@@ -2133,7 +2164,7 @@ def _point_context(ctx: EvalContext, i: int) -> EvalContext:
     def cost(op: str, size: float, span: GroupSpan, algorithm: str | None = None) -> CollectiveCost:
         return collective_cost(op, size, span, h, algorithm)
 
-    return EvalContext(plan=one_plan, model=ctx.model, cluster=scenario.cluster, calibration=scenario.calibration,
+    return EvalContext(plan=one_plan, model=model, cluster=scenario.cluster, calibration=scenario.calibration,
                        dp=_take_tree(ctx.dp, i), microbatches=_take_tree(ctx.microbatches, i),
                        device=_take_tree(ctx.device, i), workload=_take_tree(ctx.workload, i), hierarchy=h,
                        spans=spans, stage=_take_tree(ctx.stage, i), params_per_gpu=_take_tree(ctx.params_per_gpu, i),

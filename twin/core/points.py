@@ -1,7 +1,8 @@
 """A batch of points for the step model: one model, many plans, clusters and calibrations.
 
 A :class:`PointSet` is what ``TwinModel.evaluate_points`` takes: the model the points
-share (its layer list is the batch's structure), the distinct clusters and calibrations
+share (its layer list is the batch's structure; the points may differ in sequence length,
+see :func:`model_rows`), the distinct clusters and calibrations
 with, per point, the index of its own, and the plan as :class:`PlanColumns` (one numpy
 array per :class:`~twin.core.specs.Plan` field). Strategies read a batch's plan exactly as
 they read one plan (``plan.tp``, ``plan.overlap.p2p``, ``plan.offload.optimizer``,
@@ -96,6 +97,7 @@ class OffloadColumns:
 
 
 _PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if f.init)
+_MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(Model))
 _PLAN_GETTER = operator.attrgetter(*_PLAN_FIELDS)
 _MODEL, _SOFTWARE, _STRATEGIES = (operator.attrgetter(a) for a in ("model", "software", "strategies"))
 _CLUSTER, _CALIBRATION, _PLAN, _NAME = (operator.attrgetter(a) for a in ("cluster", "calibration", "plan", "name"))
@@ -260,6 +262,29 @@ class ColumnView:
         return self._objects, self._index
 
 
+def model_rows(model: Model, seq_len: np.ndarray) -> Model:
+    """``model`` with one sequence length per row: what the batch path hands the step model
+    when its points differ in sequence length only.
+
+    The sequence length is a number the step model computes with (tokens per micro-batch,
+    attention pairs, activation bytes), like a plan field, so it can be a column like them;
+    everything else of the model is the batch's structure. Such a view is for arithmetic
+    only: it is never hashed or used as a cache key (its caches key on the real models).
+    """
+    view = object.__new__(Model)
+    for name in _MODEL_FIELDS:
+        object.__setattr__(view, name, getattr(model, name))
+    object.__setattr__(view, "seq_len", seq_len)
+    return view
+
+
+def model_structure(model: Model) -> Model:
+    """``model`` without its sequence length (set to 1): models with equal structures can
+    share a batch (:class:`PointSet` ``models``).
+    """
+    return model if model.seq_len == 1 else dataclasses.replace(model, seq_len=1)
+
+
 @dataclass
 class PointSet:
     """Points sharing one model, one software stack and one strategy selection: distinct
@@ -269,6 +294,9 @@ class PointSet:
 
     ``cluster_ix[i]`` / ``calibration_ix[i]``: the cluster / calibration of point ``i``.
     ``names``: optional scenario names (one per point) for the estimates built from it.
+    ``models`` / ``model_ix``: where the points differ in sequence length, the distinct
+    models (equal but for ``seq_len``: :func:`model_structure`; ``model`` is the first) and,
+    per point, the index of its own; None: every point has ``model``.
     """
 
     model: Model
@@ -280,27 +308,45 @@ class PointSet:
     names: Sequence[str] | None = None
     software: Software = DEFAULT_SOFTWARE
     strategies: Strategies = DEFAULT_STRATEGIES
+    models: Sequence[Model] | None = None
+    model_ix: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.cluster_ix)
 
     def take(self, index: np.ndarray) -> PointSet:
-        """The points in ``index`` (same distinct clusters and calibrations)."""
+        """The points in ``index`` (same distinct clusters, calibrations and models)."""
         names = None if self.names is None else [self.names[int(i)] for i in index]
         return PointSet(self.model, self.clusters, self.cluster_ix[index], self.calibrations,
-                        self.calibration_ix[index], self.plan.take(index), names, self.software, self.strategies)
+                        self.calibration_ix[index], self.plan.take(index), names, self.software, self.strategies,
+                        self.models, None if self.model_ix is None else self.model_ix[index])
+
+    def seq_len(self) -> Any:
+        """Per point, its sequence length (a plain int when every point has ``model``'s)."""
+        if self.models is None or self.model_ix is None:
+            return self.model.seq_len
+        return np.asarray([m.seq_len for m in self.models], np.int64)[self.model_ix]
+
+    def model_rows(self) -> Model:
+        """The model with its sequence length per point (:func:`model_rows`), or ``model``
+        itself when every point has it.
+        """
+        seq = self.seq_len()
+        return model_rows(self.model, seq) if type(seq) is np.ndarray else self.model
 
     def scenario(self, i: int) -> Scenario:
         """Point ``i`` as a :class:`Scenario`."""
-        return Scenario(cluster=self.clusters[int(self.cluster_ix[i])], model=self.model,
+        model = self.model if self.models is None or self.model_ix is None else self.models[int(self.model_ix[i])]
+        return Scenario(cluster=self.clusters[int(self.cluster_ix[i])], model=model,
                         plan=self.plan.plan(i), name="" if self.names is None else self.names[i],
                         calibration=self.calibrations[int(self.calibration_ix[i])], software=self.software,
                         strategies=self.strategies)
 
     @classmethod
     def from_scenarios(cls, scenarios: Sequence[Scenario]) -> PointSet:
-        """The points of ``scenarios``, which must share one model, one software stack and one
-        strategy selection (by value).
+        """The points of ``scenarios``, which must share one software stack, one strategy
+        selection and one model (by value), or models that differ in sequence length only
+        (``models`` / ``model_ix``).
         """
         if not scenarios:
             raise ValueError("a point set needs at least one scenario")
@@ -310,10 +356,26 @@ class PointSet:
         n = len(scenarios)
         # Each check and index below runs in C (list.count compares by identity first, then
         # by value, as the per-scenario test it replaces did): ~1 us a point less, measured.
-        for attr, shared, what in ((_MODEL, model, "model"), (_SOFTWARE, software, "software stack"),
+        for attr, shared, what in ((_SOFTWARE, software, "software stack"),
                                    (_STRATEGIES, strategies, "strategy selection")):
             if list(map(attr, scenarios)).count(shared) != n:
                 raise ValueError(f"every scenario of a point set must have the same {what}")
+        every_m = list(map(_MODEL, scenarios))
+        models: list[Model] | None = None
+        mix: np.ndarray | None = None
+        if every_m.count(model) != n:
+            structure = model_structure(model)
+            models, mrow = [], {}
+            by_value: dict[Model, int] = {}
+            for m in {id(m): m for m in every_m}.values():
+                if model_structure(m) != structure:
+                    raise ValueError("every scenario of a point set must have the same model, "
+                                     "or models that differ in seq_len only")
+                k = by_value.setdefault(m, len(models))
+                if k == len(models):
+                    models.append(m)
+                mrow[id(m)] = k
+            mix = np.fromiter(map(mrow.__getitem__, map(id, every_m)), np.int64, n)
         every_c = list(map(_CLUSTER, scenarios))
         by_id_c = {id(c): c for c in every_c}
         clusters: list[Cluster] = list(by_id_c.values())
@@ -343,4 +405,4 @@ class PointSet:
             columns = PlanColumns.from_plans(list(distinct.values()), pix)
         return cls(model=model, clusters=clusters, cluster_ix=cix, calibrations=cals, calibration_ix=kix,
                    plan=columns, names=list(map(_NAME, scenarios)),
-                   software=software, strategies=strategies)
+                   software=software, strategies=strategies, models=models, model_ix=mix)

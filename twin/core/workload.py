@@ -178,7 +178,7 @@ def _attention(model: Model, tp: int, cp: int, mbs: int, sp: bool, tokens: int) 
         kv_len = (doc + 1) / 2.0
     pairs = full_pairs
     if model.sliding_window is not None:
-        w = min(model.sliding_window.window, doc)
+        w = ops.minimum(model.sliding_window.window, doc)  # doc: per row in a batch of sequence lengths
         win_pairs = s * w - (s / doc) * w * (w - 1) / 2.0     # per document: l*w - w(w-1)/2
         frac = 0.5 if model.sliding_window.every_other_layer else 1.0
         pairs = (1 - frac) * full_pairs + frac * win_pairs
