@@ -237,6 +237,24 @@ def test_cp_comm_types_run_on_the_batch_path_and_match(engine):
     assert set(ran) == {"p2p", "all_gather", "a2a"}, ran
 
 
+def test_a_sequence_length_axis_is_one_batch_and_matches(engine):
+    """model.seq_len as an axis: models that differ in it only are one point set (the length a
+    column of the batch), each point as the scalar path gives it; cp rules see each length."""
+    spec = {"name": "seq", "base": {"cluster": {"system": "DGX-H100", "num_gpus": 64},
+                                    "model": {"preset": "llama3.1-8b", "seq_len": 4096},
+                                    "plan": {"tp": 2, "mbs": 1, "gbs": 64}},
+            "axes": [{"path": "model.seq_len", "values": [2048, 3002, 8192, 16384]},
+                     {"path": "plan.cp", "values": [1, 2, 4]},
+                     {"path": "plan.recompute", "values": ["none", "selective"]}]}
+    ran = grid_matches(engine, spec, "cp")
+    assert set(ran) == {1, 2, 4}
+    batch = SweepSource(parse_spec({"mode": "grid", **spec}), engine.catalog).batch(0, 24)
+    ev = SweepEvaluator(engine).evaluate(batch)
+    assert len(batch.models) == 4 and ev.stats["batches"] == 1
+    refused = [i for i in range(24) if ev.reason_ix[i] >= 0 and ev.reasons[ev.reason_ix[i]].startswith("plan.cp")]
+    assert [batch.scenario(i).model.seq_len for i in refused] == [3002] * 4   # 2*cp of 2 and 4 must divide it
+
+
 class Checkpointing(Strategy):
     """A third-party strategy: saving a checkpoint shard every step costs 10 ms plus its
     bytes over the NICs (vectorised: plain arithmetic works on numbers and arrays)."""

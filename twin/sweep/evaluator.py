@@ -17,11 +17,13 @@ import numpy as np
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
 from twin.core.evaluate import Pruner, energy_values
+from twin.core.points import model_structure
 from twin.core.units import GIB
 from twin.sweep.metrics import EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
 from twin.sweep.points import PointBatch
 
 if TYPE_CHECKING:
+    from twin.core.specs import Model
     from twin.engine import Engine
 
 
@@ -113,11 +115,18 @@ class SweepEvaluator:
 
         errs = np.asarray([code(e) for e in batch.errors] + [-1], np.int64)
         out.reason_ix[:] = errs[batch.error_ix]
-        # One point set per (model, strategy selection): the structure a batch of the step model shares.
+        # One point set per (model structure, strategy selection): the structure a batch of the
+        # step model shares (models that differ in seq_len only are one: points.model_structure).
         strategies_ix = batch.strategy_index()
-        for j in range(len(batch.models)):
+        structures: dict[Model, list[int]] = {}
+        for j, m in enumerate(batch.models):
+            structures.setdefault(model_structure(m), []).append(j)
+        for models in structures.values():
+            of_structure = batch.model_ix == models[0]
+            for j in models[1:]:
+                of_structure |= batch.model_ix == j
             for k in range(len(batch.strategies)):
-                idx = np.flatnonzero((batch.model_ix == j) & (strategies_ix == k) & (batch.error_ix < 0))
+                idx = np.flatnonzero(of_structure & (strategies_ix == k) & (batch.error_ix < 0))
                 if len(idx):
                     self._evaluate_model(batch, idx, out, code)
         out.reasons = list(codes)
@@ -125,6 +134,7 @@ class SweepEvaluator:
 
     def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, out: Evaluated, code: Any) -> None:
         ps = batch.point_set(idx)
+        out.stats["batches"] = out.stats.get("batches", 0) + 1  # point sets, each one structure
         # Sparse: a batch's feasible points are a fraction of it; their numbers are read as they are.
         res = self.model.evaluate_points(ps, memory_headroom=self.headroom, prune=self.pruner, sparse=True)
         for key in ("evaluated", "scalar_points", "groups", "pruned"):

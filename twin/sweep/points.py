@@ -110,14 +110,21 @@ class PointBatch:
                         software=self.software, strategies=self.strategies[int(self.strategy_index()[i])])
 
     def point_set(self, idx: np.ndarray) -> PointSet:
-        """The points in ``idx`` (which must share one model and one strategy selection, and have no error)."""
+        """The points in ``idx`` (which must share one model structure and one strategy selection,
+        and have no error; models that differ in seq_len only: ``PointSet.models``).
+        """
         # Every point (0 .. n-1, ascending): the columns as they are, not copied.
         whole = len(idx) == len(self) and idx[0] == 0 and bool((idx[1:] > idx[:-1]).all())
-        return PointSet(model=self.models[int(self.model_ix[idx[0]])], clusters=self.clusters,
+        mix = self.model_ix if whole else self.model_ix[idx]
+        used, rows = np.unique(mix, return_inverse=True)
+        several = len(used) > 1
+        return PointSet(model=self.models[int(used[0])], clusters=self.clusters,
                         cluster_ix=self.cluster_ix if whole else self.cluster_ix[idx], calibrations=self.calibrations,
                         calibration_ix=self.calibration_ix if whole else self.calibration_ix[idx],
                         plan=self.plan if whole else self.plan.take(idx), software=self.software,
-                        strategies=self.strategies[int(self.strategy_index()[idx[0]])])
+                        strategies=self.strategies[int(self.strategy_index()[idx[0]])],
+                        models=[self.models[int(u)] for u in used] if several else None,
+                        model_ix=rows.reshape(-1).astype(np.int64) if several else None)
 
 
 class _Interned:
