@@ -636,6 +636,7 @@ class TwinModel:
         self._facts: dict[Any, ClusterFacts] = {}
         self._stages: dict[Any, StageTimes] = {}
         self._static: dict[Any, tuple[str | None, str | None]] = {}
+        self._structures: dict[int, int] = {}  # model key -> its structure's key (model_structure)
         self._reports: dict[Any, tuple[Hierarchy, dict[str, object]]] = {}
         self._power: dict[Any, energy_model.PowerFacts] = {}
         self._groups_seen: dict[Any, _GroupMemo] = {}
@@ -1331,7 +1332,7 @@ class TwinModel:
             group = by_ids.get(ids)
             if group is None:
                 group = by_ids[ids] = by_model.setdefault(
-                    (self._key(model_structure(scn.model)), self._key(scn.software), self._key(scn.strategies)), [])
+                    (self._structure_key(scn.model), self._key(scn.software), self._key(scn.strategies)), [])
             group.append(i)
         for idx in by_model.values():
             out.stats["batches"] += 1  # point sets evaluated over arrays, each one structure
@@ -1350,6 +1351,18 @@ class TwinModel:
                     out.stats[k] = out.stats.get(k, 0) + v
         _zero_missing_exposed(out)
         return out
+
+    def _structure_key(self, model: Model) -> int:
+        """The key of ``model``'s structure (:func:`~twin.core.points.model_structure`): equal for
+        models that differ in sequence length only, which share a batch.
+        """
+        key = self._key(model)
+        hit = self._structures.get(key)
+        if hit is None:
+            if len(self._structures) > _CACHE_LIMIT:
+                self._structures.clear()
+            hit = self._structures[key] = self._key(model_structure(model))
+        return hit
 
     def _static_reasons(self, cluster: Cluster, model: Model) -> tuple[str | None, str | None]:
         """(the first cluster/model rule broken, the first fabric rule broken) of a pair."""
