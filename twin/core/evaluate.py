@@ -1504,7 +1504,7 @@ class TwinModel:
                     headroom: float | None, power: Sequence[energy_model.PowerFacts | None]) -> None:
         """The step of the points ``idx`` (``sub``, their ``work``): strategies, schedule, results."""
         ps = sub
-        model = sub.model_rows()  # its sequence length per point where the points' differ
+        model = sub.model_rows()  # with each point's sequence length where the points' lengths differ
         hb = self._hierarchy_batch(sub, hierarchies, pairs)
         groups = None
         first, inverse = _factorize(_group_columns(sub))
@@ -1576,7 +1576,7 @@ class TwinModel:
         """Compute, work and memory of every point (the work of each distinct key once)."""
         plan, model, cix = ps.plan, ps.model, ps.cluster_ix
         models = ps.models or (model,)
-        mix = ps.model_ix if ps.model_ix is not None else None
+        mix = ps.model_ix  # None: every point has ``model``
         n_gpus = np.asarray([c.num_gpus for c in ps.clusters], np.int64)[cix]
         dp = np.where(plan.dp > 0, plan.dp, n_gpus // (plan.tp * plan.pp * plan.cp))
         # Devices: one per distinct (GPU, precision, compute calibration).
@@ -1971,7 +1971,7 @@ _NOT_YET = object()
 
 def _group_columns(ps: PointSet) -> list[np.ndarray]:
     """The columns whose distinct rows are the groups: every plan field but gbs and vp, cluster,
-    calibration and, where the points' differ, the model (its sequence length).
+    calibration and, where the points' sequence lengths differ, the model.
     """
     plan = ps.plan
     cols = [ps.cluster_ix, ps.calibration_ix]
