@@ -1619,7 +1619,7 @@ class TwinModel:
         u_plan = plan.take(uniq)
         u_dev = _device_batch(devs, drow[uniq])
         u_mix = np.zeros(len(uniq), np.int64) if mix is None else mix[uniq]
-        u_model = model if mix is None else model_rows(model, np.asarray([m.seq_len for m in models], np.int64)[u_mix])
+        u_model = model if mix is None else model_rows(model, ps.seq_len()[uniq])
         w_u = build_workload(u_model, u_plan.tp, u_plan.cp, u_plan.mbs, u_plan.sp, u_plan.ep, u_plan.expert_tp)
         stage_u, params_u, expert_u, act_u = self._stage_rows(u_plan, u_model, u_dev, w_u, devs, drow[uniq],
                                                               ps.software, models, u_mix)

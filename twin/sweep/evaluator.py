@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from twin.core import ops
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
 from twin.core.evaluate import Pruner, energy_values
@@ -122,9 +123,7 @@ class SweepEvaluator:
         for j, m in enumerate(batch.models):
             structures.setdefault(model_structure(m), []).append(j)
         for models in structures.values():
-            of_structure = batch.model_ix == models[0]
-            for j in models[1:]:
-                of_structure |= batch.model_ix == j
+            of_structure = ops.isin(batch.model_ix, models)
             for k in range(len(batch.strategies)):
                 idx = np.flatnonzero(of_structure & (strategies_ix == k) & (batch.error_ix < 0))
                 if len(idx):

@@ -116,7 +116,7 @@ class PointBatch:
         # Every point (0 .. n-1, ascending): the columns as they are, not copied.
         whole = len(idx) == len(self) and idx[0] == 0 and bool((idx[1:] > idx[:-1]).all())
         mix = self.model_ix if whole else self.model_ix[idx]
-        used, rows = np.unique(mix, return_inverse=True)
+        used, rows = ops.unique_ints(mix, len(self.models))  # no sort: few models
         several = len(used) > 1
         return PointSet(model=self.models[int(used[0])], clusters=self.clusters,
                         cluster_ix=self.cluster_ix if whole else self.cluster_ix[idx], calibrations=self.calibrations,
