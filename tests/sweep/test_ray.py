@@ -82,6 +82,20 @@ def batch_tasks(sample_s: float = 0.3) -> list[int]:
     return busy
 
 
+def batch_pids(busy: Path) -> set[int]:
+    """PIDs of the workers that reported running a batch of a ``_reporting_pids`` recipe."""
+    return {int(p.name) for p in busy.iterdir() if p.name.isdigit()}
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: its ``/proc/PID/stat`` exists and its state (field 3) is not zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _cpu_s(pid: int) -> float | None:
     """User + system CPU seconds of ``pid`` (fields 14 and 15 of ``/proc/PID/stat``, proc(5));
     None once it has exited."""
@@ -250,13 +264,15 @@ def test_inline_and_ray_give_identical_results(head, engine, job, inline_result)
     assert_same(r, inline_result)
 
 
-def _reporting_pids(space: Any, busy: Path, spin_s: float = 0.0) -> Any:
+def _reporting_pids(space: Any, busy: Path, spin_s: float = 0.0, ignore_interrupt: bool = False) -> Any:
     """A recipe evaluating ``space``'s points whose batches first write their worker's PID as a
     file in ``busy``: the killer learns which process runs a batch from the batch itself.
 
     With ``spin_s`` a batch then evaluates its points over and over for that many seconds: it is
     certainly running (and keeps its core busy) when a test cancels, however fast the machine,
-    so only ``ray.cancel`` can stop it early.
+    so only ``ray.cancel`` can stop it early. With ``ignore_interrupt`` too, it swallows the
+    ``KeyboardInterrupt`` a non-forced ``ray.cancel`` raises (noting ``PID.interrupted`` in
+    ``busy``) and spins on: a batch only a forced cancel stops.
 
     Defined in a function so that Ray pickles it by value (the workers need not import this
     test module); a job with it goes to the workers through ``ray.put``.
@@ -272,7 +288,12 @@ def _reporting_pids(space: Any, busy: Path, spin_s: float = 0.0) -> Any:
             out = self.inner.batch(start, stop)
             end = time.monotonic() + spin_s
             while time.monotonic() < end:
-                out = self.inner.batch(start, start + 1)
+                try:
+                    out = self.inner.batch(start, start + 1)
+                except KeyboardInterrupt:
+                    if not ignore_interrupt:
+                        raise
+                    (busy / f"{os.getpid()}.interrupted").touch()
             return out
 
     class Reporting:
@@ -317,37 +338,67 @@ def test_killed_worker_batch_is_retried_every_point_once(head, engine, job, inli
     assert_same(r, inline_result)
 
 
-def test_cancel_stops_the_ray_tasks(head, engine, tmp_path):
+def _cancel_spinning_sweep(engine: Any, head: str, busy: Path, ignore_interrupt: bool) -> dict[str, Any]:
+    """Run a sweep whose batches each spin 90 s on the Ray ``head``, cancel it as soon as one
+    batch reports running, and watch (20 s at most) for a reported batch worker still busy."""
     space = space_for(engine, "llama3.1-8b", "DGX-H100", 16, gbs=32)
-    busy = tmp_path / "busy"
-    busy.mkdir()
-    # Each batch would run 90 s: a sweep that ends well within the 20 s below was cancelled.
-    job = dataclasses.replace(plan_job(space, settings=SETTINGS), recipe=_reporting_pids(space, busy, 90.0),
-                              token=uuid.uuid4().hex)
+    job = dataclasses.replace(plan_job(space, settings=SETTINGS),
+                              recipe=_reporting_pids(space, busy, 90.0, ignore_interrupt), token=uuid.uuid4().hex)
     cancel = threading.Event()
     ex = RayExecutor(address=head)
     result = None
-    started: list[str] = []
+    started: set[int] = set()
     t0 = time.monotonic()
     try:
         for ev in events(job, ex, cancel=cancel, batch_points=max(1, job.total // 4)):
             if isinstance(ev, Progress) and not cancel.is_set():
-                started = [p.name for p in busy.iterdir()]
+                started = batch_pids(busy)
                 if started:
                     cancel.set()
             if isinstance(ev, Finished):
                 result = ev.result
+        # Only the processes that ran a batch: the raylet or a worker Ray starts afresh may be busy too.
         deadline = time.monotonic() + 20
-        still_running = batch_tasks()
+        still_running = set(batch_tasks()) & batch_pids(busy)
         while still_running and time.monotonic() < deadline:
-            still_running = batch_tasks()
+            still_running = set(batch_tasks()) & batch_pids(busy)
     finally:
         ex.close()
-    assert started, "no batch reported running"
-    assert result is not None and result.cancelled and result.done < job.total
+    return {"started": started, "result": result, "total": job.total, "executor": ex,
+            "still_running": still_running, "elapsed_s": time.monotonic() - t0}
+
+
+def test_cancel_stops_the_ray_tasks(head, engine, tmp_path):
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    # Each batch would run 90 s: a sweep that ends well within the 20 s watched was cancelled.
+    run = _cancel_spinning_sweep(engine, head, busy, ignore_interrupt=False)
+    result, ex = run["result"], run["executor"]
+    assert run["started"], "no batch reported running"
+    assert result is not None and result.cancelled and result.done < run["total"]
     assert ex.cancelled_tasks >= 1 and result.stats["cancelled_tasks"] >= 1
-    assert still_running == []           # no worker is still evaluating a batch
-    assert time.monotonic() - t0 < 60    # far less than one batch's 90 s
+    assert run["still_running"] == set()     # no worker is still evaluating a batch
+    assert run["elapsed_s"] < 60             # far less than one batch's 90 s
+
+
+def test_cancel_kills_a_batch_that_ignores_the_interrupt(head, engine, tmp_path):
+    """A batch that swallows the non-forced cancel's KeyboardInterrupt is force-cancelled after
+    the grace: its worker is killed, and the sweep still ends long before the batch would."""
+    from twin.sweep.ray_exec import CANCEL_FORCE_WAIT_S, CANCEL_GRACE_S
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    run = _cancel_spinning_sweep(engine, head, busy, ignore_interrupt=True)
+    result, ex = run["result"], run["executor"]
+    interrupted = {int(p.name.split(".")[0]) for p in busy.glob("*.interrupted")}
+    assert run["started"], "no batch reported running"
+    assert interrupted, "the non-forced cancel never reached a batch"
+    assert result is not None and result.cancelled and result.done < run["total"]
+    assert ex.forced_cancels >= 1
+    assert run["still_running"] == set()
+    assert not any(_alive(pid) for pid in interrupted)   # their workers were killed
+    assert run["elapsed_s"] < CANCEL_GRACE_S + CANCEL_FORCE_WAIT_S + 50
+    assert cluster_alive(head)
 
 
 def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, caplog):

@@ -16,7 +16,11 @@ task's spec; a bigger one is ``ray.put`` once (see :func:`_job_argument`). Batch
 point ids go out as tasks, at most ``2 x workers`` in flight; a ``ray.wait`` loop yields each
 finished batch (and a heartbeat every half second). A task whose worker died (killed, OOM, node lost) is
 resubmitted (up to ``max_retries`` times); results are merged by batch index, so every
-point counts exactly once. Cancelling cancels the in-flight tasks with ``ray.cancel``.
+point counts exactly once. Cancelling cancels the in-flight tasks with ``ray.cancel``: first
+without force (a ``KeyboardInterrupt`` in the batch, which leaves the worker and its warm engines
+alive); a task still running ``CANCEL_GRACE_S`` later (the interrupt was lost: swallowed by code that
+ignores it, or raced with the task's start) is cancelled again with ``force=True``, which kills
+its worker process; Ray starts a fresh one. A cancelled sweep therefore leaves no batch running.
 """
 
 from __future__ import annotations
@@ -40,7 +44,10 @@ from twin.sweep.reduce import BatchResult
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 0.5
-CANCEL_WAIT_S = 10.0
+# A non-forced cancel stops a batch within milliseconds (the interrupt lands at the next bytecode);
+# one still running after the grace has lost it and is force-killed, then waited for again.
+CANCEL_GRACE_S = 5.0
+CANCEL_FORCE_WAIT_S = 5.0
 # Ray inlines a task argument below max_direct_call_object_size (100 KiB, Ray's
 # src/ray/common/ray_config_def.h) in the task spec itself; a bigger one goes to the object store.
 INLINE_JOB_BYTES = 100 * 1024
@@ -139,6 +146,7 @@ class RayExecutor:
         self.max_retries = max_retries
         self.retried = 0            # totals over every sweep run on this executor
         self.cancelled_tasks = 0
+        self.forced_cancels = 0     # cancelled tasks that outlived the grace and had their worker killed
         self.mode = ""            # "session" (joined), "connected" (explicit address) or "started"
         self._lock = threading.Lock()
         if address is None and os.environ.get("RAY_ADDRESS"):
@@ -236,16 +244,27 @@ class RayExecutor:
                 stats["cancelled_tasks"] += len(in_flight)
 
     def _cancel(self, refs: list[Any]) -> None:
+        """Cancel ``refs`` and wait (bounded) until they have stopped, so their CPUs are free:
+        non-forced first, then forced for any still running after ``CANCEL_GRACE_S``.
+        """
         ray = self._ray
-        for ref in refs:
-            try:
-                ray.cancel(ref, force=False, recursive=True)
-            except Exception as err:  # already finished or lost: nothing to stop
-                log.debug("cancel %s: %s", ref, err)
-        # Wait (bounded) until the cancelled tasks have stopped, so their CPUs are free.
-        ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
+        self._send_cancel(refs, force=False)
+        _, running = ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
+        if running:
+            log.warning("%d cancelled sweep batch(es) still running after %.0f s; killing their workers",
+                        len(running), CANCEL_GRACE_S)
+            self._send_cancel(running, force=True)
+            ray.wait(running, num_returns=len(running), timeout=CANCEL_FORCE_WAIT_S)
         with self._lock:
             self.cancelled_tasks += len(refs)
+            self.forced_cancels += len(running)
+
+    def _send_cancel(self, refs: list[Any], *, force: bool) -> None:
+        for ref in refs:
+            try:
+                self._ray.cancel(ref, force=force, recursive=True)
+            except Exception as err:  # already finished or lost: nothing to stop
+                log.debug("cancel %s (force=%s): %s", ref, force, err)
 
     def mapper(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> list[Any]:
         """``map(fn, tasks)`` as Ray tasks, results in task order (e.g. failure Monte-Carlo
