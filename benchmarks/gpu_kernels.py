@@ -1,0 +1,229 @@
+"""Measure on a real GPU what the compute model assumes: GEMM throughput by shape and
+precision, HBM bandwidth, fused attention. Needs PyTorch with CUDA; the twin never needs it.
+
+It writes a JSON file of measurements (the GPU, clocks, each shape's median time) that
+``validation/kernels.py`` compares with the twin's ``twin.core.compute`` per shape.
+Method (the workplace's device notes, METHOD.md): random inputs, never zeros; warm-up
+first; CUDA-event timing, median of repeats; inputs rotated over several buffers when a
+shape's operands fit in L2, so repeats do not measure the cache.
+
+Shapes: the linear layers of Llama 3.1 8B and 70B (QKV, attention output, MLP up+gate,
+MLP down) at tensor-parallel degree 1-8 and 2,048-16,384 tokens per micro-batch, in each
+of their three passes (forward (m,n,k), data gradient (m,k,n), weight gradient (k,n,m)).
+
+    python benchmarks/gpu_kernels.py --out kernels.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import time
+from typing import Any
+
+# (name, hidden, ffn, heads, kv_heads): Llama 3 paper Table 3 / the models' config.json.
+MODELS = (("llama3.1-8b", 4096, 14336, 32, 8), ("llama3.1-70b", 8192, 28672, 64, 8))
+TOKENS = (2048, 4096, 8192, 16384)
+TP = (1, 2, 4, 8)
+HEAD_DIM = 128
+L2_BYTES = 60e6      # H200: 60 MB of L2 (torch.cuda.get_device_properties reports it)
+
+
+def linear_shapes() -> list[dict[str, Any]]:
+    """Every (model, layer, tp, tokens, pass) GEMM as (m, n, k)."""
+    out = []
+    for model, h, ffn, heads, kv in MODELS:
+        for tp in TP:
+            layers = {"qkv": ((heads + 2 * kv) * HEAD_DIM // tp, h), "proj": (h, heads * HEAD_DIM // tp),
+                      "fc1": (2 * ffn // tp, h), "fc2": (h, ffn // tp)}
+            for tokens in TOKENS:
+                for layer, (n, k) in layers.items():
+                    passes = {"fwd": (tokens, n, k), "dgrad": (tokens, k, n), "wgrad": (k, n, tokens)}
+                    for name, (m_, n_, k_) in passes.items():
+                        out.append({"model": model, "layer": layer, "tp": tp, "tokens": tokens, "pass": name,
+                                    "m": m_, "n": n_, "k": k_})
+    return out
+
+
+def median_ms(torch: Any, fn: Any, reps: int) -> float:
+    """Median milliseconds of ``fn()`` over ``reps`` event-timed runs (after a warm-up)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def gemm_runner(torch: Any, m: int, n: int, k: int, precision: str) -> tuple[Any, Any]:
+    """(a function running one GEMM over rotating inputs, a check of its result)."""
+    dev = "cuda"
+    op_bytes = (m * k + k * n) * (1 if precision == "fp8" else 2) + m * n * 2
+    sets = max(1, min(8, int(3 * L2_BYTES // op_bytes) + 1))
+    a_list = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(sets)]
+    b_list = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(sets)]
+    state = {"i": 0}
+    if precision == "bf16":
+        bt = [b.t() for b in b_list]
+
+        def run() -> Any:
+            i = state["i"] = (state["i"] + 1) % sets
+            return a_list[i] @ bt[i]
+    else:
+        # Tensorwise-scaled E4M3 (Transformer Engine's delayed/current scaling GEMM): the
+        # second operand column-major, as cuBLASLt's FP8 GEMM requires.
+        f8 = torch.float8_e4m3fn
+        a8 = [x.to(f8) for x in a_list]
+        b8 = [x.to(f8).t() for x in b_list]
+        one = torch.ones((), device=dev, dtype=torch.float32)
+
+        def run() -> Any:
+            i = state["i"] = (state["i"] + 1) % sets
+            return torch._scaled_mm(a8[i], b8[i], scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    def check() -> float:
+        state["i"] = sets - 1   # the next run uses set 0
+        got = run().float()
+        ref = a_list[0].float() @ b_list[0].float().t()
+        return float((got - ref).norm() / ref.norm())
+
+    return run, check
+
+
+def hbm(torch: Any) -> dict[str, float]:
+    """Device-to-device copy (bytes read + written) and a read-only reduction, TB/s."""
+    n = 2 * 1024**3 // 2   # 2 GiB of bf16
+    src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(torch, lambda: dst.copy_(src), 20)
+    read_ms = median_ms(torch, lambda: src.sum(dtype=torch.float32), 20)
+    return {"copy_TBps": 2 * n * 2 / (copy_ms * 1e-3) / 1e12, "read_TBps": n * 2 / (read_ms * 1e-3) / 1e12}
+
+
+def attention(torch: Any) -> list[dict[str, Any]]:
+    """Causal flash attention (SDPA's flash backend), bf16, head dim 128, Llama 3.1 8B heads."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = []
+    heads, kv = 32, 8
+    for seq in (2048, 4096, 8192, 16384):
+        batch = max(1, 16384 // seq)
+        q = torch.randn(batch, heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k_ = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        # The FLOPs FlashAttention's papers count: 4 * b * h * s^2 * d forward, halved by the causal mask.
+        flops_fwd = 4.0 * batch * heads * seq * seq * HEAD_DIM / 2
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            def fwd(q: Any = q, k_: Any = k_, v: Any = v) -> Any:
+                return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=True, enable_gqa=True)
+            fwd_ms = median_ms(torch, fwd, 10)
+            o = fwd()
+            g = torch.randn_like(o)
+
+            def bwd(o: Any = o, g: Any = g, inputs: Any = (q, k_, v)) -> Any:
+                return torch.autograd.grad(o, inputs, g, retain_graph=True)
+            bwd_ms = median_ms(torch, bwd, 10)
+        out.append({"seq": seq, "batch": batch, "heads": heads, "kv_heads": kv, "head_dim": HEAD_DIM,
+                    "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_TFLOPs": flops_fwd / (fwd_ms * 1e-3) / 1e12,
+                    "bwd_TFLOPs": 2.5 * flops_fwd / (bwd_ms * 1e-3) / 1e12})
+    return out
+
+
+def grouped(torch: Any, reps: int) -> list[dict[str, Any]]:
+    """Mixtral 8x7B's expert MLP as one grouped bf16 GEMM (``torch._grouped_mm``): experts
+    per rank 8/ep, each with tokens x top-2 / 8 rows, up+gate (n = 2 x ffn) and down."""
+    out = []
+    h, ffn, experts, top_k = 4096, 14336, 8, 2
+    for ep in (1, 2, 4, 8):
+        groups = experts // ep
+        for tokens in (4096, 8192, 16384):
+            rows = tokens * top_k // experts
+            for layer, (n, k) in {"fc1": (2 * ffn, h), "fc2": (h, ffn)}.items():
+                a = torch.randn(groups * rows, k, device="cuda", dtype=torch.bfloat16)
+                b = torch.randn(groups, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+                offs = torch.arange(rows, groups * rows + 1, rows, device="cuda", dtype=torch.int32)
+                ms = median_ms(torch, lambda a=a, b=b, offs=offs: torch._grouped_mm(a, b, offs=offs), reps)
+                out.append({"model": "mixtral-8x7b", "layer": layer, "ep": ep, "tokens": tokens, "groups": groups,
+                            "m": rows, "n": n, "k": k, "precision": "bf16", "ms": ms,
+                            "TFLOPs": 2.0 * groups * rows * n * k / (ms * 1e-3) / 1e12})
+    return out
+
+
+def smi() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
+                               "clocks.max.sm,power.limit", "--format=csv,noheader"],
+                              check=False, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"nvidia-smi: {err}"
+
+
+def save(result: dict[str, Any], path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+def main() -> None:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="kernels.json")
+    ap.add_argument("--reps", type=int, default=25)
+    args = ap.parse_args()
+    props = torch.cuda.get_device_properties(0)
+    result: dict[str, Any] = {"gpu": props.name, "sm_count": props.multi_processor_count,
+                              "torch": torch.__version__, "cuda": torch.version.cuda, "host": platform.node(),
+                              "date": time.strftime("%Y-%m-%d"), "smi_before": smi()}
+    result["hbm"] = hbm(torch)
+    print("hbm", result["hbm"], flush=True)
+    rows = []
+    t0 = time.monotonic()
+    for precision in ("bf16", "fp8"):
+        checked = False
+        for s in linear_shapes():
+            run, check = gemm_runner(torch, s["m"], s["n"], s["k"], precision)
+            ms = median_ms(torch, run, args.reps)
+            row = {**s, "precision": precision, "ms": ms, "TFLOPs": 2.0 * s["m"] * s["n"] * s["k"] / (ms * 1e-3) / 1e12}
+            if not checked:   # one correctness check per precision: bf16 ~1e-3, fp8 E4M3 ~5e-2
+                row["rel_error"] = check()
+                checked = True
+            rows.append(row)
+            del run, check
+        torch.cuda.empty_cache()
+        print(precision, "done", f"{time.monotonic() - t0:.0f} s", flush=True)
+    result["gemm"] = rows
+    result["smi_after_gemm"] = smi()
+    save(result, args.out)
+    # The sections after the GEMMs each guarded: a failure of one is recorded, not fatal.
+    for name, fn in (("attention", lambda: attention(torch)), ("grouped", lambda: grouped(torch, args.reps))):
+        try:
+            result[name] = fn()
+        except Exception as err:  # an API this torch lacks, a backend refused: note it
+            result[name] = []
+            result[f"{name}_error"] = f"{type(err).__name__}: {err}"
+            print(name, "failed:", result[f"{name}_error"], flush=True)
+        save(result, args.out)
+    result["smi_after"] = smi()
+    save(result, args.out)
+    for precision in ("bf16", "fp8"):
+        sel = sorted(r["TFLOPs"] for r in rows if r["precision"] == precision)
+        print(f"{precision}: {len(sel)} shapes, TFLOP/s min {sel[0]:.0f} median {sel[len(sel) // 2]:.0f} "
+              f"max {sel[-1]:.0f}")
+    for a in result["attention"]:
+        print(f"attention seq {a['seq']}: fwd {a['fwd_TFLOPs']:.0f} TFLOP/s, bwd {a['bwd_TFLOPs']:.0f}")
+    for g in result["grouped"]:
+        print(f"grouped {g['layer']} ep {g['ep']} tokens {g['tokens']}: {g['TFLOPs']:.0f} TFLOP/s")
+    print(result["smi_before"], "|", result["smi_after"])
+
+
+if __name__ == "__main__":
+    main()

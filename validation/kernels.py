@@ -1,0 +1,161 @@
+"""The compute model's kernel times against kernels measured on a real GPU.
+
+Reads a ``twin-kernel-measurements/v1`` file (``validation/reference/kernels_h200.json``,
+written by ``benchmarks/gpu_kernels.py``) and prints, per precision, the error of
+``twin.core.compute``'s GEMM time for each measured shape, at kernel level: the GPU preset's
+efficiency profile with ``sustained`` = 1 (the end-to-end factor is not a kernel's). It also
+sets the profile's kernel-level constants beside what was measured: the GEMM figure against
+the best-shaped GEMMs, the HBM figure against the streaming bandwidth.
+
+    python validation/kernels.py [FILE] [--gpu H200-SXM-141GB]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from twin.core import compute
+from twin.core.scenario_io import resolve_gpu
+from twin.core.specs import GPU
+from twin.engine import Engine
+
+DEFAULT = Path(__file__).resolve().parent / "reference" / "kernels_h200.json"
+PEAK_KEY = {"bf16": "bf16", "fp8": "fp8"}
+TOP = 10   # "large, well-shaped" GEMMs: the fastest shapes measured
+
+
+def load(path: Path = DEFAULT) -> dict[str, Any]:
+    """The measurement file, checked for its schema and the fields each row needs."""
+    data = json.loads(Path(path).read_text())
+    if data.get("schema") != "twin-kernel-measurements/v1":
+        raise ValueError(f"{path}: schema must be twin-kernel-measurements/v1 (got {data.get('schema')!r})")
+    for i, row in enumerate(data.get("gemm", [])):
+        for field in ("m", "n", "k", "precision", "ms"):
+            if field not in row:
+                raise ValueError(f"{path}: gemm[{i}] lacks {field!r}")
+        if not row["ms"] > 0:
+            raise ValueError(f"{path}: gemm[{i}].ms must be > 0 (got {row['ms']!r})")
+    return data
+
+
+def kernel_gpu(engine: Engine, name: str) -> GPU:
+    """The preset GPU with its efficiency profile at kernel level (``sustained`` = 1)."""
+    gpu = resolve_gpu(name, engine.catalog)
+    assert gpu.efficiency is not None
+    return dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, sustained=1.0))
+
+
+def gemm_errors(gpu: GPU, rows: list[dict[str, Any]], precision: str) -> list[tuple[dict[str, Any], float]]:
+    """(row, predicted / measured - 1) for each measured GEMM of ``precision``."""
+    assert gpu.efficiency is not None
+    dev = compute.device_for(gpu, precision, gpu.efficiency)
+    out = []
+    for row in rows:
+        if row["precision"] != precision:
+            continue
+        if "groups" in row:
+            t = compute.grouped_gemm_time(dev, row["m"], row["n"], row["k"], row["groups"])
+        else:
+            t = compute.gemm_time(dev, row["m"], row["n"], row["k"])
+        out.append((row, t / (row["ms"] * 1e-3) - 1.0))
+    return out
+
+
+def spread(errors: list[float]) -> dict[str, float]:
+    """n, median and 90th percentile of |error|, and the signed median, in %."""
+    a = sorted(abs(e) for e in errors)
+    return {"n": len(a), "median_abs_pct": 100 * statistics.median(a),
+            "p90_abs_pct": 100 * a[min(len(a) - 1, math.ceil(0.9 * len(a)) - 1)],
+            "signed_median_pct": 100 * statistics.median(errors)}
+
+
+def best_shape_efficiency(gpu: GPU, rows: list[dict[str, Any]], precision: str) -> float:
+    """Mean fraction of the dense peak the ``TOP`` fastest GEMMs of ``precision`` reached,
+    over the model's tile/wave efficiency of their shapes: what the profile's ``gemm``
+    figure stands for (a large, well-shaped GEMM)."""
+    sel = sorted((r for r in rows if r["precision"] == precision and "groups" not in r), key=lambda r: -r["TFLOPs"])
+    peak = gpu.peak_tflops[PEAK_KEY[precision]]
+    return statistics.mean(r["TFLOPs"] / peak / compute.shape_efficiency(r["m"], r["n"], gpu.sm_count)
+                           for r in sel[:TOP])
+
+
+def by_depth(errors: list[tuple[dict[str, Any], float]]) -> list[tuple[str, dict[str, float]]]:
+    """The errors by GEMM depth k (the reduction dimension)."""
+    edges = (0, 1024, 2048, 4096, 8192, 16384, math.inf)
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        sel = [e for r, e in errors if lo <= r["k"] < hi]
+        if sel:
+            out.append((f"k {lo}-{hi}" if hi != math.inf else f"k >= {lo}", spread(sel)))
+    return out
+
+
+def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, Any]:
+    """Every figure this module prints, as a dict."""
+    engine = Engine(autoload=False)
+    gpu = kernel_gpu(engine, gpu_name)
+    eff = gpu.efficiency
+    assert eff is not None
+    out: dict[str, Any] = {"gpu": gpu.name, "measured_on": data.get("gpu"), "precisions": {}}
+    for precision in ("bf16", "fp8"):
+        errs = gemm_errors(gpu, data["gemm"], precision)
+        if not errs:
+            continue
+        out["precisions"][precision] = {
+            "gemm": spread([e for _, e in errs]),
+            "by_depth": by_depth(errs),
+            "best_shape_efficiency": best_shape_efficiency(gpu, data["gemm"], precision),
+            "profile_gemm": eff.gemm[precision],
+        }
+    if data.get("grouped"):
+        out["grouped_bf16"] = spread([e for _, e in gemm_errors(gpu, data["grouped"], "bf16")])
+    hbm = data.get("hbm") or {}
+    if hbm:
+        out["hbm"] = {"read_fraction": hbm["read_TBps"] / gpu.hbm_TBps,
+                      "copy_fraction": hbm["copy_TBps"] / gpu.hbm_TBps, "profile_hbm": eff.hbm}
+    if data.get("attention"):
+        peak16 = gpu.peak_tflops["bf16"]
+        out["attention"] = [{"seq": a["seq"], "fwd_fraction": a["fwd_TFLOPs"] / peak16,
+                             "bwd_fraction": a["bwd_TFLOPs"] / peak16} for a in data["attention"]]
+        out["profile_attention"] = (eff.attention_fwd, eff.attention_bwd)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("file", nargs="?", default=str(DEFAULT))
+    ap.add_argument("--gpu", default="H200-SXM-141GB", help="the GPU preset to compare with")
+    args = ap.parse_args(argv)
+    r = report(load(Path(args.file)), args.gpu)
+    print(f"{r['gpu']} (preset, kernel level) against {r['measured_on']} measured")
+    for precision, p in r["precisions"].items():
+        g = p["gemm"]
+        print(f"{precision}: {g['n']} GEMMs, |error| median {g['median_abs_pct']:.1f}% p90 {g['p90_abs_pct']:.1f}%, "
+              f"signed median {g['signed_median_pct']:+.1f}% (negative: the twin is faster)")
+        for label, s in p["by_depth"]:
+            print(f"    {label:>14}: n={s['n']:3d} signed median {s['signed_median_pct']:+.1f}%")
+        print(f"    best {TOP} shapes reach {p['best_shape_efficiency']:.3f} of peak over shape efficiency; "
+              f"profile gemm.{precision} = {p['profile_gemm']}")
+    if "grouped_bf16" in r:
+        g = r["grouped_bf16"]
+        print(f"grouped bf16: {g['n']} GEMMs, |error| median {g['median_abs_pct']:.1f}%, "
+              f"signed median {g['signed_median_pct']:+.1f}%")
+    if "hbm" in r:
+        h = r["hbm"]
+        print(f"HBM: read {h['read_fraction']:.3f}, copy {h['copy_fraction']:.3f} of the datasheet; "
+              f"profile hbm = {h['profile_hbm']}")
+    for a in r.get("attention", []):
+        print(f"attention (PyTorch SDPA flash, FA2) seq {a['seq']}: fwd {a['fwd_fraction']:.3f}, "
+              f"bwd {a['bwd_fraction']:.3f} of the bf16 peak")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
