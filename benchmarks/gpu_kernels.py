@@ -4,7 +4,9 @@ precision, HBM bandwidth, fused attention. Needs PyTorch with CUDA; the twin nev
 It writes a JSON file of measurements (the GPU, clocks, each shape's median time) that
 ``validation/kernels.py`` compares with the twin's ``twin.core.compute`` per shape.
 Method (the workplace's device notes, METHOD.md): random inputs, never zeros; warm-up
-first; CUDA-event timing, median of repeats; inputs rotated over several buffers when a
+first; CUDA-event timing: each GEMM alone (median of repeats: ``ms``, launch gap included)
+and back to back (the mean over the same repeats queued between two events: ``ms_stream``,
+as kernels run in a training step's stream); inputs rotated over several buffers when a
 shape's operands fit in L2, so repeats do not measure the cache.
 
 Shapes: the linear layers of Llama 3.1 8B and 70B (QKV, attention output, MLP up+gate,
@@ -64,6 +66,21 @@ def median_ms(torch: Any, fn: Any, reps: int) -> float:
     return times[len(times) // 2]
 
 
+def stream_ms(torch: Any, fn: Any, reps: int) -> float:
+    """Mean milliseconds of ``fn()`` run ``reps`` times back to back between two events: the
+    GPU's queue stays fed, so no launch gap is counted (as in a training step's stream)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / reps
+
+
 def gemm_runner(torch: Any, m: int, n: int, k: int, precision: str) -> tuple[Any, Any]:
     """(a function running one GEMM over rotating inputs, a check of its result)."""
     dev = "cuda"
@@ -110,31 +127,43 @@ def hbm(torch: Any) -> dict[str, float]:
 
 
 def attention(torch: Any) -> list[dict[str, Any]]:
-    """Causal flash attention (SDPA's flash backend), bf16, head dim 128, Llama 3.1 8B heads."""
+    """Causal fused attention, bf16, head dim 128, Llama 3.1 8B heads, through PyTorch's SDPA
+    with its FlashAttention-2 backend and with cuDNN's fused attention (what Transformer
+    Engine runs on Hopper by default)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     out = []
     heads, kv = 32, 8
-    for seq in (2048, 4096, 8192, 16384):
-        batch = max(1, 16384 // seq)
-        q = torch.randn(batch, heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        k_ = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        v = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        # The FLOPs FlashAttention's papers count: 4 * b * h * s^2 * d forward, halved by the causal mask.
-        flops_fwd = 4.0 * batch * heads * seq * seq * HEAD_DIM / 2
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            def fwd(q: Any = q, k_: Any = k_, v: Any = v) -> Any:
-                return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=True, enable_gqa=True)
-            fwd_ms = median_ms(torch, fwd, 10)
-            o = fwd()
-            g = torch.randn_like(o)
+    for backend in ("flash", "cudnn"):
+        chosen = SDPBackend.FLASH_ATTENTION if backend == "flash" else SDPBackend.CUDNN_ATTENTION
+        for seq in (2048, 4096, 8192, 16384):
+            batch = max(1, 16384 // seq)
+            q = torch.randn(batch, heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            # cuDNN's SDPA takes K/V with all heads (no GQA flag): repeat them for both backends.
+            k_ = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+            k_ = k_.repeat_interleave(heads // kv, dim=1).requires_grad_()
+            v = v.repeat_interleave(heads // kv, dim=1).requires_grad_()
+            # The FLOPs FlashAttention's papers count: 4 * b * h * s^2 * d forward, halved by the causal mask.
+            flops_fwd = 4.0 * batch * heads * seq * seq * HEAD_DIM / 2
+            try:
+                with sdpa_kernel(chosen):
+                    def fwd(q: Any = q, k_: Any = k_, v: Any = v) -> Any:
+                        return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=True)
+                    fwd_ms = stream_ms(torch, fwd, 10)
+                    o = fwd()
+                    g = torch.randn_like(o)
 
-            def bwd(o: Any = o, g: Any = g, inputs: Any = (q, k_, v)) -> Any:
-                return torch.autograd.grad(o, inputs, g, retain_graph=True)
-            bwd_ms = median_ms(torch, bwd, 10)
-        out.append({"seq": seq, "batch": batch, "heads": heads, "kv_heads": kv, "head_dim": HEAD_DIM,
-                    "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_TFLOPs": flops_fwd / (fwd_ms * 1e-3) / 1e12,
-                    "bwd_TFLOPs": 2.5 * flops_fwd / (bwd_ms * 1e-3) / 1e12})
+                    def bwd(o: Any = o, g: Any = g, inputs: Any = (q, k_, v)) -> Any:
+                        return torch.autograd.grad(o, inputs, g, retain_graph=True)
+                    bwd_ms = stream_ms(torch, bwd, 10)
+            except Exception as err:  # a backend this build or shape does not serve
+                out.append({"backend": backend, "seq": seq, "error": f"{type(err).__name__}: {err}"[:300]})
+                continue
+            out.append({"backend": backend, "seq": seq, "batch": batch, "heads": heads, "kv_heads": kv,
+                        "head_dim": HEAD_DIM, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms,
+                        "fwd_TFLOPs": flops_fwd / (fwd_ms * 1e-3) / 1e12,
+                        "bwd_TFLOPs": 2.5 * flops_fwd / (bwd_ms * 1e-3) / 1e12})
     return out
 
 
@@ -151,10 +180,14 @@ def grouped(torch: Any, reps: int) -> list[dict[str, Any]]:
                 a = torch.randn(groups * rows, k, device="cuda", dtype=torch.bfloat16)
                 b = torch.randn(groups, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
                 offs = torch.arange(rows, groups * rows + 1, rows, device="cuda", dtype=torch.int32)
-                ms = median_ms(torch, lambda a=a, b=b, offs=offs: torch._grouped_mm(a, b, offs=offs), reps)
+                def run(a: Any = a, b: Any = b, offs: Any = offs) -> Any:
+                    return torch._grouped_mm(a, b, offs=offs)
+                ms, ms_stream = median_ms(torch, run, reps), stream_ms(torch, run, reps)
+                flops = 2.0 * groups * rows * n * k
                 out.append({"model": "mixtral-8x7b", "layer": layer, "ep": ep, "tokens": tokens, "groups": groups,
                             "m": rows, "n": n, "k": k, "precision": "bf16", "ms": ms,
-                            "TFLOPs": 2.0 * groups * rows * n * k / (ms * 1e-3) / 1e12})
+                            "TFLOPs": flops / (ms * 1e-3) / 1e12, "ms_stream": ms_stream,
+                            "TFLOPs_stream": flops / (ms_stream * 1e-3) / 1e12})
     return out
 
 
@@ -192,7 +225,10 @@ def main() -> None:
         for s in linear_shapes():
             run, check = gemm_runner(torch, s["m"], s["n"], s["k"], precision)
             ms = median_ms(torch, run, args.reps)
-            row = {**s, "precision": precision, "ms": ms, "TFLOPs": 2.0 * s["m"] * s["n"] * s["k"] / (ms * 1e-3) / 1e12}
+            ms_stream = stream_ms(torch, run, args.reps)
+            flops = 2.0 * s["m"] * s["n"] * s["k"]
+            row = {**s, "precision": precision, "ms": ms, "TFLOPs": flops / (ms * 1e-3) / 1e12,
+                   "ms_stream": ms_stream, "TFLOPs_stream": flops / (ms_stream * 1e-3) / 1e12}
             if not checked:   # one correctness check per precision: bf16 ~1e-3, fp8 E4M3 ~5e-2
                 row["rel_error"] = check()
                 checked = True
@@ -218,8 +254,15 @@ def main() -> None:
         sel = sorted(r["TFLOPs"] for r in rows if r["precision"] == precision)
         print(f"{precision}: {len(sel)} shapes, TFLOP/s min {sel[0]:.0f} median {sel[len(sel) // 2]:.0f} "
               f"max {sel[-1]:.0f}")
+    for precision in ("bf16", "fp8"):
+        sel = sorted(r["TFLOPs_stream"] for r in rows if r["precision"] == precision)
+        print(f"{precision} back to back: TFLOP/s min {sel[0]:.0f} median {sel[len(sel) // 2]:.0f} max {sel[-1]:.0f}")
     for a in result["attention"]:
-        print(f"attention seq {a['seq']}: fwd {a['fwd_TFLOPs']:.0f} TFLOP/s, bwd {a['bwd_TFLOPs']:.0f}")
+        if "error" in a:
+            print(f"attention {a['backend']} seq {a['seq']}: {a['error']}")
+        else:
+            print(f"attention {a['backend']} seq {a['seq']}: fwd {a['fwd_TFLOPs']:.0f} TFLOP/s, "
+                  f"bwd {a['bwd_TFLOPs']:.0f}")
     for g in result["grouped"]:
         print(f"grouped {g['layer']} ep {g['ep']} tokens {g['tokens']}: {g['TFLOPs']:.0f} TFLOP/s")
     print(result["smi_before"], "|", result["smi_after"])

@@ -3,9 +3,11 @@
 Reads a ``twin-kernel-measurements/v1`` file (``validation/reference/kernels_h200.json``,
 written by ``benchmarks/gpu_kernels.py``) and prints, per precision, the error of
 ``twin.core.compute``'s GEMM time for each measured shape, at kernel level: the GPU preset's
-efficiency profile with ``sustained`` = 1 (the end-to-end factor is not a kernel's). It also
-sets the profile's kernel-level constants beside what was measured: the GEMM figure against
-the best-shaped GEMMs, the HBM figure against the streaming bandwidth.
+efficiency profile with ``sustained`` = 1 (the end-to-end factor is not a kernel's). The
+times compared are the back-to-back ones (``ms_stream``: kernels queued as in a training
+step's stream); each GEMM timed alone (``ms``, launch gap included) is printed beside them.
+It also sets the profile's kernel-level constants beside what was measured: the GEMM figure
+against the best-shaped GEMMs, the HBM figure against the streaming bandwidth.
 
     python validation/kernels.py [FILE] [--gpu H200-SXM-141GB]
 """
@@ -52,7 +54,14 @@ def kernel_gpu(engine: Engine, name: str) -> GPU:
     return dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, sustained=1.0))
 
 
-def gemm_errors(gpu: GPU, rows: list[dict[str, Any]], precision: str) -> list[tuple[dict[str, Any], float]]:
+def measured_s(row: dict[str, Any], timing: str = "stream") -> float:
+    """A row's seconds: back to back (``stream``, when measured) or alone (``alone``)."""
+    ms = row.get("ms_stream") if timing == "stream" else None
+    return (ms if ms is not None else row["ms"]) * 1e-3
+
+
+def gemm_errors(gpu: GPU, rows: list[dict[str, Any]], precision: str,
+                timing: str = "stream") -> list[tuple[dict[str, Any], float]]:
     """(row, predicted / measured - 1) for each measured GEMM of ``precision``."""
     assert gpu.efficiency is not None
     dev = compute.device_for(gpu, precision, gpu.efficiency)
@@ -64,7 +73,7 @@ def gemm_errors(gpu: GPU, rows: list[dict[str, Any]], precision: str) -> list[tu
             t = compute.grouped_gemm_time(dev, row["m"], row["n"], row["k"], row["groups"])
         else:
             t = compute.gemm_time(dev, row["m"], row["n"], row["k"])
-        out.append((row, t / (row["ms"] * 1e-3) - 1.0))
+        out.append((row, t / measured_s(row, timing) - 1.0))
     return out
 
 
@@ -80,9 +89,12 @@ def best_shape_efficiency(gpu: GPU, rows: list[dict[str, Any]], precision: str) 
     """Mean fraction of the dense peak the ``TOP`` fastest GEMMs of ``precision`` reached,
     over the model's tile/wave efficiency of their shapes: what the profile's ``gemm``
     figure stands for (a large, well-shaped GEMM)."""
-    sel = sorted((r for r in rows if r["precision"] == precision and "groups" not in r), key=lambda r: -r["TFLOPs"])
+    def tflops(r: dict[str, Any]) -> float:
+        return 2.0 * r["m"] * r["n"] * r["k"] / measured_s(r) / 1e12
+
+    sel = sorted((r for r in rows if r["precision"] == precision and "groups" not in r), key=lambda r: -tflops(r))
     peak = gpu.peak_tflops[PEAK_KEY[precision]]
-    return statistics.mean(r["TFLOPs"] / peak / compute.shape_efficiency(r["m"], r["n"], gpu.sm_count)
+    return statistics.mean(tflops(r) / peak / compute.shape_efficiency(r["m"], r["n"], gpu.sm_count)
                            for r in sel[:TOP])
 
 
@@ -110,6 +122,7 @@ def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, 
             continue
         out["precisions"][precision] = {
             "gemm": spread([e for _, e in errs]),
+            "gemm_alone": spread([e for _, e in gemm_errors(gpu, data["gemm"], precision, "alone")]),
             "by_depth": by_depth(errs),
             "best_shape_efficiency": best_shape_efficiency(gpu, data["gemm"], precision),
             "profile_gemm": eff.gemm[precision],
@@ -122,8 +135,9 @@ def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, 
                       "copy_fraction": hbm["copy_TBps"] / gpu.hbm_TBps, "profile_hbm": eff.hbm}
     if data.get("attention"):
         peak16 = gpu.peak_tflops["bf16"]
-        out["attention"] = [{"seq": a["seq"], "fwd_fraction": a["fwd_TFLOPs"] / peak16,
-                             "bwd_fraction": a["bwd_TFLOPs"] / peak16} for a in data["attention"]]
+        out["attention"] = [{"backend": a.get("backend", "flash"), "seq": a["seq"],
+                             "fwd_fraction": a["fwd_TFLOPs"] / peak16, "bwd_fraction": a["bwd_TFLOPs"] / peak16}
+                            for a in data["attention"] if "error" not in a]
         out["profile_attention"] = (eff.attention_fwd, eff.attention_bwd)
     return out
 
@@ -137,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{r['gpu']} (preset, kernel level) against {r['measured_on']} measured")
     for precision, p in r["precisions"].items():
         g = p["gemm"]
-        print(f"{precision}: {g['n']} GEMMs, |error| median {g['median_abs_pct']:.1f}% p90 {g['p90_abs_pct']:.1f}%, "
-              f"signed median {g['signed_median_pct']:+.1f}% (negative: the twin is faster)")
+        alone = p["gemm_alone"]
+        print(f"{precision}: {g['n']} GEMMs back to back, |error| median {g['median_abs_pct']:.1f}% "
+              f"p90 {g['p90_abs_pct']:.1f}%, signed median {g['signed_median_pct']:+.1f}% (negative: the twin is "
+              f"faster); each alone: median {alone['median_abs_pct']:.1f}% p90 {alone['p90_abs_pct']:.1f}%")
         for label, s in p["by_depth"]:
             print(f"    {label:>14}: n={s['n']:3d} signed median {s['signed_median_pct']:+.1f}%")
         print(f"    best {TOP} shapes reach {p['best_shape_efficiency']:.3f} of peak over shape efficiency; "
@@ -152,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"HBM: read {h['read_fraction']:.3f}, copy {h['copy_fraction']:.3f} of the datasheet; "
               f"profile hbm = {h['profile_hbm']}")
     for a in r.get("attention", []):
-        print(f"attention (PyTorch SDPA flash, FA2) seq {a['seq']}: fwd {a['fwd_fraction']:.3f}, "
+        print(f"attention ({a['backend']}) seq {a['seq']}: fwd {a['fwd_fraction']:.3f}, "
               f"bwd {a['bwd_fraction']:.3f} of the bf16 peak")
+    if "profile_attention" in r:
+        print(f"    profile attention_fwd / attention_bwd (end to end, fitted) = {r['profile_attention']}")
     return 0
 
 

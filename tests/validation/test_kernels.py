@@ -30,7 +30,7 @@ def test_the_measurements_are_whole_and_were_checked(data):
     for precision, bound in (("bf16", 1e-2), ("fp8", 1e-1)):
         rows = [r for r in data["gemm"] if r["precision"] == precision]
         assert len(rows) == 384
-        assert all(r["ms"] > 0 and r["TFLOPs"] > 0 for r in rows)
+        assert all(r["ms"] > 0 and r["ms_stream"] > 0 and r["TFLOPs"] > 0 for r in rows)
         checked = [r["rel_error"] for r in rows if "rel_error" in r]
         assert len(checked) == 1 and checked[0] < bound
     assert data["source"] and "gpu_kernels.py" in data["source"]
@@ -51,10 +51,12 @@ def test_the_profiles_gemm_and_hbm_figures_are_what_was_measured(report):
 def test_the_kernel_model_is_fast_on_shallow_gemms(report):
     """What the measurement shows of the model (docs/fidelity.md, "GEMM kernels measured on an
     H200"): at kernel level it is faster than measured, and the more so the shallower the GEMM;
-    its median miss stays where it was measured (14.8% bf16, 19.0% fp8)."""
-    for precision, bound in (("bf16", 20.0), ("fp8", 25.0)):
+    its median miss back to back stays where it was measured (11.9% bf16, 10.9% fp8), and
+    each GEMM timed alone (a launch gap each) misses by more."""
+    for precision in ("bf16", "fp8"):
         p = report["precisions"][precision]
-        assert p["gemm"]["median_abs_pct"] < bound
+        assert p["gemm"]["median_abs_pct"] < 15.0
+        assert p["gemm_alone"]["median_abs_pct"] > p["gemm"]["median_abs_pct"]
         signed = [s["signed_median_pct"] for _, s in p["by_depth"]]
         assert all(x < 0 for x in signed)
         assert signed[0] < signed[-1]      # shallowest misses more than deepest
@@ -74,4 +76,5 @@ def test_a_bad_file_is_refused_naming_the_field(kernels, tmp_path):
 def test_the_script_prints_the_comparison(kernels, capsys):
     assert kernels.main([]) == 0
     out = capsys.readouterr().out
-    assert "bf16: 384 GEMMs" in out and "fp8: 384 GEMMs" in out and "HBM: read" in out
+    assert "bf16: 384 GEMMs back to back" in out and "fp8: 384 GEMMs back to back" in out and "HBM: read" in out
+    assert "attention (cudnn)" in out
