@@ -29,7 +29,6 @@ from twin.core.specs import GPU
 from twin.engine import Engine
 
 DEFAULT = Path(__file__).resolve().parent / "reference" / "kernels_h200.json"
-PEAK_KEY = {"bf16": "bf16", "fp8": "fp8"}
 TOP = 10   # "large, well-shaped" GEMMs: the fastest shapes measured
 
 
@@ -93,7 +92,7 @@ def best_shape_efficiency(gpu: GPU, rows: list[dict[str, Any]], precision: str) 
         return 2.0 * r["m"] * r["n"] * r["k"] / measured_s(r) / 1e12
 
     sel = sorted((r for r in rows if r["precision"] == precision and "groups" not in r), key=lambda r: -tflops(r))
-    peak = gpu.peak_tflops[PEAK_KEY[precision]]
+    peak = gpu.peak_tflops[precision]
     return statistics.mean(tflops(r) / peak / compute.shape_efficiency(r["m"], r["n"], gpu.sm_count)
                            for r in sel[:TOP])
 

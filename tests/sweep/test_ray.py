@@ -313,8 +313,7 @@ def test_killed_worker_batch_is_retried_every_point_once(head, engine, job, inli
 
     def killer() -> None:  # SIGKILL the first worker that reports running a batch
         while not stop.is_set() and not killed:
-            for entry in busy.iterdir():
-                pid = int(entry.name)
+            for pid in batch_pids(busy):
                 # Only a process of the head this module started (belt and braces: the PID
                 # came from our own task, and could only be reused after that worker exited).
                 if pid in _descendants(HEAD_GROUP[0]):

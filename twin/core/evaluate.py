@@ -77,7 +77,7 @@ from twin.core.nccl_tuning import (
     p2p_channels,
 )
 from twin.core.pipelines import pairs_end_stages, rank0_params
-from twin.core.points import ColumnView, PlanColumns, PointSet, model_rows, model_structure
+from twin.core.points import ColumnView, PlanColumns, PointSet, model_rows, model_structure, take_model_rows
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
 from twin.core.schema import freeze
 from twin.core.specs import (
@@ -1683,7 +1683,7 @@ class TwinModel:
             mi = np.asarray(miss, np.int64)
             m_plan, m_dev = plan.take(mi), _take_tree(dev, mi)
             m_w = _take_tree(w, mi)
-            m_model = model_rows(model, model.seq_len[mi]) if type(model.seq_len) is np.ndarray else model
+            m_model = take_model_rows(model, mi)
             stage = stage_times(m_plan, m_model, m_dev, m_w, sw)
             params, expert = stage_params(m_plan, m_w, stage.layers)
             act = activation_terms(m_plan, m_model, m_w, m_dev.flash)
@@ -2043,11 +2043,8 @@ def _rows_context(ctx: EvalContext, rows: np.ndarray, hierarchy: HierarchyBatch,
             return ops.TakeView(v, rows)
         return v
 
-    model = ctx.model
-    if type(model.seq_len) is np.ndarray:
-        model = model_rows(model, model.seq_len[rows])
-    return EvalContext(plan=ops.TakeView(ctx.plan, rows), model=model, cluster=take(ctx.cluster),
-                       calibration=take(ctx.calibration), dp=take(ctx.dp), microbatches=None,
+    return EvalContext(plan=ops.TakeView(ctx.plan, rows), model=take_model_rows(ctx.model, rows),
+                       cluster=take(ctx.cluster), calibration=take(ctx.calibration), dp=take(ctx.dp), microbatches=None,
                        device=take(ctx.device), workload=take(ctx.workload), hierarchy=hierarchy,
                        spans={dim: ops.TakeView(v, rows) for dim, v in ctx.spans.items()}, stage=take(ctx.stage),
                        params_per_gpu=take(ctx.params_per_gpu), expert_params_per_gpu=take(ctx.expert_params_per_gpu),

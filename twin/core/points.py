@@ -278,6 +278,13 @@ def model_rows(model: Model, seq_len: np.ndarray) -> Model:
     return view
 
 
+def take_model_rows(model: Model, rows: Any) -> Model:
+    """``model`` for the rows ``rows`` of a batch: the rows' own sequence lengths where
+    ``model`` has one per row (:func:`model_rows`), else ``model`` itself.
+    """
+    return model_rows(model, model.seq_len[rows]) if type(model.seq_len) is np.ndarray else model
+
+
 def model_structure(model: Model) -> Model:
     """``model`` without its sequence length (set to 1): models with equal structures can
     share a batch (:class:`PointSet` ``models``).

@@ -71,7 +71,7 @@ class Evaluated:
         return cls(reason_ix=np.full(n, -1, dtype=np.int32), reasons=[],
                    floats={c: np.full(n, np.nan) for c in FLOAT_COLUMNS},
                    ints={c: np.full(n, -1, dtype=np.int64) for c in INT_COLUMNS},
-                   stats={"evaluated": 0, "scalar_points": 0, "groups": 0})
+                   stats={"evaluated": 0, "scalar_points": 0, "groups": 0, "batches": 0})
 
 
 _MODEL_FLOATS = ("step_time_s", "compute_s", "recompute_s", "bubble_s", "optimizer_s", "offload_s",
@@ -133,7 +133,7 @@ class SweepEvaluator:
 
     def _evaluate_model(self, batch: PointBatch, idx: np.ndarray, out: Evaluated, code: Any) -> None:
         ps = batch.point_set(idx)
-        out.stats["batches"] = out.stats.get("batches", 0) + 1  # point sets, each one structure
+        out.stats["batches"] += 1  # point sets, each one structure
         # Sparse: a batch's feasible points are a fraction of it; their numbers are read as they are.
         res = self.model.evaluate_points(ps, memory_headroom=self.headroom, prune=self.pruner, sparse=True)
         for key in ("evaluated", "scalar_points", "groups", "pruned"):
