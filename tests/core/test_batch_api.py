@@ -220,3 +220,39 @@ def test_models_differing_in_seq_len_only_share_one_batch_and_keep_every_answer(
     # The lengths matter: the same plan and structure is slower on longer sequences.
     step = res.columns["step_time_s"]
     assert step[0] < step[len(plans)] < step[2 * len(plans)]
+
+
+# A knob set away from its default on every point of a batch (the batch holds it as one
+# value for all points, a broadcast view): the rules only it can break still run, per point.
+# Each case: the knob and the field a rule names when some of the plans below break it.
+CONSTANT_KNOBS = [
+    ({"schedule": "dualpipe"}, "plan.pp"),
+    ({"cp_comm_type": "a2a"}, "plan.cp_comm_type"),
+    ({"dp_shard": 3}, "plan.dp_shard"),
+    ({"lora_rank": 8}, "plan.lora_rank"),
+    ({"fsdp_reshard_after_forward": False}, "plan.fsdp_reshard_after_forward"),
+    ({"recompute_modules": ["moe"], "recompute": "selective"}, "plan.recompute_modules"),
+    ({"pp_first_layers": 3}, "plan.pp_first_layers"),
+    ({"recipe": "mxfp8", "precision": "fp8"}, "plan.recipe"),
+    ({"bf16_layers_start": 1}, "plan.bf16_layers_start"),
+    ({"offload": {"optimizer": "cxl"}}, "plan.offload.optimizer"),
+]
+
+
+def test_a_knob_set_on_every_point_of_a_batch_is_still_checked_per_point():
+    engine = Engine(autoload=False)
+    for knob, field in CONSTANT_KNOBS:
+        plans = [{"gbs": 96, "tp": tp, "pp": pp, **knob} for tp in (1, 2) for pp in (1, 3, 4)]
+        points = [{"cluster": {"system": "DGX-H100", "num_gpus": 24}, "model": "llama3.1-8b", "plan": p}
+                  for p in plans]
+        res = engine.evaluate_many(points)
+        named = 0
+        for i, p in enumerate(points):
+            try:
+                Engine.evaluate(engine, p)
+            except TwinError as err:
+                assert res.reason(i) == reason_of(err), (knob, i, res.reason(i), reason_of(err))
+                named += reason_of(err).startswith(field + ":")
+                continue
+            assert res.reason(i) is None, (knob, i, res.reason(i))
+        assert named > 0, (knob, [res.reason(i) for i in range(len(points))])

@@ -353,6 +353,14 @@ def gather(values: np.ndarray, index: Any) -> np.ndarray:
     return values[index]  # type: ignore[no-any-return]
 
 
+def uniform(values: Any) -> bool:
+    """Whether a batch column holds one value for every point by construction: a broadcast
+    view (stride 0, :func:`broadcast_rows`) of more than one row. Its first row then
+    answers any question about the whole column.
+    """
+    return isinstance(values, ndarray) and values.ndim == 1 and len(values) > 1 and values.strides[0] == 0
+
+
 def take_rows(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``values[index]``, without copying a column that holds one value for every point.
 

@@ -817,6 +817,17 @@ def _at(value: Any, i: int) -> Any:
     return value
 
 
+def _stated(column: Any, default: Any) -> bool:
+    """Whether any point of a batch's plan column is set away from ``default``.
+
+    The rules of a knob that only a value other than its default can break are skipped for
+    a batch where no point sets one, as they are for one scenario: what no point can break
+    needs no check per point (a sweep's constant columns cost ~a tenth of its time in such
+    checks, measured). A constant column (``ops.uniform``) is read at its first row.
+    """
+    return ops.any_((column[:1] if ops.uniform(column) else column) != default)
+
+
 def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Iterator[RuleCheck]:
     """The plan's cross-field rules in the order they are checked (divisibility of every degree):
     (field, where it is broken, message template, the template's values when asked).
@@ -868,7 +879,8 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     bad = pp > model.layers
     if batch or bad:
         yield f"{path}.pp", bad, "must be <= layers ({layers}) (got {pp})", lambda: {"layers": model.layers, "pp": pp}
-    if batch or plan.pp_first_layers or plan.pp_last_layers:
+    if (_stated(plan.pp_first_layers, 0) or _stated(plan.pp_last_layers, 0) if batch
+            else plan.pp_first_layers or plan.pp_last_layers):
         yield from _layout_rules(plan, model, path, batch)
     interleaved = vp > 1
     bad = ops.logical_and(interleaved, pp == 1)
@@ -878,19 +890,21 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     if batch or bad:
         yield (f"{path}.vp", bad, "pp*vp ({ppvp}) must be <= the layers ({layers}): every virtual stage needs a layer",
                lambda: {"ppvp": pp * vp, "layers": model.layers})
-    if batch or plan.schedule != "auto":
+    if _stated(plan.schedule, "auto") if batch else plan.schedule != "auto":
         yield from schedule_rules(plan, model, plan.gbs // ops.maximum(mbs_dp, 1), path, batch)
     bad = ops.logical_and(cp > 1, model.seq_len % (2 * cp) != 0)
     if batch or bad:
         yield (f"{path}.cp", bad, "2*cp ({cp2}) must divide seq_len ({seq})",
                lambda: {"cp2": 2 * cp, "seq": model.seq_len})
-    bad = ops.logical_and(plan.cp_comm_type != "p2p", cp == 1)
-    if batch or bad:
-        yield f"{path}.cp_comm_type", bad, "applies only with context parallelism (cp > 1)", dict
-    bad = ops.logical_and(plan.cp_comm_type == "a2a", (model.heads // tp) % cp != 0)
-    if batch or bad:
-        yield (f"{path}.cp_comm_type", bad, "a2a splits the heads of a tensor-parallel rank ({heads}) over cp ({cp}): "
-                                            "cp must divide them", lambda: {"heads": model.heads // tp, "cp": cp})
+    if _stated(plan.cp_comm_type, "p2p") if batch else plan.cp_comm_type != "p2p":
+        bad = ops.logical_and(plan.cp_comm_type != "p2p", cp == 1)
+        if batch or bad:
+            yield f"{path}.cp_comm_type", bad, "applies only with context parallelism (cp > 1)", dict
+        bad = ops.logical_and(plan.cp_comm_type == "a2a", (model.heads // tp) % cp != 0)
+        if batch or bad:
+            yield (f"{path}.cp_comm_type", bad, "a2a splits the heads of a tensor-parallel rank ({heads}) over cp "
+                                                "({cp}): cp must divide them",
+                   lambda: {"heads": model.heads // tp, "cp": cp})
     bad = ops.logical_and(plan.sp, model.seq_len % (tp * cp) != 0)
     if batch or bad:
         yield (f"{path}.sequence_parallel", bad, "tp*cp ({tpcp}) must divide seq_len ({seq})",
@@ -907,17 +921,19 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
             yield (f"{path}.ep", bad, "must divide the experts ({experts}) (got {ep})",
                    lambda: {"experts": experts, "ep": ep})
     expert_group = ep * plan.expert_tp
-    bad = ops.logical_and(plan.rank_order == "tp-cp-pp-dp", ep > 1)
-    if batch or bad:
-        yield (f"{path}.rank_order", bad, "tp-cp-pp-dp places no expert-parallel groups: it needs ep = 1", dict)
-    hybrid = plan.dp_shard > 0
-    bad = ops.logical_and(hybrid, (dp * cp) % ops.maximum(plan.dp_shard, 1) != 0)
-    if batch or bad:
-        yield (f"{path}.dp_shard", bad, "must divide dp*cp ({dpcp}) (got {k})",
-               lambda: {"dpcp": dp * cp, "k": plan.dp_shard})
-    bad = ops.logical_and(hybrid, plan.optimizer_sharding == "none")
-    if batch or bad:
-        yield (f"{path}.dp_shard", bad, "hybrid sharding needs a sharded optimizer_sharding (got 'none')", dict)
+    if ops.any_(plan.rank_order == "tp-cp-pp-dp") if batch else plan.rank_order == "tp-cp-pp-dp":
+        bad = ops.logical_and(plan.rank_order == "tp-cp-pp-dp", ep > 1)
+        if batch or bad:
+            yield (f"{path}.rank_order", bad, "tp-cp-pp-dp places no expert-parallel groups: it needs ep = 1", dict)
+    if _stated(plan.dp_shard, 0) if batch else plan.dp_shard > 0:
+        hybrid = plan.dp_shard > 0
+        bad = ops.logical_and(hybrid, (dp * cp) % ops.maximum(plan.dp_shard, 1) != 0)
+        if batch or bad:
+            yield (f"{path}.dp_shard", bad, "must divide dp*cp ({dpcp}) (got {k})",
+                   lambda: {"dpcp": dp * cp, "k": plan.dp_shard})
+        bad = ops.logical_and(hybrid, plan.optimizer_sharding == "none")
+        if batch or bad:
+            yield (f"{path}.dp_shard", bad, "hybrid sharding needs a sharded optimizer_sharding (got 'none')", dict)
     bad = (tp * cp * dp) % expert_group != 0
     if batch or bad:
         yield (f"{path}.ep", bad, "ep*etp ({group}) must divide tp*cp*dp ({tpcpdp})",
@@ -928,26 +944,34 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
         yield (f"{path}.precision", bad, "{gpu} ({generation}) has no {precision} tensor cores",
                lambda: {"gpu": gpu.name, "generation": gpu.generation, "precision": plan.precision})
     # One scenario with the default recipe and no kept layers breaks none of these: skip them.
-    if batch or plan.recipe != "auto" or plan.bf16_layers_start or plan.bf16_layers_end:
+    if (_stated(plan.recipe, "auto") or _stated(plan.bf16_layers_start, 0) or _stated(plan.bf16_layers_end, 0)
+            if batch else plan.recipe != "auto" or plan.bf16_layers_start or plan.bf16_layers_end):
         yield from _recipe_rules(plan, model, gpu, path, batch)
     requested = plan.recompute_layers > 0 if batch else plan.recompute_layers is not None
     bad = ops.logical_and(requested, plan.recompute != "full")
     if batch or bad:
         yield f"{path}.recompute_layers", bad, "applies only with recompute: full", dict
     # Knobs of one mode only: set away from their default elsewhere, they would be ignored.
-    bad = ops.logical_and(plan.lora_rank != DEFAULT_LORA_RANK, plan.trainable != "lora")
-    if batch or bad:
-        yield f"{path}.lora_rank", bad, "applies only with trainable: lora", dict
-    bad = ops.logical_and(ops.logical_not(plan.fsdp_reshard_after_forward), plan.optimizer_sharding != "fsdp")
-    if batch or bad:
-        yield f"{path}.fsdp_reshard_after_forward", bad, "applies only with optimizer_sharding: fsdp", dict
-    if batch or plan.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+    if _stated(plan.lora_rank, DEFAULT_LORA_RANK) if batch else plan.lora_rank != DEFAULT_LORA_RANK:
+        bad = ops.logical_and(plan.lora_rank != DEFAULT_LORA_RANK, plan.trainable != "lora")
+        if batch or bad:
+            yield f"{path}.lora_rank", bad, "applies only with trainable: lora", dict
+    if _stated(plan.fsdp_reshard_after_forward, True) if batch else not plan.fsdp_reshard_after_forward:
+        bad = ops.logical_and(ops.logical_not(plan.fsdp_reshard_after_forward), plan.optimizer_sharding != "fsdp")
+        if batch or bad:
+            yield f"{path}.fsdp_reshard_after_forward", bad, "applies only with optimizer_sharding: fsdp", dict
+    modules = plan.recompute_modules
+    if (ops.any_(ops.logical_not(default_recompute_modules(modules[:1] if ops.uniform(modules) else modules)))
+            if batch else modules != DEFAULT_RECOMPUTE_MODULES):
         yield from _recompute_module_rules(plan, model, path, batch)
     # A batch's view reads an optional section as a bool per point when only some clusters have it.
     pool = cluster.memory_pool
     no_pool = pool is None or (type(pool) is np.ndarray and ~pool)
     for what in ("optimizer", "params", "activations"):
-        bad = ops.logical_and(getattr(plan.offload, what) == "cxl", no_pool)
+        target = getattr(plan.offload, what)
+        if not (ops.any_(target == "cxl") if batch else target == "cxl"):
+            continue
+        bad = ops.logical_and(target == "cxl", no_pool)
         if batch or bad:
             yield f"{path}.offload.{what}", bad, "offloading to 'cxl' needs cluster.memory_pool", dict
 
