@@ -191,6 +191,102 @@ def grouped(torch: Any, reps: int) -> list[dict[str, Any]]:
     return out
 
 
+# MoE expert MLPs of recent models: (name, hidden, expert ffn, experts, top-k), from each
+# model's config.json (DeepSeek-V3: hidden_size 7168, moe_intermediate_size 2048, 256 routed
+# experts, 8 per token; Kimi K2: 7168, 2048, 384, 8; Qwen3-235B-A22B: 4096, 1536, 128, 8;
+# Qwen3-30B-A3B: 2048, 768, 128, 8; gpt-oss-120b: 2880, 2880, 128, 4). fc1 is up+gate.
+MOE_MODELS = (("deepseek-v3", 7168, 2048, 256, 8), ("kimi-k2", 7168, 2048, 384, 8),
+              ("qwen3-235b-a22b", 4096, 1536, 128, 8), ("qwen3-30b-a3b", 2048, 768, 128, 8),
+              ("gpt-oss-120b", 2880, 2880, 128, 4))
+
+
+def grouped_moe(torch: Any, reps: int) -> list[dict[str, Any]]:
+    """The expert GEMMs of :data:`MOE_MODELS` as one bf16 grouped GEMM per layer and pass
+    (``torch._grouped_mm``), as an expert-parallel rank runs them: ``experts / ep`` local
+    experts, each with ``tokens x top_k x ep / experts`` rows, rounded down to 16 (balanced
+    routing of ``tokens`` per rank from the ``ep`` ranks). Forward (rows x k) @ (k x n), data gradient (rows x n) @
+    (n x k), weight gradient (k x rows) @ (rows x n) per expert (the rows are its depth)."""
+    out = []
+    for model, h, ffn, experts, top_k in MOE_MODELS:
+        for ep in (8, 32, 64):
+            if experts % ep:
+                continue
+            groups = experts // ep
+            for tokens in (4096, 8192):
+                # Rows per expert rounded down to 16: the grouped GEMM's ragged dimension must be
+                # a multiple of 16 bytes (torch's GroupMMCommon asserts it; Megatron pads to 16 too).
+                rows = tokens * top_k * ep // experts // 16 * 16
+                for layer, (n, k) in {"fc1": (2 * ffn, h), "fc2": (h, ffn)}.items():
+                    for kind in ("fwd", "dgrad", "wgrad"):
+                        row = {"model": model, "layer": layer, "pass": kind, "ep": ep, "tokens": tokens,
+                               "groups": groups, "precision": "bf16"}
+                        try:
+                            offs = torch.arange(rows, groups * rows + 1, rows, device="cuda", dtype=torch.int32)
+                            if kind == "wgrad":   # per expert (k x rows) @ (rows x n): ragged depth
+                                a = torch.randn(k, groups * rows, device="cuda", dtype=torch.bfloat16)
+                                b = torch.randn(n, groups * rows, device="cuda", dtype=torch.bfloat16).t()
+                                gm, gn, gk = k, n, rows
+                            else:
+                                kk, nn = (k, n) if kind == "fwd" else (n, k)
+                                a = torch.randn(groups * rows, kk, device="cuda", dtype=torch.bfloat16)
+                                b = torch.randn(groups, nn, kk, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+                                gm, gn, gk = rows, nn, kk
+
+                            def run(a: Any = a, b: Any = b, offs: Any = offs) -> Any:
+                                return torch._grouped_mm(a, b, offs=offs)
+                            ms, ms_stream = median_ms(torch, run, reps), stream_ms(torch, run, reps)
+                        except Exception as err:  # a layout this torch's grouped GEMM refuses
+                            out.append({**row, "error": f"{type(err).__name__}: {err}"[:300]})
+                            continue
+                        flops = 2.0 * groups * gm * gn * gk
+                        out.append({**row, "m": gm, "n": gn, "k": gk, "ms": ms, "TFLOPs": flops / (ms * 1e-3) / 1e12,
+                                    "ms_stream": ms_stream, "TFLOPs_stream": flops / (ms_stream * 1e-3) / 1e12})
+                        del a, b
+    return out
+
+
+def attention_long(torch: Any) -> list[dict[str, Any]]:
+    """Causal fused attention at long context with Qwen3-235B-A22B's heads (64 query, 4
+    key/value, head dim 128), one sequence, 4K to 128K keys, through SDPA's FlashAttention-2
+    and cuDNN backends (K/V repeated per query head, as in :func:`attention`)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = []
+    heads, kv = 64, 4
+    for backend in ("cudnn", "flash"):
+        chosen = SDPBackend.FLASH_ATTENTION if backend == "flash" else SDPBackend.CUDNN_ATTENTION
+        for seq in (4096, 16384, 32768, 65536, 131072):
+            reps = 10 if seq <= 16384 else 3
+            try:
+                q = torch.randn(1, heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                k_ = torch.randn(1, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+                v = torch.randn(1, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+                k_ = k_.repeat_interleave(heads // kv, dim=1).requires_grad_()
+                v = v.repeat_interleave(heads // kv, dim=1).requires_grad_()
+                flops_fwd = 4.0 * heads * seq * seq * HEAD_DIM / 2
+                with sdpa_kernel(chosen):
+                    def fwd(q: Any = q, k_: Any = k_, v: Any = v) -> Any:
+                        return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=True)
+                    fwd_ms = stream_ms(torch, fwd, reps)
+                    o = fwd()
+                    g = torch.randn_like(o)
+
+                    def bwd(o: Any = o, g: Any = g, inputs: Any = (q, k_, v)) -> Any:
+                        return torch.autograd.grad(o, inputs, g, retain_graph=True)
+                    bwd_ms = stream_ms(torch, bwd, reps)
+            except Exception as err:  # a backend this build or length does not serve
+                out.append({"backend": backend, "seq": seq, "error": f"{type(err).__name__}: {err}"[:300]})
+                continue
+            finally:
+                torch.cuda.empty_cache()
+            out.append({"backend": backend, "seq": seq, "batch": 1, "heads": heads, "kv_heads": kv,
+                        "head_dim": HEAD_DIM, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms,
+                        "fwd_TFLOPs": flops_fwd / (fwd_ms * 1e-3) / 1e12,
+                        "bwd_TFLOPs": 2.5 * flops_fwd / (bwd_ms * 1e-3) / 1e12})
+            del q, k_, v, o, g
+    return out
+
+
 def smi() -> str:
     try:
         return subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
@@ -211,16 +307,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="kernels.json")
     ap.add_argument("--reps", type=int, default=25)
+    ap.add_argument("--sections", default="gemm,attention,grouped,grouped_moe,attention_long",
+                    help="comma-separated: gemm (with hbm), attention, grouped, grouped_moe, attention_long")
     args = ap.parse_args()
+    sections = set(args.sections.split(","))
     props = torch.cuda.get_device_properties(0)
     result: dict[str, Any] = {"gpu": props.name, "sm_count": props.multi_processor_count,
                               "torch": torch.__version__, "cuda": torch.version.cuda, "host": platform.node(),
                               "date": time.strftime("%Y-%m-%d"), "smi_before": smi()}
-    result["hbm"] = hbm(torch)
-    print("hbm", result["hbm"], flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
-    for precision in ("bf16", "fp8"):
+    if "gemm" in sections:
+        result["hbm"] = hbm(torch)
+        print("hbm", result["hbm"], flush=True)
+    for precision in ("bf16", "fp8") if "gemm" in sections else ():
         checked = False
         for s in linear_shapes():
             run, check = gemm_runner(torch, s["m"], s["n"], s["k"], precision)
@@ -236,11 +336,17 @@ def main() -> None:
             del run, check
         torch.cuda.empty_cache()
         print(precision, "done", f"{time.monotonic() - t0:.0f} s", flush=True)
-    result["gemm"] = rows
-    result["smi_after_gemm"] = smi()
-    save(result, args.out)
+    if rows:
+        result["gemm"] = rows
+        result["smi_after_gemm"] = smi()
+        save(result, args.out)
     # The sections after the GEMMs each guarded: a failure of one is recorded, not fatal.
-    for name, fn in (("attention", lambda: attention(torch)), ("grouped", lambda: grouped(torch, args.reps))):
+    for name, fn in (("attention", lambda: attention(torch)), ("grouped", lambda: grouped(torch, args.reps)),
+                     ("grouped_moe", lambda: grouped_moe(torch, min(args.reps, 10))),
+                     ("attention_long", lambda: attention_long(torch))):
+        if name not in sections:
+            continue
+        print(name, "...", f"{time.monotonic() - t0:.0f} s", flush=True)
         try:
             result[name] = fn()
         except Exception as err:  # an API this torch lacks, a backend refused: note it
@@ -250,21 +356,25 @@ def main() -> None:
         save(result, args.out)
     result["smi_after"] = smi()
     save(result, args.out)
-    for precision in ("bf16", "fp8"):
+    for precision in ("bf16", "fp8") if rows else ():
         sel = sorted(r["TFLOPs"] for r in rows if r["precision"] == precision)
         print(f"{precision}: {len(sel)} shapes, TFLOP/s min {sel[0]:.0f} median {sel[len(sel) // 2]:.0f} "
               f"max {sel[-1]:.0f}")
-    for precision in ("bf16", "fp8"):
+    for precision in ("bf16", "fp8") if rows else ():
         sel = sorted(r["TFLOPs_stream"] for r in rows if r["precision"] == precision)
         print(f"{precision} back to back: TFLOP/s min {sel[0]:.0f} median {sel[len(sel) // 2]:.0f} max {sel[-1]:.0f}")
-    for a in result["attention"]:
+    for a in result.get("attention", []) + result.get("attention_long", []):
         if "error" in a:
             print(f"attention {a['backend']} seq {a['seq']}: {a['error']}")
         else:
             print(f"attention {a['backend']} seq {a['seq']}: fwd {a['fwd_TFLOPs']:.0f} TFLOP/s, "
                   f"bwd {a['bwd_TFLOPs']:.0f}")
-    for g in result["grouped"]:
-        print(f"grouped {g['layer']} ep {g['ep']} tokens {g['tokens']}: {g['TFLOPs']:.0f} TFLOP/s")
+    for g in result.get("grouped", []) + result.get("grouped_moe", []):
+        if "error" in g:
+            print(f"grouped {g.get('model')} {g['layer']} {g.get('pass', 'fwd')} ep {g['ep']}: {g['error']}")
+        else:
+            print(f"grouped {g['model']} {g['layer']} {g.get('pass', 'fwd')} ep {g['ep']} tokens {g['tokens']}: "
+                  f"{g['TFLOPs_stream']:.0f} TFLOP/s back to back")
     print(result["smi_before"], "|", result["smi_after"])
 
 

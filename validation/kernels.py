@@ -7,7 +7,10 @@ efficiency profile with ``sustained`` = 1 (the end-to-end factor is not a kernel
 times compared are the back-to-back ones (``ms_stream``: kernels queued as in a training
 step's stream); each GEMM timed alone (``ms``, launch gap included) is printed beside them.
 It also sets the profile's kernel-level constants beside what was measured: the GEMM figure
-against the best-shaped GEMMs, the HBM figure against the streaming bandwidth.
+against the best-shaped GEMMs, the HBM figure against the streaming bandwidth. MoE expert
+GEMMs (grouped, five recent models) are compared the same way, and against single GEMMs of
+the same depth; fused attention's measured fraction of the peak is printed by length, to
+128K keys.
 
     python validation/kernels.py [FILE] [--gpu H200-SXM-141GB]
 """
@@ -37,12 +40,17 @@ def load(path: Path = DEFAULT) -> dict[str, Any]:
     data = json.loads(Path(path).read_text())
     if data.get("schema") != "twin-kernel-measurements/v1":
         raise ValueError(f"{path}: schema must be twin-kernel-measurements/v1 (got {data.get('schema')!r})")
-    for i, row in enumerate(data.get("gemm", [])):
-        for field in ("m", "n", "k", "precision", "ms"):
-            if field not in row:
-                raise ValueError(f"{path}: gemm[{i}] lacks {field!r}")
-        if not row["ms"] > 0:
-            raise ValueError(f"{path}: gemm[{i}].ms must be > 0 (got {row['ms']!r})")
+    for section, fields in (("gemm", ("m", "n", "k", "precision", "ms")),
+                            ("grouped", ("m", "n", "k", "groups", "precision", "ms")),
+                            ("grouped_moe", ("m", "n", "k", "groups", "precision", "ms"))):
+        for i, row in enumerate(data.get(section, [])):
+            if "error" in row:    # a shape the device refused: kept as measured, never compared
+                continue
+            for field in fields:
+                if field not in row:
+                    raise ValueError(f"{path}: {section}[{i}] lacks {field!r}")
+            if not row["ms"] > 0:
+                raise ValueError(f"{path}: {section}[{i}].ms must be > 0 (got {row['ms']!r})")
     return data
 
 
@@ -97,15 +105,37 @@ def best_shape_efficiency(gpu: GPU, rows: list[dict[str, Any]], precision: str) 
                            for r in sel[:TOP])
 
 
+DEPTHS = (0, 1024, 2048, 4096, 8192, 16384, math.inf)
+
+
+def _depth_label(lo: float, hi: float) -> str:
+    return f"k {lo}-{hi}" if hi != math.inf else f"k >= {lo}"
+
+
 def by_depth(errors: list[tuple[dict[str, Any], float]]) -> list[tuple[str, dict[str, float]]]:
     """The errors by GEMM depth k (the reduction dimension)."""
-    edges = (0, 1024, 2048, 4096, 8192, 16384, math.inf)
     out = []
-    for lo, hi in itertools.pairwise(edges):
+    for lo, hi in itertools.pairwise(DEPTHS):
         sel = [e for r, e in errors if lo <= r["k"] < hi]
         if sel:
-            out.append((f"k {lo}-{hi}" if hi != math.inf else f"k >= {lo}", spread(sel)))
+            out.append((_depth_label(lo, hi), spread(sel)))
     return out
+
+
+def grouped_over_dense(dense: list[tuple[dict[str, Any], float]],
+                       grouped: list[tuple[dict[str, Any], float]]) -> float:
+    """How fast grouped GEMMs run against single GEMMs of the same depth, relative to what the
+    model predicts for each: per depth band (:data:`DEPTHS`), the median of the grouped rows'
+    predicted/measured over the single GEMMs' one, averaged over the grouped rows. Below 1: a
+    grouped kernel reaches less of the model's figure than one GEMM of that depth does.
+    """
+    weighted: list[float] = []
+    for lo, hi in itertools.pairwise(DEPTHS):
+        d = [1.0 + e for r, e in dense if lo <= r["k"] < hi]
+        g = [1.0 + e for r, e in grouped if lo <= r["k"] < hi]
+        if d and g:
+            weighted += [statistics.median(g) / statistics.median(d)] * len(g)
+    return statistics.mean(weighted) if weighted else math.nan
 
 
 def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, Any]:
@@ -128,6 +158,17 @@ def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, 
         }
     if data.get("grouped"):
         out["grouped_bf16"] = spread([e for _, e in gemm_errors(gpu, data["grouped"], "bf16")])
+    moe = [r for r in data.get("grouped_moe", []) if "error" not in r]
+    if moe:
+        errs = gemm_errors(gpu, moe, "bf16")
+        out["grouped_moe"] = {
+            "all": spread([e for _, e in errs]),
+            "by_model": {m: spread([e for r, e in errs if r["model"] == m])
+                         for m in dict.fromkeys(r["model"] for r in moe)},
+            "by_pass": {p: spread([e for r, e in errs if r["pass"] == p]) for p in ("fwd", "dgrad", "wgrad")},
+            "grouped_over_dense": grouped_over_dense(gemm_errors(gpu, data["gemm"], "bf16"),
+                                                     errs + gemm_errors(gpu, data.get("grouped", []), "bf16")),
+        }
     hbm = data.get("hbm") or {}
     if hbm:
         out["hbm"] = {"read_fraction": hbm["read_TBps"] / gpu.hbm_TBps,
@@ -138,6 +179,12 @@ def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, 
                              "fwd_fraction": a["fwd_TFLOPs"] / peak16, "bwd_fraction": a["bwd_TFLOPs"] / peak16}
                             for a in data["attention"] if "error" not in a]
         out["profile_attention"] = (eff.attention_fwd, eff.attention_bwd)
+    if data.get("attention_long"):
+        peak16 = gpu.peak_tflops["bf16"]
+        out["attention_long"] = [{"backend": a["backend"], "seq": a["seq"], "heads": a["heads"],
+                                  "kv_heads": a["kv_heads"], "fwd_fraction": a["fwd_TFLOPs"] / peak16,
+                                  "bwd_fraction": a["bwd_TFLOPs"] / peak16}
+                                 for a in data["attention_long"] if "error" not in a]
     return out
 
 
@@ -166,9 +213,20 @@ def main(argv: list[str] | None = None) -> int:
         h = r["hbm"]
         print(f"HBM: read {h['read_fraction']:.3f}, copy {h['copy_fraction']:.3f} of the datasheet; "
               f"profile hbm = {h['profile_hbm']}")
+    if "grouped_moe" in r:
+        g = r["grouped_moe"]
+        print(f"grouped bf16, MoE experts: {g['all']['n']} GEMMs, |error| median {g['all']['median_abs_pct']:.1f}%, "
+              f"signed median {g['all']['signed_median_pct']:+.1f}%")
+        for label, s in [*g["by_model"].items(), *g["by_pass"].items()]:
+            print(f"    {label:>16}: n={s['n']:3d} signed median {s['signed_median_pct']:+.1f}%")
+        print(f"    grouped against single GEMMs of the same depth: {g['grouped_over_dense']:.3f} of the model's "
+              "relative figure")
     for a in r.get("attention", []):
         print(f"attention ({a['backend']}) seq {a['seq']}: fwd {a['fwd_fraction']:.3f}, "
               f"bwd {a['bwd_fraction']:.3f} of the bf16 peak")
+    for a in r.get("attention_long", []):
+        print(f"attention ({a['backend']}, {a['heads']}/{a['kv_heads']} heads) seq {a['seq']}: "
+              f"fwd {a['fwd_fraction']:.3f}, bwd {a['bwd_fraction']:.3f} of the bf16 peak")
     if "profile_attention" in r:
         print(f"    profile attention_fwd / attention_bwd (end to end, fitted) = {r['profile_attention']}")
     return 0
