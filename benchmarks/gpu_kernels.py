@@ -363,18 +363,13 @@ def main() -> None:
     for precision in ("bf16", "fp8") if rows else ():
         sel = sorted(r["TFLOPs_stream"] for r in rows if r["precision"] == precision)
         print(f"{precision} back to back: TFLOP/s min {sel[0]:.0f} median {sel[len(sel) // 2]:.0f} max {sel[-1]:.0f}")
-    for a in result.get("attention", []) + result.get("attention_long", []):
-        if "error" in a:
-            print(f"attention {a['backend']} seq {a['seq']}: {a['error']}")
-        else:
-            print(f"attention {a['backend']} seq {a['seq']}: fwd {a['fwd_TFLOPs']:.0f} TFLOP/s, "
-                  f"bwd {a['bwd_TFLOPs']:.0f}")
-    for g in result.get("grouped", []) + result.get("grouped_moe", []):
-        if "error" in g:
-            print(f"grouped {g.get('model')} {g['layer']} {g.get('pass', 'fwd')} ep {g['ep']}: {g['error']}")
-        else:
-            print(f"grouped {g['model']} {g['layer']} {g.get('pass', 'fwd')} ep {g['ep']} tokens {g['tokens']}: "
-                  f"{g['TFLOPs_stream']:.0f} TFLOP/s back to back")
+    summaries = [(f"attention {a['backend']} seq {a['seq']}", a, "fwd {fwd_TFLOPs:.0f} TFLOP/s, bwd {bwd_TFLOPs:.0f}")
+                 for a in result.get("attention", []) + result.get("attention_long", [])]
+    summaries += [(f"grouped {g.get('model')} {g['layer']} {g.get('pass', 'fwd')} ep {g['ep']} tokens {g['tokens']}", g,
+                   "{TFLOPs_stream:.0f} TFLOP/s back to back")
+                  for g in result.get("grouped", []) + result.get("grouped_moe", [])]
+    for label, row, figures in summaries:
+        print(f"{label}: {row['error'] if 'error' in row else figures.format(**row)}")
     print(result["smi_before"], "|", result["smi_after"])
 
 
