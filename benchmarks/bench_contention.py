@@ -1,0 +1,83 @@
+"""What link sharing costs an evaluation: the contention pass's share of ``Engine.evaluate``.
+
+    python benchmarks/bench_contention.py [--scenarios 6000] [--rounds 3]
+
+Issue 11 bounds the evaluation cost of the network model at 1.5x the model without it. Besides
+the A/B against an older checkout (``bench_evaluate.py --base``), which also counts every
+other change since, this one isolates the contention pass (``twin.core.contention``: link
+profiles, stretches, contended strategies costed again) inside this checkout: the same
+never-seen scenarios (``bench_evaluate.family``, a warm-up set then a disjoint timed set) are
+evaluated one by one, in alternating rounds, by this checkout as it is and with
+``TwinModel._contend`` replaced by one that hands every strategy's terms back as costed
+alone (what the step would be with every link to itself). Each round starts a fresh engine,
+warmed the same way. Prints each round's microseconds per evaluation, the medians and their
+ratio. One process on one core; the machine may be shared, so compare figures of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from twin.core.evaluate import TwinModel
+from twin.engine import Engine
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_evaluate import family
+
+_CONTEND = TwinModel._contend
+
+
+def _alone(self: TwinModel, ctx: Any, parts: list[Any], rehome: Any, memo: Any = None,
+           groups: Any = None) -> tuple[list[Any], tuple[tuple[()], tuple[()]]]:
+    """The contention pass that shares nothing: every strategy keeps its terms alone."""
+    return parts, ((), ())
+
+
+def us_per_evaluation(warm: list[dict[str, Any]], timed: list[dict[str, Any]], sharing: bool) -> float:
+    """Microseconds per ``Engine.evaluate`` over ``timed`` on a fresh engine warmed on ``warm``."""
+    TwinModel._contend = _CONTEND if sharing else _alone  # type: ignore[method-assign]
+    try:
+        engine = Engine(autoload=False)
+        for m in warm:
+            engine.evaluate(m)
+        gc.collect()
+        t0 = time.perf_counter()
+        for m in timed:
+            engine.evaluate(m)
+        return (time.perf_counter() - t0) / len(timed) * 1e6
+    finally:
+        TwinModel._contend = _CONTEND  # type: ignore[method-assign]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenarios", type=int, default=6000, help="warm-up scenarios (the timed set is as many)")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    warm = family(args.scenarios, seed=1)
+    seen = {repr(m) for m in warm}
+    timed = [m for m in family(args.scenarios, seed=2) if repr(m) not in seen]
+    print(f"{len(timed):,} never-seen scenarios after a warm-up on {len(warm):,}, one by one, one core")
+    with_pass: list[float] = []
+    without: list[float] = []
+    for r in range(1, args.rounds + 1):
+        without.append(us_per_evaluation(warm, timed, sharing=False))
+        with_pass.append(us_per_evaluation(warm, timed, sharing=True))
+        print(f"  round {r}: with the contention pass {with_pass[-1]:7.1f} us, without {without[-1]:7.1f} us "
+              f"({with_pass[-1] / without[-1]:.2f}x)", flush=True)
+    a, b = statistics.median(with_pass), statistics.median(without)
+    print(f"  median: with {a:.1f} us ({1e6 / a:,.0f}/s), without {b:.1f} us ({1e6 / b:,.0f}/s): "
+          f"the pass costs {a - b:.1f} us, {a / b:.2f}x the evaluation without it")
+
+
+if __name__ == "__main__":
+    main()
