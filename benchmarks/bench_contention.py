@@ -12,19 +12,27 @@ evaluated one by one, in alternating rounds, by this checkout as it is and with
 alone (what the step would be with every link to itself). Each round starts a fresh engine,
 warmed the same way. Prints each round's microseconds per evaluation, the medians and their
 ratio. One process on one core; the machine may be shared, so compare figures of one run.
+
+Then one more pass with timers around the pass's parts (their own cost inflates the total, so
+the parts are printed apart from the rounds): the flows (link profiles, stretches), the
+strategies costed again with their shares (and the collective costs that missed the cache
+then), and the link report of the estimate.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import twin.core.evaluate as evaluate_module
 from twin.core.evaluate import TwinModel
 from twin.engine import Engine
 
@@ -56,6 +64,59 @@ def us_per_evaluation(warm: list[dict[str, Any]], timed: list[dict[str, Any]], s
         TwinModel._contend = _CONTEND  # type: ignore[method-assign]
 
 
+def parts_us(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Per evaluation of ``timed`` (fresh engine warmed on ``warm``), each part of the contention
+    pass: (microseconds, calls), measured with a timer around each call."""
+    spent: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
+    inside = [False]
+    saved = (TwinModel._contend, TwinModel._flows, TwinModel._terms, evaluate_module.collective_cost,
+             evaluate_module.link_loads)
+
+    def timed_call(label: str, fn: Callable[..., Any], only_inside: bool = False) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if only_inside and not inside[0]:
+                return fn(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] += time.perf_counter() - t0
+                calls[label] += 1
+        return run
+
+    def contend(*args: Any, **kwargs: Any) -> Any:
+        inside[0] = True
+        try:
+            return saved[0](*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    TwinModel._contend = timed_call("the contention pass", contend)  # type: ignore[method-assign]
+    TwinModel._flows = timed_call("  flows: link profiles, stretches", saved[1])  # type: ignore[method-assign]
+    TwinModel._terms = timed_call("  strategies costed again", saved[2], True)  # type: ignore[method-assign]
+    evaluate_module.collective_cost = timed_call("    of which collective costs missed", saved[3], True)
+    evaluate_module.link_loads = timed_call("the link report (estimate.links)", saved[4])
+    try:
+        engine = Engine(autoload=False)
+        for m in warm:
+            engine.evaluate(m)
+        spent.clear()
+        calls.clear()
+        gc.collect()
+        t0 = time.perf_counter()
+        for m in timed:
+            engine.evaluate(m)
+        spent["whole evaluation, under the timers"] = time.perf_counter() - t0
+        calls["whole evaluation, under the timers"] = len(timed)
+    finally:
+        (TwinModel._contend, TwinModel._flows, TwinModel._terms, evaluate_module.collective_cost,  # type: ignore[method-assign]
+         evaluate_module.link_loads) = saved
+    order = ("whole evaluation, under the timers", "the contention pass", "  flows: link profiles, stretches",
+             "  strategies costed again", "    of which collective costs missed", "the link report (estimate.links)")
+    return {k: (spent[k] / len(timed) * 1e6, calls[k] / len(timed)) for k in order}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", type=int, default=6000, help="warm-up scenarios (the timed set is as many)")
@@ -77,6 +138,9 @@ def main() -> None:
     a, b = statistics.median(with_pass), statistics.median(without)
     print(f"  median: with {a:.1f} us ({1e6 / a:,.0f}/s), without {b:.1f} us ({1e6 / b:,.0f}/s): "
           f"the pass costs {a - b:.1f} us, {a / b:.2f}x the evaluation without it")
+    print("  where the pass's time goes (one pass with timers, us per evaluation, calls per evaluation):")
+    for label, (us, n) in parts_us(warm, timed).items():
+        print(f"    {label:<40} {us:7.1f} us  {n:5.2f} calls")
 
 
 if __name__ == "__main__":
