@@ -6,7 +6,7 @@ Issue 11 bounds the evaluation cost of the network model at 1.5x the model witho
 the A/B against an older checkout (``bench_evaluate.py --base``), which also counts every
 other change since, this one isolates the contention pass (``twin.core.contention``: link
 profiles, stretches, contended strategies costed again) inside this checkout: the same
-never-seen scenarios (``bench_evaluate.family``, a warm-up set then a disjoint timed set) are
+never-seen scenarios (``bench_evaluate.never_seen``: a warm-up set, then a disjoint timed set) are
 evaluated one by one, in alternating rounds, by this checkout as it is and with
 ``TwinModel._contend`` replaced by one that hands every strategy's terms back as costed
 alone (what the step would be with every link to itself). Each round starts a fresh engine,
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import collections
 import gc
-import os
 import statistics
 import sys
 import time
@@ -37,7 +36,8 @@ from twin.core.evaluate import TwinModel
 from twin.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_evaluate import family
+from bench_evaluate import never_seen
+from evaluate_child import fresh_rate, one_by_one, pin_one_core
 
 _CONTEND = TwinModel._contend
 
@@ -52,14 +52,9 @@ def us_per_evaluation(warm: list[dict[str, Any]], timed: list[dict[str, Any]], s
     """Microseconds per ``Engine.evaluate`` over ``timed`` on a fresh engine warmed on ``warm``."""
     TwinModel._contend = _CONTEND if sharing else _alone  # type: ignore[method-assign]
     try:
-        engine = Engine(autoload=False)
-        for m in warm:
-            engine.evaluate(m)
-        gc.collect()
-        t0 = time.perf_counter()
-        for m in timed:
-            engine.evaluate(m)
-        return (time.perf_counter() - t0) / len(timed) * 1e6
+        rate, refused = fresh_rate(one_by_one, warm, timed)
+        assert refused == 0, f"{refused} evaluations refused: every scenario here was checked valid"
+        return 1e6 / rate
     finally:
         TwinModel._contend = _CONTEND  # type: ignore[method-assign]
 
@@ -122,11 +117,8 @@ def main() -> None:
     ap.add_argument("--scenarios", type=int, default=6000, help="warm-up scenarios (the timed set is as many)")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    warm = family(args.scenarios, seed=1)
-    seen = {repr(m) for m in warm}
-    timed = [m for m in family(args.scenarios, seed=2) if repr(m) not in seen]
+    pin_one_core()
+    warm, timed = never_seen(args.scenarios)
     print(f"{len(timed):,} never-seen scenarios after a warm-up on {len(warm):,}, one by one, one core")
     with_pass: list[float] = []
     without: list[float] = []

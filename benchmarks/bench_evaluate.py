@@ -55,7 +55,7 @@ from twin.engine import Engine
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import equivalence
-from evaluate_child import batch, collector_cost, fresh_rate, one_by_one
+from evaluate_child import batch, collector_cost, fresh_rate, one_by_one, pin_one_core
 
 MODELS = ["llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "gpt3-175b", "mixtral-8x7b", "qwen3-235b-a22b"]
 SYSTEMS = ["DGX-H100", "DGX-A100", "DGX-B200", "GB200-NVL72", "Meta-RoCE-H100"]
@@ -91,6 +91,14 @@ def family(n: int, seed: int = 1) -> list[dict[str, Any]]:
             continue
         out.append(m)
     return out
+
+
+def never_seen(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(a warm-up set of ``n`` family scenarios, a second family set less any scenario of the
+    first): the never-seen scenarios the ``fresh`` figures and ``--base`` time."""
+    warm = family(n)
+    seen = {repr(m) for m in warm}
+    return warm, [m for m in family(n, seed=2) if repr(m) not in seen]
 
 
 def valid(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -149,9 +157,7 @@ def child_rates(path: Path, scenarios: Path) -> dict[str, float]:
 
 def compare(base: Path, n: int, rounds: int) -> None:
     """This checkout against ``base`` on the same never-seen scenarios (module docstring)."""
-    warm = family(n)
-    seen = {repr(m) for m in warm}
-    timed = [m for m in family(n, seed=2) if repr(m) not in seen]
+    warm, timed = never_seen(n)
     with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
         scenarios = Path(tmp) / "scenarios.json"
         scenarios.write_text(json.dumps({"warm": warm, "timed": timed}), encoding="utf-8")
@@ -186,9 +192,9 @@ def main() -> None:
     if args.base is not None:
         compare(args.base, args.scenarios, args.rounds)
         return
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    sets = {"family": family(args.scenarios),
+    pin_one_core()
+    warm_family, unseen = never_seen(args.scenarios)
+    sets = {"family": warm_family,
             "random": valid(equivalence.points(max(1, args.scenarios // 2), seed=7))}
     print(f"evaluations/s on distinct scenarios, one core (cold: first pass on a fresh engine; "
           f"warm: best of {args.repeats})")
@@ -196,8 +202,6 @@ def main() -> None:
         for label, run in (("Engine.evaluate, one by one", one_by_one), ("Engine.evaluate_many, batch", batch)):
             cold, warm = rates(run, maps, args.repeats)
             print(f"  {name:7s} ({len(maps):6,} scenarios)  {label:29s}: cold {cold:>10,.0f}   warm {warm:>10,.0f}")
-    seen = {repr(m) for m in sets["family"]}
-    unseen = [m for m in family(args.scenarios, seed=2) if repr(m) not in seen]
     for label, run in (("Engine.evaluate, one by one", one_by_one), ("Engine.evaluate_many, batch", batch)):
         rate, refused = fresh_rate(run, sets["family"], unseen)
         assert refused == 0, f"{refused} evaluations refused: every scenario here was checked valid"

@@ -84,9 +84,14 @@ def collector_cost(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> t
     return spent[0] / len(timed) * 1e6, (len(gc.get_objects()) - before) / len(timed)
 
 
-def main() -> None:
+def pin_one_core() -> None:
+    """Run this process on one core (where the OS allows): the figures are per core."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+
+
+def main() -> None:
+    pin_one_core()
     with open(sys.argv[1], encoding="utf-8") as f:
         sets = json.load(f)
     out: dict[str, Any] = {}

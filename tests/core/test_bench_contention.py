@@ -29,7 +29,8 @@ def test_the_alone_side_shares_nothing_and_the_pass_is_put_back():
     finally:
         TwinModel._contend = original
     assert alone.contention_s == 0 and alone.step_time_s < shared.step_time_s
-    warm, timed = bench.family(4, seed=1), bench.family(4, seed=2)
+    warm, timed = bench.never_seen(4)
+    assert timed
     assert bench.us_per_evaluation(warm, timed, sharing=False) > 0
     assert TwinModel._contend is original
 
@@ -37,7 +38,7 @@ def test_the_alone_side_shares_nothing_and_the_pass_is_put_back():
 def test_the_parts_are_timed_and_every_patch_is_undone():
     saved = (TwinModel._contend, TwinModel._flows, TwinModel._terms, evaluate_module.collective_cost,
              evaluate_module.link_loads)
-    parts = bench.parts_us(bench.family(4, seed=1), bench.family(6, seed=2))
+    parts = bench.parts_us(*bench.never_seen(6))
     assert (TwinModel._contend, TwinModel._flows, TwinModel._terms, evaluate_module.collective_cost,
             evaluate_module.link_loads) == saved
     whole = parts["whole evaluation, under the timers"][0]
