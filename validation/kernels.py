@@ -138,6 +138,19 @@ def grouped_over_dense(dense: list[tuple[dict[str, Any], float]],
     return statistics.mean(weighted) if weighted else math.nan
 
 
+def attention_fractions(rows: list[dict[str, Any]], peak16_tflops: float) -> list[dict[str, Any]]:
+    """The measured attention rows as fractions of the 16-bit peak (rows a backend refused left out)."""
+    return [{"backend": a.get("backend", "flash"), "seq": a["seq"], "heads": a.get("heads"),
+             "kv_heads": a.get("kv_heads"), "fwd_fraction": a["fwd_TFLOPs"] / peak16_tflops,
+             "bwd_fraction": a["bwd_TFLOPs"] / peak16_tflops} for a in rows if "error" not in a]
+
+
+def spread_line(label: str, s: dict[str, float]) -> str:
+    """One printed line of a :func:`spread`: count, median |error| and signed median."""
+    return (f"{label}: {s['n']} GEMMs, |error| median {s['median_abs_pct']:.1f}%, "
+            f"signed median {s['signed_median_pct']:+.1f}%")
+
+
 def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, Any]:
     """Every figure this module prints, as a dict."""
     engine = Engine(autoload=False)
@@ -145,8 +158,9 @@ def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, 
     eff = gpu.efficiency
     assert eff is not None
     out: dict[str, Any] = {"gpu": gpu.name, "measured_on": data.get("gpu"), "precisions": {}}
+    dense: dict[str, list[tuple[dict[str, Any], float]]] = {}
     for precision in ("bf16", "fp8"):
-        errs = gemm_errors(gpu, data["gemm"], precision)
+        errs = dense[precision] = gemm_errors(gpu, data["gemm"], precision)
         if not errs:
             continue
         out["precisions"][precision] = {
@@ -156,8 +170,9 @@ def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, 
             "best_shape_efficiency": best_shape_efficiency(gpu, data["gemm"], precision),
             "profile_gemm": eff.gemm[precision],
         }
-    if data.get("grouped"):
-        out["grouped_bf16"] = spread([e for _, e in gemm_errors(gpu, data["grouped"], "bf16")])
+    grouped = gemm_errors(gpu, data.get("grouped", []), "bf16")
+    if grouped:
+        out["grouped_bf16"] = spread([e for _, e in grouped])
     moe = [r for r in data.get("grouped_moe", []) if "error" not in r]
     if moe:
         errs = gemm_errors(gpu, moe, "bf16")
@@ -166,25 +181,17 @@ def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, 
             "by_model": {m: spread([e for r, e in errs if r["model"] == m])
                          for m in dict.fromkeys(r["model"] for r in moe)},
             "by_pass": {p: spread([e for r, e in errs if r["pass"] == p]) for p in ("fwd", "dgrad", "wgrad")},
-            "grouped_over_dense": grouped_over_dense(gemm_errors(gpu, data["gemm"], "bf16"),
-                                                     errs + gemm_errors(gpu, data.get("grouped", []), "bf16")),
+            "grouped_over_dense": grouped_over_dense(dense["bf16"], errs + grouped),
         }
     hbm = data.get("hbm") or {}
     if hbm:
         out["hbm"] = {"read_fraction": hbm["read_TBps"] / gpu.hbm_TBps,
                       "copy_fraction": hbm["copy_TBps"] / gpu.hbm_TBps, "profile_hbm": eff.hbm}
-    if data.get("attention"):
-        peak16 = gpu.peak_tflops["bf16"]
-        out["attention"] = [{"backend": a.get("backend", "flash"), "seq": a["seq"],
-                             "fwd_fraction": a["fwd_TFLOPs"] / peak16, "bwd_fraction": a["bwd_TFLOPs"] / peak16}
-                            for a in data["attention"] if "error" not in a]
+    for section in ("attention", "attention_long"):
+        if data.get(section):
+            out[section] = attention_fractions(data[section], gpu.peak_tflops["bf16"])
+    if "attention" in out:
         out["profile_attention"] = (eff.attention_fwd, eff.attention_bwd)
-    if data.get("attention_long"):
-        peak16 = gpu.peak_tflops["bf16"]
-        out["attention_long"] = [{"backend": a["backend"], "seq": a["seq"], "heads": a["heads"],
-                                  "kv_heads": a["kv_heads"], "fwd_fraction": a["fwd_TFLOPs"] / peak16,
-                                  "bwd_fraction": a["bwd_TFLOPs"] / peak16}
-                                 for a in data["attention_long"] if "error" not in a]
     return out
 
 
@@ -206,27 +213,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    best {TOP} shapes reach {p['best_shape_efficiency']:.3f} of peak over shape efficiency; "
               f"profile gemm.{precision} = {p['profile_gemm']}")
     if "grouped_bf16" in r:
-        g = r["grouped_bf16"]
-        print(f"grouped bf16: {g['n']} GEMMs, |error| median {g['median_abs_pct']:.1f}%, "
-              f"signed median {g['signed_median_pct']:+.1f}%")
+        print(spread_line("grouped bf16", r["grouped_bf16"]))
     if "hbm" in r:
         h = r["hbm"]
         print(f"HBM: read {h['read_fraction']:.3f}, copy {h['copy_fraction']:.3f} of the datasheet; "
               f"profile hbm = {h['profile_hbm']}")
     if "grouped_moe" in r:
         g = r["grouped_moe"]
-        print(f"grouped bf16, MoE experts: {g['all']['n']} GEMMs, |error| median {g['all']['median_abs_pct']:.1f}%, "
-              f"signed median {g['all']['signed_median_pct']:+.1f}%")
+        print(spread_line("grouped bf16, MoE experts", g["all"]))
         for label, s in [*g["by_model"].items(), *g["by_pass"].items()]:
             print(f"    {label:>16}: n={s['n']:3d} signed median {s['signed_median_pct']:+.1f}%")
         print(f"    grouped against single GEMMs of the same depth: {g['grouped_over_dense']:.3f} of the model's "
               "relative figure")
-    for a in r.get("attention", []):
-        print(f"attention ({a['backend']}) seq {a['seq']}: fwd {a['fwd_fraction']:.3f}, "
+    for a in r.get("attention", []) + r.get("attention_long", []):
+        heads = f", {a['heads']}/{a['kv_heads']} heads" if a["heads"] and a["kv_heads"] else ""
+        print(f"attention ({a['backend']}{heads}) seq {a['seq']}: fwd {a['fwd_fraction']:.3f}, "
               f"bwd {a['bwd_fraction']:.3f} of the bf16 peak")
-    for a in r.get("attention_long", []):
-        print(f"attention ({a['backend']}, {a['heads']}/{a['kv_heads']} heads) seq {a['seq']}: "
-              f"fwd {a['fwd_fraction']:.3f}, bwd {a['bwd_fraction']:.3f} of the bf16 peak")
     if "profile_attention" in r:
         print(f"    profile attention_fwd / attention_bwd (end to end, fitted) = {r['profile_attention']}")
     return 0

@@ -77,7 +77,7 @@ def test_the_script_prints_the_comparison(kernels, capsys):
     assert kernels.main([]) == 0
     out = capsys.readouterr().out
     assert "bf16: 384 GEMMs back to back" in out and "fp8: 384 GEMMs back to back" in out and "HBM: read" in out
-    assert "attention (cudnn)" in out and "grouped bf16, MoE experts: 180 GEMMs" in out
+    assert "attention (cudnn, 32/8 heads) seq 2048" in out and "grouped bf16, MoE experts: 180 GEMMs" in out
     assert "attention (cudnn, 64/4 heads) seq 131072" in out
 
 
