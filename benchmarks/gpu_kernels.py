@@ -126,45 +126,47 @@ def hbm(torch: Any) -> dict[str, float]:
     return {"copy_TBps": 2 * n * 2 / (copy_ms * 1e-3) / 1e12, "read_TBps": n * 2 / (read_ms * 1e-3) / 1e12}
 
 
-def attention(torch: Any) -> list[dict[str, Any]]:
-    """Causal fused attention, bf16, head dim 128, Llama 3.1 8B heads, through PyTorch's SDPA
-    with its FlashAttention-2 backend and with cuDNN's fused attention (what Transformer
-    Engine runs on Hopper by default)."""
+def attention_row(torch: Any, backend: str, batch: int, heads: int, kv: int, seq: int,
+                  reps: int) -> dict[str, Any]:
+    """One causal fused-attention measurement, bf16, head dim 128, through PyTorch's SDPA with
+    ``backend`` ("flash": FlashAttention-2; "cudnn": cuDNN's fused attention, what Transformer
+    Engine runs on Hopper by default): forward and backward back to back, ``reps`` each; a
+    backend that does not serve the shape gives a row with its ``error``."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    out = []
-    heads, kv = 32, 8
-    for backend in ("flash", "cudnn"):
-        chosen = SDPBackend.FLASH_ATTENTION if backend == "flash" else SDPBackend.CUDNN_ATTENTION
-        for seq in (2048, 4096, 8192, 16384):
-            batch = max(1, 16384 // seq)
-            q = torch.randn(batch, heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            # cuDNN's SDPA takes K/V with all heads (no GQA flag): repeat them for both backends.
-            k_ = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-            v = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-            k_ = k_.repeat_interleave(heads // kv, dim=1).requires_grad_()
-            v = v.repeat_interleave(heads // kv, dim=1).requires_grad_()
-            # The FLOPs FlashAttention's papers count: 4 * b * h * s^2 * d forward, halved by the causal mask.
-            flops_fwd = 4.0 * batch * heads * seq * seq * HEAD_DIM / 2
-            try:
-                with sdpa_kernel(chosen):
-                    def fwd(q: Any = q, k_: Any = k_, v: Any = v) -> Any:
-                        return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=True)
-                    fwd_ms = stream_ms(torch, fwd, 10)
-                    o = fwd()
-                    g = torch.randn_like(o)
+    chosen = SDPBackend.FLASH_ATTENTION if backend == "flash" else SDPBackend.CUDNN_ATTENTION
+    torch.cuda.empty_cache()  # the previous row's tensors, freed when it returned
+    try:
+        q = torch.randn(batch, heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        # cuDNN's SDPA takes K/V with all heads (no GQA flag): repeat them for both backends.
+        k_ = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+        k_ = k_.repeat_interleave(heads // kv, dim=1).requires_grad_()
+        v = v.repeat_interleave(heads // kv, dim=1).requires_grad_()
+        with sdpa_kernel(chosen):
+            def fwd(q: Any = q, k_: Any = k_, v: Any = v) -> Any:
+                return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=True)
+            fwd_ms = stream_ms(torch, fwd, reps)
+            o = fwd()
+            g = torch.randn_like(o)
 
-                    def bwd(o: Any = o, g: Any = g, inputs: Any = (q, k_, v)) -> Any:
-                        return torch.autograd.grad(o, inputs, g, retain_graph=True)
-                    bwd_ms = stream_ms(torch, bwd, 10)
-            except Exception as err:  # a backend this build or shape does not serve
-                out.append({"backend": backend, "seq": seq, "error": f"{type(err).__name__}: {err}"[:300]})
-                continue
-            out.append({"backend": backend, "seq": seq, "batch": batch, "heads": heads, "kv_heads": kv,
-                        "head_dim": HEAD_DIM, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms,
-                        "fwd_TFLOPs": flops_fwd / (fwd_ms * 1e-3) / 1e12,
-                        "bwd_TFLOPs": 2.5 * flops_fwd / (bwd_ms * 1e-3) / 1e12})
-    return out
+            def bwd(o: Any = o, g: Any = g, inputs: Any = (q, k_, v)) -> Any:
+                return torch.autograd.grad(o, inputs, g, retain_graph=True)
+            bwd_ms = stream_ms(torch, bwd, reps)
+    except Exception as err:  # a backend this build, shape or length does not serve
+        return {"backend": backend, "seq": seq, "error": f"{type(err).__name__}: {err}"[:300]}
+    # The FLOPs FlashAttention's papers count: 4 * b * h * s^2 * d forward, halved by the causal mask.
+    flops_fwd = 4.0 * batch * heads * seq * seq * HEAD_DIM / 2
+    return {"backend": backend, "seq": seq, "batch": batch, "heads": heads, "kv_heads": kv, "head_dim": HEAD_DIM,
+            "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_TFLOPs": flops_fwd / (fwd_ms * 1e-3) / 1e12,
+            "bwd_TFLOPs": 2.5 * flops_fwd / (bwd_ms * 1e-3) / 1e12}
+
+
+def attention(torch: Any) -> list[dict[str, Any]]:
+    """:func:`attention_row` with Llama 3.1 8B's heads (32 query, 8 key/value), 2K to 16K keys,
+    16K tokens a step (batch 16K / seq), 10 runs each."""
+    return [attention_row(torch, backend, max(1, 16384 // seq), 32, 8, seq, 10)
+            for backend in ("flash", "cudnn") for seq in (2048, 4096, 8192, 16384)]
 
 
 def grouped(torch: Any, reps: int) -> list[dict[str, Any]]:
@@ -246,45 +248,10 @@ def grouped_moe(torch: Any, reps: int) -> list[dict[str, Any]]:
 
 
 def attention_long(torch: Any) -> list[dict[str, Any]]:
-    """Causal fused attention at long context with Qwen3-235B-A22B's heads (64 query, 4
-    key/value, head dim 128), one sequence, 4K to 128K keys, through SDPA's FlashAttention-2
-    and cuDNN backends (K/V repeated per query head, as in :func:`attention`)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    out = []
-    heads, kv = 64, 4
-    for backend in ("cudnn", "flash"):
-        chosen = SDPBackend.FLASH_ATTENTION if backend == "flash" else SDPBackend.CUDNN_ATTENTION
-        for seq in (4096, 16384, 32768, 65536, 131072):
-            reps = 10 if seq <= 16384 else 3
-            try:
-                q = torch.randn(1, heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                k_ = torch.randn(1, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-                v = torch.randn(1, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-                k_ = k_.repeat_interleave(heads // kv, dim=1).requires_grad_()
-                v = v.repeat_interleave(heads // kv, dim=1).requires_grad_()
-                flops_fwd = 4.0 * heads * seq * seq * HEAD_DIM / 2
-                with sdpa_kernel(chosen):
-                    def fwd(q: Any = q, k_: Any = k_, v: Any = v) -> Any:
-                        return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=True)
-                    fwd_ms = stream_ms(torch, fwd, reps)
-                    o = fwd()
-                    g = torch.randn_like(o)
-
-                    def bwd(o: Any = o, g: Any = g, inputs: Any = (q, k_, v)) -> Any:
-                        return torch.autograd.grad(o, inputs, g, retain_graph=True)
-                    bwd_ms = stream_ms(torch, bwd, reps)
-            except Exception as err:  # a backend this build or length does not serve
-                out.append({"backend": backend, "seq": seq, "error": f"{type(err).__name__}: {err}"[:300]})
-                continue
-            finally:
-                torch.cuda.empty_cache()
-            out.append({"backend": backend, "seq": seq, "batch": 1, "heads": heads, "kv_heads": kv,
-                        "head_dim": HEAD_DIM, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms,
-                        "fwd_TFLOPs": flops_fwd / (fwd_ms * 1e-3) / 1e12,
-                        "bwd_TFLOPs": 2.5 * flops_fwd / (bwd_ms * 1e-3) / 1e12})
-            del q, k_, v, o, g
-    return out
+    """:func:`attention_row` at long context with Qwen3-235B-A22B's heads (64 query, 4
+    key/value), one sequence of 4K to 128K keys (10 runs up to 16K, 3 beyond)."""
+    return [attention_row(torch, backend, 1, 64, 4, seq, 10 if seq <= 16384 else 3)
+            for backend in ("cudnn", "flash") for seq in (4096, 16384, 32768, 65536, 131072)]
 
 
 def smi() -> str:
