@@ -817,8 +817,8 @@ def _at(value: Any, i: int) -> Any:
     return value
 
 
-def _stated(column: Any, default: Any) -> bool:
-    """Whether any point of a batch's plan column is set away from ``default``.
+def _any_point(column: Any, test: Callable[[Any], Any]) -> bool:
+    """Whether ``test`` holds for any point of a batch's plan column.
 
     The rules of a knob that only a value other than its default can break are skipped for
     a batch where no point sets one, as they are for one scenario: what no point can break
@@ -826,7 +826,12 @@ def _stated(column: Any, default: Any) -> bool:
     rule checks, ~7% of the sweep, measured). A constant column (``ops.uniform``) is read at
     its first row.
     """
-    return ops.any_((column[:1] if ops.uniform(column) else column) != default)
+    return ops.any_(test(column[:1] if ops.uniform(column) else column))
+
+
+def _stated(column: Any, default: Any) -> bool:
+    """Whether any point of a batch's plan column is set away from ``default`` (:func:`_any_point`)."""
+    return _any_point(column, lambda values: values != default)
 
 
 def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Iterator[RuleCheck]:
@@ -922,7 +927,8 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
             yield (f"{path}.ep", bad, "must divide the experts ({experts}) (got {ep})",
                    lambda: {"experts": experts, "ep": ep})
     expert_group = ep * plan.expert_tp
-    if ops.any_(plan.rank_order == "tp-cp-pp-dp") if batch else plan.rank_order == "tp-cp-pp-dp":
+    if (_any_point(plan.rank_order, lambda values: values == "tp-cp-pp-dp") if batch
+            else plan.rank_order == "tp-cp-pp-dp"):
         bad = ops.logical_and(plan.rank_order == "tp-cp-pp-dp", ep > 1)
         if batch or bad:
             yield (f"{path}.rank_order", bad, "tp-cp-pp-dp places no expert-parallel groups: it needs ep = 1", dict)
@@ -962,15 +968,15 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
         if batch or bad:
             yield f"{path}.fsdp_reshard_after_forward", bad, "applies only with optimizer_sharding: fsdp", dict
     modules = plan.recompute_modules
-    if (ops.any_(ops.logical_not(default_recompute_modules(modules[:1] if ops.uniform(modules) else modules)))
-            if batch else modules != DEFAULT_RECOMPUTE_MODULES):
+    if (_any_point(modules, lambda values: ops.logical_not(default_recompute_modules(values))) if batch
+            else modules != DEFAULT_RECOMPUTE_MODULES):
         yield from _recompute_module_rules(plan, model, path, batch)
     # A batch's view reads an optional section as a bool per point when only some clusters have it.
     pool = cluster.memory_pool
     no_pool = pool is None or (type(pool) is np.ndarray and ~pool)
     for what in ("optimizer", "params", "activations"):
         target = getattr(plan.offload, what)
-        if not (ops.any_(target == "cxl") if batch else target == "cxl"):
+        if not (_any_point(target, lambda values: values == "cxl") if batch else target == "cxl"):
             continue
         bad = ops.logical_and(target == "cxl", no_pool)
         if batch or bad:
