@@ -23,7 +23,7 @@ from twin.core.estimate import Estimate
 from twin.core.evaluate import FabricSet, PointResults, TwinModel
 from twin.core.scenario_io import read_mapping, scenario_from_dict
 from twin.core.schema import Interner
-from twin.core.specs import Scenario, validate_plan
+from twin.core.specs import Scenario, validate_plan, validate_software
 from twin.plugins import PluginInfo, is_builtin, make_plugin_manager, plugin_infos
 
 # Validated clusters and models remembered per engine: as many as the catalog keeps clusters.
@@ -115,12 +115,12 @@ class Engine:
     def _validate(self, scn: Scenario) -> None:
         """``self.model.validate(scn)``, skipping what was checked before for these objects.
 
-        ``TwinModel.validate`` runs ``validate_scenario`` (cluster rules, model rules, plan
-        rules, in that order), then each fabric's rules, which see the cluster only
-        (``Fabric.validate(cluster, path)``), then the strategy selection. So once a cluster
-        object and a model object have passed together, their own rules pass again and only
-        the plan rules and the selection can fail, with the error the full run would raise
-        first; the plan rules are a function of plan, model and cluster, so a triple that
+        ``TwinModel.validate`` runs ``validate_scenario`` (the software rule, cluster rules,
+        model rules, plan rules, in that order), then each fabric's rules, which see the
+        cluster only (``Fabric.validate(cluster, path)``), then the strategy selection. So once
+        a cluster object and a model object have passed together, their own rules pass again
+        and only the software rule, the plan rules and the selection can fail, with the error
+        the full run would raise first; the plan rules are a function of plan, model and cluster, so a triple that
         passed them passes again (the specs are immutable). Held by strong reference, so an id
         is never that of another object.
         """
@@ -131,6 +131,7 @@ class Engine:
             self._valid_plans.clear()
         c, m, p = scn.cluster, scn.model, scn.plan
         if self._valid_clusters.get(id(c)) is c and self._valid_models.get(id(m)) is m:
+            validate_software(scn.software)  # the one scenario rule outside cluster, model and plan
             key = (id(p), id(m), id(c))
             seen = self._valid_plans.get(key)
             if seen is None or seen[0] is not p or seen[1] is not m or seen[2] is not c:

@@ -145,6 +145,20 @@ def attention_fractions(rows: list[dict[str, Any]], peak16_tflops: float) -> lis
              "bwd_fraction": a["bwd_TFLOPs"] / peak16_tflops} for a in rows if "error" not in a]
 
 
+# Keys from which fused attention is on its long-sequence plateau (the twin's ramp,
+# compute._ATTN_HALF_KV = 256, is above 0.97 there).
+PLATEAU_KEYS = 8192
+
+
+def cudnn_plateau(fractions: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """Median (forward, backward) fraction of the 16-bit peak of the cuDNN rows with at least
+    ``PLATEAU_KEYS`` keys: the profile's ``cudnn_attention_fwd`` / ``_bwd`` (None: no such row)."""
+    rows = [a for a in fractions if a["backend"] == "cudnn" and a["seq"] >= PLATEAU_KEYS]
+    if not rows:
+        return None
+    return (statistics.median(a["fwd_fraction"] for a in rows), statistics.median(a["bwd_fraction"] for a in rows))
+
+
 def spread_line(label: str, s: dict[str, float]) -> str:
     """One printed line of a :func:`spread`: count, median |error| and signed median."""
     return (f"{label}: {s['n']} GEMMs, |error| median {s['median_abs_pct']:.1f}%, "
@@ -192,6 +206,10 @@ def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, 
             out[section] = attention_fractions(data[section], gpu.peak_tflops["bf16"])
     if "attention" in out:
         out["profile_attention"] = (eff.attention_fwd, eff.attention_bwd)
+        plateau = cudnn_plateau(out["attention"] + out.get("attention_long", []))
+        if plateau is not None:
+            out["cudnn_plateau"] = plateau
+            out["profile_cudnn_attention"] = (eff.cudnn_attention_fwd, eff.cudnn_attention_bwd)
     return out
 
 
@@ -231,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
               f"bwd {a['bwd_fraction']:.3f} of the bf16 peak")
     if "profile_attention" in r:
         print(f"    profile attention_fwd / attention_bwd (end to end, fitted) = {r['profile_attention']}")
+    if "cudnn_plateau" in r:
+        fwd, bwd = r["cudnn_plateau"]
+        print(f"    cuDNN from {PLATEAU_KEYS} keys: median fwd {fwd:.3f}, bwd {bwd:.3f}; profile cudnn_attention_fwd / "
+              f"_bwd = {r['profile_cudnn_attention']}")
     return 0
 
 

@@ -113,6 +113,16 @@ def test_fused_attention_holds_its_efficiency_to_128k_keys(report):
                for s in (4096, 16384, 32768, 65536, 131072))
 
 
+def test_the_profiles_cudnn_attention_is_the_measured_plateau(report):
+    """Hopper's cudnn_attention_fwd / _bwd (what software.attention_kernel "cudnn" runs at) are
+    the median of the cuDNN rows from 8K keys, to the 3 decimals written in efficiency.yaml, and
+    sit well above the fitted end-to-end figures (FlashAttention-2 class) they replace."""
+    fwd, bwd = report["cudnn_plateau"]
+    assert report["profile_cudnn_attention"] == (round(fwd, 3), round(bwd, 3))
+    fitted_fwd, fitted_bwd = report["profile_attention"]
+    assert fwd > 1.3 * fitted_fwd and bwd > 1.3 * fitted_bwd
+
+
 def test_a_refused_shape_is_kept_but_a_measured_one_needs_its_fields(kernels, tmp_path):
     bad = tmp_path / "k.json"
     refused = {"model": "x", "layer": "fc1", "pass": "wgrad", "error": "AcceleratorError: ..."}

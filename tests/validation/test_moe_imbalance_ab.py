@@ -25,9 +25,10 @@ PUBLISHED = (
     ("qwen3-235b-h100-256gpu-seq64k-tp4-cp4-pp8-vp4-ep8", 368.0, 320.0),
     ("qwen3-235b-h100-256gpu-seq128k-tp4-cp8-pp8-vp4-ep8", 389.0, 357.0),
 )
-# Busiest EP rank over the mean that the four published slowdowns imply one by one
-# (1.63, 1.68, 1.75, 1.76 with the twin at stop 28): one value for all of them.
-DROPLESS_LOAD = 1.7
+# Busiest EP rank over the mean that the four published slowdowns imply one by one: 1.55,
+# 1.56, 1.54, 1.50 since the runs state their stack's cuDNN attention (megatron-core-te2,
+# 2026-12-04; 1.63, 1.68, 1.75, 1.76 on the fitted attention before): one value for all of them.
+DROPLESS_LOAD = 1.55
 
 
 @pytest.fixture(scope="module")

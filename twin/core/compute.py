@@ -106,14 +106,19 @@ DEVICE_FIELDS = tuple(Device.__dataclass_fields__)
 
 
 def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 1.0,
-               recipe: str = "auto") -> Device:
-    """Timing parameters of ``gpu`` for a GEMM ``precision`` and recipe (``scale``: calibration)."""
+               recipe: str = "auto", attention_kernel: str = "profile") -> Device:
+    """Timing parameters of ``gpu`` for a GEMM ``precision`` and recipe (``scale``: calibration);
+    ``attention_kernel``: the stack's fused-attention kernel (``Software.attention_kernel``).
+    """
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
     gemm16 = eff.gemm.get(half, 0.75)
     gemm_eff = eff.gemm.get(precision) or gemm16
     sustained = eff.sustained * scale
     resolved = resolve_recipe(precision, recipe, gpu.generation)
     peak16 = gpu.peak_tflops[half] * 1e12
+    attn_fwd, attn_bwd = eff.attention_fwd, eff.attention_bwd
+    if attention_kernel == "cudnn" and eff.cudnn_attention_fwd is not None and eff.cudnn_attention_bwd is not None:
+        attn_fwd, attn_bwd = eff.cudnn_attention_fwd, eff.cudnn_attention_bwd
     return Device(
         peak_flops=gpu.peak_tflops[precision] * 1e12,
         attn_peak_flops=peak16,
@@ -121,8 +126,8 @@ def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 
         gemm16_eff=min(1.0, gemm16 * sustained),
         # Fused attention is one long kernel per layer: its efficiency is already the
         # end-to-end figure, so the sustained factor (launch gaps etc.) does not apply.
-        attn_fwd_eff=min(1.0, eff.attention_fwd * scale),
-        attn_bwd_eff=min(1.0, eff.attention_bwd * scale),
+        attn_fwd_eff=min(1.0, attn_fwd * scale),
+        attn_bwd_eff=min(1.0, attn_bwd * scale),
         hbm_Bps=gpu.hbm_TBps * 1e12 * eff.hbm * min(1.0, sustained),
         sm_count=gpu.sm_count,
         kernel_min_s=eff.kernel_min_us * 1e-6,

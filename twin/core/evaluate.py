@@ -97,6 +97,7 @@ from twin.core.specs import (
     validate_cluster,
     validate_model,
     validate_scenario,
+    validate_software,
 )
 from twin.core.strategy_set import StrategyTable
 from twin.core.topology import GroupSpan, Hierarchy, HierarchyBatch, Tier, place_group
@@ -850,14 +851,16 @@ class TwinModel:
         self._facts[key] = hit
         return hit
 
-    def device(self, gpu: GPU, precision: str, scale: float, recipe: str = "auto", flash: bool = True) -> Device:
+    def device(self, gpu: GPU, precision: str, scale: float, recipe: str = "auto", flash: bool = True,
+               attention_kernel: str = "profile") -> Device:
         """Timing parameters of ``gpu`` for ``precision``, its recipe and a compute calibration
-        (cached); ``flash``: whether the software stack runs fused (flash) attention.
+        (cached); ``flash``: whether the software stack runs fused (flash) attention;
+        ``attention_kernel``: which kernel (``Software.attention_kernel``).
         """
-        key = (self._key(gpu), precision, scale, recipe, flash)
+        key = (self._key(gpu), precision, scale, recipe, flash, attention_kernel)
         hit = self._devices.get(key)
         if hit is None:
-            hit = device_for(gpu, precision, gpu.efficiency or DEFAULT_EFFICIENCY, scale, recipe)
+            hit = device_for(gpu, precision, gpu.efficiency or DEFAULT_EFFICIENCY, scale, recipe, attention_kernel)
             if not flash:
                 hit = dataclasses.replace(hit, flash=False)
             if len(self._devices) > _CACHE_LIMIT:
@@ -931,7 +934,7 @@ class TwinModel:
         if hit is None:
             facts = self.cluster_facts(cluster)
             dev = self.device(cluster.gpu, plan.precision, cal.compute_efficiency, plan.recipe,
-                              scenario.software.flash_attention)
+                              scenario.software.flash_attention, scenario.software.attention_kernel)
             w = build_workload(model, plan.tp, plan.cp, plan.mbs, plan.sp, plan.ep, plan.expert_tp)
             stage, params, expert, act = self._stage(plan, model, dev, w, scenario.software)
             hierarchy = self.hierarchy(scenario)
@@ -1404,6 +1407,12 @@ class TwinModel:
             if not validate:
                 raise
             strategies, unresolved = (), reason_of(err)
+        stack = None
+        if validate:
+            try:  # the stack is the batch's, and its rule comes first (validate_scenario)
+                validate_software(ps.software)
+            except SpecError as err:
+                stack = reason_of(err)
         if validate:
             # Per (cluster, model) pair: the points' models differ in sequence length at most.
             models = ps.models or (ps.model,)
@@ -1411,7 +1420,7 @@ class TwinModel:
             statics = [self._static_reasons(c, m) for c in ps.clusters for m in models]
             before = np.asarray([-1 if s[0] is None else reasons.code(s[0]) for s in statics], np.int64)[pair]
             after = np.asarray([-1 if s[1] is None else reasons.code(s[1]) for s in statics], np.int64)[pair]
-            code = before.copy()
+            code = before.copy() if stack is None else np.full(n, reasons.code(stack), np.int64)
             open_ = code < 0  # points no rule has coded yet (kept as rules code them, not recomputed per rule)
             for field_path, broken, template, values in plan_rules(plan, ps.model_rows(), view):
                 fresh = np.asarray(broken, bool) & open_
@@ -1603,7 +1612,7 @@ class TwinModel:
             pr, s = divmod(rest, len(scales))
             p, r = divmod(pr, len(recipes))
             devs.append(self.device(gpus[g], str(precs[p]), float(scales[s]), str(recipes[r]),
-                                    ps.software.flash_attention))
+                                    ps.software.flash_attention, ps.software.attention_kernel))
         # Work of each distinct (degrees, micro-batch, recompute, device).
         sp = plan.sp
         etp = plan.expert_tp

@@ -66,6 +66,10 @@ class ComputeEfficiency:
     training step sustains (clocks under the power cap, launch gaps, framework work
     between kernels). Attention figures are end-to-end already (one fused kernel per
     layer). ``sustained`` and the attention figures are fitted to the reference runs.
+    ``cudnn_attention_fwd``/``cudnn_attention_bwd``: what cuDNN 9's fused attention
+    reaches on this generation, measured at the kernel, where it differs from the fitted
+    figures (a stack with ``Software.attention_kernel = "cudnn"`` runs it); None: the
+    fitted figures are that kernel's already (the generation's runs all use it).
     """
 
     gemm: dict[str, float]
@@ -75,6 +79,8 @@ class ComputeEfficiency:
     sustained: float = spec_field(1.0, ge=0.01, le=1)
     kernel_min_us: float = spec_field(4.0, ge=0, le=1e4)
     flash_attention: bool = True
+    cudnn_attention_fwd: float | None = spec_field(None, ge=0.01, le=1)
+    cudnn_attention_bwd: float | None = spec_field(None, ge=0.01, le=1)
     source: str = ""
 
 
@@ -541,6 +547,12 @@ class Calibration:
 
 
 SubLayerKind = Literal["attention", "mlp", "moe", "mamba"]
+# Which fused-attention kernel a stack runs: "profile", the GPU profile's fitted figures (the
+# kernels of the stacks its runs used); "cudnn", cuDNN 9's fused attention, which Transformer
+# Engine selects on Hopper and later ("Disabling FlashAttention to give FusedAttention
+# preference on Hopper+ for performance reasons": TE get_attention_backend) at the figures
+# measured for it (ComputeEfficiency.cudnn_attention_fwd / _bwd).
+AttentionKernel = Literal["profile", "cudnn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -574,6 +586,9 @@ class Software:
     # Fused (flash) attention (Dao et al. 2022); off: the stack's attention is batched GEMMs
     # around a fused softmax kernel, storing the score matrix (Megatron-LM before 2023).
     flash_attention: bool = True
+    # The fused-attention kernel (AttentionKernel): "cudnn" runs at the GPU profile's measured
+    # cuDNN 9 figures where it has them; needs flash_attention.
+    attention_kernel: AttentionKernel = "profile"
     # Tensor-parallel communication overlapped with the GEMMs by default on Hopper and later
     # (Transformer Engine userbuffers, --tp-comm-overlap in NVIDIA's recipes); off: the
     # stack issues TP collectives between its GEMMs (PyTorch DTensor TP without async-TP,
@@ -754,6 +769,7 @@ def validate_cluster(cluster: Cluster, path: str = "cluster") -> None:
             raise SpecError(f"{path}.scale_out.tier_spans", "must not decrease from leaf to top")
     elif n > dom:
         raise SpecError(f"{path}.scale_out", f"is required when num_gpus ({n}) exceeds the scale-up domain ({dom})")
+    validate_efficiency(cluster.gpu.efficiency, f"{path}.gpu.efficiency")
     validate_power(cluster, path)
 
 
@@ -1185,8 +1201,25 @@ def validate_plan(plan: Plan, model: Model, cluster: Cluster, path: str = "plan"
             raise SpecError(field_path, Rule(field_path, bad, template, values()).message())
 
 
+def validate_software(software: Software, path: str = "software") -> None:
+    """Rules spanning software fields: a fused-attention kernel needs fused attention."""
+    if software.attention_kernel != "profile" and not software.flash_attention:
+        raise SpecError(f"{path}.attention_kernel",
+                        f"{software.attention_kernel!r} is a fused-attention kernel, but the stack runs unfused "
+                        "attention (flash_attention false)")
+
+
+def validate_efficiency(eff: ComputeEfficiency | None, path: str = "cluster.gpu.efficiency") -> None:
+    """Rules spanning efficiency fields: cuDNN attention figures come as a pair."""
+    if eff is not None and (eff.cudnn_attention_fwd is None) != (eff.cudnn_attention_bwd is None):
+        missing = "cudnn_attention_bwd" if eff.cudnn_attention_bwd is None else "cudnn_attention_fwd"
+        raise SpecError(f"{path}.{missing}", "is required with its pair: cuDNN attention figures are given "
+                        "forward and backward together")
+
+
 def validate_scenario(scenario: Scenario) -> None:
     """Every cross-field rule of a scenario."""
+    validate_software(scenario.software)
     validate_cluster(scenario.cluster)
     validate_model(scenario.model)
     validate_plan(scenario.plan, scenario.model, scenario.cluster)
