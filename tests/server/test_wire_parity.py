@@ -35,6 +35,16 @@ def test_the_new_fields_round_trip():
             "model": "llama3.1-8b", "plan": {"recompute": "full", "recompute_layers": 2, "gbs": 64}}
     back = scenario_to_mapping(scenario_from_mapping(data))
     assert back["cluster"]["gpu"]["sfu_exp_per_clk"] == 32.0 and back["plan"]["recompute_layers"] == 2
+    # the stack's attention kernel and a profile's measured cuDNN figures
+    eff = {"gemm": {"bf16": 0.8}, "attention_fwd": 0.42, "attention_bwd": 0.31, "hbm": 0.85,
+           "cudnn_attention_fwd": 0.62, "cudnn_attention_bwd": 0.54}
+    data = {"cluster": {"gpu": {"preset": "H100-SXM-80GB", "efficiency": eff}, "num_gpus": 8},
+            "model": "llama3.1-8b", "plan": {"gbs": 64},
+            "software": {"preset": "megatron-core-te", "attention_kernel": "cudnn"}}
+    back = scenario_to_mapping(scenario_from_mapping(data))
+    assert back["software"]["attention_kernel"] == "cudnn"
+    got = back["cluster"]["gpu"]["efficiency"]
+    assert (got["cudnn_attention_fwd"], got["cudnn_attention_bwd"]) == (0.62, 0.54)
 
 
 def test_every_spec_with_a_wire_message_is_checked():
