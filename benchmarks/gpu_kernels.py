@@ -127,17 +127,20 @@ def hbm(torch: Any) -> dict[str, float]:
 
 
 def attention_row(torch: Any, backend: str, batch: int, heads: int, kv: int, seq: int,
-                  reps: int) -> dict[str, Any]:
-    """One causal fused-attention measurement, bf16, head dim 128, through PyTorch's SDPA with
+                  reps: int, queries: int | None = None, causal: bool = True) -> dict[str, Any]:
+    """One fused-attention measurement, bf16, head dim 128, through PyTorch's SDPA with
     ``backend`` ("flash": FlashAttention-2; "cudnn": cuDNN's fused attention, what Transformer
     Engine runs on Hopper by default): forward and backward back to back, ``reps`` each; a
-    backend that does not serve the shape gives a row with its ``error``."""
+    backend that does not serve the shape gives a row with its ``error``. ``seq`` keys,
+    ``queries`` queries (default ``seq``); ``causal`` False: every query sees every key (a
+    context-parallel ring's off-diagonal blocks)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     chosen = SDPBackend.FLASH_ATTENTION if backend == "flash" else SDPBackend.CUDNN_ATTENTION
+    nq = seq if queries is None else queries
     torch.cuda.empty_cache()  # the previous row's tensors, freed when it returned
     try:
-        q = torch.randn(batch, heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        q = torch.randn(batch, heads, nq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         # cuDNN's SDPA takes K/V with all heads (no GQA flag): repeat them for both backends.
         k_ = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(batch, kv, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
@@ -145,7 +148,7 @@ def attention_row(torch: Any, backend: str, batch: int, heads: int, kv: int, seq
         v = v.repeat_interleave(heads // kv, dim=1).requires_grad_()
         with sdpa_kernel(chosen):
             def fwd(q: Any = q, k_: Any = k_, v: Any = v) -> Any:
-                return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=True)
+                return torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=causal)
             fwd_ms = stream_ms(torch, fwd, reps)
             o = fwd()
             g = torch.randn_like(o)
@@ -154,12 +157,14 @@ def attention_row(torch: Any, backend: str, batch: int, heads: int, kv: int, seq
                 return torch.autograd.grad(o, inputs, g, retain_graph=True)
             bwd_ms = stream_ms(torch, bwd, reps)
     except Exception as err:  # a backend this build, shape or length does not serve
-        return {"backend": backend, "seq": seq, "error": f"{type(err).__name__}: {err}"[:300]}
-    # The FLOPs FlashAttention's papers count: 4 * b * h * s^2 * d forward, halved by the causal mask.
-    flops_fwd = 4.0 * batch * heads * seq * seq * HEAD_DIM / 2
-    return {"backend": backend, "seq": seq, "batch": batch, "heads": heads, "kv_heads": kv, "head_dim": HEAD_DIM,
-            "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_TFLOPs": flops_fwd / (fwd_ms * 1e-3) / 1e12,
-            "bwd_TFLOPs": 2.5 * flops_fwd / (bwd_ms * 1e-3) / 1e12}
+        return {"backend": backend, "seq": seq, "queries": nq, "causal": causal,
+                "error": f"{type(err).__name__}: {err}"[:300]}
+    # The FLOPs FlashAttention's papers count: 4 * b * h * queries * keys * d forward, halved by
+    # the causal mask (queries = keys there).
+    flops_fwd = 4.0 * batch * heads * nq * seq * HEAD_DIM / (2 if causal else 1)
+    return {"backend": backend, "seq": seq, "queries": nq, "causal": causal, "batch": batch, "heads": heads,
+            "kv_heads": kv, "head_dim": HEAD_DIM, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms,
+            "fwd_TFLOPs": flops_fwd / (fwd_ms * 1e-3) / 1e12, "bwd_TFLOPs": 2.5 * flops_fwd / (bwd_ms * 1e-3) / 1e12}
 
 
 def attention(torch: Any) -> list[dict[str, Any]]:
@@ -254,6 +259,18 @@ def attention_long(torch: Any) -> list[dict[str, Any]]:
             for backend in ("cudnn", "flash") for seq in (4096, 16384, 32768, 65536, 131072)]
 
 
+def attention_cp(torch: Any) -> list[dict[str, Any]]:
+    """:func:`attention_row` at one GPU's share of Qwen3-235B-A22B's long-context runs (NVIDIA's
+    Megatron MoE Model Zoo: TP4, so 16 query and 1 key/value head per GPU; CP = seq / 16K, so 16K
+    queries per GPU): the causal block (CP 1, and the ring's first step) and the two
+    off-diagonal blocks of Transformer Engine's load-balanced ring (16K queries x 8K keys and 8K
+    x 16K, no mask); with 64/4 heads beside them (one GPU without TP). 10 runs each."""
+    shapes = [(16384, None, True), (8192, 16384, False), (16384, 8192, False)]
+    return [attention_row(torch, backend, 1, heads, kv, keys, 10, queries, causal)
+            for backend in ("cudnn", "flash") for heads, kv in ((16, 1), (64, 4))
+            for keys, queries, causal in shapes]
+
+
 def smi() -> str:
     try:
         return subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
@@ -274,8 +291,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="kernels.json")
     ap.add_argument("--reps", type=int, default=25)
-    ap.add_argument("--sections", default="gemm,attention,grouped,grouped_moe,attention_long",
-                    help="comma-separated: gemm (with hbm), attention, grouped, grouped_moe, attention_long")
+    ap.add_argument("--sections", default="gemm,attention,grouped,grouped_moe,attention_long,attention_cp",
+                    help="comma-separated: gemm (with hbm), attention, grouped, grouped_moe, attention_long, "
+                         "attention_cp")
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     props = torch.cuda.get_device_properties(0)
@@ -310,7 +328,8 @@ def main() -> None:
     # The sections after the GEMMs each guarded: a failure of one is recorded, not fatal.
     for name, fn in (("attention", lambda: attention(torch)), ("grouped", lambda: grouped(torch, args.reps)),
                      ("grouped_moe", lambda: grouped_moe(torch, min(args.reps, 10))),
-                     ("attention_long", lambda: attention_long(torch))):
+                     ("attention_long", lambda: attention_long(torch)),
+                     ("attention_cp", lambda: attention_cp(torch))):
         if name not in sections:
             continue
         print(name, "...", f"{time.monotonic() - t0:.0f} s", flush=True)
@@ -330,8 +349,12 @@ def main() -> None:
     for precision in ("bf16", "fp8") if rows else ():
         sel = sorted(r["TFLOPs_stream"] for r in rows if r["precision"] == precision)
         print(f"{precision} back to back: TFLOP/s min {sel[0]:.0f} median {sel[len(sel) // 2]:.0f} max {sel[-1]:.0f}")
-    summaries = [(f"attention {a['backend']} seq {a['seq']}", a, "fwd {fwd_TFLOPs:.0f} TFLOP/s, bwd {bwd_TFLOPs:.0f}")
-                 for a in result.get("attention", []) + result.get("attention_long", [])]
+    summaries = [(f"attention {a['backend']} {a.get('heads', '?')}/{a.get('kv_heads', '?')} heads, "
+                  f"{a.get('queries', a['seq'])} queries x {a['seq']} keys"
+                  f"{'' if a.get('causal', True) else ' unmasked'}",
+                  a, "fwd {fwd_TFLOPs:.0f} TFLOP/s, bwd {bwd_TFLOPs:.0f}")
+                 for a in result.get("attention", []) + result.get("attention_long", [])
+                 + result.get("attention_cp", [])]
     summaries += [(f"grouped {g.get('model')} {g['layer']} {g.get('pass', 'fwd')} ep {g['ep']} tokens {g['tokens']}", g,
                    "{TFLOPs_stream:.0f} TFLOP/s back to back")
                   for g in result.get("grouped", []) + result.get("grouped_moe", [])]

@@ -140,7 +140,8 @@ def grouped_over_dense(dense: list[tuple[dict[str, Any], float]],
 
 def attention_fractions(rows: list[dict[str, Any]], peak16_tflops: float) -> list[dict[str, Any]]:
     """The measured attention rows as fractions of the 16-bit peak (rows a backend refused left out)."""
-    return [{"backend": a.get("backend", "flash"), "seq": a["seq"], "heads": a.get("heads"),
+    return [{"backend": a.get("backend", "flash"), "seq": a["seq"], "queries": a.get("queries", a["seq"]),
+             "causal": a.get("causal", True), "heads": a.get("heads"),
              "kv_heads": a.get("kv_heads"), "fwd_fraction": a["fwd_TFLOPs"] / peak16_tflops,
              "bwd_fraction": a["bwd_TFLOPs"] / peak16_tflops} for a in rows if "error" not in a]
 
@@ -153,7 +154,8 @@ PLATEAU_KEYS = 8192
 def cudnn_plateau(fractions: list[dict[str, Any]]) -> tuple[float, float] | None:
     """Median (forward, backward) fraction of the 16-bit peak of the cuDNN rows with at least
     ``PLATEAU_KEYS`` keys: the profile's ``cudnn_attention_fwd`` / ``_bwd`` (None: no such row)."""
-    rows = [a for a in fractions if a["backend"] == "cudnn" and a["seq"] >= PLATEAU_KEYS]
+    rows = [a for a in fractions if a["backend"] == "cudnn" and a["seq"] >= PLATEAU_KEYS and a["causal"]
+            and a["queries"] == a["seq"]]
     if not rows:
         return None
     return (statistics.median(a["fwd_fraction"] for a in rows), statistics.median(a["bwd_fraction"] for a in rows))
@@ -201,7 +203,7 @@ def report(data: dict[str, Any], gpu_name: str = "H200-SXM-141GB") -> dict[str, 
     if hbm:
         out["hbm"] = {"read_fraction": hbm["read_TBps"] / gpu.hbm_TBps,
                       "copy_fraction": hbm["copy_TBps"] / gpu.hbm_TBps, "profile_hbm": eff.hbm}
-    for section in ("attention", "attention_long"):
+    for section in ("attention", "attention_long", "attention_cp"):
         if data.get(section):
             out[section] = attention_fractions(data[section], gpu.peak_tflops["bf16"])
     if "attention" in out:
@@ -243,9 +245,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {label:>16}: n={s['n']:3d} signed median {s['signed_median_pct']:+.1f}%")
         print(f"    grouped against single GEMMs of the same depth: {g['grouped_over_dense']:.3f} of the model's "
               "relative figure")
-    for a in r.get("attention", []) + r.get("attention_long", []):
+    for a in r.get("attention", []) + r.get("attention_long", []) + r.get("attention_cp", []):
         heads = f", {a['heads']}/{a['kv_heads']} heads" if a["heads"] and a["kv_heads"] else ""
-        print(f"attention ({a['backend']}{heads}) seq {a['seq']}: fwd {a['fwd_fraction']:.3f}, "
+        shape = f"seq {a['seq']}" if a["queries"] == a["seq"] and a["causal"] else \
+            f"{a['queries']} queries x {a['seq']} keys{'' if a['causal'] else ' unmasked'}"
+        print(f"attention ({a['backend']}{heads}) {shape}: fwd {a['fwd_fraction']:.3f}, "
               f"bwd {a['bwd_fraction']:.3f} of the bf16 peak")
     if "profile_attention" in r:
         print(f"    profile attention_fwd / attention_bwd (end to end, fitted) = {r['profile_attention']}")
