@@ -120,9 +120,9 @@ class Engine:
         cluster only (``Fabric.validate(cluster, path)``), then the strategy selection. So once
         a cluster object and a model object have passed together, their own rules pass again
         and only the software rule, the plan rules and the selection can fail, with the error
-        the full run would raise first; the plan rules are a function of plan, model and cluster, so a triple that
-        passed them passes again (the specs are immutable). Held by strong reference, so an id
-        is never that of another object.
+        the full run would raise first; the plan rules are a function of plan, model and
+        cluster, so a triple that passed them passes again (the specs are immutable). Held by
+        strong reference, so an id is never that of another object.
         """
         if self._validated_by is not self.model:  # rules of a replaced model: start afresh
             self._validated_by = self.model

@@ -91,3 +91,16 @@ def test_cudnn_figures_come_as_a_pair(engine):
     with pytest.raises(SpecError) as err:
         engine.evaluate(data)
     assert err.value.field == "cluster.gpu.efficiency.cudnn_attention_bwd"
+
+
+def test_the_rule_holds_after_the_same_cluster_and_model_passed(engine):
+    """The engine skips the cluster and model rules for objects that passed before; the
+    software rule must still run (it did not, until a test evaluated a good scenario first)."""
+    engine.evaluate(_with("megatron-core-te2"))
+    bad = _with({"preset": "megatron-core-te2", "flash_attention": False})
+    with pytest.raises(SpecError) as err:
+        engine.evaluate(bad)
+    assert err.value.field == "software.attention_kernel"
+    rows = engine.evaluate_many([bad, _with()])
+    assert rows.reason(0).startswith("software.attention_kernel:") and rows.reason(1) is None
+    assert rows.columns["step_time_s"][1] > 0

@@ -1407,13 +1407,12 @@ class TwinModel:
             if not validate:
                 raise
             strategies, unresolved = (), reason_of(err)
-        stack = None
         if validate:
+            stack = None
             try:  # the stack is the batch's, and its rule comes first (validate_scenario)
                 validate_software(ps.software)
             except SpecError as err:
                 stack = reason_of(err)
-        if validate:
             # Per (cluster, model) pair: the points' models differ in sequence length at most.
             models = ps.models or (ps.model,)
             pair = cix if ps.model_ix is None else cix * len(models) + ps.model_ix
