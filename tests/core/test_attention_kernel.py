@@ -104,3 +104,22 @@ def test_the_rule_holds_after_the_same_cluster_and_model_passed(engine):
     rows = engine.evaluate_many([bad, _with()])
     assert rows.reason(0).startswith("software.attention_kernel:") and rows.reason(1) is None
     assert rows.columns["step_time_s"][1] > 0
+
+
+def test_the_estimate_says_which_kernel_it_assumed_where_it_matters(engine):
+    """A default stack on Hopper with attention a large share of the compute gets a note naming
+    the fitted figures it ran and how to state cuDNN; not once the stack states it, not where
+    attention is a small share, not on a profile without separate cuDNN figures."""
+    def kernel_notes(data):
+        return [n for n in engine.evaluate(data).notes if n.startswith("attention is")]
+
+    (note,) = kernel_notes(_with())
+    eff = scenario_from_dict(_with(), engine.catalog).cluster.gpu.efficiency
+    assert f"{eff.attention_fwd:g} / {eff.attention_bwd:g}" in note
+    assert f"{eff.cudnn_attention_fwd:g} / {eff.cudnn_attention_bwd:g}" in note
+    assert "software.attention_kernel: cudnn" in note
+    assert kernel_notes(_with("megatron-core-te2")) == []
+    assert kernel_notes(_with(system="DGX-B200")) == []
+    short = _with()
+    short["model"]["seq_len"] = 4096
+    assert kernel_notes(short) == []

@@ -1010,6 +1010,9 @@ class TwinModel:
         if 0 < host_f >= stage.layer_fwd_s:
             notes.append(f"host-bound on {scenario.software.name}: issuing a layer's forward takes "
                          f"{host_f * 1e3:.3f} ms, longer than the GPU runs it")
+        kernel_note = _attention_kernel_note(scenario, stage)
+        if kernel_note:
+            notes.append(kernel_note)
         if not mem.fits:
             notes.append(f"does not fit: {mem.total / 2**30:.1f} GiB needed of {mem.capacity / 2**30:.1f} GiB HBM")
         n = cluster.num_gpus
@@ -1994,6 +1997,33 @@ def _group_columns(ps: PointSet) -> list[np.ndarray]:
         else:
             cols.append(v)
     return cols
+
+
+# Above this share of a stage's compute the fused-attention kernel a stack runs moves the step
+# by several percent (the profile's fitted and cuDNN figures differ by 1.5-1.7x on Hopper), so
+# the estimate says which one it assumed.
+ATTENTION_NOTE_SHARE = 0.25
+
+
+def _attention_kernel_note(scenario: Scenario, stage: Any) -> str:
+    """A note for a stack on the profile's fitted attention where the GPU's profile has measured
+    cuDNN figures and attention is a large share of the compute (``ATTENTION_NOTE_SHARE``):
+    which kernel was assumed and how to state the other (``Software.attention_kernel``); ""
+    otherwise.
+    """
+    sw = scenario.software
+    eff = scenario.cluster.gpu.efficiency
+    if sw.attention_kernel != "profile" or not sw.flash_attention or eff is None \
+            or eff.cudnn_attention_bwd is None or eff.cudnn_attention_fwd is None:
+        return ""
+    busy = stage.fwd_s + stage.bwd_s
+    share = (stage.attn_fwd_s + stage.attn_bwd_s) / busy if busy > 0 else 0.0
+    if share < ATTENTION_NOTE_SHARE:
+        return ""
+    return (f"attention is {share:.0%} of the compute, run at {scenario.cluster.gpu.name}'s fitted attention "
+            f"({eff.attention_fwd:g} / {eff.attention_bwd:g} of the 16-bit peak, the 2023-2024 stacks' kernels); "
+            f"a Transformer Engine 2.x + cuDNN 9 stack runs it at {eff.cudnn_attention_fwd:g} / "
+            f"{eff.cudnn_attention_bwd:g}: state software.attention_kernel: cudnn (preset megatron-core-te2)")
 
 
 def _flow_record(f: Flow) -> tuple[Any, ...]:
