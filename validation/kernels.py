@@ -152,8 +152,9 @@ PLATEAU_KEYS = 8192
 
 
 def cudnn_plateau(fractions: list[dict[str, Any]]) -> tuple[float, float] | None:
-    """Median (forward, backward) fraction of the 16-bit peak of the cuDNN rows with at least
-    ``PLATEAU_KEYS`` keys: the profile's ``cudnn_attention_fwd`` / ``_bwd`` (None: no such row)."""
+    """Median (forward, backward) fraction of the 16-bit peak of the causal, whole-sequence cuDNN
+    rows with at least ``PLATEAU_KEYS`` keys: the profile's ``cudnn_attention_fwd`` / ``_bwd``
+    (None: no such row)."""
     rows = [a for a in fractions if a["backend"] == "cudnn" and a["seq"] >= PLATEAU_KEYS and a["causal"]
             and a["queries"] == a["seq"]]
     if not rows:
