@@ -116,9 +116,7 @@ def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 
     sustained = eff.sustained * scale
     resolved = resolve_recipe(precision, recipe, gpu.generation)
     peak16 = gpu.peak_tflops[half] * 1e12
-    attn_fwd, attn_bwd = eff.attention_fwd, eff.attention_bwd
-    if attention_kernel == "cudnn" and eff.cudnn_attention_fwd is not None and eff.cudnn_attention_bwd is not None:
-        attn_fwd, attn_bwd = eff.cudnn_attention_fwd, eff.cudnn_attention_bwd
+    attn_fwd, attn_bwd = eff.attention_figures(attention_kernel)
     return Device(
         peak_flops=gpu.peak_tflops[precision] * 1e12,
         attn_peak_flops=peak16,

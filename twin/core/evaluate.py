@@ -2013,17 +2013,16 @@ def _attention_kernel_note(scenario: Scenario, stage: Any) -> str:
     """
     sw = scenario.software
     eff = scenario.cluster.gpu.efficiency
-    if sw.attention_kernel != "profile" or not sw.flash_attention or eff is None \
-            or eff.cudnn_attention_bwd is None or eff.cudnn_attention_fwd is None:
+    if sw.attention_kernel != "profile" or not sw.flash_attention or eff is None:
         return ""
+    fitted, cudnn = eff.attention_figures("profile"), eff.attention_figures("cudnn")
     busy = stage.fwd_s + stage.bwd_s
     share = (stage.attn_fwd_s + stage.attn_bwd_s) / busy if busy > 0 else 0.0
-    if share < ATTENTION_NOTE_SHARE:
+    if cudnn == fitted or share < ATTENTION_NOTE_SHARE:
         return ""
     return (f"attention is {share:.0%} of the compute, run at {scenario.cluster.gpu.name}'s fitted attention "
-            f"({eff.attention_fwd:g} / {eff.attention_bwd:g} of the 16-bit peak, the 2023-2024 stacks' kernels); "
-            f"a Transformer Engine 2.x + cuDNN 9 stack runs it at {eff.cudnn_attention_fwd:g} / "
-            f"{eff.cudnn_attention_bwd:g}: state software.attention_kernel: cudnn (preset megatron-core-te2)")
+            f"({fitted[0]:g} / {fitted[1]:g} of the 16-bit peak); a Transformer Engine 2.x + cuDNN 9 stack runs it "
+            f"at {cudnn[0]:g} / {cudnn[1]:g}: state software.attention_kernel: cudnn (preset megatron-core-te2)")
 
 
 def _flow_record(f: Flow) -> tuple[Any, ...]:

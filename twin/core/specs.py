@@ -83,6 +83,15 @@ class ComputeEfficiency:
     cudnn_attention_bwd: float | None = spec_field(None, ge=0.01, le=1)
     source: str = ""
 
+    def attention_figures(self, kernel: str) -> tuple[float, float]:
+        """(forward, backward) fraction of the 16-bit peak that fused attention reaches with
+        ``kernel`` (``Software.attention_kernel``): the measured cuDNN pair for "cudnn" where
+        this profile has one, else the fitted pair.
+        """
+        if kernel == "cudnn" and self.cudnn_attention_fwd is not None and self.cudnn_attention_bwd is not None:
+            return self.cudnn_attention_fwd, self.cudnn_attention_bwd
+        return self.attention_fwd, self.attention_bwd
+
 
 @dataclass(frozen=True, slots=True)
 class GPU:
