@@ -16,9 +16,9 @@ import argparse
 import statistics
 import time
 
-from twin.core.failures.spec import MonteCarloSpec
+from twin.core.failures.failure_spec import MonteCarloSpec
 from twin.engine import Engine
-from twin.failures import FailureAnalyzer
+from twin.failure_analyzer import FailureAnalyzer
 
 IB_1024 = "examples/gpt3-175b-dgx-h100-ib.yaml"
 LLAMA = "examples/llama3-405b-16k-roce.yaml"

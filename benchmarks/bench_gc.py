@@ -4,7 +4,7 @@
     python benchmarks/bench_gc.py --rate 0 --requests 8000 --rounds 2
 
 Each run is a fresh child process that builds and starts the whole server as ``twin serve``
-does (``twin.server.app.build_server``: every service, telemetry, the sweep engine; no web
+does (``twin.server.grpc_app.build_server``: every service, telemetry, the sweep engine; no web
 view), then either leaves the collector as it is (``plain``) or first freezes what it holds
 (``twin.server.heap.freeze_startup_heap``, what ``twin serve`` does before it starts).
 ``benchmarks/bench_server.py``'s client then sends ``--requests`` distinct Predicts at
@@ -41,9 +41,9 @@ def child(variant: str) -> None:
     """Serve until SIGTERM, timing every collection; print the address, then the figures (JSON lines)."""
     import gc
 
-    from twin.server.app import build_server, start, stop
-    from twin.server.config import ServerConfig
+    from twin.server.grpc_app import build_server, start, stop
     from twin.server.heap import freeze_startup_heap
+    from twin.server.server_config import ServerConfig
 
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # before any thread starts: sigwait takes it
     with tempfile.TemporaryDirectory() as state:

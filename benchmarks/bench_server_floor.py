@@ -53,9 +53,9 @@ import bench_server  # noqa: E402  (benchmarks/ is the script's directory, first
 from proccpu import cpu_seconds  # noqa: E402
 
 SERVICE = "twin.rpc.v1.TwinService"
-# The twin's default worker count (twin/server/config.py, ServerConfig.workers).
+# The twin's default worker count (twin/server/server_config.py, ServerConfig.workers).
 WORKERS = 8
-# The twin's default limits.max_queued_rpcs (twin/server/config.py).
+# The twin's default limits.max_queued_rpcs (twin/server/server_config.py).
 MAX_QUEUED = 32
 FLOORS = ("sync", "sync-admission", "sync-registered", "aio", "sync-twin", "aio-twin", "sync-twin-x2")
 TWINS = ("ours", "base")
@@ -63,8 +63,8 @@ TWINS = ("ours", "base")
 
 def _servicer() -> Any:
     from twin.engine import Engine
-    from twin.server.config import ServerConfig
     from twin.server.context import ServerContext
+    from twin.server.server_config import ServerConfig
     from twin.server.services import TwinServicer
 
     return TwinServicer(ServerContext(engine=Engine(autoload=False), config=ServerConfig()))
@@ -89,7 +89,7 @@ def serve_floor(kind: str, port: int) -> None:
     from twin.rpc.v1 import twin_service_pb2
 
     parse = twin_service_pb2.PredictRequest.FromString
-    # The twin's options (twin/server/app.py): 4 MiB message limits, no SO_REUSEPORT.
+    # The twin's options (twin/server/grpc_app.py): 4 MiB message limits, no SO_REUSEPORT.
     options = [("grpc.max_receive_message_length", 4 << 20), ("grpc.max_send_message_length", 4 << 20),
                ("grpc.so_reuseport", 1 if kind == "sync-twin-x2" else 0)]
     if "-twin" in kind:
@@ -119,7 +119,7 @@ def serve_floor(kind: str, port: int) -> None:
 
     if kind.startswith("sync-twin"):
         from twin.server.services import TWIN_SERVICE
-        from twin.wire.handlers import generic_handler
+        from twin.wire.method_handlers import generic_handler
 
         generic = generic_handler(TWIN_SERVICE, servicer)  # the twin's own wrapper: safe decoding, error table
     else:

@@ -31,7 +31,7 @@ from twin.sweep.allocator import ENV as RETAIN_ENV
 from twin.sweep.allocator import retain_freed_memory
 from twin.sweep.job import EngineSettings
 from twin.sweep.runner import run_job, sweep_job
-from twin.sweep.spec import parse_spec
+from twin.sweep.sweep_spec import parse_spec
 
 SIZES = [256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384]
 

@@ -119,7 +119,7 @@ def in_process(repeats: int) -> float:
     """Rows/s of the server's sweep runner in this process: the ceiling without the wire."""
     from twin.engine import Engine
     from twin.server.sweep_engine import EngineRunner
-    from twin.server.sweeps import Row
+    from twin.server.sweep_events import Row
 
     runner = EngineRunner(Engine(autoload=False), max_points=1_000_000, executor="inline")
     best = float("inf")

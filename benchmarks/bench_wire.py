@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 from twin.engine import Engine  # noqa: E402
 from twin.rpc.v1 import scenario_pb2, twin_service_pb2  # noqa: E402
 from twin.server import guard  # noqa: E402
-from twin.server.config import ServerConfig  # noqa: E402
 from twin.server.context import ServerContext  # noqa: E402
+from twin.server.server_config import ServerConfig  # noqa: E402
 from twin.server.services import TwinServicer  # noqa: E402
 from twin.wire import convert  # noqa: E402
 

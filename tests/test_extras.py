@@ -25,7 +25,7 @@ from twin.cli import EXIT_MISSING_EXTRA, main
 from twin.core.errors import InfeasibleError, MissingExtraError
 from twin.core.extras import EXTRA_MODULES, needs_extra
 from twin.server.process import start_serve
-from twin.wire.errors import code_for
+from twin.wire.status_table import code_for
 
 EVERY_EXTRA = "server,telemetry,ray,plot,parquet"
 SCENARIO = str(EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml")

@@ -64,17 +64,6 @@ sits above the plugins, which sit above this module (layers: ``twin.core`` < ``t
 from __future__ import annotations
 
 from twin.core import ops
-from twin.core.api import (
-    EvalContext,
-    Fabric,
-    MemoryFabric,
-    OpticsModel,
-    ScaleOutFabric,
-    ScaleUpFabric,
-    StageTimes,
-    Strategy,
-    Terms,
-)
 from twin.core.collectives import ALGORITHMS, OPS, CollectiveCost, bus_factor, collective_cost, dedup_dispatch_cost
 from twin.core.errors import InfeasibleError, NotFoundError, PluginError, SpecError, TwinError
 from twin.core.fabric_params import check_scale_out_params, read_param, reject_scale_out_fields
@@ -86,7 +75,7 @@ from twin.core.failures.fabric import (
     fat_tree_of,
     nic_share_factor,
 )
-from twin.core.failures.rates import DETECTION_CRASH_S, REPAIR_H, REPAIR_SOURCE, network_rates
+from twin.core.failures.failure_rates import DETECTION_CRASH_S, REPAIR_H, REPAIR_SOURCE, network_rates
 from twin.core.fattree import (
     LEVEL_NAMES,
     FatTree,
@@ -96,13 +85,24 @@ from twin.core.fattree import (
     scale_out_tiers,
     tiers_needed,
 )
+from twin.core.interfaces import (
+    EvalContext,
+    Fabric,
+    MemoryFabric,
+    OpticsModel,
+    ScaleOutFabric,
+    ScaleUpFabric,
+    StageTimes,
+    Strategy,
+    Terms,
+)
 from twin.core.memory import ADAM_STATE_BYTES, lora_trainable_fraction, weights_sharded
 from twin.core.moe_routing import dispatch_fanout
 from twin.core.nic import NIC_EFFICIENCY, hop_latency_s, nic_efficiency
 from twin.core.pipelines import resolved as resolved_schedule
-from twin.core.points import PlanColumns
+from twin.core.point_set import PlanColumns
 from twin.core.specs import GPU, Cluster, MemoryPool, Model, Optics, Plan, ScaleOut, ScaleUp, Scenario, recompute_module
-from twin.core.telemetry import Condition, MetricMapping
+from twin.core.telemetry_vocab import Condition, MetricMapping
 from twin.core.topology import GroupSpan, Hierarchy, Tier
 from twin.core.units import BYTES_PER_ELEMENT, DAY_S, GIB, HOUR_S, US, gbps_to_bytes_per_s
 from twin.core.workload import ACT_BYTES, Workload

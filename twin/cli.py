@@ -27,18 +27,18 @@ from twin.core.errors import (
 )
 
 COMMANDS = (
-    "twin.commands.predict",
-    "twin.commands.plugins",
-    "twin.commands.validate",
-    "twin.commands.fleet",
-    "twin.commands.telemetry",
-    "twin.commands.failures",
-    "twin.commands.serve",
-    "twin.commands.catalog",
-    "twin.commands.demo",
-    "twin.commands.sweep",
-    "twin.commands.plan",
-    "twin.commands.plot",
+    "twin.commands.cmd_predict",
+    "twin.commands.cmd_plugins",
+    "twin.commands.cmd_validate",
+    "twin.commands.cmd_fleet",
+    "twin.commands.cmd_telemetry",
+    "twin.commands.cmd_failures",
+    "twin.commands.cmd_serve",
+    "twin.commands.cmd_catalog",
+    "twin.commands.cmd_demo",
+    "twin.commands.cmd_sweep",
+    "twin.commands.cmd_plan",
+    "twin.commands.cmd_plot",
 )
 
 EXIT_BAD_INPUT = 2

@@ -11,7 +11,7 @@
 Scenarios go over the wire as structured messages (converted from the scenario-file
 mapping on this side, so a typo is reported before anything is sent). A failed call
 raises the same domain error a local evaluation would (``SpecError`` naming the field,
-``NotFoundError``, ...), or :class:`~twin.wire.errors.RemoteError` for transport and
+``NotFoundError``, ...), or :class:`~twin.wire.status_table.RemoteError` for transport and
 server failures.
 """
 
@@ -32,7 +32,7 @@ from twin.core.scenario_io import read_mapping
 from twin.rpc.v1 import catalog_pb2, sweep_service_pb2, twin_service_pb2, twin_service_pb2_grpc
 from twin.rpc.v1 import sweep_service_pb2_grpc as sweep_grpc
 from twin.wire.convert import estimate_from_message, scenario_from_mapping
-from twin.wire.errors import RemoteError, error_from_rpc
+from twin.wire.status_table import RemoteError, error_from_rpc
 
 TOKEN_ENV = "TWIN_AUTH_TOKEN"
 __all__ = ["RemoteError", "TwinClient", "event_rows"]

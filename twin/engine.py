@@ -3,7 +3,7 @@
 An :class:`Engine` owns one plugin manager and what it resolved from it (catalog of
 presets, fabric models, strategies). Building one is cheap enough to do per process;
 evaluation is pure and thread-safe. Failure analysis and sweeps sit above it and take an
-engine (``twin.failures.FailureAnalyzer(engine)``, ``twin.sweep``); the engine imports
+engine (``twin.failure_analyzer.FailureAnalyzer(engine)``, ``twin.sweep``); the engine imports
 neither.
 """
 
@@ -16,11 +16,11 @@ from typing import Any
 import pluggy
 
 from twin import __version__
-from twin.core.api import Fabric, Strategy
 from twin.core.catalog import Catalog
 from twin.core.errors import PluginError, SpecError, TwinError, reason_of
 from twin.core.estimate import Estimate
 from twin.core.evaluate import FabricSet, PointResults, TwinModel
+from twin.core.interfaces import Fabric, Strategy
 from twin.core.scenario_io import read_mapping, scenario_from_dict
 from twin.core.schema import Interner
 from twin.core.specs import Scenario, validate_plan, validate_software

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from twin.api import ScaleOutFabric, ScaleUpFabric, Scenario, SpecError, Strategy
-from twin.core.points import PointSet
+from twin.core.point_set import PointSet
 from twin.engine import Engine
 from twin.hookimpl import hookimpl
 from twin.plugins import make_plugin_manager

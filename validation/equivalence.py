@@ -221,7 +221,7 @@ def sweep_answers(engine: Engine, pts: list[dict[str, Any]]) -> list[Any]:
     """The same points as one zip-mode sweep: each row's columns or its reason."""
     from twin.sweep.job import EngineSettings
     from twin.sweep.runner import run_job, sweep_job
-    from twin.sweep.spec import parse_spec
+    from twin.sweep.sweep_spec import parse_spec
 
     def full(p: dict[str, Any], key: str) -> Any:
         return p.get(key, {})

@@ -103,7 +103,7 @@ def test_sparse_batch_results_read_back_as_the_dense_columns():
     at the feasible points (in any order) they are the dense columns' values, and made
     dense they are the same columns.
     """
-    from twin.core.points import PointSet
+    from twin.core.point_set import PointSet
 
     engine = Engine(autoload=False)
     scenarios = [engine.scenario({"cluster": {"system": system, "num_gpus": gpus}, "model": "llama3.1-70b",

@@ -11,10 +11,10 @@ import pytest
 from twin.core.collectives import collective_cost, link_profile
 from twin.core.contention import Flow, stretches
 from twin.core.errors import SpecError
-from twin.core.fleet import capacity, place_jobs
+from twin.core.fleet_shares import capacity, place_jobs
 from twin.core.topology import place_group
 from twin.engine import Engine
-from twin.fleet import evaluate_fleet
+from twin.fleet_report import evaluate_fleet
 
 # A data-parallel ring across nodes (tp = 8: one rank per node) plus pipeline p2p, on RoCE.
 BASE = {"cluster": {"system": "DGX-H100", "num_gpus": 1024,
@@ -125,7 +125,7 @@ def test_a_batch_flow_is_loaded_as_each_of_its_points_alone(nbytes):
 
 def test_a_failure_never_makes_a_step_faster(engine):
     from twin.core.failures.impact import DegradedModel
-    from twin.failures import FailureAnalyzer
+    from twin.failure_analyzer import FailureAnalyzer
 
     fa = FailureAnalyzer(engine)
     scn, _ = fa.load("examples/gpt3-175b-dgx-h100-ib.yaml")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from twin.core.api import stride_of
 from twin.core.errors import SpecError
+from twin.core.interfaces import stride_of
 from twin.core.memory import state_divisors
 from twin.engine import Engine
 from twin.wire.convert import scenario_from_mapping, scenario_to_mapping

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from twin.core import evaluate
-from twin.core.api import EvalContext
+from twin.core.interfaces import EvalContext
 from twin.engine import Engine
 
 

@@ -18,7 +18,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.deploy.gotemplate import render_chart
-from twin.server.config import load_config
+from twin.server.server_config import load_config
 
 DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "fabric-twin"
@@ -181,7 +181,7 @@ def test_otlp_http_port_is_off_by_default_and_exposed_when_set():
     container = on["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "otlp-http", "containerPort": 4318} in container["ports"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["TWIN_OTLP_HTTP_PORT"] == "4318"  # what twin serve reads (twin/server/config.py)
+    assert env["TWIN_OTLP_HTTP_PORT"] == "4318"  # what twin serve reads (twin/server/server_config.py)
     ports = {p["name"]: p for p in on["Service"]["spec"]["ports"]}
     assert ports["otlp-http"]["port"] == 4318 and ports["otlp-http"]["targetPort"] == "otlp-http"
     with pytest.raises(jsonschema.ValidationError):
@@ -250,7 +250,7 @@ def test_grafana_dashboards_are_off_by_default_and_a_sidecar_configmap_when_on()
 
 
 def test_metrics_port_off_by_default_then_served_annotated_and_monitored(tmp_path):
-    from twin.telemetry.config import TelemetryConfig
+    from twin.telemetry.telemetry_config import TelemetryConfig
 
     off = render(values())
     assert "ServiceMonitor" not in off and [p["name"] for p in off["Service"]["spec"]["ports"]] == ["grpc"]

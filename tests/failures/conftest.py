@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twin.failures import FailureAnalyzer
+from twin.failure_analyzer import FailureAnalyzer
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,9 @@ from tests.cli.test_cli import twin
 from tests.conftest import EXAMPLES
 from twin.core.errors import PluginError, SpecError
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact
-from twin.core.failures.spec import load_failure_spec, parse_injection
+from twin.core.failures.failure_spec import load_failure_spec, parse_injection
 from twin.engine import Engine
-from twin.failures import FailureAnalyzer, failure_metrics, monte_carlo_batches
+from twin.failure_analyzer import FailureAnalyzer, failure_metrics, monte_carlo_batches
 from twin.hookimpl import hookimpl
 from twin.plugins import make_plugin_manager
 
@@ -100,7 +100,7 @@ def test_sweep_row_and_monte_carlo_tasks(engine):
     import yaml
 
     from twin.core.failures import montecarlo
-    from twin.core.failures.spec import MonteCarloSpec
+    from twin.core.failures.failure_spec import MonteCarloSpec
 
     base = yaml.safe_load(GPT3.read_text())
     row = failure_metrics(engine, {**base, "failures": {"checkpoint": {"storage_GBps": 50}}})

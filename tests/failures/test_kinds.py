@@ -8,13 +8,13 @@ import pytest
 
 from tests.conftest import EXAMPLES
 from tests.failures.conftest import SMALL_FAT_TREE, with_failures
-from twin.core.api import stride_of
 from twin.core.collectives import collective_cost
 from twin.core.errors import SpecError
 from twin.core.failures.components import Impact
 from twin.core.failures.fabric import go_back_n_efficiency, nic_share_factor
 from twin.core.failures.impact import DegradedModel, degrade_hierarchy, degrade_scenario
 from twin.core.failures.inventory import THERMAL_THROTTLE_FRACTION
+from twin.core.interfaces import stride_of
 from twin.core.topology import place_group
 
 GPT3 = EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml"

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, REFERENCE
-from twin.core.failures import rates
-from twin.core.failures.rates import LLAMA3_CAUSES, network_rates
+from twin.core.failures import failure_rates
+from twin.core.failures.failure_rates import LLAMA3_CAUSES, network_rates
 
 LLAMA = EXAMPLES / "llama3-405b-16k-roce.yaml"
 PUBLISHED_MTBI_H = 54 * 24 / 419  # 3.09 h (failures.yaml: llama3-405b-54day-summary)
@@ -21,17 +21,17 @@ def _cases() -> dict[str, dict]:
 def test_rate_table_matches_the_reference_file():
     cases = _cases()
     summary = cases["llama3-405b-54day-summary"]["measured"]
-    assert summary["period_days"] == rates.LLAMA3_PERIOD_DAYS
-    assert summary["unexpected"] == rates.LLAMA3_UNEXPECTED == sum(c.count for c in LLAMA3_CAUSES)
-    assert summary["planned"] == rates.LLAMA3_PLANNED
+    assert summary["period_days"] == failure_rates.LLAMA3_PERIOD_DAYS
+    assert summary["unexpected"] == failure_rates.LLAMA3_UNEXPECTED == sum(c.count for c in LLAMA3_CAUSES)
+    assert summary["planned"] == failure_rates.LLAMA3_PLANNED
     for cause in LLAMA3_CAUSES:
         assert cases[cause.case_id]["measured"]["interruption_count"] == cause.count, cause.case_id
-    per_gpu = dict((m, r) for m, r, _, _ in rates.llama3_modes("gpu"))
+    per_gpu = dict((m, r) for m, r, _, _ in failure_rates.llama3_modes("gpu"))
     derived = cases["llama3-405b-interruptions-faulty-gpu"]["derived"]["rate_per_gpu_per_year_at_16384"]
     assert per_gpu["faulty_gpu"] == pytest.approx(derived, rel=1e-3)
     hpn = cases["alibaba-hpn-failure-rates"]["measured"]
-    assert hpn["nic_tor_link_failure_pct_per_month"] == rates.ALIBABA_LINK_PCT_PER_MONTH
-    assert hpn["tor_switch_critical_error_pct_per_month"] == rates.ALIBABA_SWITCH_PCT_PER_MONTH
+    assert hpn["nic_tor_link_failure_pct_per_month"] == failure_rates.ALIBABA_LINK_PCT_PER_MONTH
+    assert hpn["tor_switch_critical_error_pct_per_month"] == failure_rates.ALIBABA_SWITCH_PCT_PER_MONTH
 
 
 def test_network_split_uses_the_twins_own_llama3_fabric(fa):
@@ -39,7 +39,7 @@ def test_network_split_uses_the_twins_own_llama3_fabric(fa):
     groups = fa.inventory(scn).groups
     links = sum(g.count for g in groups if g.kind == "link")
     switches = sum(g.count for g in groups if g.kind == "switch")
-    assert (links, switches) == (rates.LLAMA3_LINKS, rates.LLAMA3_SWITCHES)
+    assert (links, switches) == (failure_rates.LLAMA3_LINKS, failure_rates.LLAMA3_SWITCHES)
     per_link, per_switch, _ = network_rates()
     # Cross-check between fleets: Alibaba HPN measures 0.057 %/month per NIC-ToR link.
     assert per_link == pytest.approx(0.057 * 12 / 100, rel=0.1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import EXAMPLES
-from twin.core.failures.spec import MonteCarloSpec
+from twin.core.failures.failure_spec import MonteCarloSpec
 
 GPT3 = EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml"
 LLAMA = EXAMPLES / "llama3-405b-16k-roce.yaml"

@@ -26,7 +26,7 @@ def test_nvl72_domain_keeps_tp_and_ep_on_nvlink(engine):
                            "plan": {"tp": 4, "ep": 8, "gbs": 128}})
     est = engine.model.evaluate(scn)
     assert est.fabric["tiers"][0]["span_gpus"] == 72
-    from twin.core.api import stride_of
+    from twin.core.interfaces import stride_of
     from twin.core.topology import place_group
 
     span = place_group(*stride_of(scn.plan, scn.dp, "ep"), engine.model.hierarchy(scn))

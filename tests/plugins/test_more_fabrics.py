@@ -384,7 +384,7 @@ def _with_optics(data: dict, kind: str) -> dict:
 def test_optics_price_the_links_a_torus_or_dragonfly_has(engine):
     """Not a fat tree's: every torus link, and a dragonfly's global links (its local and NIC
     cables are electrical, Kim et al. 2008); energy and transceivers follow that count."""
-    from twin.failures import FailureAnalyzer
+    from twin.failure_analyzer import FailureAnalyzer
 
     torus = yaml.safe_load((EXAMPLES / "torus-3d.yaml").read_text())
     dragonfly = yaml.safe_load((EXAMPLES / "dragonfly-slingshot.yaml").read_text())

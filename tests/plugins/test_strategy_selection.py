@@ -15,12 +15,12 @@ import pytest
 from twin_example_dragonfly.compressed_pp import CompressedPipeline
 
 from twin.api import EvalContext, SpecError, Strategy, Terms
-from twin.core.points import PointSet
+from twin.core.point_set import PointSet
 from twin.engine import Engine
 from twin.sweep.evaluator import SweepEvaluator
-from twin.sweep.points import SweepSource
 from twin.sweep.runner import run_sweep
-from twin.sweep.spec import parse_spec
+from twin.sweep.sweep_points import SweepSource
+from twin.sweep.sweep_spec import parse_spec
 from twin.testing import engine_with
 from twin.wire.convert import scenario_from_mapping, scenario_to_mapping
 
@@ -206,7 +206,7 @@ def test_the_installed_example_is_dormant_until_selected():
 
 
 def test_a_fleet_job_takes_its_selection(alt):
-    from twin.fleet import evaluate_fleet
+    from twin.fleet_report import evaluate_fleet
 
     job = {"gpus": 256, "model": "llama3.1-70b", "plan": {"tp": 8, "pp": 4, "gbs": 512}}
     fleet = {"cluster": {"system": "DGX-H100", "num_gpus": 512},

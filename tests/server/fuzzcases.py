@@ -307,7 +307,7 @@ def remote_write_case(rng: random.Random) -> tuple[bytes, dict[str, str]]:
     return body, headers
 
 
-# The web view's routes (twin.web.app) with hostile queries; /events is a never-ending stream,
+# The web view's routes (twin.web.web_app) with hostile queries; /events is a never-ending stream,
 # which a request/response client cannot read to its end, so it gets HEAD and bad methods (and a
 # GET only when a method swap makes one: call_http then reads its headers, not its body).
 WEB_ROUTES = [("GET", "/"), ("GET", "/step"), ("GET", "/failures"), ("GET", "/sweeps"), ("GET", "/api/jobs"),

@@ -15,7 +15,7 @@ from grpc_status import rpc_status
 
 from twin.core.errors import SpecError
 from twin.server.admission import POOL_ATTRIBUTE, AdmissionInterceptor, CountingExecutor, InlineRefusals
-from twin.server.config import load_config
+from twin.server.server_config import load_config
 
 SLOW = "/test.Slow/Call"
 

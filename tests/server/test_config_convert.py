@@ -13,7 +13,7 @@ from tests.conftest import EXAMPLES, ROOT
 from twin.core.errors import SpecError, TooLargeError
 from twin.core.scenario_io import read_mapping
 from twin.rpc.v1 import scenario_pb2
-from twin.server.config import load_config
+from twin.server.server_config import load_config
 from twin.wire.convert import Limits, scenario_from_mapping, scenario_to_mapping
 
 

@@ -12,7 +12,7 @@ from twin.rpc.v1 import scenario_pb2 as s
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import twin_service_pb2 as t
 from twin.wire.convert import scenario_from_mapping
-from twin.wire.errors import error_from_rpc
+from twin.wire.status_table import error_from_rpc
 
 BASE = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 64}}
 
@@ -221,8 +221,8 @@ def test_unexpected_error_is_internal_with_generic_message(start_server, tmp_pat
 
 def test_listening_beyond_loopback_unprotected_is_warned_about():
     """Checked without binding anything but loopback (tests use 127.0.0.1 only)."""
-    from twin.server.app import exposure_warning
-    from twin.server.config import ServerConfig, TlsConfig
+    from twin.server.grpc_app import exposure_warning
+    from twin.server.server_config import ServerConfig, TlsConfig
 
     assert exposure_warning(ServerConfig(host="127.0.0.1"), None) is None
     assert exposure_warning(ServerConfig(host="::1"), None) is None

@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import EXAMPLES
 from twin.engine import Engine
-from twin.failures import FailureAnalyzer
+from twin.failure_analyzer import FailureAnalyzer
 from twin.rpc.v1 import failure_service_pb2 as fpb
 from twin.rpc.v1 import failure_service_pb2_grpc as fpbg
 from twin.wire.convert import struct_to_dict

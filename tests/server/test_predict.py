@@ -189,7 +189,7 @@ def test_python_client_and_cli_against_server(server, tmp_path):
 def test_predict_fleet_over_grpc_matches_the_library(twin_stub, local):
     import yaml
 
-    from twin.fleet import evaluate_fleet
+    from twin.fleet_report import evaluate_fleet
 
     doc = (ROOT / "examples" / "fleets" / "two-jobs-roce.yaml").read_text()
     got = twin_stub.PredictFleet(t.PredictFleetRequest(fleet_document=doc), timeout=60)

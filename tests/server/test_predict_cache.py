@@ -14,8 +14,8 @@ import pytest
 from twin.engine import Engine
 from twin.rpc.v1 import twin_service_pb2 as t
 from twin.rpc.v1 import twin_service_pb2_grpc as t_grpc
-from twin.server import app, guard
-from twin.server.config import ServerConfig
+from twin.server import grpc_app, guard
+from twin.server.server_config import ServerConfig
 from twin.wire.convert import scenario_from_mapping
 
 ONE = {"cluster": {"system": "DGX-H100", "num_gpus": 1024}, "model": "llama3.1-70b",
@@ -35,14 +35,14 @@ def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: int) -> Itera
         return real(engine, scenario, report=report)
 
     monkeypatch.setattr(guard, "evaluate", counting)
-    running = app.build_server(ServerConfig(port=0, state_dir=str(tmp_path / "state"), plugins_autoload=False,
+    running = grpc_app.build_server(ServerConfig(port=0, state_dir=str(tmp_path / "state"), plugins_autoload=False,
                                             grace_s=1.0, scenario_cache=cache), Engine(autoload=False))
-    app.start(running)
+    grpc_app.start(running)
     try:
         with grpc.insecure_channel(running.address) as channel:
             yield t_grpc.TwinServiceStub(channel), evaluated
     finally:
-        app.stop(running)
+        grpc_app.stop(running)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from twin.client import TwinClient
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import sweep_service_pb2_grpc, twin_service_pb2_grpc
 from twin.rpc.v1 import twin_service_pb2 as t
-from twin.wire.errors import RemoteError
+from twin.wire.status_table import RemoteError
 
 TOKEN = "tw1n-t0ken-for-tests"
 ONE_LINE = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 64}}
@@ -223,9 +223,9 @@ def test_remote_write_on_that_port_speaks_the_same_tls(pki, mutual, tmp_path):
     from prometheus_remote_writer import RemoteWriter
 
     from twin.engine import Engine
-    from twin.telemetry.config import TelemetryConfig
     from twin.telemetry.otlp_http import HttpSettings, OtlpHttpReceiver, server_ssl_context
     from twin.telemetry.service import TelemetryService
+    from twin.telemetry.telemetry_config import TelemetryConfig
 
     svc = TelemetryService(Engine(autoload=False), TelemetryConfig(state_dir=tmp_path, calibrate_interval_s=0))
     context = server_ssl_context(pki["server_cert"], pki["server_key"], pki["ca"] if mutual else "")

@@ -13,9 +13,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from twin.engine import Engine
-from twin.server import app
+from twin.server import grpc_app
 from twin.server.admission import AdmissionInterceptor, CountingExecutor
-from twin.server.config import ServerConfig
+from twin.server.server_config import ServerConfig
 from twin.server.shedding import CoreArrivals, StandingQueueGate
 
 
@@ -295,12 +295,12 @@ def test_calls_piled_up_in_core_are_refused_though_the_pool_never_filled():
 
 
 def test_the_server_counts_the_calls_core_received_on_its_main_port(tmp_path):
-    running = app.build_server(ServerConfig(port=0, state_dir=str(tmp_path / "state"), plugins_autoload=False,
+    running = grpc_app.build_server(ServerConfig(port=0, state_dir=str(tmp_path / "state"), plugins_autoload=False,
                                             grace_s=1.0), Engine(autoload=False))
     admission = running.admission
     assert admission is not None
     gate = admission.gate
-    app.start(running)
+    grpc_app.start(running)
     try:
         with grpc.insecure_channel(running.address) as channel:
             check = health_pb2_grpc.HealthStub(channel).Check
@@ -311,7 +311,7 @@ def test_the_server_counts_the_calls_core_received_on_its_main_port(tmp_path):
         assert gate.received() == gate.seen == 3
         assert gate.in_core() == 0 and not gate.shedding
     finally:
-        app.stop(running)
+        grpc_app.stop(running)
 
 
 class _Details:

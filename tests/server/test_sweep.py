@@ -14,7 +14,7 @@ from twin.engine import Engine
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import twin_service_pb2 as t
 from twin.server.services import DEADLINE_SLACK_S, stop_reason
-from twin.sweep.spec import set_path
+from twin.sweep.sweep_spec import set_path
 from twin.wire.convert import scenario_from_mapping
 
 BASE = {"name": "base", "cluster": {"system": "DGX-H100", "num_gpus": 256}, "model": "llama3.1-70b",

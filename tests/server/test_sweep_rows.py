@@ -16,9 +16,9 @@ from twin.client import TwinClient, event_rows
 from twin.engine import Engine
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import sweep_service_pb2_grpc as sw_grpc
-from twin.server import app, extensions, sweeps
-from twin.server.config import ServerConfig
+from twin.server import extensions, grpc_app, sweep_events
 from twin.server.rowchunks import DEFAULT_ROWS_PER_MESSAGE, MAX_CHUNK_BYTES, MAX_ROWS_PER_MESSAGE
+from twin.server.server_config import ServerConfig
 from twin.server.services import event_message
 from twin.server.sweep_engine import EngineRunner
 
@@ -41,7 +41,7 @@ def local_rows(spec: dict) -> list[bytes]:
     """The rows of the sweep evaluated in this process, as the server encodes them."""
     runner = EngineRunner(Engine(autoload=False), max_points=1_000_000, executor="inline")
     return [event_message(e).row.SerializeToString(deterministic=True)
-            for e in runner(spec, lambda: False) if isinstance(e, sweeps.Row)]
+            for e in runner(spec, lambda: False) if isinstance(e, sweep_events.Row)]
 
 
 @pytest.fixture(scope="module")
@@ -121,11 +121,11 @@ class SlowRunner:
     """A sweep runner (an extension's, say) that yields a row every 0.1 s and nothing between."""
 
     def __call__(self, data, should_stop):
-        yield sweeps.Started("slow", 6, ("plan.tp",))
+        yield sweep_events.Started("slow", 6, ("plan.tp",))
         for i in range(6):
             time.sleep(0.1)
-            yield sweeps.Row(i, {"plan.tp": i})
-        yield sweeps.Finished(6, 0, 0.6, "step_time_s", ())
+            yield sweep_events.Row(i, {"plan.tp": i})
+        yield sweep_events.Finished(6, 0, 0.6, "step_time_s", ())
 
 
 def test_a_slow_sweep_streams_rows_before_it_ends(tmp_path, engine, monkeypatch):
@@ -136,15 +136,15 @@ def test_a_slow_sweep_streams_rows_before_it_ends(tmp_path, engine, monkeypatch)
         ctx.sweep_runner = SlowRunner()
 
     monkeypatch.setattr(extensions, "EXTENSIONS", [*extensions.EXTENSIONS, install])
-    running = app.build_server(ServerConfig(port=0, state_dir=str(tmp_path / "state"), plugins_autoload=False,
+    running = grpc_app.build_server(ServerConfig(port=0, state_dir=str(tmp_path / "state"), plugins_autoload=False,
                                             grace_s=1.0, workers=4), engine)
-    app.start(running)
+    grpc_app.start(running)
     try:
         with grpc.insecure_channel(running.address) as channel:
             request = sw.SweepRequest(spec_document=json.dumps(SPEC), rows_per_message=MAX_ROWS_PER_MESSAGE)
             events = list(sw_grpc.SweepServiceStub(channel).Sweep(request, timeout=30))
     finally:
-        app.stop(running)
+        grpc_app.stop(running)
     chunks = [[r.index for r in e.rows.rows] for e in events if e.HasField("rows")]
     assert len(chunks) >= 2 and [i for c in chunks for i in c] == list(range(6))
     assert events[-1].HasField("finished")

@@ -22,9 +22,9 @@ import pluggy
 import pytest
 
 from twin.core import ops
-from twin.core.api import EvalContext, Strategy, Terms
 from twin.core.collectives import CollectiveCost
 from twin.core.errors import TwinError
+from twin.core.interfaces import EvalContext, Strategy, Terms
 from twin.core.scenario_io import resolve_cluster, resolve_model
 from twin.core.schema import load
 from twin.core.specs import Plan, Scenario
@@ -33,8 +33,8 @@ from twin.hookimpl import hookimpl
 from twin.plugins import make_plugin_manager
 from twin.sweep.evaluator import SweepEvaluator, estimate_columns
 from twin.sweep.metrics import MEMORY_REASON, MODEL_COLUMNS, reason_of
-from twin.sweep.points import SweepSource
-from twin.sweep.spec import parse_spec
+from twin.sweep.sweep_points import SweepSource
+from twin.sweep.sweep_spec import parse_spec
 
 MODELS = ["llama3.1-8b", "llama3.1-70b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b", "qwen3-235b-a22b"]
 SYSTEMS = ["DGX-H100", "DGX-A100", "GB200-NVL72", "Meta-RoCE-H100", "DGX-B200"]

@@ -7,10 +7,10 @@ import yaml
 
 from tests.conftest import EXAMPLES
 from twin.core.errors import SpecError
-from twin.failures import failure_metrics
+from twin.failure_analyzer import failure_metrics
 from twin.sweep.reduce import nrows
 from twin.sweep.runner import run_job, sweep_job
-from twin.sweep.spec import parse_spec
+from twin.sweep.sweep_spec import parse_spec
 
 BASE = yaml.safe_load((EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml").read_text())
 

@@ -7,10 +7,10 @@ import yaml
 
 from tests.conftest import EXAMPLES
 from twin.core.errors import SpecError
-from twin.fleet import evaluate_fleet
+from twin.fleet_report import evaluate_fleet
 from twin.sweep.reduce import nrows
 from twin.sweep.runner import run_job, sweep_job
-from twin.sweep.spec import parse_spec
+from twin.sweep.sweep_spec import parse_spec
 
 SPEC = yaml.safe_load((EXAMPLES / "sweeps" / "plans-beside-a-neighbour.yaml").read_text())
 

@@ -283,7 +283,7 @@ def test_plan_cli_explains_why_the_best_beats_the_runner_up():
 
 
 def test_explain_with_a_single_plan_says_there_is_no_runner_up():
-    from twin.commands.plan import explain
+    from twin.commands.cmd_plan import explain
 
     assert "no runner-up" in explain([{"estimate": {}}])["reason"]
 

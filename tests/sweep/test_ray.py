@@ -410,8 +410,8 @@ def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, ca
     from tests.sweep.test_service import BIG, stopped_record
     from twin.rpc.v1 import sweep_service_pb2 as sw
     from twin.rpc.v1 import sweep_service_pb2_grpc as sw_grpc
-    from twin.server import app, extensions
-    from twin.server.config import ServerConfig
+    from twin.server import extensions, grpc_app
+    from twin.server.server_config import ServerConfig
     from twin.server.sweep_engine import EngineRunner
 
     caplog.set_level(logging.INFO, logger="twin.server")
@@ -422,9 +422,9 @@ def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, ca
         ctx.on_shutdown.append(runner.close)
 
     monkeypatch.setattr(extensions, "EXTENSIONS", [*extensions.EXTENSIONS, install])
-    running = app.build_server(ServerConfig(port=0, state_dir=str(tmp_path), plugins_autoload=False, grace_s=1.0),
+    running = grpc_app.build_server(ServerConfig(port=0, state_dir=str(tmp_path), plugins_autoload=False, grace_s=1.0),
                                engine)
-    app.start(running)
+    grpc_app.start(running)
     # BIG with precision and sharding axes (6x): ~6M points, several seconds on a 2-CPU Ray, so
     # the cancel, which follows a CPU sample (batch_tasks), lands mid-sweep.
     spec = {**BIG, "name": "ray-cancel", "axes": [*BIG["axes"], {"path": "plan.precision", "values": ["bf16", "fp8"]},
@@ -448,7 +448,7 @@ def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, ca
                 still = batch_tasks()
             cancelled = runner._ray.cancelled_tasks if runner._ray is not None else 0
     finally:
-        app.stop(running)
+        grpc_app.stop(running)
     assert running_at_cancel, "no Ray task was running when the call was cancelled"
     assert rec.reason == "cancelled" and rec.done_points < rec.total_points
     assert cancelled >= 1 and still == []
@@ -458,8 +458,8 @@ def test_grpc_cancel_stops_the_ray_tasks(head, engine, tmp_path, monkeypatch, ca
 def test_failure_monte_carlo_on_ray_matches_inline(head, engine):
     """Failure Monte-Carlo batches as Ray tasks: seeded batches give the inline result exactly."""
     from tests.conftest import EXAMPLES
-    from twin.core.failures.spec import MonteCarloSpec
-    from twin.failures import FailureAnalyzer
+    from twin.core.failures.failure_spec import MonteCarloSpec
+    from twin.failure_analyzer import FailureAnalyzer
 
     fa = FailureAnalyzer(engine)
     mc = MonteCarloSpec(trials=120, horizon_days=10.0, seed=3, batch_trials=20)

@@ -12,7 +12,7 @@ def test_missing_ray_is_a_failed_precondition_naming_the_extra(monkeypatch):
 
     from twin.core.errors import InfeasibleError
     from twin.sweep.ray_exec import import_ray
-    from twin.wire.errors import code_for
+    from twin.wire.status_table import code_for
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(InfeasibleError) as err:

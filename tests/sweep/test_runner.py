@@ -20,7 +20,7 @@ from twin.sweep.runner import (
     run_job,
     sweep_job,
 )
-from twin.sweep.spec import parse_spec
+from twin.sweep.sweep_spec import parse_spec
 
 SPEC = {
     "name": "runner",

@@ -12,10 +12,10 @@ import pytest
 from twin.client import event_rows
 from twin.rpc.v1 import sweep_service_pb2 as sw
 from twin.rpc.v1 import sweep_service_pb2_grpc as sw_grpc
-from twin.server import app, extensions
-from twin.server.config import ServerConfig
+from twin.server import extensions, grpc_app
+from twin.server.server_config import ServerConfig
 from twin.server.sweep_engine import EngineRunner
-from twin.server.sweeps import Finished, Progress, Row, Started
+from twin.server.sweep_events import Finished, Progress, Row, Started
 
 BASE = {"name": "base", "cluster": {"system": "DGX-H100", "num_gpus": 256}, "model": "llama3.1-70b",
         "plan": {"tp": 8, "pp": 4, "gbs": 256}}
@@ -89,12 +89,12 @@ def served(tmp_path, engine, monkeypatch):
 
     monkeypatch.setattr(extensions, "EXTENSIONS", [*extensions.EXTENSIONS, install])
     cfg = ServerConfig(port=0, state_dir=str(tmp_path / "state"), plugins_autoload=False, grace_s=1.0, workers=4)
-    running = app.build_server(cfg, engine)
-    app.start(running)
+    running = grpc_app.build_server(cfg, engine)
+    grpc_app.start(running)
     channel = grpc.insecure_channel(running.address)
     yield sw_grpc.SweepServiceStub(channel)
     channel.close()
-    app.stop(running)
+    grpc_app.stop(running)
 
 
 def test_grpc_sweep_streams_from_this_engine(served):

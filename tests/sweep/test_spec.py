@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from twin.core.errors import SpecError, TooLargeError
-from twin.sweep.points import SweepSource
 from twin.sweep.runner import run_sweep, sweep_job
-from twin.sweep.spec import check_values, load_spec, parse_spec
+from twin.sweep.sweep_points import SweepSource
+from twin.sweep.sweep_spec import check_values, load_spec, parse_spec
 
 BASE = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b", "plan": {"gbs": 64}}
 
@@ -214,7 +214,7 @@ def test_grid_codes_of_a_contiguous_range_are_the_row_major_digits():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from twin.sweep.points import _grid_codes
+    from twin.sweep.sweep_points import _grid_codes
 
     @given(st.integers(0, 10**7), st.integers(1, 5000), st.integers(1, 10**4), st.integers(1, 64))
     def check(start: int, n: int, stride: int, radix: int) -> None:

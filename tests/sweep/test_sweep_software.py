@@ -7,8 +7,8 @@ import pytest
 from twin.core.errors import NotFoundError, SpecError
 from twin.sweep.evaluator import SweepEvaluator
 from twin.sweep.plansearch import search_plans, space_for
-from twin.sweep.points import SweepSource
-from twin.sweep.spec import parse_spec
+from twin.sweep.sweep_points import SweepSource
+from twin.sweep.sweep_spec import parse_spec
 
 TINY = {"preset": "llama3.1-8b", "layers": 8, "hidden": 512, "ffn": 2048, "heads": 8, "kv_heads": 8,
         "seq_len": 512, "vocab": 8192}

@@ -17,9 +17,9 @@ import pytest
 
 from tests.telemetry.conftest import EXAMPLES, ROOT, pb, pbg
 from twin.engine import Engine
-from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.otlpbuild import request
 from twin.telemetry.service import InvalidData, TelemetryService
+from twin.telemetry.telemetry_config import TelemetryConfig
 
 
 @pytest.fixture

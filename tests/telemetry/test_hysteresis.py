@@ -8,9 +8,9 @@ import pytest
 
 from twin.core.errors import SpecError
 from twin.engine import Engine
-from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.otlpbuild import request
 from twin.telemetry.service import TelemetryService
+from twin.telemetry.telemetry_config import TelemetryConfig
 
 PORT = "node-1/ib_port:mlx5_0/1"
 ACTIVE, DOWN = 4.0, 1.0  # IBTA logical port states (node_exporter's state_id)

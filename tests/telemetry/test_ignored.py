@@ -11,9 +11,9 @@ import time
 import grpc
 
 from twin.engine import Engine
-from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.otlpbuild import request
 from twin.telemetry.service import TelemetryService
+from twin.telemetry.telemetry_config import TelemetryConfig
 
 EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 

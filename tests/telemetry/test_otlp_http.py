@@ -23,7 +23,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExportR
 from opentelemetry.sdk.resources import Resource
 
 from tests.telemetry.conftest import pb
-from twin.server.config import load_config
+from twin.server.server_config import load_config
 from twin.telemetry.ingest import Overloaded
 from twin.telemetry.otlp_http import PATH, HttpSettings, OtlpHttpReceiver, inflate
 from twin.telemetry.otlpbuild import request

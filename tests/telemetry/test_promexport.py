@@ -11,10 +11,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from twin.engine import Engine
-from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.otlpbuild import request
 from twin.telemetry.promexport import FAMILIES
 from twin.telemetry.service import TelemetryService
+from twin.telemetry.telemetry_config import TelemetryConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "deploy" / "grafana").glob("*.json"))

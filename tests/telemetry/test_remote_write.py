@@ -19,12 +19,12 @@ from tests.telemetry.conftest import pb
 from tests.telemetry.test_scrape import PAGE, Exporter
 from twin.engine import Engine
 from twin.rpc.prompb import remote_pb2, types_pb2
-from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.ingest import Overloaded
 from twin.telemetry.otlp_http import HttpSettings, OtlpHttpReceiver
 from twin.telemetry.remote_write import PATH, STALE_NAN_BITS
 from twin.telemetry.scrape import ScrapeTarget
 from twin.telemetry.service import TelemetryService
+from twin.telemetry.telemetry_config import TelemetryConfig
 
 TOKEN = "rw-s3cret-token"
 HEADERS = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",

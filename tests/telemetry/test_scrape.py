@@ -10,9 +10,9 @@ import pytest
 
 from twin.core.errors import SpecError
 from twin.engine import Engine
-from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.scrape import ScrapeTarget, scrape_targets
 from twin.telemetry.service import TelemetryService
+from twin.telemetry.telemetry_config import TelemetryConfig
 
 # A dcgm-exporter page as it serves it (HELP/TYPE lines, its labels), plus node_exporter's
 # InfiniBand collector, and a histogram no mapping reads.

@@ -10,10 +10,10 @@ import time
 import pytest
 
 from twin.engine import Engine
-from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.otlpbuild import request
 from twin.telemetry.service import TelemetryService
 from twin.telemetry.store import pack_signals, unpack_signals
+from twin.telemetry.telemetry_config import TelemetryConfig
 
 S = 10**9
 PORT = {"device": "mlx5_0", "port": "1"}

@@ -7,11 +7,11 @@ import math
 import pytest
 
 from twin.core.calibration import FitSettings, Observation, fit, live_calibration
+from twin.core.counter_rates import update_counter, update_gauge
 from twin.core.errors import PluginError
 from twin.core.health import ComponentView, assess, tier_status
-from twin.core.rates import update_counter, update_gauge
 from twin.core.specs import Calibration
-from twin.core.telemetry import Condition, MetricMapping, normalize_name
+from twin.core.telemetry_vocab import Condition, MetricMapping, normalize_name
 from twin.engine import Engine
 from twin.telemetry.mapping import MetricCatalog
 
@@ -146,9 +146,9 @@ def test_divergence_is_an_otel_metric(tmp_path) -> None:
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from tests.telemetry.conftest import EXAMPLES
-    from twin.telemetry.config import TelemetryConfig
     from twin.telemetry.otlpbuild import request
     from twin.telemetry.service import TelemetryService
+    from twin.telemetry.telemetry_config import TelemetryConfig
 
     reader = InMemoryMetricReader()
     svc = TelemetryService(Engine(autoload=False), TelemetryConfig(state_dir=tmp_path, calibrate_interval_s=0),
@@ -175,13 +175,13 @@ def test_divergence_and_fit_are_recomputed_only_when_their_inputs_change(tmp_pat
     import time as _time
 
     from tests.telemetry.conftest import EXAMPLES
-    from twin.telemetry import predict
-    from twin.telemetry.config import TelemetryConfig
+    from twin.telemetry import live_predict
     from twin.telemetry.otlpbuild import request
     from twin.telemetry.service import TelemetryService
+    from twin.telemetry.telemetry_config import TelemetryConfig
 
     calls = {"views": 0, "fit": 0}
-    views, fit = predict.job_views, predict.fit_inputs
+    views, fit = live_predict.job_views, live_predict.fit_inputs
 
     def counted_views(*a, **k):
         calls["views"] += 1
@@ -191,8 +191,8 @@ def test_divergence_and_fit_are_recomputed_only_when_their_inputs_change(tmp_pat
         calls["fit"] += 1
         return fit(*a, **k)
 
-    monkeypatch.setattr(predict, "job_views", counted_views)
-    monkeypatch.setattr(predict, "fit_inputs", counted_fit)
+    monkeypatch.setattr(live_predict, "job_views", counted_views)
+    monkeypatch.setattr(live_predict, "fit_inputs", counted_fit)
     svc = TelemetryService(Engine(autoload=False), TelemetryConfig(state_dir=tmp_path, calibrate_interval_s=0,
                                                                    min_observations=1))
     try:

@@ -27,7 +27,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DEFAULT_SCENARIO = ROOT / "examples" / "gpt3-175b-dgx-h100-ib.yaml"
 # An event stream's slot freed and taken again: the server notices a closed stream at its next
-# poll (0.5 s) and a refused page retries after 5 s (twin.web.app POLL_S, EVENT_RETRY_S); twelve
+# poll (0.5 s) and a refused page retries after 5 s (twin.web.web_app POLL_S, EVENT_RETRY_S); twelve
 # times the 5 s, for a loaded machine.
 STREAM_WAIT_S = 60.0
 STREAM_POLL_S = 0.1  # between tries for a slot: a fifth of the server's 0.5 s poll
@@ -139,7 +139,7 @@ def hold_event_streams(twin: LiveTwin, n: int, headers: dict[str, str] | None = 
     """``n`` open event streams of ``twin``'s web view: every slot when ``n`` is the server's limit.
 
     A stream an earlier test (or page) closed holds its slot until the server's next poll of it
-    notices (twin.web.app._stream), later still on a loaded machine; a 429 meanwhile is retried
+    notices (twin.web.web_app._stream), later still on a loaded machine; a 429 meanwhile is retried
     until STREAM_WAIT_S, so no slot is left for another client to take. The caller closes them."""
     host, port = twin.serving["listeners"]["web"].rsplit(":", 1)
     held: list[http.client.HTTPConnection] = []

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.web.harness import LiveTwin, hold_event_streams
-from twin.web.auth import COOKIE, authorised, session_value, token_matches
+from twin.web.cookie_auth import COOKIE, authorised, session_value, token_matches
 
 TOKEN = "s3cret-token-for-the-web-view"
 
@@ -103,7 +103,7 @@ def test_token_checks():
 def test_event_streams_beyond_the_limit_are_refused_with_retry_after(guarded):
     """Each stream polls on a thread that shares the interpreter with gRPC: a client opening many
     gets 429 with Retry-After past MAX_EVENT_STREAMS, and a closed stream frees its place."""
-    from twin.web.app import MAX_EVENT_STREAMS
+    from twin.web.web_app import MAX_EVENT_STREAMS
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
     conns = hold_event_streams(guarded, MAX_EVENT_STREAMS, auth)  # each one 200, once earlier tests' are freed

@@ -146,7 +146,7 @@ def test_pages_load_nothing_from_outside_the_twin(browser, live):
 def test_a_page_refused_an_event_stream_connects_once_there_is_room(browser, live):
     """Past the server's stream limit the page's EventSource gets 429, which browsers never
     retry by themselves: the page opens a new stream after the Retry-After and goes live."""
-    from twin.web.app import MAX_EVENT_STREAMS
+    from twin.web.web_app import MAX_EVENT_STREAMS
 
     held = hold_event_streams(live, MAX_EVENT_STREAMS)
     try:

@@ -6,8 +6,8 @@ import pytest
 
 from tests.conftest import EXAMPLES
 from twin.core.errors import SpecError
-from twin.server.config import load_config
-from twin.web import topology
+from twin.server.server_config import load_config
+from twin.web import fabric_picture
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def layout16k(engine):
     scn = engine.scenario(str(EXAMPLES / "llama3-405b-16k-roce.yaml"))
     est = engine.model.evaluate(scn)
     c = scn.cluster
-    return topology.layout_of(scn.name, c.num_gpus, c.gpus_per_node, c.nics_per_node, est.to_dict()["fabric"])
+    return fabric_picture.layout_of(scn.name, c.num_gpus, c.gpus_per_node, c.nics_per_node, est.to_dict()["fabric"])
 
 
 def comp(cid, host, kind, state, **labels):
@@ -27,7 +27,7 @@ def test_hosts_go_on_nodes_in_natural_order_and_extra_hosts_are_unplaced():
              comp("node-2/ib_port:mlx5_5/1", "node-2", "ib_port", "down", device="mlx5_5", port="1"),
              comp("node-1/gpu:0", "node-1", "gpu", "up", gpu="0"),
              comp("job:x", "", "job", "up")]
-    placed = topology.place(comps, nodes=2)
+    placed = fabric_picture.place(comps, nodes=2)
     assert placed.hosts == {0: "node-1", 1: "node-2"}
     assert [c["id"] for c in placed.unplaced] == ["node-10/gpu:0"]
     assert placed.node_state(1) == "down" and placed.link_state(1, rail=5) == "down"
@@ -35,25 +35,26 @@ def test_hosts_go_on_nodes_in_natural_order_and_extra_hosts_are_unplaced():
 
 
 def test_a_16k_cluster_is_drawn_in_bounded_views(layout16k):
-    top = topology.view(layout16k, topology.Placement(), topology.parse_at("", layout16k))
+    top = fabric_picture.view(layout16k, fabric_picture.Placement(), fabric_picture.parse_at("", layout16k))
     boxes = [e for e in top["elements"] if e["data"].get("kind") == "group"]
     assert len(boxes) == layout16k.groups(1) and top["up"] is None  # the pods under the core
-    pod = topology.view(layout16k, topology.Placement(), topology.parse_at(boxes[0]["data"]["at"], layout16k))
+    pod = fabric_picture.view(layout16k, fabric_picture.Placement(),
+                              fabric_picture.parse_at(boxes[0]["data"]["at"], layout16k))
     pod_boxes = [e for e in pod["elements"] if e["data"].get("kind") == "group"]
-    assert pod["items"] > topology.MAX_BOXES >= len(pod_boxes)  # banded
-    assert pod["band"] == -(-pod["items"] // topology.MAX_BOXES)
+    assert pod["items"] > fabric_picture.MAX_BOXES >= len(pod_boxes)  # banded
+    assert pod["band"] == -(-pod["items"] // fabric_picture.MAX_BOXES)
     assert pod["up"] == top["at"]
 
 
 def test_states_roll_up_worst_first_and_an_uplink_takes_its_links_state(layout16k):
     comps = [comp("h1/gpu:0", "h1", "gpu", "degraded", gpu="0"),
              comp("h2/transceiver:mlx5_1", "h2", "transceiver", "down", device="mlx5_1")]
-    placed = topology.place(comps, layout16k.nodes)
-    leaf = topology.view(layout16k, placed, topology.parse_at("node:0:2", layout16k))
+    placed = fabric_picture.place(comps, layout16k.nodes)
+    leaf = fabric_picture.view(layout16k, placed, fabric_picture.parse_at("node:0:2", layout16k))
     by_id = {e["data"]["id"]: e["data"] for e in leaf["elements"]}
     assert by_id["box:node:0:1"]["state"] == "degraded" and by_id["edge:box:node:0:1"]["state"] == "nodata"
     assert by_id["box:node:1:2"]["state"] == "down" and by_id["edge:box:node:1:2"]["state"] == "down"
-    node = topology.view(layout16k, placed, topology.parse_at("node:1", layout16k))
+    node = fabric_picture.view(layout16k, placed, fabric_picture.parse_at("node:1", layout16k))
     rails = {e["data"]["id"]: e["data"]["state"] for e in node["elements"] if e["data"]["id"].startswith("rail:")}
     assert rails["rail:1"] == "down" and {s for r, s in rails.items() if r != "rail:1"} == {"nodata"}
     assert len(rails) == layout16k.nics_per_node
@@ -62,7 +63,7 @@ def test_states_roll_up_worst_first_and_an_uplink_takes_its_links_state(layout16
 @pytest.mark.parametrize("at", ["bogus", "tier:9:0:1", "node:5:2", "node:999999", "tier:0:x:1"])
 def test_a_bad_view_is_an_error_naming_at(layout16k, at):
     with pytest.raises(SpecError) as err:
-        topology.parse_at(at, layout16k)
+        fabric_picture.parse_at(at, layout16k)
     assert err.value.field == "at"
 
 
@@ -84,7 +85,7 @@ def test_a_taken_default_port_moves_the_view_and_a_taken_address_is_an_error(mon
     a free port rather than keep the twin from serving; an address asked for is never moved."""
     import socket
 
-    from twin.server import config as server_config
+    from twin.server import server_config
     from twin.web.server import listen
 
     taken = socket.socket()

@@ -2,7 +2,7 @@
 
 Every error names the offending field (a dotted path such as ``plan.tp``) and the rule it
 broke, so the CLI, the gRPC service and library users can all report it the same way.
-The gRPC adapter maps each class to one status code (see ``twin.wire.errors``).
+The gRPC adapter maps each class to one status code (see ``twin.wire.status_table``).
 """
 
 from __future__ import annotations

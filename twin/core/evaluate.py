@@ -5,7 +5,7 @@ step = pipeline_time + per-step exposed communication + optimizer step + offload
 pipeline_time = m * t_mb + bubble (``schedule.pipeline_time``), and
 t_mb = forward + backward + recompute + the communication every strategy exposes per
 micro-batch on the bottleneck stage. Each parallel dimension's strategy plugin decides
-what it sends and how much of it hides behind compute (its :class:`~twin.core.api.Terms`);
+what it sends and how much of it hides behind compute (its :class:`~twin.core.interfaces.Terms`);
 the core multiplies per-micro-batch terms by the micro-batch count and owns the schedule.
 
 One implementation serves one scenario (:meth:`TwinModel.evaluate`, Python numbers, the
@@ -29,18 +29,6 @@ import numpy as np
 
 from twin.core import energy as energy_model
 from twin.core import ops
-from twin.core.api import (
-    EvalContext,
-    Fabric,
-    MemoryFabric,
-    OpticsModel,
-    ScaleOutFabric,
-    ScaleUpFabric,
-    StageTimes,
-    Strategy,
-    Terms,
-    stride_of,
-)
 from twin.core.collectives import CollectiveCost, collective_cost, link_seconds_per_byte
 from twin.core.compute import DEVICE_FIELDS, Device, device_for
 from twin.core.contention import (
@@ -55,6 +43,18 @@ from twin.core.contention import (
 )
 from twin.core.errors import _PARENS, NotFoundError, PluginError, SpecError, TwinError, reason_of
 from twin.core.estimate import Breakdown, Estimate, LinkLoad
+from twin.core.interfaces import (
+    EvalContext,
+    Fabric,
+    MemoryFabric,
+    OpticsModel,
+    ScaleOutFabric,
+    ScaleUpFabric,
+    StageTimes,
+    Strategy,
+    Terms,
+    stride_of,
+)
 from twin.core.memory import (
     ActivationTerms,
     MemoryBreakdown,
@@ -77,7 +77,7 @@ from twin.core.nccl_tuning import (
     p2p_channels,
 )
 from twin.core.pipelines import pairs_end_stages, rank0_params
-from twin.core.points import ColumnView, PlanColumns, PointSet, model_rows, model_structure, take_model_rows
+from twin.core.point_set import ColumnView, PlanColumns, PointSet, model_rows, model_structure, take_model_rows
 from twin.core.schedule import host_layer_s, pipeline_time, stage_params, stage_times
 from twin.core.schema import freeze
 from twin.core.specs import (
@@ -954,7 +954,7 @@ class TwinModel:
         ``report=False`` skips the fabric report (switch counts, power) and the link loads,
         which sweeps do not need. ``capacity``: per link class (tier index), the capacity
         this job gets relative to its GPUs' own share (above 1: idle neighbours' links it
-        may use; ``twin.core.fleet``); empty: its own share everywhere.
+        may use; ``twin.core.fleet_shares``); empty: its own share everywhere.
         """
         if validate:
             self.validate(scenario)
@@ -1359,7 +1359,7 @@ class TwinModel:
         return out
 
     def _structure_key(self, model: Model) -> int:
-        """The key of ``model``'s structure (:func:`~twin.core.points.model_structure`): equal for
+        """The key of ``model``'s structure (:func:`~twin.core.point_set.model_structure`): equal for
         models that differ in sequence length only, which share a batch.
         """
         key = self._key(model)

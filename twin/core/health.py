@@ -2,7 +2,7 @@
 
 A component (GPU, NVLink, InfiniBand or RoCE port, transceiver, CXL device) carries one
 value per signal (a counter's rate or a gauge's value), each produced by a
-:class:`~twin.core.telemetry.MetricMapping` whose conditions say when the value means
+:class:`~twin.core.telemetry_vocab.MetricMapping` whose conditions say when the value means
 trouble. The state is the most severe condition that fires; every condition that fires
 is kept as evidence. The usable capacity (fraction of the component's nominal bandwidth)
 comes from the mappings' capacity rules; a downed component has none.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from twin.core.telemetry import ComponentState, Evidence, MetricMapping
+from twin.core.telemetry_vocab import ComponentState, Evidence, MetricMapping
 
 _RANK = {"up": 0, "degraded": 1, "down": 2}
 # A downed scale-out port whose GPU's traffic fails over to a sibling NIC in the same

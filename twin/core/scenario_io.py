@@ -269,7 +269,7 @@ def load_strategies(data: Any, path: str = "strategies") -> Strategies:
     return Strategies(tuple(sorted(choices, key=lambda c: c.dimension)))
 
 
-# "failures" is read by twin.core.failures.spec (``twin failures``); other verbs ignore it.
+# "failures" is read by twin.core.failures.failure_spec (``twin failures``); other verbs ignore it.
 _KNOWN = frozenset({"name", "cluster", "model", "plan", "calibration", "software", "strategies", "description",
                     "failures"})
 _KNOWN_TEXT = ", ".join(sorted(_KNOWN))

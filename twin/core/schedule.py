@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from twin.core import ops, pipelines
-from twin.core.api import StageTimes
 from twin.core.compute import Device, gemm_fwd_time, high_precision, sublayer_times, sublayer_wgrad_time
+from twin.core.interfaces import StageTimes
 from twin.core.memory import recomputed_layers, stage_layers
 from twin.core.specs import DEFAULT_SOFTWARE, Model, Software, default_recompute_modules, recompute_module
 from twin.core.workload import ACT_BYTES, Workload

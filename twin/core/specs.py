@@ -863,7 +863,7 @@ def plan_rules(plan: Any, model: Model, cluster: Any, path: str = "plan") -> Ite
     """The plan's cross-field rules in the order they are checked (divisibility of every degree):
     (field, where it is broken, message template, the template's values when asked).
 
-    ``plan`` and ``cluster`` may be one scenario's or a batch's (``twin.core.points``);
+    ``plan`` and ``cluster`` may be one scenario's or a batch's (``twin.core.point_set``);
     rules after a broken one are evaluated for a batch too (their points are already
     counted against the first broken rule). For one scenario only broken rules are yielded;
     the values are computed only for a broken rule.
@@ -1012,7 +1012,7 @@ def recompute_module(plan: Any, name: str) -> Any:
     """Whether ``plan`` recomputes module ``name`` (selective recomputation naming it).
 
     A batch's ``recompute_modules`` column holds each point's modules joined by commas
-    (``twin.core.points``).
+    (``twin.core.point_set``).
     """
     return ops.logical_and(plan.recompute == "selective", _named(plan.recompute_modules, name))
 

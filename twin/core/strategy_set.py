@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from twin.core.api import Strategy
 from twin.core.errors import PluginError, SpecError
+from twin.core.interfaces import Strategy
 from twin.core.specs import Strategies, StrategyChoice
 
 SECTION = "strategies"

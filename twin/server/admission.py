@@ -57,9 +57,9 @@ from typing import Any
 
 import grpc
 
-from twin.server.auth import OPEN_SERVICES
 from twin.server.shedding import StandingQueueGate
-from twin.wire.errors import retry_status
+from twin.server.token_auth import OPEN_SERVICES
+from twin.wire.status_table import retry_status
 
 # While shedding, calls are still served while fewer than this many are queued or running:
 # with the GIL, one running call already uses what Python has; a second hides the gaps while

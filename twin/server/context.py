@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from twin.engine import Engine
-from twin.server.config import ServerConfig
-from twin.server.sweeps import SweepRunner
+from twin.server.server_config import ServerConfig
+from twin.server.sweep_events import SweepRunner
 
 
 @dataclass

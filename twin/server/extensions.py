@@ -1,6 +1,6 @@
 """How capabilities plug into the server: a list of ``register(server, ctx)`` callables.
 
-Each entry adds its services to the ``grpc.Server`` (use :func:`twin.server.handlers.add_service`
+Each entry adds its services to the ``grpc.Server`` (use :func:`twin.server.service_registry.add_service`
 so it gets safe decoding, the error table and health/reflection coverage) and may hook
 into the :class:`~twin.server.context.ServerContext`: replace ``ctx.sweep_runner``, append
 to ``ctx.on_shutdown``, start background threads that watch ``ctx.shutdown``. They run in
@@ -18,7 +18,7 @@ from collections.abc import Callable
 import grpc
 
 from twin.server.context import ServerContext
-from twin.server.handlers import add_service
+from twin.server.service_registry import add_service
 from twin.server.services import SWEEP_SERVICE, TWIN_SERVICE, SweepServicer, TwinServicer
 
 Register = Callable[[grpc.Server, ServerContext], None]
@@ -52,7 +52,7 @@ def register_telemetry(server: grpc.Server, ctx: ServerContext) -> None:
 
 def register_failure_analysis(server: grpc.Server, ctx: ServerContext) -> None:
     """FailureService (failure costs, goodput, criticality ranking)."""
-    from twin.server.failures import register_failures
+    from twin.server.failure_servicer import register_failures
 
     register_failures(server, ctx)
 

@@ -15,7 +15,7 @@ never be collected, and what a built server holds stays referenced until it exit
 request creates is allocated after the freeze and collected as before). Frozen, the same run
 had 1 full collection of 25-30 ms of CPU, the longest pause 30-37 ms (3 alternating pairs).
 
-Only the ``twin serve`` process freezes (:func:`twin.server.app.serve`): a server built in a
+Only the ``twin serve`` process freezes (:func:`twin.server.grpc_app.serve`): a server built in a
 test or a notebook leaves its host's collector alone.
 """
 

@@ -1,7 +1,7 @@
 """The built-in servicers: TwinService (Predict, Validate, GetCatalog) and SweepService.
 
 Thin by design: decode the scenario into the file-format mapping, hand it to the engine,
-encode the answer. Rules live in the core; error codes live in ``twin.wire.errors``.
+encode the answer. Rules live in the core; error codes live in ``twin.wire.status_table``.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinErro
 from twin.core.estimate import Estimate
 from twin.core.specs import Scenario
 from twin.engine import Engine
-from twin.fleet import evaluate_fleet
+from twin.fleet_report import evaluate_fleet
 from twin.rpc.v1 import catalog_pb2, scenario_pb2, sweep_service_pb2, twin_service_pb2
-from twin.server import guard, sweeps
+from twin.server import guard, sweep_events
 from twin.server.context import ServerContext
 from twin.server.rowchunks import RowChunker, rows_per_message
 from twin.wire import convert
 from twin.wire.convert import Limits
-from twin.wire.errors import code_for, field_of, rule_of
+from twin.wire.status_table import code_for, field_of, rule_of
 
 CACHE_KEY_MAX = 16 * 1024
 TWIN_SERVICE = twin_service_pb2.DESCRIPTOR.services_by_name["TwinService"]
@@ -194,7 +194,7 @@ class TwinServicer:
             for j in report.jobs])
 
 
-def _row_message(row: sweeps.Row) -> sweep_service_pb2.SweepRow:
+def _row_message(row: sweep_events.Row) -> sweep_service_pb2.SweepRow:
     msg = sweep_service_pb2.SweepRow(index=row.index, assignment=convert.dict_to_struct(row.assignment))
     if row.estimate is not None:
         convert.estimate_to_message(row.estimate, fabric=False, out=msg.estimate)
@@ -204,14 +204,14 @@ def _row_message(row: sweeps.Row) -> sweep_service_pb2.SweepRow:
     return msg
 
 
-def event_message(event: sweeps.SweepEvent) -> sweep_service_pb2.SweepEvent:
+def event_message(event: sweep_events.SweepEvent) -> sweep_service_pb2.SweepEvent:
     """A runner event as a wire event (a ``Row`` as the single-row form; the servicer chunks rows)."""
-    if isinstance(event, sweeps.Row):
+    if isinstance(event, sweep_events.Row):
         return sweep_service_pb2.SweepEvent(row=_row_message(event))
-    if isinstance(event, sweeps.Progress):
+    if isinstance(event, sweep_events.Progress):
         return sweep_service_pb2.SweepEvent(progress=sweep_service_pb2.SweepProgress(
             done_points=event.done, total_points=event.total, failed_points=event.failed, elapsed_s=event.elapsed_s))
-    if isinstance(event, sweeps.Started):
+    if isinstance(event, sweep_events.Started):
         return sweep_service_pb2.SweepEvent(started=sweep_service_pb2.SweepStarted(
             name=event.name, total_points=event.total, axis_paths=event.axis_paths))
     return sweep_service_pb2.SweepEvent(finished=sweep_service_pb2.SweepFinished(
@@ -273,16 +273,16 @@ class SweepServicer:
         failed = ""
         try:
             for event in runner(spec, should_stop):
-                if isinstance(event, sweeps.Row):
+                if isinstance(event, sweep_events.Row):
                     yield from rows.add(_row_message(event))
                     continue
                 yield from rows.flush()  # rows keep their place before progress and finished
-                if isinstance(event, sweeps.Started):
+                if isinstance(event, sweep_events.Started):
                     total, name = event.total, event.name
                     self.ctx.log.info("sweep started", extra={"sweep": event.name, "total_points": total})
-                elif isinstance(event, sweeps.Progress):
+                elif isinstance(event, sweep_events.Progress):
                     done = event.done
-                elif isinstance(event, sweeps.Finished):
+                elif isinstance(event, sweep_events.Finished):
                     done = event.done
                     finished = not event.stopped
                     if event.stopped and cancel_work.is_set():

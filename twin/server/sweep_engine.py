@@ -1,9 +1,9 @@
 """The sweep engine (``twin.sweep``) as the Sweep RPC's runner (``ServerContext.sweep_runner``).
 
 :class:`EngineRunner` runs a sweep with the sweep engine — inline, or on Ray for large
-sweeps — and maps its events onto the servicer's contract (:mod:`twin.server.sweeps`):
+sweeps — and maps its events onto the servicer's contract (:mod:`twin.server.sweep_events`):
 
-- the spec is parsed by the one sweep-spec parser (:func:`twin.sweep.spec.parse_spec`, the
+- the spec is parsed by the one sweep-spec parser (:func:`twin.sweep.sweep_spec.parse_spec`, the
   same as ``twin sweep``'s) and checked before the first event, so a bad spec is an error
   the server maps to INVALID_ARGUMENT naming ``spec.<field>`` (too many points:
   RESOURCE_EXHAUSTED);
@@ -40,25 +40,25 @@ from typing import TYPE_CHECKING, Any
 
 from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinError
 from twin.core.estimate import Estimate
-from twin.server.sweeps import Finished, Progress, Row, Started, SweepEvent
+from twin.server.sweep_events import Finished, Progress, Row, Started, SweepEvent
 from twin.sweep.job import EngineSettings, Job
 from twin.sweep.metrics import MEMORY_REASON, as_python
 from twin.sweep.reduce import Rows, nrows
 from twin.sweep.runner import AUTO_RAY_POINTS, EXECUTORS, Executor, InlineExecutor, events, sweep_job
 from twin.sweep.runner import Finished as EngineFinished
 from twin.sweep.runner import Progress as EngineProgress
-from twin.sweep.spec import SweepSpec, parse_spec, set_path
+from twin.sweep.sweep_spec import SweepSpec, parse_spec, set_path
 
 if TYPE_CHECKING:
     from twin.engine import Engine
-    from twin.server.config import ServerConfig
+    from twin.server.server_config import ServerConfig
 
 EXECUTOR_ENV = "TWIN_SWEEP_EXECUTOR"
 ROW_BATCH_POINTS = 500
 
 
 class EngineRunner:
-    """A ``SweepRunner`` (:mod:`twin.server.sweeps`) backed by :mod:`twin.sweep`."""
+    """A ``SweepRunner`` (:mod:`twin.server.sweep_events`) backed by :mod:`twin.sweep`."""
 
     def __init__(self, engine: Engine, *, max_points: int, settings: EngineSettings | None = None,
                  executor: str = "auto", ray_address: str | None = None, keep_rows_default: bool = True) -> None:

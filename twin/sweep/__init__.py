@@ -30,7 +30,7 @@ from twin.sweep.runner import (
     stream,
     sweep_job,
 )
-from twin.sweep.spec import SweepSpec, load_spec, parse_spec
+from twin.sweep.sweep_spec import SweepSpec, load_spec, parse_spec
 
 __all__ = [
     "EngineSettings", "Finished", "InlineExecutor", "Job", "PlanSearchResult", "PlanSpace", "Progress",

@@ -1,6 +1,6 @@
 """A sweep batch through the step model's batch path, as the sweep's metric columns.
 
-The points of a :class:`~twin.sweep.points.PointBatch` are split by model and strategy
+The points of a :class:`~twin.sweep.sweep_points.PointBatch` are split by model and strategy
 selection (the structure a batch of the step model shares) and evaluated with ``TwinModel.evaluate_points``
 (``twin/core/evaluate.py``): the same functions :meth:`TwinModel.evaluate` runs for one
 scenario, over numpy arrays. Nothing of the model is restated here; this module only maps
@@ -18,10 +18,10 @@ from twin.core import ops
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
 from twin.core.evaluate import Pruner, energy_values
-from twin.core.points import model_structure
+from twin.core.point_set import model_structure
 from twin.core.units import GIB
 from twin.sweep.metrics import EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
-from twin.sweep.points import PointBatch
+from twin.sweep.sweep_points import PointBatch
 
 if TYPE_CHECKING:
     from twin.core.specs import Model

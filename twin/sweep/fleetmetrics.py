@@ -3,7 +3,7 @@
 A sweep whose base has a ``fleet:`` section (``cluster_gpus``: the shared cluster's GPUs,
 ``first_gpu``: where the swept job starts, ``neighbours``: the other jobs, as in a fleet
 file) evaluates every feasible point as the first job of that fleet
-(:func:`twin.fleet.evaluate_fleet`): ``step_time_shared_s`` is its step under the
+(:func:`twin.fleet_report.evaluate_fleet`): ``step_time_shared_s`` is its step under the
 neighbours' traffic and ``fleet_slowdown`` that over its step alone on the fabric. Like
 failure figures this costs milliseconds a point: fleet sweeps are for thousands of points.
 Identical points are evaluated once per worker.
@@ -24,7 +24,7 @@ class FleetColumns(PointColumns):
 
     def compute(self, mapping: dict[str, Any]) -> dict[str, float]:
         """The point as the first job of its fleet: its step under the neighbours, and the slowdown."""
-        from twin.fleet import evaluate_fleet
+        from twin.fleet_report import evaluate_fleet
 
         fleet = self.spec.fleet
         assert fleet is not None

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from twin.sweep.evaluator import SweepEvaluator
 from twin.sweep.failmetrics import FailureColumns, wants_failures
 from twin.sweep.fleetmetrics import FleetColumns
-from twin.sweep.points import PointBatch, SweepSource
 from twin.sweep.reduce import BatchResult, reduce_batch
-from twin.sweep.spec import SweepSpec
+from twin.sweep.sweep_points import PointBatch, SweepSource
+from twin.sweep.sweep_spec import SweepSpec
 
 if TYPE_CHECKING:
     from twin.engine import Engine
@@ -94,7 +94,7 @@ class Worker:
 
 
 class PointSource(Protocol):
-    """The points of a job, batch by batch (``twin.sweep.points.SweepSource``, ``plansearch.PlanSource``)."""
+    """The points of a job, batch by batch (``twin.sweep.sweep_points.SweepSource``, ``plansearch.PlanSource``)."""
 
     total: int
 

@@ -39,13 +39,13 @@ from twin.core import schema
 from twin.core.errors import SpecError
 from twin.core.evaluate import PRUNED_REASON
 from twin.core.ops import Labels
-from twin.core.points import PlanColumns
+from twin.core.point_set import PlanColumns
 from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model, resolve_software
 from twin.core.specs import DEFAULT_SOFTWARE, V_SCHEDULES, Calibration, Cluster, Model, Plan, Scenario, Software
 from twin.sweep.job import EngineSettings, Job
-from twin.sweep.points import PointBatch
 from twin.sweep.reduce import SweepResult, nrows, row_dict
 from twin.sweep.runner import run_job
+from twin.sweep.sweep_points import PointBatch
 
 if TYPE_CHECKING:
     from twin.engine import Engine

@@ -16,12 +16,12 @@ import numpy as np
 
 from twin.core.errors import TwinError
 from twin.sweep.metrics import reason_of
-from twin.sweep.spec import SweepSpec, set_path
+from twin.sweep.sweep_spec import SweepSpec, set_path
 
 if TYPE_CHECKING:
     from twin.engine import Engine
     from twin.sweep.evaluator import Evaluated
-    from twin.sweep.points import PointBatch, SweepSource
+    from twin.sweep.sweep_points import PointBatch, SweepSource
 
 
 class PointColumns:

@@ -18,7 +18,7 @@ import numpy as np
 from twin.core.ops import Labels
 from twin.sweep.evaluator import Evaluated
 from twin.sweep.metrics import FLOAT_COLUMNS, INT_COLUMNS, as_python
-from twin.sweep.points import PointBatch
+from twin.sweep.sweep_points import PointBatch
 
 Rows = dict[str, np.ndarray]
 # Plan/cluster descriptors every row carries (read from the evaluated scenario).

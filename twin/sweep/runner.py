@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from twin.core.errors import SpecError
 from twin.sweep.job import EngineSettings, Job, Worker
 from twin.sweep.reduce import BatchResult, SweepResult
-from twin.sweep.spec import DEFAULT_MAX_POINTS, SweepSpec, check_values, load_spec
+from twin.sweep.sweep_spec import DEFAULT_MAX_POINTS, SweepSpec, check_values, load_spec
 
 if TYPE_CHECKING:
     from twin.engine import Engine

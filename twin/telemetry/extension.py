@@ -1,7 +1,7 @@
 """How telemetry plugs into a gRPC server: ``register(server, ctx)`` (the server extension contract).
 
 ``ctx`` carries ``engine``, ``config`` (``state_dir``, optionally ``telemetry``: a
-mapping of :class:`~twin.telemetry.config.TelemetryConfig` fields) and ``shutdown`` (a
+mapping of :class:`~twin.telemetry.telemetry_config.TelemetryConfig` fields) and ``shutdown`` (a
 ``threading.Event``). Registering adds the OTLP MetricsService and the
 twin.rpc.v1.TelemetryService to ``server``; with ``otlp_address`` set it also serves
 OTLP on that dedicated address (e.g. the standard port 4317), with the main port's token
@@ -26,16 +26,16 @@ import grpc
 
 from twin.core.errors import SpecError
 from twin.engine import Engine
-from twin.telemetry.api import add_to_server
-from twin.telemetry.config import TelemetryConfig
 from twin.telemetry.otlp import otlp_handler, server_options
 from twin.telemetry.otlp_http import HttpSettings, OtlpHttpReceiver, server_ssl_context
 from twin.telemetry.service import TelemetryService
+from twin.telemetry.servicer import add_to_server
+from twin.telemetry.telemetry_config import TelemetryConfig
 
 log = logging.getLogger(__name__)
 OTLP_WORKERS = 16
 # Concurrent OTLP/HTTP requests when the server sets no bound: the gRPC port's default
-# (twin.server.config LimitsConfig.max_concurrent_rpcs).
+# (twin.server.server_config LimitsConfig.max_concurrent_rpcs).
 OTLP_HTTP_CONNECTIONS = 256
 
 

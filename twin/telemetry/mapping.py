@@ -1,6 +1,6 @@
 """The metric catalog: every mapping the plugins contribute, looked up by exporter name.
 
-Lookups are case-insensitive and spelling-tolerant (:func:`twin.core.telemetry.normalize_name`);
+Lookups are case-insensitive and spelling-tolerant (:func:`twin.core.telemetry_vocab.normalize_name`);
 names with placeholders are tried after exact names. Results are cached per raw name
 (bounded, so a flood of unique names cannot grow memory without limit).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pluggy
 
 from twin.core.errors import PluginError
-from twin.core.telemetry import STEP_TIME_SIGNAL, MetricMapping, name_pattern, normalize_name
+from twin.core.telemetry_vocab import STEP_TIME_SIGNAL, MetricMapping, name_pattern, normalize_name
 
 # The metric a training job emits so the twin can compare its prediction with reality
 # (docs/telemetry.md): a gauge in seconds per optimizer step, attribute ``job`` required.

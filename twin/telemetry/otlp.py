@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
 from twin.telemetry.ingest import Overloaded
 from twin.telemetry.service import InvalidData, TelemetryService
-from twin.wire.errors import retry_status
+from twin.wire.status_table import retry_status
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name

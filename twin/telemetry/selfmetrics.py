@@ -19,8 +19,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 if TYPE_CHECKING:
     from twin.core.specs import Calibration
-    from twin.telemetry.config import TelemetryConfig
     from twin.telemetry.state import LiveState
+    from twin.telemetry.telemetry_config import TelemetryConfig
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from twin.core.extras import needs_extra
 from twin.core.health import TierStatus, tier_status
 from twin.core.specs import Calibration, Scenario
 from twin.engine import Engine
-from twin.telemetry import predict
-from twin.telemetry.config import TelemetryConfig
+from twin.telemetry import live_predict
 from twin.telemetry.decode import Decoder, summarize
 from twin.telemetry.ingest import IngestQueue, Item, Overloaded
 from twin.telemetry.mapping import MetricCatalog
 from twin.telemetry.state import ApplyResult, Dirty, LiveState
 from twin.telemetry.store import Store
+from twin.telemetry.telemetry_config import TelemetryConfig
 
 log = logging.getLogger(__name__)
 # Distinct ignored metric names remembered (memory bound; the rest pool into one row).
@@ -298,14 +298,14 @@ class TelemetryService:
                                "down_components": sorted(d for t in tiers.values() for d in t.down),
                                "degraded_components": sorted(d for t in tiers.values() for d in t.degraded),
                                "notes": [n for t in tiers.values() for n in t.notes]}
-        now_cal = predict.now_calibration(scn, fitted, tiers)
+        now_cal = live_predict.now_calibration(scn, fitted, tiers)
         out["now_calibration"] = _cal_dict(now_cal)
         if basis in ("both", "designed"):
             est = self.engine.model.evaluate(scn, validate=False)
             out["designed"] = est.to_dict()
             out["designed_step_time_s"] = est.step_time_s
         if basis in ("both", "now"):
-            est = predict.evaluate_with(self.engine, scn, now_cal)
+            est = live_predict.evaluate_with(self.engine, scn, now_cal)
             out["now"] = est.to_dict()
             out["now_step_time_s"] = est.step_time_s
         if basis == "both":
@@ -336,7 +336,7 @@ class TelemetryService:
         cached = self._divergence_cache
         if cached is not None and cached[0] == key:
             return [dict(row) for row in cached[1]]
-        rows = [v.to_dict() for v in predict.job_views(self.engine, jobs, obs, fitted, tiers)]
+        rows = [v.to_dict() for v in live_predict.job_views(self.engine, jobs, obs, fitted, tiers)]
         self._divergence_cache = (key, rows)
         return [dict(row) for row in rows]
 
@@ -348,7 +348,7 @@ class TelemetryService:
         if cached is not None and cached[0] == key:
             inputs = cached[1]
         else:
-            inputs = predict.fit_inputs(self.engine, jobs, obs, fitted, tiers, self.config.min_observations)
+            inputs = live_predict.fit_inputs(self.engine, jobs, obs, fitted, tiers, self.config.min_observations)
             self._fit_cache = (key, inputs)
         new, adjustments = calib.fit(fitted, inputs, self.config.fit)
         now = time.time_ns()

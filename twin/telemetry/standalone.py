@@ -22,9 +22,9 @@ import grpc
 
 from twin.core.errors import TwinError
 from twin.engine import Engine
-from twin.telemetry.config import MIB, TelemetryConfig
 from twin.telemetry.extension import OTLP_WORKERS, attach, start_http
 from twin.telemetry.otlp import server_options
+from twin.telemetry.telemetry_config import MIB, TelemetryConfig
 
 
 def build_parser() -> argparse.ArgumentParser:

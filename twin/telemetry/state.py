@@ -1,7 +1,7 @@
 """The live state of the cluster as the twin sees it, built from mapped metric points.
 
 Series (one per exporter metric x component x detail such as lane or priority) hold the
-last accepted point and the rate or value derived from it (:mod:`twin.core.rates`).
+last accepted point and the rate or value derived from it (:mod:`twin.core.counter_rates`).
 Components (GPU, NVLink, port, transceiver, CXL device, job) aggregate their series into
 signals and are assessed by :func:`twin.core.health.assess`. Cardinality is capped: a
 point that would create a series or component beyond the caps is rejected, so a flood of
@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from twin.core.counter_rates import SeriesPoint, update_counter
 from twin.core.health import ComponentView, assess
-from twin.core.rates import SeriesPoint, update_counter
-from twin.core.telemetry import STEP_TIME_SIGNAL, Evidence, MetricMapping
+from twin.core.telemetry_vocab import STEP_TIME_SIGNAL, Evidence, MetricMapping
 from twin.telemetry.mapping import MetricCatalog, Resolved
 
 OBSERVATIONS_PER_JOB = 256
@@ -234,7 +234,7 @@ class Dirty:
 
 @dataclass(slots=True)
 class _Series(SeriesPoint):
-    """A series' last point (:class:`~twin.core.rates.SeriesPoint`), with the component and
+    """A series' last point (:class:`~twin.core.counter_rates.SeriesPoint`), with the component and
     signal values it feeds: found with the series' first point instead of at every point.
     """
 
@@ -311,7 +311,7 @@ class LiveState:
                 first = update_counter(None, start, t, value, delta)[0] if sid.counter else None
                 slot = series[text] = (_Series(first.start_ns, first.time_ns, first.value, first.derived, comp)
                                        if first is not None else _Series(0, t, value, value, comp))
-            elif t <= slot.time_ns:  # not newer: a duplicate, counter or gauge (twin.core.rates)
+            elif t <= slot.time_ns:  # not newer: a duplicate, counter or gauge (twin.core.counter_rates)
                 duplicates += 1
                 continue
             elif not sid.counter:

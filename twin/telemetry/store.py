@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from twin.core.calibration import Adjustment
+from twin.core.counter_rates import SeriesPoint
 from twin.core.errors import SpecError, TwinError
-from twin.core.rates import SeriesPoint
 from twin.core.specs import Calibration
 from twin.telemetry.state import (
     OBSERVATIONS_PER_JOB,

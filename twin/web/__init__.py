@@ -6,11 +6,11 @@ in-process objects the gRPC services use (the telemetry service's live state, th
 sweep runner) and runs every evaluation in worker threads, off its event loop:
 
 - :mod:`twin.web.server`: the extension ``twin serve`` registers; binds, runs uvicorn, stops;
-- :mod:`twin.web.app`: the Starlette routes (pages, JSON, the event stream);
-- :mod:`twin.web.auth`: bearer token or login cookie, compared in constant time;
-- :mod:`twin.web.topology`: the cluster as a picture, aggregated by tier and group, live state placed on it;
+- :mod:`twin.web.web_app`: the Starlette routes (pages, JSON, the event stream);
+- :mod:`twin.web.cookie_auth`: bearer token or login cookie, compared in constant time;
+- :mod:`twin.web.fabric_picture`: the cluster as a picture, aggregated by tier and group, live state placed on it;
 - :mod:`twin.web.views`: the step, failures and sweep data the pages draw;
-- :mod:`twin.web.sweeps`: sweeps started from the page (the gRPC service's sweep runner) and loaded results;
+- :mod:`twin.web.sweep_pages`: sweeps started from the page (the gRPC service's sweep runner) and loaded results;
 - :mod:`twin.web.events`: the server-sent event stream.
 
 Pages and libraries (Cytoscape.js, Chart.js) are package data under ``static/``: no CDN.

@@ -17,9 +17,9 @@ from typing import Any
 
 from twin.core.errors import NotFoundError, SpecError
 from twin.engine import Engine
-from twin.failures import FailureAnalyzer
+from twin.failure_analyzer import FailureAnalyzer
 from twin.telemetry.state import OBSERVATIONS_PER_JOB
-from twin.web import topology, views
+from twin.web import fabric_picture, views
 
 # Prediction samples kept per job for the divergence chart: as many as the twin keeps
 # observations per job (twin.telemetry.state.OBSERVATIONS_PER_JOB), so the two series cover
@@ -37,7 +37,7 @@ class Live:
         self._lock = threading.Lock()
         self._history: dict[str, deque[dict[str, Any]]] = {}
         self._failures: dict[str, tuple[Any, dict[str, Any]]] = {}
-        self._fabric: dict[str, tuple[Any, topology.Layout]] = {}
+        self._fabric: dict[str, tuple[Any, fabric_picture.Layout]] = {}
 
     # ------------------------------------------------------------ what changed
     def version(self) -> tuple[Any, ...]:
@@ -75,7 +75,7 @@ class Live:
         return name, jobs[name]
 
     # ------------------------------------------------------------ pages
-    def layout(self, name: str, scenario: Any) -> topology.Layout:
+    def layout(self, name: str, scenario: Any) -> fabric_picture.Layout:
         """The job's fabric layout (evaluated once per scenario)."""
         with self._lock:
             cached = self._fabric.get(name)
@@ -83,7 +83,7 @@ class Live:
             return cached[1]
         est = self.engine.model.evaluate(scenario, validate=False, report=True)
         c = scenario.cluster
-        layout = topology.layout_of(scenario.name or name, c.num_gpus, c.gpus_per_node, c.nics_per_node,
+        layout = fabric_picture.layout_of(scenario.name or name, c.num_gpus, c.gpus_per_node, c.nics_per_node,
                                     est.to_dict()["fabric"])
         with self._lock:
             self._fabric[name] = (scenario, layout)
@@ -95,15 +95,15 @@ class Live:
         layout = self.layout(name, scenario)
         state = self._require().live_state(max_events=50)
         comps = state["components"]
-        placement = topology.place(comps, layout.nodes)
-        shown = topology.view(layout, placement, topology.parse_at(at, layout))
+        placement = fabric_picture.place(comps, layout.nodes)
+        shown = fabric_picture.view(layout, placement, fabric_picture.parse_at(at, layout))
         bad = [c for c in comps if c.get("state") in ("down", "degraded")]
-        bad.sort(key=lambda c: (-topology.RANK[c["state"]], topology.natural_key(c["id"])))
+        bad.sort(key=lambda c: (-fabric_picture.RANK[c["state"]], fabric_picture.natural_key(c["id"])))
         counts: dict[str, dict[str, int]] = {}
         for c in comps:
             per = counts.setdefault(c.get("kind", ""), {})
             per[c["state"]] = per.get(c["state"], 0) + 1
-        return views.clean({"job": name, "jobs": self.jobs(), "view": shown, "summary": topology.summary(layout),
+        return views.clean({"job": name, "jobs": self.jobs(), "view": shown, "summary": fabric_picture.summary(layout),
                             "problems": bad, "counts": counts, "switches": state["switches"],
                             "tiers": state["tiers"], "events": state["events"][::-1],
                             "unplaced": [c["id"] for c in placement.unplaced],

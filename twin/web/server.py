@@ -21,18 +21,18 @@ from typing import Any
 import uvicorn
 
 from twin.core.errors import SpecError
-from twin.server.config import ServerConfig
 from twin.server.context import ServerContext
+from twin.server.server_config import ServerConfig
 from twin.sweep.output import read_rows
-from twin.web.app import build_app
 from twin.web.live import Live
-from twin.web.sweeps import WebSweeps
+from twin.web.sweep_pages import WebSweeps
+from twin.web.web_app import build_app
 
 log = logging.getLogger("twin.web")
 # Pending connections the listening socket queues: socket.SOMAXCONN is the kernel's own cap.
 BACKLOG = socket.SOMAXCONN
 # Seconds uvicorn gives open connections (event streams) to close at shutdown before cutting them;
-# the streams end by themselves within one poll (twin.web.app.POLL_S) once ctx.shutdown is set.
+# the streams end by themselves within one poll (twin.web.web_app.POLL_S) once ctx.shutdown is set.
 GRACE_S = 2.0
 
 

@@ -535,7 +535,7 @@ def estimate_from_message(msg: estimate_pb2.Estimate) -> Estimate:
 
 # ------------------------------------------------------------------------- sweeps
 def sweep_spec_to_mapping(msg: Any, limits: Limits = Limits()) -> dict[str, Any]:
-    """A wire SweepSpec as the sweep-file mapping :func:`twin.sweep.spec.parse_spec` reads."""
+    """A wire SweepSpec as the sweep-file mapping :func:`twin.sweep.sweep_spec.parse_spec` reads."""
     out: dict[str, Any] = {"name": msg.name}
     if msg.HasField("base"):
         out["base"] = scenario_to_mapping(msg.base, limits)

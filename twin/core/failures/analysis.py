@@ -30,11 +30,11 @@ from twin.core.errors import SpecError, TwinError
 from twin.core.evaluate import TwinModel
 from twin.core.failures import montecarlo
 from twin.core.failures.components import ComponentGroup, FailureMode, merge_modes
+from twin.core.failures.failure_rates import NODE_COMPONENTS, REPAIR_H, planned_per_day, rate_set_scale
+from twin.core.failures.failure_spec import STORAGE_BYTES_PER_S_PER_GPU, FailureSpec, MonteCarloSpec
 from twin.core.failures.goodput import cycle_breakdown, daly_interval, young_interval
 from twin.core.failures.impact import CostContext, DegradedRun, ImpactEvaluator, Outcome, decide, link_headroom
 from twin.core.failures.injections import injection_mode, uplink_capacity
-from twin.core.failures.rates import NODE_COMPONENTS, REPAIR_H, planned_per_day, rate_set_scale
-from twin.core.failures.spec import STORAGE_BYTES_PER_S_PER_GPU, FailureSpec, MonteCarloSpec
 from twin.core.specs import Optics, Scenario
 from twin.core.units import DAY_S, HOUR_S
 from twin.core.workload import total_params

@@ -23,7 +23,7 @@ import math
 from typing import TYPE_CHECKING
 
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact, UplinkLoss
-from twin.core.failures.rates import DETECTION_CRASH_S, REPAIR_H, REPAIR_SOURCE, llama3_modes, network_rates
+from twin.core.failures.failure_rates import DETECTION_CRASH_S, REPAIR_H, REPAIR_SOURCE, llama3_modes, network_rates
 from twin.core.fattree import LEVEL_NAMES, FatTree, scale_out_tiers
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from twin.core.errors import SpecError
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact
 from twin.core.failures.fabric import go_back_n_efficiency, link_degraded_impact
-from twin.core.failures.spec import Injection
+from twin.core.failures.failure_spec import Injection
 from twin.core.specs import Scenario
 from twin.core.topology import Hierarchy
 from twin.core.units import HOUR_S, gbps_to_bytes_per_s

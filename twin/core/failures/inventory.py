@@ -2,7 +2,7 @@
 
 Fabric components (NVLink links and NVSwitch chips, NICs, switches, cables, optics, CXL
 devices) come from the fabric plugins through the ``twin_components`` /
-``twin_failure_modes`` hooks; the adapter (``twin.failures``) merges both.
+``twin_failure_modes`` hooks; the adapter (``twin.failure_analyzer``) merges both.
 
 Stragglers are GPU failure modes that do not crash the job: the synchronous step runs at
 the pace of the slowest rank until the GPU is drained or recovers. No per-GPU straggler
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact
-from twin.core.failures.rates import REPAIR_H, REPAIR_SOURCE, detection_s, llama3_modes
+from twin.core.failures.failure_rates import REPAIR_H, REPAIR_SOURCE, detection_s, llama3_modes
 
 if TYPE_CHECKING:
     from twin.core.specs import Scenario

@@ -14,7 +14,7 @@ independent failures almost always sit on different ranks).
 
 Plain data in, plain data out, numpy only: :func:`simulate` runs one batch of trials with
 its own seed and :func:`merge` reduces batches, so the same code runs inline or as tasks
-on a Ray cluster (the sweep engine maps batches; see ``twin.failures.monte_carlo``).
+on a Ray cluster (the sweep engine maps batches; see ``twin.failure_analyzer.monte_carlo``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ const twin = (() => {
     return body;
   }
 
-  const RETRY_MS = 5000;  // twin.web.app.EVENT_RETRY_S
+  const RETRY_MS = 5000;  // twin.web.web_app.EVENT_RETRY_S
 
   function connect() {
     if (source) return;

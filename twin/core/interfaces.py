@@ -181,7 +181,7 @@ class EvalContext:
 
     ``points`` is 0 for one scenario; for a batch it is the number of points, and every
     per-point value below is an array of that length (``plan`` is then a
-    :class:`~twin.core.points.PlanColumns` with the fields of a :class:`Plan`, ``cluster``
+    :class:`~twin.core.point_set.PlanColumns` with the fields of a :class:`Plan`, ``cluster``
     a column view of the clusters; ``model`` and ``software`` (the framework stack) are
     shared by the batch). ``scenario`` is set for one scenario only.
     """

@@ -1,7 +1,7 @@
 """Failure scenarios through the plugins: the library API the CLI, the gRPC layer and sweeps call.
 
     from twin.engine import Engine
-    from twin.failures import FailureAnalyzer
+    from twin.failure_analyzer import FailureAnalyzer
 
     fa = FailureAnalyzer(Engine())
     report = fa.analyze("examples/llama3-405b-16k-roce.yaml", rank=True)
@@ -33,8 +33,8 @@ from twin.core.errors import PluginError, SpecError
 from twin.core.failures import montecarlo
 from twin.core.failures.analysis import FailureReport, Inventory, analyze
 from twin.core.failures.components import EFFECTS, ComponentGroup, FailureMode
+from twin.core.failures.failure_spec import FailureSpec, Injection, MonteCarloSpec, load_failure_spec, split_scenario
 from twin.core.failures.inventory import base_components, base_failure_modes
-from twin.core.failures.spec import FailureSpec, Injection, MonteCarloSpec, load_failure_spec, split_scenario
 from twin.core.scenario_io import read_mapping
 from twin.core.specs import Scenario
 from twin.core.units import DAY_S

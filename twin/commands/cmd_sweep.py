@@ -13,13 +13,13 @@ from typing import Any
 
 from rich.console import Console
 
-from twin.commands.render import console, print_json, table
+from twin.commands.cmd_render import console, print_json, table
 from twin.core.errors import SpecError
 from twin.engine import Engine
 from twin.sweep.job import EngineSettings
 from twin.sweep.reduce import SAME_AS_DESCRIPTOR, SweepResult, nrows, row_dict
 from twin.sweep.runner import EXECUTORS, Finished, Progress, events, make_executor, sweep_job
-from twin.sweep.spec import DEFAULT_MAX_POINTS, load_spec
+from twin.sweep.sweep_spec import DEFAULT_MAX_POINTS, load_spec
 
 EXIT_CANCELLED = 130
 

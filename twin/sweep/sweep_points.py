@@ -7,7 +7,7 @@ order, and a retried batch yields the same points.
 
 A batch is columnar: per point the index of its model, cluster and calibration among the
 distinct ones the batch uses (each built once from its axis values, interned by value so
-equal sections are one object), and its plan as :class:`~twin.core.points.PlanColumns`
+equal sections are one object), and its plan as :class:`~twin.core.point_set.PlanColumns`
 built straight from the axis codes: each axis value is converted (and checked by the
 schema) once, then gathered per point. Nothing is built per point.
 """
@@ -25,7 +25,7 @@ import numpy as np
 from twin.core import ops
 from twin.core.errors import NotFoundError, SpecError
 from twin.core.evaluate import spec_key
-from twin.core.points import _NESTED, PlanColumns, PointSet, plan_column
+from twin.core.point_set import _NESTED, PlanColumns, PointSet, plan_column
 from twin.core.specs import (
     DEFAULT_SOFTWARE,
     DEFAULT_STRATEGIES,
@@ -38,7 +38,7 @@ from twin.core.specs import (
     Strategies,
 )
 from twin.sweep.metrics import reason_of
-from twin.sweep.spec import Axis, SweepSpec, _from_unit, apply_values, build_section, get_path
+from twin.sweep.sweep_spec import Axis, SweepSpec, _from_unit, apply_values, build_section, get_path
 
 _SECTIONS = ("cluster", "model", "calibration", "strategies", "plan")
 # Sections built once per distinct combination of their axes' values, one object per point.

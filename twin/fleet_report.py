@@ -1,7 +1,7 @@
 """Several training jobs on one fabric: each job's step alone and under the others' traffic.
 
     from twin.engine import Engine
-    from twin.fleet import evaluate_fleet
+    from twin.fleet_report import evaluate_fleet
 
     report = evaluate_fleet(Engine(), "examples/fleets/two-jobs-roce.yaml")
     for job in report.jobs:
@@ -15,7 +15,7 @@ A fleet file names the shared cluster and its jobs::
       - {name: a, gpus: 4096, model: llama3.1-70b, plan: {tp: 8, pp: 4, gbs: 1024}}
       - {name: b, gpus: 4096, first_gpu: 4096, model: llama3.1-8b, plan: {tp: 1, gbs: 2048}}
 
-Each job runs on its GPUs of the shared cluster (``twin.core.fleet``: placement and the
+Each job runs on its GPUs of the shared cluster (``twin.core.fleet_shares``: placement and the
 link capacity each gets). The fabric's switch sizes are the shared cluster's, so a job
 sees the same leaves and spines it would in the fleet. What a job's neighbours cost it is
 the difference between its step alone (neighbours idle: their links' capacity is the
@@ -34,7 +34,7 @@ from typing import Any
 from twin.core.contention import link_name
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
-from twin.core.fleet import Placement, capacity, neighbours, place_jobs
+from twin.core.fleet_shares import Placement, capacity, neighbours, place_jobs
 from twin.core.scenario_io import read_mapping, resolve_cluster
 from twin.core.specs import Calibration, Scenario, validate_cluster
 from twin.core.topology import Hierarchy

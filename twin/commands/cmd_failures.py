@@ -15,14 +15,14 @@ import dataclasses
 import math
 from typing import Any
 
-from twin.commands.render import console, print_json, table
+from twin.commands.cmd_render import console, print_json, table
 from twin.core import schema
 from twin.core.errors import SpecError
 from twin.core.failures.analysis import FailureReport
-from twin.core.failures.spec import INJECT_KINDS, MonteCarloSpec, parse_injection
+from twin.core.failures.failure_spec import INJECT_KINDS, MonteCarloSpec, parse_injection
 from twin.core.units import HOUR_S
 from twin.engine import Engine
-from twin.failures import FailureAnalyzer
+from twin.failure_analyzer import FailureAnalyzer
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -29,13 +29,13 @@ from twin.core.errors import SpecError, TwinError
 from twin.engine import Engine
 from twin.server import extensions
 from twin.server.admission import AdmissionInterceptor, CountingExecutor
-from twin.server.auth import TokenAuthInterceptor, load_token
-from twin.server.config import ServerConfig, TlsConfig
 from twin.server.context import ServerContext
 from twin.server.heap import freeze_startup_heap
 from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
+from twin.server.server_config import ServerConfig, TlsConfig
 from twin.server.shedding import CoreArrivals
-from twin.wire.handlers import method_handler, refuse_malformed, safe_parser
+from twin.server.token_auth import TokenAuthInterceptor, load_token
+from twin.wire.method_handlers import method_handler, refuse_malformed, safe_parser
 
 log = logging.getLogger("twin.server")
 HEALTH_DESCRIPTOR = health_pb2.DESCRIPTOR.services_by_name["Health"]

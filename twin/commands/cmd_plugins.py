@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from twin.commands.render import console, print_json, table
+from twin.commands.cmd_render import console, print_json, table
 from twin.engine import Engine
 
 

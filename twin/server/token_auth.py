@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from twin.core.errors import SpecError
-from twin.server.config import AuthConfig
+from twin.server.server_config import AuthConfig
 
 # Services reachable without a token: Kubernetes probes and grpcurl discovery need them.
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",

@@ -1,4 +1,4 @@
-"""Registering a servicer: :mod:`twin.wire.handlers` (safe decoding, the error table) plus the
+"""Registering a servicer: :mod:`twin.wire.method_handlers` (safe decoding, the error table) plus the
 service names the health and reflection services cover.
 """
 
@@ -8,7 +8,7 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 
 from twin.server.context import ServerContext
-from twin.wire.handlers import generic_handler
+from twin.wire.method_handlers import generic_handler
 
 
 def add_service(server: grpc.Server, ctx: ServerContext, service: ServiceDescriptor, impl: object) -> None:

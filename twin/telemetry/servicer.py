@@ -15,8 +15,8 @@ from twin.rpc.v1 import scenario_pb2
 from twin.rpc.v1 import telemetry_pb2 as pb  # generated at install time (setup.py)
 from twin.rpc.v1 import telemetry_pb2_grpc as pb_grpc
 from twin.telemetry.service import TelemetryService
-from twin.wire.errors import internal_status, status_for
-from twin.wire.handlers import generic_handler
+from twin.wire.method_handlers import generic_handler
+from twin.wire.status_table import internal_status, status_for
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -27,7 +27,7 @@ BASIS = {pb.PREDICTION_BASIS_UNSPECIFIED: "both", pb.PREDICTION_BASIS_DESIGNED: 
 
 
 def _call(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
-    """Run ``fn``; domain errors go through the one error table (``twin.wire.errors``)."""
+    """Run ``fn``; domain errors go through the one error table (``twin.wire.status_table``)."""
     try:
         return fn()
     except TwinError as err:

@@ -6,7 +6,7 @@ Pages (``GET``): ``/`` (Fabric), ``/step``, ``/failures``, ``/sweeps``; static f
 rows file), ``/api/sweeps/{id}?sort=&order=&limit=`` (GET; DELETE stops it). ``/events``: the
 server-sent event stream (``live`` when telemetry changed, ``sweep`` when a sweep moved).
 Errors are JSON ``{"error": {"code", "field", "rule"}}`` with the HTTP status of the gRPC
-code the shared error table gives (``twin.wire.errors``): bad input 400, unknown 404, over a
+code the shared error table gives (``twin.wire.status_table``): bad input 400, unknown 404, over a
 limit 429. Every evaluation runs in a worker thread (``run_in_threadpool``).
 """
 
@@ -30,11 +30,11 @@ from starlette.staticfiles import StaticFiles
 
 from twin.core.docload import parse_document
 from twin.core.errors import SpecError, TwinError
-from twin.web import auth
+from twin.web import cookie_auth
 from twin.web.live import Live
-from twin.web.sweeps import WebSweeps
+from twin.web.sweep_pages import WebSweeps
 from twin.web.views import clean
-from twin.wire.errors import code_for, field_of, rule_of
+from twin.wire.status_table import code_for, field_of, rule_of
 
 STATIC = Path(__file__).parent / "static"
 # path -> (page, title, the libraries it draws with); every page is pages/layout.html around pages/PAGE.html.
@@ -135,16 +135,16 @@ def build_app(live: Live, sweeps: WebSweeps, token: str | None, *, secure: bool,
             return RedirectResponse("/", status_code=303)
         if not given:
             return login_page(next_path=next_path)
-        if not auth.token_matches(given, token):
+        if not cookie_auth.token_matches(given, token):
             return login_page("Wrong token.", 401, next_path)
         response = RedirectResponse(local(next_path), status_code=303)
-        response.set_cookie(auth.COOKIE, auth.session_value(token), httponly=True, samesite="strict", secure=secure,
-                            path="/")
+        response.set_cookie(cookie_auth.COOKIE, cookie_auth.session_value(token), httponly=True, samesite="strict",
+                            secure=secure, path="/")
         return response
 
     async def logout(request: Request) -> Response:
         response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(auth.COOKIE, path="/")
+        response.delete_cookie(cookie_auth.COOKIE, path="/")
         return response
 
     @guarded
@@ -239,7 +239,7 @@ def build_app(live: Live, sweeps: WebSweeps, token: str | None, *, secure: bool,
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes)
-    return auth.TokenAuth(app, token, unauthorised)
+    return cookie_auth.TokenAuth(app, token, unauthorised)
 
 
 async def _stream(request: Request, live: Live, sweeps: WebSweeps, shutdown: threading.Event

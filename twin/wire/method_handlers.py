@@ -5,7 +5,7 @@ treatment from :func:`method_handler`:
 
 - a request that does not decode is INVALID_ARGUMENT naming the request type, never the
   INTERNAL that gRPC's own decoder failure gives;
-- domain errors map through ``twin.wire.errors`` (one table), anything else is INTERNAL
+- domain errors map through ``twin.wire.status_table`` (one table), anything else is INTERNAL
   with a generic message and the traceback in the log.
 """
 
@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
 from twin.core.errors import SpecError, TwinError
-from twin.wire.errors import internal_status, status_for
+from twin.wire.status_table import internal_status, status_for
 
 
 class Malformed:

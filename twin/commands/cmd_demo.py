@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from twin.commands.render import console, table
+from twin.commands.cmd_render import console, table
 from twin.core.extras import needs_extra
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "gpt3-175b-dgx-h100-ib.yaml"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from twin.commands.remote import add_client_args, client_from_args
-from twin.commands.render import console, print_json, table
+from twin.commands.cmd_remote import add_client_args, client_from_args
+from twin.commands.cmd_render import console, print_json, table
 from twin.core.estimate import Estimate
 from twin.engine import Engine
 

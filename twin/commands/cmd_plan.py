@@ -6,8 +6,8 @@ import argparse
 import typing
 from typing import Any
 
-from twin.commands.render import console, print_json, table
-from twin.commands.sweep import drive, top_table
+from twin.commands.cmd_render import console, print_json, table
+from twin.commands.cmd_sweep import drive, top_table
 from twin.core.errors import SpecError
 from twin.core.evaluate import PRUNED_REASON
 from twin.core.specs import Schedule

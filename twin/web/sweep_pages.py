@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.core.errors import NotFoundError, SpecError, TooLargeError
-from twin.server.sweeps import Finished, Progress, Row, Started, SweepEvent, SweepRunner
+from twin.server.sweep_events import Finished, Progress, Row, Started, SweepEvent, SweepRunner
 from twin.web.views import plots, row_of, rows_from_columns
 
 log = logging.getLogger("twin.web")

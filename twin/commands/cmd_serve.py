@@ -1,4 +1,4 @@
-"""``twin serve``: run the twin as a gRPC service (see ``twin.server.app``)."""
+"""``twin serve``: run the twin as a gRPC service (see ``twin.server.grpc_app``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from twin.core.errors import MissingExtraError
 from twin.core.extras import needs_extra
 
 if TYPE_CHECKING:
-    from twin.server.config import ServerConfig
     from twin.server.extensions import Register
+    from twin.server.server_config import ServerConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,9 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load the config and serve until SIGTERM."""
     with needs_extra("server", "twin serve"):
-        from twin.server.app import serve
-        from twin.server.config import load_config
+        from twin.server.grpc_app import serve
         from twin.server.observability import configure_logging
+        from twin.server.server_config import load_config
 
     overrides = {"host": args.host, "port": args.port, "health_port": args.health_port,
                  "otlp_http_port": args.otlp_http_port,

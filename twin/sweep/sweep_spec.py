@@ -37,7 +37,7 @@ from typing import Any, get_args, get_origin
 from twin.core import schema
 from twin.core.catalog import Catalog
 from twin.core.errors import NotFoundError, SpecError, TooLargeError, TwinError
-from twin.core.failures.spec import FailureSpec, load_failure_spec
+from twin.core.failures.failure_spec import FailureSpec, load_failure_spec
 from twin.core.scenario_io import load_strategies, read_mapping, resolve_cluster, resolve_model, resolve_software
 from twin.core.specs import Calibration, Cluster, Model, Plan, Strategies
 from twin.sweep.metrics import FLEET_METRICS, METRICS, default_order

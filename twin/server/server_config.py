@@ -132,7 +132,8 @@ class ServerConfig:
     otel: OtelConfig = field(default_factory=OtelConfig)
     web: WebConfig = field(default_factory=WebConfig)
     telemetry: dict[str, typing.Any] = field(
-        default_factory=dict, metadata={"doc": "OTLP ingest settings (twin.telemetry.config.TelemetryConfig fields)"})
+        default_factory=dict,
+        metadata={"doc": "OTLP ingest settings (twin.telemetry.telemetry_config.TelemetryConfig fields)"})
 
     @property
     def state_path(self) -> Path:

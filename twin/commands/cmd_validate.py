@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from twin.commands.render import console, print_json, table
+from twin.commands.cmd_render import console, print_json, table
 from twin.engine import Engine
 from twin.reference import validate_file
 

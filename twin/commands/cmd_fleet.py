@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from twin.commands.render import console, print_json, table
+from twin.commands.cmd_render import console, print_json, table
 from twin.engine import Engine
-from twin.fleet import evaluate_fleet
+from twin.fleet_report import evaluate_fleet
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,4 +1,4 @@
-"""The FailureService servicer: a thin adapter over :class:`twin.failures.FailureAnalyzer`."""
+"""The FailureService servicer: a thin adapter over :class:`twin.failure_analyzer.FailureAnalyzer`."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 import grpc
 
 from twin.core.errors import SpecError
-from twin.core.failures.spec import Injection, parse_injection
-from twin.failures import FailureAnalyzer
+from twin.core.failures.failure_spec import Injection, parse_injection
+from twin.failure_analyzer import FailureAnalyzer
 from twin.rpc.v1 import failure_service_pb2 as fpb
 from twin.server.context import ServerContext
-from twin.server.handlers import add_service
+from twin.server.service_registry import add_service
 from twin.server.services import parse_document
 from twin.wire import convert
 from twin.wire.convert import Limits, dict_to_struct, struct_to_dict, to_jsonable
