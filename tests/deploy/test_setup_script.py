@@ -1,5 +1,6 @@
 """The set-up script installs once and then starts in no time: it re-installs only when a
-file the install depends on changed (no package registry on a second start)."""
+file the install depends on changed (no package registry on a second start). It never installs
+the example plugin into .venv (the serving environment) and removes one an older setup left."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def _project(tmp: Path) -> Path:
     (tmp / "proto").mkdir()
     (tmp / "proto" / "a.proto").write_text('syntax = "proto3";\n')
     (tmp / "tests" / "example_plugin").mkdir(parents=True)
-    (tmp / "tests" / "example_plugin" / "pyproject.toml").write_text("[project]\nname = 'y'\n")
+    (tmp / "tests" / "example_plugin" / "pyproject.toml").write_text("[project]\nname = 'twin-example-dragonfly'\n")
     bin_dir = tmp / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     for name, body in (("python", f'#!/bin/sh\necho "$@" >> "{tmp}/calls.log"\n'), ("twin", "#!/bin/sh\n")):
@@ -49,3 +50,21 @@ def test_installs_once_then_only_when_an_input_changes(tmp_path):
     assert _run(project) == []
     (project / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '2'\n")
     assert any("pip install" in c for c in _run(project))
+
+
+def test_the_example_plugin_is_not_installed_and_editing_it_reinstalls_nothing(tmp_path):
+    project = _project(tmp_path)
+    first = _run(project)
+    assert first and not [c for c in first if "example" in c or "dragonfly" in c]
+    (project / "tests" / "example_plugin" / "pyproject.toml").write_text("[project]\nname = 'changed'\n")
+    assert _run(project) == []  # the example plugin is no input of the serving environment
+
+
+def test_an_example_plugin_an_older_setup_installed_is_uninstalled(tmp_path):
+    project = _project(tmp_path)
+    _run(project)  # installed and stamped: the next start would touch nothing
+    dist = project / ".venv" / "lib" / "python3.11" / "site-packages" / "twin_example_dragonfly-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    assert _run(project) == ["-m pip uninstall -q -y twin-example-dragonfly"]  # no reinstall, no registry
+    dist.rmdir()  # what pip uninstall does
+    assert _run(project) == []

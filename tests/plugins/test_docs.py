@@ -92,8 +92,8 @@ def test_the_page_shows_the_example_package_verbatim():
     assert text == synced(text), "docs/plugins.md is out of date: run python -m tests.plugins.test_docs --write"
 
 
-def test_the_docs_example_runs_through_the_conformance_kit():
-    """The module as printed in the page passes the kit."""
+def test_the_docs_example_runs_through_the_conformance_kit(example_plugin):
+    """The module as printed in the page passes the kit (it imports the package's compressed_pp: the fixture)."""
     assert_scale_out_fabric_conforms(_doc_module().DragonflyFabric(), {"gpus_per_group": 128})
     # And the package's own test, as printed, uses the kit on that fabric.
     test_code = _includes(DOC.read_text(encoding="utf-8"))["tests/example_plugin/test_dragonfly.py"]
@@ -110,7 +110,7 @@ def test_the_docs_strategy_runs_through_the_conformance_kit_on_the_batch_path():
                                         "model": "llama3.1-70b", "plan": {"tp": 8, "pp": 4, "vp": 5, "gbs": 1024}})
 
 
-def test_the_docs_scenario_gives_the_report_the_page_shows():
+def test_the_docs_scenario_gives_the_report_the_page_shows(example_plugin):
     text = DOC.read_text(encoding="utf-8")
     after = text[text.index("a scenario selects it like any built-in"):]
     scenario = yaml.safe_load(re.search(r"```yaml\n(.*?)```", after, re.S)[1])

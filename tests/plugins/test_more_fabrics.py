@@ -338,7 +338,7 @@ def test_tcp_passes_the_conformance_kit():
     assert_scale_out_fabric_conforms(Renamed())
 
 
-def test_the_example_plugin_no_longer_clashes_with_the_builtin_dragonfly():
+def test_the_example_plugin_no_longer_clashes_with_the_builtin_dragonfly(example_plugin):
     from twin_example_dragonfly.plugin import DragonflyFabric as Example
 
     assert Example.kind == "example-dragonfly" != DragonflyFabric.kind

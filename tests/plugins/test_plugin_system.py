@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from importlib import metadata
-
 import pytest
 from twin_plugins.infiniband import InfiniBandFabric
 from twin_plugins.roce import RoCEFabric
 
-from tests.conftest import ROOT, base_scenario
+from tests.conftest import EXAMPLE_DIST, base_scenario
 from twin.api import NotFoundError, PluginError, ScaleOutFabric, Strategy
 from twin.engine import Engine
 from twin.hookimpl import hookimpl
 from twin.plugins import BUILTIN, make_plugin_manager
 from twin.testing import assert_scale_out_fabric_conforms, assert_strategy_conforms, engine_with
-
-EXAMPLE_DIST = "twin-example-dragonfly"
 
 
 def test_builtins_are_registered_by_name():
@@ -68,16 +62,7 @@ def test_a_strategy_with_a_bad_phase_is_rejected():
         engine_with(Bad())
 
 
-def _ensure_example_plugin() -> None:
-    try:
-        metadata.distribution(EXAMPLE_DIST)
-    except metadata.PackageNotFoundError:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                        str(ROOT / "tests" / "example_plugin")], check=True)
-
-
-def test_example_third_party_plugin_is_found_through_its_entry_point():
-    _ensure_example_plugin()
+def test_example_third_party_plugin_is_found_through_its_entry_point(example_plugin):
     engine = Engine(autoload=True)
     infos = {i.name: i for i in engine.plugins()}
     assert infos["example-dragonfly"].distribution == EXAMPLE_DIST

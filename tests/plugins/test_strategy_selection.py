@@ -1,8 +1,9 @@
 """Strategy selection: built-ins are defaults, plugins register alternatives a scenario selects.
 
 The third-party alternative is the example package's compressed pipeline
-(``tests/example_plugin``), registered here explicitly (and, in
-``test_the_installed_example_is_dormant_until_selected``, through its entry point).
+(``tests/example_plugin``, installed by the ``example_plugin`` fixtures of tests/conftest.py),
+registered here explicitly (and, in ``test_the_installed_example_is_dormant_until_selected``,
+through its entry point).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from twin_example_dragonfly.compressed_pp import CompressedPipeline
 
+from tests.conftest import example_plugin_on_path
 from twin.api import EvalContext, SpecError, Strategy, Terms
 from twin.core.point_set import PointSet
 from twin.engine import Engine
@@ -37,7 +38,10 @@ def selected(config: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def alt() -> Engine:
+def alt(example_plugin_site) -> Engine:
+    """The built-ins plus the example's compressed pipeline (the class only: its entry point stays unseen)."""
+    with example_plugin_on_path(example_plugin_site):
+        from twin_example_dragonfly.compressed_pp import CompressedPipeline
     return engine_with(CompressedPipeline())
 
 
@@ -196,7 +200,7 @@ def test_the_wire_carries_the_selection(alt):
     assert short["strategies"] == {"pp": {"name": PP}}
 
 
-def test_the_installed_example_is_dormant_until_selected():
+def test_the_installed_example_is_dormant_until_selected(example_plugin):
     loaded = Engine(autoload=True)
     assert PP in {s.name for s in loaded.strategies}
     plain = Engine(autoload=False)

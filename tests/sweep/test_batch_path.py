@@ -442,8 +442,8 @@ def test_select_min_of_scalars_keeps_the_earliest_tie_and_any_array_makes_it_a_b
     t, algo, bw = ops.select_min([(2.0, "ring", 1.0), (1.0, "tree", np.asarray([2.0, 5.0]))])
     assert type(t) is np.ndarray and t == 1.0 and algo == "tree" and bw.tolist() == [2.0, 5.0]
 
-def test_the_example_packages_strategy_runs_on_the_batch_path():
-    """The third-party strategy of tests/example_plugin (installed like any plugin package)."""
+def test_the_example_packages_strategy_runs_on_the_batch_path(example_plugin):
+    """The third-party strategy of tests/example_plugin (installed like any plugin package, by the fixture)."""
     from twin_example_dragonfly.gradnorm import GradientNormAllReduce
 
     from twin.testing import engine_with
