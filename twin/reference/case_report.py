@@ -1,0 +1,91 @@
+"""The scores of one reference file: each case's prediction against its measurement
+(:class:`CaseResult`), and the file's :class:`Report` with the median and p90 absolute
+error, overall and per family.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+MEMORY_MISS = "memory-model miss: the published plan does not fit by the twin's count (predicted as published)"
+
+
+@dataclass
+class CaseResult:
+    """One scored case."""
+
+    id: str
+    family: str
+    predicted: float
+    measured: float
+    metric: str
+    notes: list[str] = field(default_factory=list)
+    plan: dict[str, Any] = field(default_factory=dict)
+    points: list[dict[str, Any]] = field(default_factory=list)
+    nodes: int | None = None  # nodes the measured group spans (collectives); None: not recorded
+
+    @property
+    def error_pct(self) -> float:
+        """Signed percentage error of the prediction."""
+        return (self.predicted - self.measured) / self.measured * 100.0
+
+
+@dataclass
+class Report:
+    """All scored and skipped cases of one file."""
+
+    kind: str
+    cases: list[CaseResult]
+    skipped: list[dict[str, str]]
+
+    def summary(self) -> dict[str, Any]:
+        """Count, median and p90 of absolute % error, overall and per family."""
+        def stats(rows: Iterable[CaseResult]) -> dict[str, Any]:
+            errs = sorted(abs(r.error_pct) for r in rows)
+            return {"n": len(errs), "median_abs_error_pct": _quantile(errs, 0.5),
+                    "p90_abs_error_pct": _quantile(errs, 0.9)}
+
+        families: dict[str, list[CaseResult]] = {}
+        for r in self.cases:
+            families.setdefault(r.family, []).append(r)
+        out = stats(self.cases)
+        out["skipped"] = list(self.skipped)
+        out["memory_misses"] = [r.id for r in self.cases if MEMORY_MISS in r.notes]
+        out["families"] = {f: stats(rows) for f, rows in sorted(families.items())}
+        if any(r.nodes is not None for r in self.cases):
+            out["multi_node"] = stats(r for r in self.cases if (r.nodes or 0) > 1)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form printed by ``twin validate --json``."""
+        key_p, key_m = (("predicted_step_time_s", "measured_step_time_s") if self.kind == "training"
+                        else ("predicted_busbw_GBps", "measured_busbw_GBps"))
+        cases = []
+        for r in self.cases:
+            row: dict[str, Any] = {"id": r.id, "family": r.family, key_p: r.predicted, key_m: r.measured,
+                                   "error_pct": r.error_pct}
+            if r.notes:
+                row["notes"] = r.notes
+            if r.plan:
+                row["plan"] = r.plan
+            if r.points:
+                row["points"] = r.points
+            if r.nodes is not None:
+                row["nodes"] = r.nodes
+            cases.append(row)
+        return {"kind": self.kind, "cases": cases, "summary": self.summary()}
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default); NaN for no values."""
+    if not sorted_values:
+        return float("nan")
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)

@@ -1,0 +1,69 @@
+"""Published spellings of a training case's plan fields (precision, recomputation,
+optimizer sharding, rank order, pipeline schedule) in the twin's own.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from twin.core.errors import SpecError
+
+
+def _norm_precision(value: Any) -> str | None:
+    if value is None:
+        return None
+    v = str(value).lower()
+    for key in ("fp4", "fp8", "bf16", "fp16", "tf32", "fp32"):
+        if key in v:
+            return key
+    return v
+
+
+def _norm_recompute(value: Any) -> str | None:
+    if value is None:
+        return None
+    v = str(value).lower()
+    if v in ("none", "false", "no", "off", "0"):
+        return "none"
+    if v in ("full", "uniform", "block", "true", "all"):
+        return "full"
+    return v
+
+
+def _norm_sharding(value: Any) -> str | None:
+    if value is None:
+        return None
+    v = str(value).lower().replace("-", "").replace("_", "")
+    return {"none": "none", "distributedoptimizer": "distributed_optimizer", "zero1": "zero1", "zero2": "zero2",
+            "zero3": "zero3", "fsdp": "fsdp", "fsdp1": "fsdp", "fsdp2": "fsdp", "hsdp": "fsdp"}.get(v, str(value))
+
+
+def _norm_rank_order(value: Any) -> str:
+    """A published rank order (``[TP, CP, PP, DP]``, ``tp-cp-pp-dp``) in the twin's spelling."""
+    if isinstance(value, list | tuple):
+        parts = list(value)
+    else:
+        parts = str(value).replace(",", "-").replace(" ", "").strip("[]").split("-")
+    spelled = "-".join(str(p).strip().lower() for p in parts if str(p).strip())
+    return {"tp-cp-pp-dp": "tp-cp-pp-dp", "tp-pp-dp": "tp-cp-pp-dp", "tp-cp-ep-dp-pp": "tp-cp-ep-dp-pp",
+            "tp-cp-dp-pp": "tp-cp-ep-dp-pp", "tp-dp-pp": "tp-cp-ep-dp-pp"}.get(spelled, spelled)
+
+
+# Published spellings of pipeline schedules -> ``plan.schedule`` (ZB1P/ZB2P: the zero-bubble
+# repository's names for ZB-H1/ZB-H2; "1f1b-interleaved": Megatron's interleaved 1F1B).
+_SCHEDULE_SPELLINGS = {"1f1b": "1f1b", "interleaved": "interleaved", "interleaved1f1b": "interleaved",
+                       "1f1binterleaved": "interleaved", "zbh1": "zero_bubble_h1", "zb1p": "zero_bubble_h1",
+                       "zerobubbleh1": "zero_bubble_h1", "zbh2": "zero_bubble_h2", "zb2p": "zero_bubble_h2",
+                       "zerobubbleh2": "zero_bubble_h2", "zbv": "zero_bubble_v", "zerobubblev": "zero_bubble_v",
+                       "dualpipe": "dualpipe", "dualpipev": "dualpipev"}
+
+
+def _norm_schedule(value: Any) -> str:
+    """A published pipeline schedule (``ZB-H1``, ``DualPipe``, ``interleaved 1F1B``) in the twin's spelling."""
+    key = re.sub(r"[^a-z0-9]", "", str(value).lower())
+    got = _SCHEDULE_SPELLINGS.get(key)
+    if got is None:
+        raise SpecError("plan.schedule", f"unknown pipeline schedule {value!r}; expected one of "
+                                         + ", ".join(sorted(set(_SCHEDULE_SPELLINGS.values()))))
+    return got
