@@ -12,7 +12,7 @@ Pipeline schedules (the core owns them; strategies only say what they send):
   with the communication exposed per micro-batch); zero-bubble and DualPipe schedules
   also use the weight-gradient part of the backward.
 
-The host (the framework stack, :class:`~twin.core.specs.Software`): the host issues
+The host (the framework stack, :class:`~twin.core.training_specs.Software`): the host issues
 kernels asynchronously, so a layer pass costs the larger of its device time and the host
 time to issue it (kernels x host cost per kernel, or one graph replay per captured
 sub-layer); the same holds for a stage's ends (embedding, LM head and loss kernels, the
@@ -74,88 +74,38 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     every stage end costs the larger of its device and its host time (module docstring).
     """
     frozen = plan.trainable == "lora"
-    fwd_l, bwd_l, attn_l, attn_bl, ef, eb, hf, hb, wgrad_l, ends_w, gemm_f_l = \
-        _layer_passes(dev, w, frozen, plan.moe_dispatcher)
+    passes = _layer_passes(dev, w, frozen, plan.moe_dispatcher)
+    fwd_l, bwd_l, attn_l, attn_bl, _, _, _, _, wgrad_l, _, gemm_f_l = passes  # the ends: the stage helpers
     L, p = model.layers, plan.pp
     host_f, host_b = host_layer_s(sw, w)
     t_layer_f, t_layer_b = ops.maximum(fwd_l / L, host_f), ops.maximum(bwd_l / L, host_b)
     t_attn = attn_l / L
-    per_layer = t_layer_f + t_layer_b
     # The weight-gradient GEMMs of a layer and of the stage ends (no longer than the pass they belong to).
     t_layer_w = ops.minimum(wgrad_l / L, t_layer_b)
     # Layers a low-precision recipe keeps in bf16 (Megatron-Core --first-last-layers-bf16:
     # the first and the last layers of the model, so on the first and the last stage):
     # what each costs over a low-precision layer.
-    kept_start, kept_end = plan.bf16_layers_start, plan.bf16_layers_end
     d_f: Any = 0.0
     d_b: Any = 0.0
-    if ops.any_(kept_start + kept_end > 0):
+    if ops.any_(plan.bf16_layers_start + plan.bf16_layers_end > 0):
         d_f, d_b = _kept_passes(dev, w, frozen, plan.moe_dispatcher)
         d_f, d_b = ops.maximum(d_f / L, host_f) - t_layer_f, ops.maximum(d_b / L, host_b) - t_layer_b
+    layer = (t_layer_f, t_layer_b, t_layer_w, d_f, d_b)
     piped = p > 1
     # Host work at a stage's ends per micro-batch and pass: the edge kernels (embedding,
     # final norm, LM head, loss), the per-micro-batch framework work and, with pipelining,
     # the send/recv launches (half each in the forward and the backward pass).
-    edge_f, edge_b = sw.edge_fwd_ops * sw.dispatch_us * 1e-6, sw.edge_bwd_ops * sw.dispatch_us * 1e-6
-    mb_half = 0.5e-6 * sw.microbatch_us
+    edges = (sw.edge_fwd_ops * sw.dispatch_us * 1e-6, sw.edge_bwd_ops * sw.dispatch_us * 1e-6,
+             0.5e-6 * sw.microbatch_us)
     if ops.is_batch(p) or piped:
-        # Each end stage issues about half of the edge kernels (embedding | head and loss).
-        ends = mb_half + 0.5e-6 * sw.p2p_us
-        first, middle, last = stage_layers(L, p, plan.pp_first_layers, plan.pp_last_layers)
-        # Kept layers beyond the first (last) stage's own are not moved to the next stage.
-        k_first, k_last = ops.minimum(kept_start, first), ops.minimum(kept_end, last)
-        ef_p = ops.maximum(ef, 0.5 * edge_f + ends) + k_first * d_f
-        eb_p = ops.maximum(eb, 0.5 * edge_b + ends) + k_first * d_b
-        hf_p = ops.maximum(hf, 0.5 * edge_f + ends) + k_last * d_f
-        hb_p = ops.maximum(hb, 0.5 * edge_b + ends) + k_last * d_b
-        head, emb, mid = hf_p + hb_p, ef_p + eb_p, 2.0 * ends
-        # The slowest candidate stage; ties keep the earlier one (first, last, middle).
-        t_first, t_last = first * per_layer + ef_p + eb_p, last * per_layer + hf_p + hb_p
-        pick_last = t_last > t_first
-        n_layers = ops.where(pick_last, last, first)
-        extra_f, extra_b = ops.where(pick_last, hf_p, ef_p), ops.where(pick_last, hb_p, eb_p)
-        t_end = ops.where(pick_last, t_last, t_first)
-        # DualPipe: rank i holds stages i and p-1-i and runs half of the micro-batches through
-        # each (DeepSeek-V3 report §3.2.1 and Figure 5: micro-batches fed from both ends; the
-        # shallowest layers with the embedding and the deepest with the head on one rank), so
-        # the end rank's work per micro-batch is the mean of the first and the last stage.
-        dual = ops.logical_and(piped, pipelines.pairs_end_stages(plan.schedule))
-        if ops.any_(dual):
-            n_layers = ops.where(dual, 0.5 * (first + last), n_layers)
-            extra_f, extra_b = ops.where(dual, 0.5 * (ef_p + hf_p), extra_f), ops.where(dual, 0.5 * (eb_p + hb_p),
-                                                                                      extra_b)
-            t_end = ops.where(dual, 0.5 * (t_first + t_last), t_end)
-        if ops.any_(p > 2):
-            pick_mid = ops.logical_and(p > 2, middle * per_layer + mid > t_end)
-            n_layers = ops.where(pick_mid, middle, n_layers)
-            extra_f, extra_b = ops.where(pick_mid, ends, extra_f), ops.where(pick_mid, ends, extra_b)
-        layers_p = np.asarray(n_layers, np.float64) if ops.is_batch(n_layers) else float(n_layers)
-        fwd_p, bwd_p = n_layers * t_layer_f + extra_f, n_layers * t_layer_b + extra_b
-        avg_p = (L * per_layer + head + emb + ops.maximum(p - 2, 0) * mid) / p
-        avg_f_p = (L * t_layer_f + hf_p + ef_p + ops.maximum(p - 2, 0) * ends) / p
-        avg_w_p = (L * t_layer_w + ends_w) / p
+        got_p = _piped_stage(plan, L, piped, 0.5e-6 * sw.p2p_us, passes, layer, edges)
     if ops.is_batch(p) or not piped:
-        layers_1 = float(L)
-        kept = kept_start + kept_end
-        fwd_1 = L * t_layer_f + ops.maximum(ef + hf, edge_f + mb_half) + kept * d_f
-        bwd_1 = L * t_layer_b + ops.maximum(eb + hb, edge_b + mb_half) + kept * d_b
-        avg_1 = fwd_1 + bwd_1
-        avg_f_1, avg_w_1 = fwd_1, L * t_layer_w + ends_w
+        got_1 = _single_stage(plan, L, passes, layer, edges)
     if ops.is_batch(p):
-        layers, fwd, bwd = np.where(piped, layers_p, layers_1), np.where(piped, fwd_p, fwd_1), \
-            np.where(piped, bwd_p, bwd_1)
-        avg = np.where(piped, avg_p, avg_1)
-        avg_f, avg_w = np.where(piped, avg_f_p, avg_f_1), np.where(piped, avg_w_p, avg_w_1)
-    elif piped:
-        layers, fwd, bwd, avg, avg_f, avg_w = layers_p, fwd_p, bwd_p, avg_p, avg_f_p, avg_w_p
+        layers, fwd, bwd, avg, avg_f, avg_w = (np.where(piped, a, b) for a, b in zip(got_p, got_1, strict=True))
     else:
-        layers, fwd, bwd, avg, avg_f, avg_w = layers_1, fwd_1, bwd_1, avg_1, avg_f_1, avg_w_1
-    rc = plan.recompute
-    # The default modules (the attention core) repeat t_attn; others _selective_layer_s.
-    selective = t_attn if ops.all_(default_recompute_modules(plan.recompute_modules)) else \
-        _selective_layer_s(plan, model, dev, w, t_attn)
-    recompute = ops.where(rc == "full", recomputed_layers("full", plan.recompute_layers, layers) * t_layer_f,
-                          ops.where(rc == "selective", layers * selective, 0.0))
+        layers, fwd, bwd, avg, avg_f, avg_w = got_p if piped else got_1
+    recompute = _recompute_s(plan, model, dev, w, t_attn, t_layer_f, layers)
     gemm_f = gemm_f_l / L
     # The step's host tail (grad-norm and inf-check syncs, optimizer launches): see Software.
     host_step = 1e-6 * (sw.step_us + sw.optimizer_us_per_layer * layers)
@@ -164,6 +114,83 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
                       layers=layers, layer_fwd_s=t_layer_f, layer_bwd_s=t_layer_b, gemm_fwd_s=gemm_f,
                       avg_stage_s=avg + ops.where(piped, recompute, 0.0), host_step_s=host_step,
                       avg_fwd_s=avg_f, avg_wgrad_s=avg_w)
+
+
+def _piped_stage(plan: Any, L: int, piped: Any, p2p_half: Any, passes: tuple[Any, ...], layer: tuple[Any, ...],
+                 edges: tuple[Any, ...]) -> tuple[Any, ...]:
+    """With pipelining: (layers, forward, backward) of the bottleneck stage, and the mean
+    stage's (micro-batch, forward, weight gradient) (:func:`stage_times`; ``p2p_half``: half
+    the host time of a micro-batch's send/recv launches, ``passes``: :func:`_layer_passes`,
+    ``layer``: a layer's forward, backward and weight gradient and a kept layer's extra
+    forward and backward, ``edges``: the edge kernels' forward and backward and half the
+    per-micro-batch host work).
+    """
+    _, _, _, _, ef, eb, hf, hb, _, ends_w, _ = passes
+    t_layer_f, t_layer_b, t_layer_w, d_f, d_b = layer
+    edge_f, edge_b, mb_half = edges
+    p = plan.pp
+    per_layer = t_layer_f + t_layer_b
+    # Each end stage issues about half of the edge kernels (embedding | head and loss).
+    ends = mb_half + p2p_half
+    first, middle, last = stage_layers(L, p, plan.pp_first_layers, plan.pp_last_layers)
+    # Kept layers beyond the first (last) stage's own are not moved to the next stage.
+    k_first, k_last = ops.minimum(plan.bf16_layers_start, first), ops.minimum(plan.bf16_layers_end, last)
+    ef_p = ops.maximum(ef, 0.5 * edge_f + ends) + k_first * d_f
+    eb_p = ops.maximum(eb, 0.5 * edge_b + ends) + k_first * d_b
+    hf_p = ops.maximum(hf, 0.5 * edge_f + ends) + k_last * d_f
+    hb_p = ops.maximum(hb, 0.5 * edge_b + ends) + k_last * d_b
+    head, emb, mid = hf_p + hb_p, ef_p + eb_p, 2.0 * ends
+    # The slowest candidate stage; ties keep the earlier one (first, last, middle).
+    t_first, t_last = first * per_layer + ef_p + eb_p, last * per_layer + hf_p + hb_p
+    pick_last = t_last > t_first
+    n_layers = ops.where(pick_last, last, first)
+    extra_f, extra_b = ops.where(pick_last, hf_p, ef_p), ops.where(pick_last, hb_p, eb_p)
+    t_end = ops.where(pick_last, t_last, t_first)
+    # DualPipe: rank i holds stages i and p-1-i and runs half of the micro-batches through
+    # each (DeepSeek-V3 report §3.2.1 and Figure 5: micro-batches fed from both ends; the
+    # shallowest layers with the embedding and the deepest with the head on one rank), so
+    # the end rank's work per micro-batch is the mean of the first and the last stage.
+    dual = ops.logical_and(piped, pipelines.pairs_end_stages(plan.schedule))
+    if ops.any_(dual):
+        n_layers = ops.where(dual, 0.5 * (first + last), n_layers)
+        extra_f, extra_b = ops.where(dual, 0.5 * (ef_p + hf_p), extra_f), ops.where(dual, 0.5 * (eb_p + hb_p),
+                                                                                  extra_b)
+        t_end = ops.where(dual, 0.5 * (t_first + t_last), t_end)
+    if ops.any_(p > 2):
+        pick_mid = ops.logical_and(p > 2, middle * per_layer + mid > t_end)
+        n_layers = ops.where(pick_mid, middle, n_layers)
+        extra_f, extra_b = ops.where(pick_mid, ends, extra_f), ops.where(pick_mid, ends, extra_b)
+    layers_p = np.asarray(n_layers, np.float64) if ops.is_batch(n_layers) else float(n_layers)
+    fwd_p, bwd_p = n_layers * t_layer_f + extra_f, n_layers * t_layer_b + extra_b
+    avg_p = (L * per_layer + head + emb + ops.maximum(p - 2, 0) * mid) / p
+    avg_f_p = (L * t_layer_f + hf_p + ef_p + ops.maximum(p - 2, 0) * ends) / p
+    avg_w_p = (L * t_layer_w + ends_w) / p
+    return layers_p, fwd_p, bwd_p, avg_p, avg_f_p, avg_w_p
+
+
+def _single_stage(plan: Any, L: int, passes: tuple[Any, ...], layer: tuple[Any, ...],
+                  edges: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Without pipelining, the one stage: what :func:`_piped_stage` gives (the mean stage is it)."""
+    _, _, _, _, ef, eb, hf, hb, _, ends_w, _ = passes
+    t_layer_f, t_layer_b, t_layer_w, d_f, d_b = layer
+    edge_f, edge_b, mb_half = edges
+    layers_1 = float(L)
+    kept = plan.bf16_layers_start + plan.bf16_layers_end
+    fwd_1 = L * t_layer_f + ops.maximum(ef + hf, edge_f + mb_half) + kept * d_f
+    bwd_1 = L * t_layer_b + ops.maximum(eb + hb, edge_b + mb_half) + kept * d_b
+    avg_1 = fwd_1 + bwd_1
+    avg_f_1, avg_w_1 = fwd_1, L * t_layer_w + ends_w
+    return layers_1, fwd_1, bwd_1, avg_1, avg_f_1, avg_w_1
+
+
+def _recompute_s(plan: Any, model: Model, dev: Device, w: Workload, t_attn: Any, t_layer_f: Any, layers: Any) -> Any:
+    """Seconds the bottleneck stage's ``layers`` recompute per micro-batch (``plan.recompute``)."""
+    rc = plan.recompute
+    # The default modules (the attention core) repeat t_attn; others _selective_layer_s.
+    selective = t_attn if ops.all_(default_recompute_modules(plan.recompute_modules)) else \
+        _selective_layer_s(plan, model, dev, w, t_attn)
+    return ops.where(rc == "full", recomputed_layers("full", plan.recompute_layers, layers) * t_layer_f,
+                     ops.where(rc == "selective", layers * selective, 0.0))
 
 
 # The layer passes of stage_times by (device, workload, frozen, dispatcher): they do not
