@@ -8,7 +8,7 @@ other change since, this one isolates the contention pass (``twin.core.contentio
 profiles, stretches, contended strategies costed again) inside this checkout: the same
 never-seen scenarios (``bench_evaluate.never_seen``: a warm-up set, then a disjoint timed set) are
 evaluated one by one, in alternating rounds, by this checkout as it is and with
-``TwinModel._contend`` replaced by one that hands every strategy's terms back as costed
+``TwinModel._contend`` (``twin.core.run.driver``) replaced by one that hands every strategy's terms back as costed
 alone (what the step would be with every link to itself). Each round starts a fresh engine,
 warmed the same way. Prints each round's microseconds per evaluation, the medians and their
 ratio. One process on one core; the machine may be shared, so compare figures of one run.
@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import twin.core.evaluate as evaluate_module
-from twin.core.evaluate import TwinModel
+import twin.core.run.driver as driver_module
+from twin.core.run.driver import TwinModel
 from twin.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,8 +65,8 @@ def parts_us(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[st
     spent: collections.Counter[str] = collections.Counter()
     calls: collections.Counter[str] = collections.Counter()
     inside = [False]
-    saved = (TwinModel._contend, TwinModel._flows, TwinModel._terms, evaluate_module.collective_cost,
-             evaluate_module.link_loads)
+    saved = (TwinModel._contend, TwinModel._profiles, driver_module.flows, TwinModel.terms,
+             driver_module.collective_cost, driver_module.link_loads)
 
     def timed_call(label: str, fn: Callable[..., Any], only_inside: bool = False) -> Callable[..., Any]:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -88,10 +88,11 @@ def parts_us(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[st
             inside[0] = False
 
     TwinModel._contend = timed_call("the contention pass", contend)  # type: ignore[method-assign]
-    TwinModel._flows = timed_call("  flows: link profiles, stretches", saved[1])  # type: ignore[method-assign]
-    TwinModel._terms = timed_call("  strategies costed again", saved[2], True)  # type: ignore[method-assign]
-    evaluate_module.collective_cost = timed_call("    of which collective costs missed", saved[3], True)
-    evaluate_module.link_loads = timed_call("the link report (estimate.links)", saved[4])
+    TwinModel._profiles = timed_call("  flows: link profiles", saved[1])  # type: ignore[method-assign]
+    driver_module.flows = timed_call("  flows: stretches", saved[2])
+    TwinModel.terms = timed_call("  strategies costed again", saved[3], True)  # type: ignore[method-assign]
+    driver_module.collective_cost = timed_call("    of which collective costs missed", saved[4], True)
+    driver_module.link_loads = timed_call("the link report (estimate.links)", saved[5])
     try:
         engine = Engine(autoload=False)
         for m in warm:
@@ -105,9 +106,9 @@ def parts_us(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[st
         spent["whole evaluation, under the timers"] = time.perf_counter() - t0
         calls["whole evaluation, under the timers"] = len(timed)
     finally:
-        (TwinModel._contend, TwinModel._flows, TwinModel._terms, evaluate_module.collective_cost,  # type: ignore[method-assign]
-         evaluate_module.link_loads) = saved
-    order = ("whole evaluation, under the timers", "the contention pass", "  flows: link profiles, stretches",
+        (TwinModel._contend, TwinModel._profiles, driver_module.flows, TwinModel.terms,  # type: ignore[method-assign]
+         driver_module.collective_cost, driver_module.link_loads) = saved
+    order = ("whole evaluation, under the timers", "the contention pass", "  flows: link profiles", "  flows: stretches",
              "  strategies costed again", "    of which collective costs missed", "the link report (estimate.links)")
     return {k: (spent[k] / len(timed) * 1e6, calls[k] / len(timed)) for k in order}
 

@@ -19,7 +19,7 @@ import argparse
 import os
 import time
 
-from twin.core.evaluate import MEMORY_REASON, PRUNED_REASON
+from twin.core.results import MEMORY_REASON, PRUNED_REASON
 from twin.engine import Engine
 from twin.sweep.plansearch import search_plans, space_for
 

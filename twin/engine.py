@@ -1,10 +1,25 @@
 """The facade the CLI, the gRPC server and sweeps use: load scenarios, evaluate them.
 
 An :class:`Engine` owns one plugin manager and what it resolved from it (catalog of
-presets, fabric models, strategies). Building one is cheap enough to do per process;
-evaluation is pure and thread-safe. Failure analysis and sweeps sit above it and take an
-engine (``twin.failure_analyzer.FailureAnalyzer(engine)``, ``twin.sweep``); the engine imports
-neither.
+presets, fabric models, strategies) and the step model's driver (``twin.core.run.driver``),
+which it keeps to itself: adapters (the server, telemetry, sweeps, the web view, commands,
+failure analysis, fleets) use only the methods here, and an import contract forbids them the
+model's internals (``pyproject.toml``, ``[tool.importlinter]``). Building one is cheap enough
+to do per process; evaluation is pure and thread-safe. Failure analysis and sweeps sit above
+it and take an engine (``twin.failure_analyzer.FailureAnalyzer(engine)``, ``twin.sweep``);
+the engine imports neither.
+
+The facade:
+
+- :meth:`Engine.scenario` loads and validates; :meth:`Engine.validate` checks a built one;
+- :meth:`Engine.evaluate` predicts one step (of a mapping, a file or a scenario; with or
+  without validation; under :class:`~twin.core.conditions.Conditions`: failed or degraded
+  parts, other jobs' traffic, the live calibration);
+- :meth:`Engine.evaluate_many` and :meth:`Engine.evaluate_points` predict many at once on
+  the batch path (one :class:`~twin.core.results.PointResults`, rows as estimates);
+- :meth:`Engine.hierarchy`, :meth:`Engine.check_cluster`, :meth:`Engine.optical_links`,
+  :meth:`Engine.strategy_set` answer what the fabric and the strategy selection are;
+- :meth:`Engine.cache_stats` says what the driver remembers and how often it helps.
 """
 
 from __future__ import annotations
@@ -17,14 +32,32 @@ import pluggy
 
 from twin import __version__
 from twin.core.catalog import Catalog
-from twin.core.errors import PluginError, SpecError, TwinError, reason_of
+from twin.core.conditions import NOMINAL, Conditions
+from twin.core.errors import PluginError, SpecError, TwinError
 from twin.core.estimate import Estimate
-from twin.core.evaluate import FabricSet, PointResults, TwinModel
+from twin.core.facts import FabricSet
 from twin.core.interfaces import Fabric, Strategy
+from twin.core.interfaces import Fabric as FabricModel
+from twin.core.point_set import PointSet
+from twin.core.results import PointResults, Refusal
+from twin.core.run.driver import TwinModel
+from twin.core.run.pruning import Pruner
 from twin.core.scenario_io import read_mapping, scenario_from_dict
 from twin.core.schema import Interner
-from twin.core.specs import Scenario, validate_plan, validate_software
+from twin.core.specs import (
+    Calibration,
+    Cluster,
+    Scenario,
+    Strategies,
+    validate_cluster,
+    validate_plan,
+    validate_software,
+)
+from twin.core.topology import Hierarchy
 from twin.plugins import PluginInfo, is_builtin, make_plugin_manager, plugin_infos
+
+# A search for the fastest plans passes one to evaluate_points (twin.core.run.pruning).
+__all__ = ["Engine", "Pruner"]
 
 # Validated clusters and models remembered per engine: as many as the catalog keeps clusters.
 VALIDATED_SIZE = 4096
@@ -72,8 +105,8 @@ class Engine:
                                                  algorithm=algorithm, scenario=scenario)
         # Built-in strategies are each dimension's default; a plugin's alternative runs where selected.
         builtin = [s.name for s in self.strategies if is_builtin(self.pm, self.origins[f"strategy:{s.name}"])]
-        self.model = TwinModel(self.fabrics, self.strategies, cost_override=override, builtin=builtin,
-                               origins={s.name: self.origins[f"strategy:{s.name}"] for s in self.strategies})
+        self._model = TwinModel(self.fabrics, self.strategies, cost_override=override, builtin=builtin,
+                                origins={s.name: self.origins[f"strategy:{s.name}"] for s in self.strategies})
         # Cluster and model objects (interned by the catalog) whose own rules have passed.
         self._validated_by: TwinModel | None = None
         self._valid_clusters = Interner(VALIDATED_SIZE, "engine:valid-clusters")
@@ -101,7 +134,7 @@ class Engine:
         the mapping is not changed. Errors are those of the strict loader and the rules.
         """
         if isinstance(source, Scenario):
-            self.model.validate(source)
+            self._model.validate(source)
             return source
         if type(source) is dict or isinstance(source, Mapping):  # the exact test first: ABCs cost
             scn = scenario_from_dict(source, self.catalog, validate=False)
@@ -113,7 +146,7 @@ class Engine:
         return scn
 
     def _validate(self, scn: Scenario) -> None:
-        """``self.model.validate(scn)``, skipping what was checked before for these objects.
+        """``TwinModel.validate(scn)``, skipping what was checked before for these objects.
 
         ``TwinModel.validate`` runs ``validate_scenario`` (the software rule, cluster rules,
         model rules, plan rules, in that order), then each fabric's rules, which see the
@@ -124,8 +157,8 @@ class Engine:
         cluster, so a triple that passed them passes again (the specs are immutable). Held by
         strong reference, so an id is never that of another object.
         """
-        if self._validated_by is not self.model:  # rules of a replaced model: start afresh
-            self._validated_by = self.model
+        if self._validated_by is not self._model:  # rules of a replaced model: start afresh
+            self._validated_by = self._model
             self._valid_clusters.clear()
             self._valid_models.clear()
             self._valid_plans.clear()
@@ -137,19 +170,42 @@ class Engine:
             if seen is None or seen[0] is not p or seen[1] is not m or seen[2] is not c:
                 validate_plan(p, m, c)
                 self._valid_plans.add(key, (p, m, c))
-            self.model.strategy_set(scn.strategies)
+            self._model.strategy_set(scn.strategies)
             return
-        self.model.validate(scn)
+        self._model.validate(scn)
         self._valid_clusters.add(id(c), c)
         self._valid_models.add(id(m), m)
         self._valid_plans.add((id(p), id(m), id(c)), (p, m, c))
 
-    def evaluate(self, source: Scenario | Mapping[str, Any] | str | Path) -> Estimate:
-        """Predict one training step."""
-        return self.model.evaluate(self.scenario(source), validate=False)
+    def validate(self, scenario: Scenario) -> None:
+        """Every rule of a built scenario (specs, fabrics, strategy selection); SpecError names the field."""
+        self._model.validate(scenario)
+
+    def evaluate(self, source: Scenario | Mapping[str, Any] | str | Path, *, validate: bool = True,
+                 report: bool = True, conditions: Conditions = NOMINAL) -> Estimate:
+        """Predict one training step of a scenario (a mapping, a YAML/JSON file or a built one).
+
+        ``validate=False``: ``source`` is a :class:`Scenario` already validated (by
+        :meth:`scenario`), so its rules are not run again. ``report=False``: no fabric report
+        and link loads (what sweeps do not need). ``conditions``: the network as it differs from
+        the design (failed or degraded parts, other jobs' traffic, another calibration).
+        """
+        if validate or not isinstance(source, Scenario):
+            source = self.scenario(source)
+        return self._model.evaluate(source, validate=False, report=report, conditions=conditions)
+
+    def evaluate_points(self, points: PointSet, *, memory_headroom: float = 0.0, require_fit: bool = True,
+                        validate: bool = True, prune: Pruner | None = None, sparse: bool = False,
+                        conditions: Conditions = NOMINAL) -> PointResults:
+        """Predict every point of a point set at once (``twin.core.run.batch.evaluate_points``):
+        what a sweep evaluates, one model and strategy selection, many plans and clusters.
+        """
+        return self._model.evaluate_points(points, memory_headroom=memory_headroom, require_fit=require_fit,
+                                           validate=validate, prune=prune, sparse=sparse, conditions=conditions)
 
     def evaluate_many(self, sources: Iterable[Scenario | Mapping[str, Any] | str | Path], *,
-                      require_fit: bool = False, memory_headroom: float = 0.0) -> PointResults:
+                      require_fit: bool = False, memory_headroom: float = 0.0,
+                      conditions: Conditions = NOMINAL) -> PointResults:
         """Predict many training steps at once, on the step model's batch path.
 
         One row per source, in order: an evaluated row holds what :meth:`evaluate` gives for
@@ -160,7 +216,7 @@ class Engine:
         counts it.
         """
         scenarios: list[Scenario | None] = []
-        errors: list[str | None] = []
+        errors: list[Refusal | None] = []
         for source in sources:
             try:
                 if type(source) is dict:  # the common case first: an ABC test costs
@@ -173,12 +229,45 @@ class Engine:
                     scn = scenario_from_dict(read_mapping(source), self.catalog, validate=False)
             except TwinError as err:
                 scenarios.append(None)
-                errors.append(reason_of(err))
+                errors.append(Refusal.of(err))
                 continue
             scenarios.append(scn)
             errors.append(None)
-        return self.model.evaluate_many(scenarios, memory_headroom=memory_headroom, require_fit=require_fit,
-                                        errors=errors)
+        return self._model.evaluate_many(scenarios, memory_headroom=memory_headroom, require_fit=require_fit,
+                                         errors=errors, conditions=conditions)
+
+    # ----------------------------------------------------------------- the fabric and the strategies
+    def hierarchy(self, scenario: Scenario, conditions: Conditions = NOMINAL) -> Hierarchy:
+        """The tier hierarchy ``scenario`` is evaluated on (under ``conditions``' failures)."""
+        return self._model.hierarchy(scenario, conditions)
+
+    def hierarchy_of(self, cluster: Cluster, calibration: Calibration | None = None) -> Hierarchy:
+        """The tier hierarchy of a cluster (with ``calibration``'s bandwidth factors)."""
+        return self._model.hierarchy_of(cluster, calibration or Calibration())
+
+    def check_cluster(self, cluster: Cluster, path: str = "cluster") -> list[FabricModel]:
+        """Check a cluster's own rules and each of its fabric models' (SpecError naming the field
+        under ``path``); the fabric models it uses.
+        """
+        validate_cluster(cluster, path)
+        fabrics = self._model.cluster_fabrics(cluster)
+        for fab in fabrics:
+            fab.validate(cluster, path)
+        return fabrics
+
+    def optical_links(self, cluster: Cluster) -> int | None:
+        """Scale-out links over optics when the scale-out fabric counts them itself (None: a fat tree)."""
+        return self._model.optical_links(cluster)
+
+    def strategy_set(self, selection: Strategies) -> tuple[Strategy, ...]:
+        """The strategies a scenario with ``selection`` runs, in phase order (SpecError naming
+        ``strategies.<dimension>`` for one the registered strategies cannot satisfy).
+        """
+        return self._model.strategy_set(selection)
+
+    def cache_stats(self) -> dict[str, dict[str, int]]:
+        """Per memo of the driver: entries, limit, hits, misses, clears."""
+        return self._model.cache_stats()
 
     # ----------------------------------------------------------------- listings
     def plugins(self) -> list[PluginInfo]:
@@ -193,7 +282,7 @@ class Engine:
         for role, table in self.fabrics.by_role.items():
             out[role] = [{"kind": k, "plugin": self.origins.get(f"{role}:{k}", "?"), "summary": f.summary}
                          for k, f in sorted(table.items())]
-        table = self.model.table
+        table = self._model.table
         out["strategy"] = [{"kind": s.name, "plugin": self.origins.get(f"strategy:{s.name}", "?"),
                             "summary": s.summary, "dimension": s.dimension, "alternative": table.alternative(s)}
                            for s in self.strategies]

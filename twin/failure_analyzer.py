@@ -86,9 +86,9 @@ class FailureAnalyzer:
     def inventory(self, scenario: Scenario) -> Inventory:
         """Component groups and failure modes of ``scenario`` (core + every plugin)."""
         pm = self.engine.pm
-        hierarchy = self.engine.model.hierarchy(scenario)
+        hierarchy = self.engine.hierarchy(scenario)
         radix = self.switch_radix(scenario)
-        optical = self.engine.model.optical_links(scenario.cluster)
+        optical = self.engine.optical_links(scenario.cluster)
         groups = base_components(scenario, hierarchy)
         owners = {g.name: "core" for g in groups}
         for impl in pm.hook.twin_components.get_hookimpls():
@@ -137,7 +137,7 @@ class FailureAnalyzer:
         extra = tuple(inject)
         if extra:
             spec = dataclasses.replace(spec, inject=spec.inject + extra)
-        return analyze(self.engine.model, scenario, spec, self.inventory, rank=rank, pairs=pairs,
+        return analyze(self.engine, scenario, spec, self.inventory, rank=rank, pairs=pairs,
                        redundancy=rank if redundancy is None else redundancy, monte_carlo=monte_carlo, mapper=mapper)
 
 
@@ -163,8 +163,8 @@ def monte_carlo_batches(engine: Engine, source: Scenario | Mapping[str, Any] | s
 
     fa = FailureAnalyzer(engine)
     scenario, spec = fa.load(source)
-    report = analyze(engine.model, scenario, spec, fa.inventory)
-    ev = ImpactEvaluator(engine.model, scenario, spec.spare_uplinks)
+    report = analyze(engine, scenario, spec, fa.inventory)
+    ev = ImpactEvaluator(engine, scenario, spec.spare_uplinks)
     ctx = _cost_context(spec, report.checkpoint, report.checkpoint["interval_s"])
     sim = simulation_spec(report.classes, spec, report.checkpoint, report.checkpoint["interval_s"], ctx, ev,
                           mc.horizon_days * DAY_S)

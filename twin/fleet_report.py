@@ -31,12 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twin.core.conditions import Conditions
 from twin.core.contention import link_name
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
 from twin.core.fleet_shares import Placement, capacity, neighbours, place_jobs
 from twin.core.scenario_io import read_mapping, resolve_cluster
-from twin.core.specs import Calibration, Scenario, validate_cluster
+from twin.core.specs import Scenario
 from twin.core.topology import Hierarchy
 from twin.engine import Engine
 
@@ -156,10 +157,8 @@ def evaluate_fleet(engine: Engine, source: Mapping[str, Any] | str | Path) -> Fl
     cluster, jobs = _check(data)
     fleet_name = str(data.get("name") or "fleet")
     whole = resolve_cluster(cluster, engine.catalog)
-    validate_cluster(whole)
-    for fab in engine.model.cluster_fabrics(whole):
-        fab.validate(whole, "cluster")
-    hierarchy = engine.model.hierarchy_of(whole, Calibration())
+    engine.check_cluster(whole)
+    hierarchy = engine.hierarchy_of(whole)
     total, gpn = whole.num_gpus, whole.gpus_per_node
     placements = place_jobs([int(j["gpus"]) for j in jobs], [j.get("first_gpu") for j in jobs], gpn, total)
     notes: list[str] = []
@@ -183,14 +182,14 @@ def evaluate_fleet(engine: Engine, source: Mapping[str, Any] | str | Path) -> Fl
         except SpecError as err:
             raise SpecError(f"jobs[{i}].{err.field}" if err.field else f"jobs[{i}]", err.rule) from err
     width = len(hierarchy.tiers)
-    model = engine.model
-    own = [model.evaluate(s, validate=False) for s in scenarios]
-    alone = [model.evaluate(s, validate=False, capacity=capacity(hierarchy, placements, i))
+    own = [engine.evaluate(s, validate=False) for s in scenarios]
+    alone = [engine.evaluate(s, validate=False, conditions=Conditions(capacity=capacity(hierarchy, placements, i)))
              for i, s in enumerate(scenarios)]
     shared = alone
     for _ in range(ROUNDS):
         util = [_utilisation(e, width) for e in shared]
-        shared = [model.evaluate(s, validate=False, capacity=capacity(hierarchy, placements, i, util))
+        shared = [engine.evaluate(s, validate=False,
+                                  conditions=Conditions(capacity=capacity(hierarchy, placements, i, util)))
                   for i, s in enumerate(scenarios)]
     util = [_utilisation(e, width) for e in shared]
     results = []

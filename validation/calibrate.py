@@ -128,7 +128,7 @@ def errors(engine: Engine, cases: list[Case], params: dict[tuple[str, str], floa
         key = (c.id, tuple(sorted((k[1], v) for k, v in params.items() if k[0] == gen)))
         err = _ERRORS.get(key)
         if err is None:
-            est = engine.model.evaluate(with_params(c.scenario, params), validate=False)
+            est = engine.evaluate(with_params(c.scenario, params), validate=False)
             err = _ERRORS[key] = abs(est.step_time_s - c.measured) / c.measured * 100
         out.append(err)
     return out

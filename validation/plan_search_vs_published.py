@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.core.errors import TwinError
-from twin.core.evaluate import PRUNED_REASON
+from twin.core.results import PRUNED_REASON
 from twin.engine import Engine
 from twin.reference import best_plan, training_scenario
 from twin.sweep.plansearch import SHARDINGS, build_space, plan_scenario, search_plans
@@ -70,7 +70,7 @@ def compare_case(engine: Engine, case: dict[str, Any], headroom: float = 0.0,
     cid = str(case.get("id"))
     scn, knobs, _ = training_scenario(engine, case)
     published, pub_time, pub_notes = best_plan(engine, scn, knobs)
-    pub_est = engine.model.evaluate(published).to_dict()
+    pub_est = engine.evaluate(published).to_dict()
     # same model, cluster, batch, sequence, precision and training mode; every plan degree free
     base = dataclasses.replace(published.plan, dp=None, vp=1, etp=None)
     pub = _plan_dict(published)

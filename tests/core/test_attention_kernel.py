@@ -41,12 +41,12 @@ def test_cudnn_runs_hopper_attention_at_the_measured_figures(engine):
     cudnn = scenario_from_dict(_with("megatron-core-te2"), engine.catalog)
     eff = profile.cluster.gpu.efficiency
     assert eff is not None and eff.cudnn_attention_fwd is not None and eff.cudnn_attention_bwd is not None
-    dev = engine.model.device(profile.cluster.gpu, "bf16", 1.0, "auto", True, "cudnn")
+    dev = engine._model.device(profile.cluster.gpu, "bf16", 1.0, "auto", True, "cudnn")
     assert (dev.attn_fwd_eff, dev.attn_bwd_eff) == (eff.cudnn_attention_fwd, eff.cudnn_attention_bwd)
-    dev = engine.model.device(profile.cluster.gpu, "bf16", 1.0)
+    dev = engine._model.device(profile.cluster.gpu, "bf16", 1.0)
     assert (dev.attn_fwd_eff, dev.attn_bwd_eff) == (eff.attention_fwd, eff.attention_bwd)
-    slow = engine.model.evaluate(profile, report=False).step_time_s
-    fast = engine.model.evaluate(cudnn, report=False).step_time_s
+    slow = engine.evaluate(profile, report=False).step_time_s
+    fast = engine.evaluate(cudnn, report=False).step_time_s
     bwd_ratio = eff.cudnn_attention_bwd / eff.attention_bwd
     assert 1.2 < slow / fast < bwd_ratio
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from twin.core.errors import TwinError, reason_of
-from twin.core.evaluate import energy_values
+from twin.core.results import energy_values
 from twin.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "validation"))
@@ -111,8 +111,8 @@ def test_sparse_batch_results_read_back_as_the_dense_columns():
                  for system in ("DGX-H100", "Meta-RoCE-H100") for gpus in (64, 256) for tp in (2, 8)
                  for pp in (2, 4) for gbs in (256, 1024)]
     points = PointSet.from_scenarios(scenarios)
-    dense = engine.model.evaluate_points(points, require_fit=False)
-    sparse = engine.model.evaluate_points(points, require_fit=False, sparse=True)
+    dense = engine.evaluate_points(points, require_fit=False)
+    sparse = engine.evaluate_points(points, require_fit=False, sparse=True)
     assert sparse.columns == {} and set(sparse.names()) == set(dense.columns)
     ok = np.flatnonzero(dense.reason_ix < 0)
     assert len(ok) > 10 and np.array_equal(sparse.reason_ix, dense.reason_ix)
@@ -144,7 +144,7 @@ def test_sparse_writes_read_back_as_put_would_have_written_them():
     """PointResults with pending writes (sparse): values_at is the dense column at the rows
     read, whatever the writes' rows: the very rows read (the usual case), the same rows in
     another order, a part of them, rows beyond them, and a later write over an earlier one."""
-    from twin.core.evaluate import PointResults
+    from twin.core.results import PointResults
 
     rng = np.random.default_rng(12)
     for _ in range(200):

@@ -58,7 +58,7 @@ def _cluster(fabric: str, nodes: int = 2, **params: object) -> dict:
 
 
 def _hierarchy(engine: Engine, data: dict):
-    return engine.model.hierarchy(engine.scenario(data))
+    return engine.hierarchy(engine.scenario(data))
 
 
 def _option(op: str, size: float, span, h, algo: str, proto: str) -> float:
@@ -227,7 +227,7 @@ def test_the_hosts_cpu_reaches_the_hierarchy_on_both_paths(engine):
 
 
 def test_a_multi_node_nvlink_domain_is_one_nccl_node(engine):
-    rack = engine.model.hierarchy(engine.scenario({"cluster": {"system": "GB200-NVL72", "num_gpus": 72},
+    rack = engine.hierarchy(engine.scenario({"cluster": {"system": "GB200-NVL72", "num_gpus": 72},
                                                    "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 72}}))
     span = place_group(72, 1, rack)
     assert span.nodes == 18 and span.m == 1
@@ -293,7 +293,7 @@ def test_nvls_tree_moves_what_nccls_double_binary_tree_moves_across_domains():
 
 def test_blackwell_nvls_runs_at_nccls_lower_nvls_efficiency(engine):
     def nvls_fraction(system: str) -> float:
-        h = engine.model.hierarchy(engine.scenario({"cluster": {"system": system, "num_gpus": 8},
+        h = engine.hierarchy(engine.scenario({"cluster": {"system": system, "num_gpus": 8},
                                                     "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 8}}))
         up = h.scale_up
         return up.nvls_bw_Bps / (up.bw_Bps / (0.82))  # the link bandwidth before the ring fraction

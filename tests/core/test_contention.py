@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from twin.core.collectives import collective_cost, link_profile
+from twin.core.conditions import Conditions
 from twin.core.contention import Flow, stretches
 from twin.core.errors import SpecError
 from twin.core.fleet_shares import capacity, place_jobs
@@ -124,22 +125,21 @@ def test_a_batch_flow_is_loaded_as_each_of_its_points_alone(nbytes):
 
 
 def test_a_failure_never_makes_a_step_faster(engine):
-    from twin.core.failures.impact import DegradedModel
     from twin.failure_analyzer import FailureAnalyzer
 
     fa = FailureAnalyzer(engine)
     scn, _ = fa.load("examples/gpt3-175b-dgx-h100-ib.yaml")
-    nominal = engine.model.evaluate(scn, validate=False).step_time_s
+    nominal = engine.evaluate(scn, validate=False).step_time_s
     modes = [m for m in fa.inventory(scn).modes if m.degraded is not None]
     assert modes
     for mode in modes:
-        degraded = DegradedModel(engine.model, mode.degraded).evaluate(scn, validate=False)
+        degraded = engine.evaluate(scn, validate=False, conditions=Conditions(impact=mode.degraded))
         assert degraded.step_time_s >= nominal * (1 - 1e-12), mode.name
 
 
 def test_link_profile_marks_only_the_links_a_group_reaches(engine):
     scn = engine.scenario(BASE)
-    h = engine.model.hierarchy(scn)
+    h = engine.hierarchy(scn)
     inside = place_group(8, 1, h)  # one node
     assert link_profile(inside, h, "ring")[1:] == (0.0,) * (len(h.tiers) - 1)
     across = place_group(128, 8, h)
@@ -175,7 +175,7 @@ def test_one_job_alone_has_nothing_to_share(engine):
 
 def test_jobs_in_disjoint_subtrees_do_not_contend(engine):
     scn = engine.scenario({**BASE, "cluster": {**BASE["cluster"], "num_gpus": 1024}})
-    h = engine.model.hierarchy(scn)
+    h = engine.hierarchy(scn)
     leaf = h.tiers[1].span_gpus
     places = place_jobs([leaf, leaf], [0, leaf], 8, 1024)
     busy = [[1.0] * len(h.tiers)] * 2
@@ -217,11 +217,11 @@ def test_a_capacity_view_is_costed_on_its_own_links_whatever_was_evaluated_befor
                 "plan": {"tp": 8, "pp": 4, "vp": 2, "gbs": 512}}
     capacity = (1.0, 0.5, 0.5)
     cold = Engine(autoload=False)
-    only_view = cold.model.evaluate(cold.scenario(scenario), validate=False, capacity=capacity)
+    only_view = cold.evaluate(cold.scenario(scenario), validate=False, conditions=Conditions(capacity=capacity))
     warm = Engine(autoload=False)
     scn = warm.scenario(scenario)
-    alone = warm.model.evaluate(scn, validate=False)
-    after_alone = warm.model.evaluate(scn, validate=False, capacity=capacity)
+    alone = warm.evaluate(scn, validate=False)
+    after_alone = warm.evaluate(scn, validate=False, conditions=Conditions(capacity=capacity))
     assert after_alone.step_time_s == only_view.step_time_s
     assert [link.utilisation for link in after_alone.links] == [link.utilisation for link in only_view.links]
     assert after_alone.links[1].utilisation != alone.links[1].utilisation  # half the NIC capacity: busier

@@ -66,7 +66,7 @@ def test_a_1024_gpu_h100_step_by_component(engine):
 def test_the_node_draws_the_rated_10_2_kw_at_full_compute(engine):
     """The DGX-H100 preset is consistent with the DGX H100 user guide's 10.2 kW maximum."""
     cluster = engine.scenario(SMALL).cluster
-    f = engine.model.power_facts(cluster)
+    f = engine._model.power_facts(cluster)
     nodes = cluster.num_nodes
     assert (f.gpus * f.gpu_busy_w + f.nic_w + f.host_w) / nodes == pytest.approx(10_200.0, rel=1e-12)
 
@@ -83,7 +83,7 @@ def test_co_packaged_optics_lower_the_network_share(engine):
     # radix 144 instead of 64: one tier of switches instead of two
     from twin.core.scenario_io import read_mapping
 
-    counts = [engine.model.power_facts(engine.scenario(with_cluster(read_mapping(EXAMPLE), optics={"kind": k}))
+    counts = [engine._model.power_facts(engine.scenario(with_cluster(read_mapping(EXAMPLE), optics={"kind": k}))
                                        .cluster).counts["switches_per_tier"] for k in ("pluggable", "cpo")]
     assert len(counts[1]) < len(counts[0])
     with_switches = [example(engine, optics={"kind": k}, power={"switch_w": [500.0]}) for k in ("pluggable", "cpo")]
@@ -110,7 +110,7 @@ def test_the_energy_adds_up(engine):
     assert e.nic_j == pytest.approx(128 * 8 * 24.8 * t, rel=1e-12)
     assert e.host_j == pytest.approx(128 * 4401.6 * t, rel=1e-12)
     assert e.cxl_j == pytest.approx(128 * 4 * 12.0 * t, rel=1e-12)
-    report = engine.model.cluster_report(cluster, engine.model.hierarchy(engine.scenario(scn)))
+    report = engine._model.cluster_report(cluster, engine.hierarchy(engine.scenario(scn)))
     per_tier = report["optics"]["switches_per_tier"]
     assert len(per_tier) == 2 and e.switch_j == pytest.approx((per_tier[0] * 400 + per_tier[1] * 600) * t, rel=1e-12)
     assert e.optics_j == pytest.approx(report["optics"]["optics_power_kw"] * 1e3 * t, rel=1e-12)

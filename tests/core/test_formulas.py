@@ -10,11 +10,11 @@ from twin_plugins.roce import ecmp_efficiency
 
 from twin.core.collectives import bus_factor, collective_cost
 from twin.core.compute import shape_efficiency
-from twin.core.evaluate import model_flops_per_step
 from twin.core.fattree import build_fat_tree, tiers_needed
 from twin.core.memory import lora_trainable_fraction, shard_factors
 from twin.core.schedule import stage_layers
 from twin.core.specs import Cluster, Model, Plan, Scenario
+from twin.core.step import model_flops_per_step
 from twin.core.topology import Hierarchy, Tier, place_group
 from twin.core.workload import build_workload, total_params
 

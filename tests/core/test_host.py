@@ -36,7 +36,7 @@ def _scenario(engine: Engine, software=None, *, model=TINY, mbs=1, m=8, gpus=1, 
 
 
 def _step(engine: Engine, software=None, **kw) -> float:
-    return engine.model.evaluate(_scenario(engine, software, **kw), report=False).step_time_s
+    return engine.evaluate(_scenario(engine, software, **kw), report=False).step_time_s
 
 
 def test_host_bound_step_is_flat_in_micro_batch_size_on_an_eager_stack(engine):
@@ -51,8 +51,8 @@ def test_host_bound_step_is_flat_in_micro_batch_size_on_an_eager_stack(engine):
 
 def test_the_floor_is_kernels_times_dispatch_cost(engine):
     # Host-bound: doubling the per-kernel cost doubles a layer pass.
-    one = engine.model.evaluate(_scenario(engine, {"preset": "pytorch-fsdp2"}), report=False)
-    two = engine.model.evaluate(_scenario(engine, {"preset": "pytorch-fsdp2", "dispatch_us": 28.0}), report=False)
+    one = engine.evaluate(_scenario(engine, {"preset": "pytorch-fsdp2"}), report=False)
+    two = engine.evaluate(_scenario(engine, {"preset": "pytorch-fsdp2", "dispatch_us": 28.0}), report=False)
     sw = resolve_software("pytorch-fsdp2", engine.catalog)
     per_layer_fwd = (sw.attention_fwd_ops + sw.mlp_fwd_ops) * sw.dispatch_us * 1e-6
     layers, mb = TINY["layers"], 8
@@ -74,13 +74,13 @@ def test_a_large_model_is_unchanged_by_the_software_stack(engine):
         same_kernels = {"preset": name, "flash_attention": True, "attention_kernel": "profile",
                         "tp_comm_overlap": True, "grad_reduce_overlap": True, "master_weights": True}
         assert _step(engine, same_kernels, **kw) == pytest.approx(base, rel=0.005), name
-    est = engine.model.evaluate(_scenario(engine, None, **kw), report=False)
+    est = engine.evaluate(_scenario(engine, None, **kw), report=False)
     assert not any("host-bound" in n for n in est.notes)
 
 
 def test_the_step_tail_and_pipeline_sends_cost_host_time(engine):
-    base = engine.model.evaluate(_scenario(engine, "megatron-core-te"), report=False)
-    slow_tail = engine.model.evaluate(_scenario(engine, {"step_us": 50_000.0}), report=False)
+    base = engine.evaluate(_scenario(engine, "megatron-core-te"), report=False)
+    slow_tail = engine.evaluate(_scenario(engine, {"step_us": 50_000.0}), report=False)
     # the optimizer step is no shorter than the host's step tail
     tail = 1e-6 * (50_000.0 + DEFAULT_SOFTWARE.optimizer_us_per_layer * TINY["layers"])
     assert slow_tail.breakdown.optimizer_s == pytest.approx(tail, rel=1e-9)
@@ -135,10 +135,10 @@ def test_batch_path_matches_one_by_one_with_mixed_software(engine):
         sw = rng.choice([None, *names, {"preset": rng.choice(names), "dispatch_us": rng.choice([2.0, 40.0])}])
         scns.append(_scenario(engine, sw, model=model, gpus=8, tp=tp, pp=pp, mbs=rng.choice([1, 2]),
                               m=rng.choice([1, 4, 8]), recompute=rng.choice(["none", "full"])))
-    batch = engine.model.evaluate_many(scns, require_fit=False)
+    batch = engine.evaluate_many(scns, require_fit=False)
     assert batch.stats["evaluated"] > 0
     for i, scn in enumerate(scns):
-        est = engine.model.evaluate(scn, report=False)
+        est = engine.evaluate(scn, report=False)
         assert batch.columns["step_time_s"][i] == est.step_time_s, (i, scn.software.name)
         assert batch.columns["optimizer_s"][i] == est.breakdown.optimizer_s
         assert batch.columns["compute_s"][i] == est.breakdown.compute_s
@@ -180,9 +180,9 @@ def test_a_stack_without_flash_attention_runs_and_stores_attention_unfused(engin
     """Megatron-LM before 2023 (megatron-deepspeed preset): batched GEMMs around a fused
     softmax, the score matrix kept for backward, so attention is slower and memory larger."""
     big = {"preset": "llama3.1-8b", "seq_len": 4096}
-    flash = engine.model.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "flash_attention": True},
+    flash = engine.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "flash_attention": True},
                                             model=big, gpus=8, tp=8))
-    unfused = engine.model.evaluate(_scenario(engine, "megatron-deepspeed", model=big, gpus=8, tp=8))
+    unfused = engine.evaluate(_scenario(engine, "megatron-deepspeed", model=big, gpus=8, tp=8))
     assert unfused.step_time_s > flash.step_time_s
     # Scores + softmax + dropout mask: 2.5 x heads x seq bytes-units per token (Korthikanti et al. §4).
     assert unfused.memory.activations > flash.memory.activations
@@ -191,10 +191,10 @@ def test_a_stack_without_flash_attention_runs_and_stores_attention_unfused(engin
 def test_tp_overlap_defaults_to_what_the_stack_does(engine):
     """DTensor TP (pytorch-fsdp2) issues its collectives between the GEMMs: exposed, unless the plan says otherwise."""
     kw = {"model": "llama3.1-70b", "gpus": 8, "tp": 8, "mbs": 1, "m": 4}
-    te = engine.model.evaluate(_scenario(engine, {"preset": "pytorch-fsdp2", "tp_comm_overlap": True}, **kw))
-    dtensor = engine.model.evaluate(_scenario(engine, "pytorch-fsdp2", **kw))
+    te = engine.evaluate(_scenario(engine, {"preset": "pytorch-fsdp2", "tp_comm_overlap": True}, **kw))
+    dtensor = engine.evaluate(_scenario(engine, "pytorch-fsdp2", **kw))
     assert dtensor.breakdown.exposed_comm_s["tp"] > te.breakdown.exposed_comm_s["tp"]
-    forced = engine.model.evaluate(_scenario(engine, "pytorch-fsdp2", overlap={"tp_comm": True}, **kw))
+    forced = engine.evaluate(_scenario(engine, "pytorch-fsdp2", overlap={"tp_comm": True}, **kw))
     assert forced.breakdown.exposed_comm_s["tp"] == pytest.approx(te.breakdown.exposed_comm_s["tp"])
 
 
@@ -219,12 +219,12 @@ def test_a_stack_that_reduces_gradients_after_the_backward_exposes_all_of_it(eng
     backward but for the last bucket."""
     kw = {"model": "llama3.1-8b", "gpus": 16, "tp": 1, "mbs": 1, "m": 2,
           "optimizer_sharding": "none"}
-    after = engine.model.evaluate(_scenario(engine, "megatron-deepspeed", **kw))
-    under = engine.model.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "grad_reduce_overlap": True},
+    after = engine.evaluate(_scenario(engine, "megatron-deepspeed", **kw))
+    under = engine.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "grad_reduce_overlap": True},
                                             **kw))
     assert after.breakdown.exposed_comm_s["dp"] == pytest.approx(after.comm_issued_s["dp"])
     assert under.breakdown.exposed_comm_s["dp"] < 0.5 * after.breakdown.exposed_comm_s["dp"]
     # plan.overlap.grad_reduce false turns it off on an overlapping stack too
-    off = engine.model.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "grad_reduce_overlap": True},
+    off = engine.evaluate(_scenario(engine, {"preset": "megatron-deepspeed", "grad_reduce_overlap": True},
                                           overlap={"grad_reduce": False}, **kw))
     assert off.breakdown.exposed_comm_s["dp"] == pytest.approx(after.breakdown.exposed_comm_s["dp"])

@@ -41,8 +41,8 @@ def test_states_are_divided_by_the_shard_group_not_the_data_parallel_group(engin
 
 
 def test_a_shard_group_of_all_ranks_is_full_sharding(engine):
-    full = engine.model.evaluate(scenario(engine))
-    same = engine.model.evaluate(scenario(engine, dp_shard=256))
+    full = engine.evaluate(scenario(engine))
+    same = engine.evaluate(scenario(engine, dp_shard=256))
     assert same.step_time_s == full.step_time_s and same.memory == full.memory
     assert same.bytes_per_step == full.bytes_per_step
 
@@ -51,8 +51,8 @@ def test_bytes_on_the_wire_are_the_shard_collectives_plus_the_replica_all_reduce
     """Per micro-batch (8 of them): all-gather of bf16 weights twice and reduce-scatter of fp32
     gradients over the n-rank shard group, (2*2 + 4) P * (n-1)/n; per step with k = 8: the
     fp32 gradient shard 4P/8 all-reduced over 32 replicas, 2 * 31/32 of it."""
-    full = engine.model.evaluate(scenario(engine)).bytes_per_step["dp"]
-    hybrid = engine.model.evaluate(scenario(engine, dp_shard=8)).bytes_per_step["dp"]
+    full = engine.evaluate(scenario(engine)).bytes_per_step["dp"]
+    hybrid = engine.evaluate(scenario(engine, dp_shard=8)).bytes_per_step["dp"]
     want_full = 8 * 8 * 255 / 256
     want_hybrid = 8 * 8 * 7 / 8 + 4 / 8 * 2 * 31 / 32
     assert hybrid / full == pytest.approx(want_hybrid / want_full, rel=1e-12)

@@ -87,7 +87,7 @@ def test_routing_is_the_same_on_the_batch_path(engine):
          "model": {**MOE["model"], "moe": {**MOE["model"]["moe"], "routing": routing}},
          "plan": {**MOE["plan"], "ep": ep, "gbs": n}}, engine.catalog)
         for routing in ("random", "contiguous") for n, ep in ((8, 8), (16, 16), (32, 32))]
-    batch = engine.model.evaluate_many(scns, require_fit=False)
+    batch = engine.evaluate_many(scns, require_fit=False)
     for i, scn in enumerate(scns):
-        est = engine.model.evaluate(scn, report=False)
+        est = engine.evaluate(scn, report=False)
         assert batch.columns["step_time_s"][i] == est.step_time_s, dataclasses.asdict(scn.model.moe)

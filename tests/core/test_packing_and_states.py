@@ -57,7 +57,7 @@ def _states(engine, software):
                               "plan": {"gbs": 64, "mbs": 1, "optimizer_sharding": "fsdp",
                                        "fsdp_reshard_after_forward": False},
                               "software": software}, engine.catalog)
-    return scn, engine.model.evaluate(scn, report=False)
+    return scn, engine.evaluate(scn, report=False)
 
 
 def test_pure_bf16_states_are_8_bytes_a_parameter_not_18(engine):
@@ -76,8 +76,8 @@ def test_pure_bf16_states_are_8_bytes_a_parameter_not_18(engine):
 def test_the_optimizer_step_streams_what_the_states_hold():
     """Fused Adam per local parameter: 34 B with an fp32 master (read master, m, v, grad;
     write master, m, v, the bf16 weight; the clip read), 16 B on pure bf16 states."""
-    from twin.core.evaluate import optimizer_time
     from twin.core.memory import StateDivisors
+    from twin.core.step import optimizer_time
 
     d = StateDivisors(1.0, 1.0, 8.0, 1.0, 1.0, 8.0)
     plan = Plan(gbs=8)
@@ -95,9 +95,9 @@ def test_master_weights_is_a_stack_field_on_the_wire_and_in_batches(engine):
     assert back.software.master_weights is False
     scns = [scenario_from_dict({**data, "software": sw}, engine.catalog)
             for sw in ("nemo-automodel", "megatron-core-te", {"preset": "megatron-core-te", "master_weights": False})]
-    batch = engine.model.evaluate_many(scns, require_fit=False)
+    batch = engine.evaluate_many(scns, require_fit=False)
     for i, scn in enumerate(scns):
-        est = engine.model.evaluate(scn, report=False)
+        est = engine.evaluate(scn, report=False)
         assert batch.columns["step_time_s"][i] == est.step_time_s
         assert batch.columns["optimizer_s"][i] == est.breakdown.optimizer_s
         assert batch.columns["memory_gib"][i] == est.memory.total / 2**30

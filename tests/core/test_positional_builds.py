@@ -1,12 +1,12 @@
-"""The one-scenario path builds its per-evaluation records positionally (``evaluate._work``,
-``evaluate._context``, ``evaluate._shared``: keywords cost about twice as much); these pin the field orders those
+"""The one-scenario path builds its per-evaluation records positionally (``step.work``,
+``step.context``, ``step.shared``: keywords cost about twice as much); these pin the field orders those
 calls are written in, so that a field added in the middle fails here, not silently there."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from twin.core import evaluate
+from twin.core import step
 from twin.core.interfaces import EvalContext
 from twin.engine import Engine
 
@@ -19,27 +19,27 @@ def test_eval_context_fields_are_in_the_order_context_passes_them():
 
 
 def test_work_fields_are_in_the_order_work_passes_them():
-    assert [f.name for f in dataclasses.fields(evaluate._Work)] == [
+    assert [f.name for f in dataclasses.fields(step.Work)] == [
         "plan", "dp", "m", "dev", "w", "stage", "params", "expert", "act", "mem", "divisors", "optimizer_s", "flops",
         "capacity", "offload_bw", "pool_capacity", "tp_overlap_default", "half_peak", "prec_peak", "num_gpus"]
 
 
 def test_shared_fields_are_in_the_order_shared_passes_them():
-    assert [f.name for f in dataclasses.fields(evaluate._Shared)] == [
+    assert [f.name for f in dataclasses.fields(step.Shared)] == [
         "states", "offload_bw", "pool_capacity", "optimizer_s", "passes"]
 
 
 def test_a_context_built_for_one_scenario_holds_what_it_was_given():
     engine = Engine(autoload=False)
     seen: list[EvalContext] = []
-    model = engine.model
-    original = model._terms
+    model = engine._model
+    original = model.terms
 
     def spy(strat, ctx):
         seen.append(ctx)
         return original(strat, ctx)
 
-    model._terms = spy
+    model.terms = spy
     scenario = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b",
                                 "plan": {"tp": 8, "pp": 2, "gbs": 64}})
     est = engine.evaluate(scenario)

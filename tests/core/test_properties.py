@@ -41,7 +41,7 @@ def _evaluate(engine, data):
         scn = engine.scenario(data)
     except TwinError:
         return None, None
-    return scn, engine.model.evaluate(scn, validate=False)
+    return scn, engine.evaluate(scn, validate=False)
 
 
 @SETTINGS
@@ -54,7 +54,7 @@ def test_more_bandwidth_never_slows_a_step(engine, data, factor):
     faster_up = dataclasses.replace(c.scale_up, link_GBps=(c.scale_up.link_GBps or c.gpu.nvlink_GBps) * factor)
     faster_out = dataclasses.replace(c.scale_out, nic_gbps=c.scale_out.nic_gbps * factor)
     for cluster in (dataclasses.replace(c, scale_up=faster_up), dataclasses.replace(c, scale_out=faster_out)):
-        fast = engine.model.evaluate(dataclasses.replace(scn, cluster=cluster), validate=False)
+        fast = engine.evaluate(dataclasses.replace(scn, cluster=cluster), validate=False)
         assert fast.step_time_s <= est.step_time_s * (1 + 1e-9)
 
 
@@ -66,7 +66,7 @@ def test_memory_is_monotone_in_micro_batch(engine, data):
         return
     bigger = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, mbs=scn.plan.mbs * 2,
                                                                gbs=scn.plan.gbs * 2))
-    est2 = engine.model.evaluate(bigger, validate=False)
+    est2 = engine.evaluate(bigger, validate=False)
     assert est2.memory.activations >= est.memory.activations
     assert est2.memory.total >= est.memory.total
 
@@ -96,7 +96,7 @@ def test_more_gpus_at_fixed_per_gpu_batch_keeps_throughput(engine, data):
     c = scn.cluster
     big = dataclasses.replace(scn, cluster=dataclasses.replace(c, num_gpus=c.num_gpus * 2),
                               plan=dataclasses.replace(scn.plan, gbs=scn.plan.gbs * 2, dp=None))
-    est2 = engine.model.evaluate(big, validate=False)
+    est2 = engine.evaluate(big, validate=False)
     b1, b2 = est.breakdown, est2.breakdown
     # Per-GPU work is unchanged; the optimizer shard can only shrink.
     assert b2.compute_s == pytest.approx(b1.compute_s, rel=1e-9)

@@ -103,7 +103,7 @@ def test_weight_gradient_is_the_wgrad_gemms():
     from tests.core.test_formulas import _gpu
     from twin.engine import Engine as _E
 
-    dev = _E(autoload=False).model.device(_gpu(), "bf16", 1.0)
+    dev = _E(autoload=False)._model.device(_gpu(), "bf16", 1.0)
     cube = Gemm(m=4096, n=4096, k=4096)
     tall = Gemm(m=8192, n=1024, k=4096, count=2.0)
     sl = SubLayer(kind="mlp", gemms=(cube, tall))
@@ -244,7 +244,7 @@ def test_dualpipe_rank_runs_both_end_stages(engine):
     scns = [engine.scenario({**BASE, "plan": {**BASE["plan"], "pp": 2, "schedule": sched, "pp_first_layers": a,
                                               "pp_last_layers": b}})
             for sched in ("1f1b", "dualpipe") for a, b in layouts]
-    batch = engine.model.evaluate_many(scns, require_fit=False).columns["step_time_s"]
+    batch = engine.evaluate_many(scns, require_fit=False).columns["step_time_s"]
     assert batch.tolist() == [e.step_time_s for e in (*one.values(), *dual.values())]
 
 

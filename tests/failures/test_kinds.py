@@ -9,10 +9,10 @@ import pytest
 from tests.conftest import EXAMPLES
 from tests.failures.conftest import SMALL_FAT_TREE, with_failures
 from twin.core.collectives import collective_cost
+from twin.core.conditions import Conditions, degrade_hierarchy, degrade_scenario
 from twin.core.errors import SpecError
 from twin.core.failures.components import Impact
 from twin.core.failures.fabric import go_back_n_efficiency, nic_share_factor
-from twin.core.failures.impact import DegradedModel, degrade_hierarchy, degrade_scenario
 from twin.core.failures.inventory import THERMAL_THROTTLE_FRACTION
 from twin.core.interfaces import stride_of
 from twin.core.topology import place_group
@@ -36,7 +36,7 @@ def test_losing_one_of_four_leaf_uplinks_cuts_up_bandwidth_by_a_quarter(fa, engi
     assert res["outcome"] == "continue_degraded" and res["interrupts"] is False
     # The data-parallel ring (one GPU per node, every hop leaves its leaf) crosses the leaf
     # at full rate: its bus bandwidth drops to 3/4, a large all-reduce takes 4/3 as long.
-    h = engine.model.hierarchy(scn)
+    h = engine.hierarchy(scn)
     mode = next(m for m in inv.modes if m.component == "link.leaf-spine")
     span = place_group(*stride_of(scn.plan, scn.dp, "dp"), h)
     assert span.top == 2 and span.k == span.k_top  # crosses the spine, crossing fraction 1
@@ -45,8 +45,8 @@ def test_losing_one_of_four_leaf_uplinks_cuts_up_bandwidth_by_a_quarter(fa, engi
     assert after.bottleneck_bw_Bps == pytest.approx(0.75 * before.bottleneck_bw_Bps, rel=1e-6)
     assert after.time_s / before.time_s == pytest.approx(4 / 3, rel=0.01)
     # ...and the step's data-parallel communication slows by the same ratio.
-    nominal = engine.model.evaluate(scn, validate=False)
-    degraded = DegradedModel(engine.model, mode.degraded).evaluate(scn, validate=False)
+    nominal = engine.evaluate(scn, validate=False)
+    degraded = engine.evaluate(scn, validate=False, conditions=Conditions(impact=mode.degraded))
     assert degraded.comm_issued_s["dp"] / nominal.comm_issued_s["dp"] == pytest.approx(4 / 3, rel=0.02)
     assert degraded.comm_issued_s["tp"] == pytest.approx(nominal.comm_issued_s["tp"])  # inside the node
 
@@ -110,7 +110,7 @@ def test_nic_link_at_half_its_lanes_halves_scale_out_bandwidth(fa, engine):
                                           "lanes_fraction": 0.5})
     assert res["degraded"]["impact"]["tier_bw"] == [[1, 0.5], [2, 0.5]]
     assert res["interrupts"] is False and res["outcome"] == "continue_degraded"
-    h = engine.model.hierarchy(scn)
+    h = engine.hierarchy(scn)
     span = place_group(*stride_of(scn.plan, scn.dp, "dp"), h)
     dh = degrade_hierarchy(h, Impact(tier_bw=((1, 0.5), (2, 0.5))))
     assert collective_cost("all_reduce", 4e9, span, dh).bottleneck_bw_Bps == pytest.approx(
@@ -184,7 +184,7 @@ def test_thermal_throttle_straggler_paces_the_step_but_not_the_bubble(fa, engine
     # One slow GPU: every micro-batch of its stage slows, the other stages' fill/drain does
     # not, so the step is the all-slow step less the extra bubble.
     scn = engine.scenario(GPT3)
-    all_slow = engine.model.evaluate(degrade_scenario(scn, Impact(compute=THERMAL_THROTTLE_FRACTION)), validate=False)
+    all_slow = engine.evaluate(degrade_scenario(scn, Impact(compute=THERMAL_THROTTLE_FRACTION)), validate=False)
     assert all_slow.breakdown.bubble_s > nominal.breakdown.bubble_s
     assert deg["step_time_s"] == pytest.approx(
         all_slow.step_time_s - (all_slow.breakdown.bubble_s - nominal.breakdown.bubble_s))

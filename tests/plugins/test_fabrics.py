@@ -14,8 +14,8 @@ def _cluster_scn(engine, **cluster):
 
 
 def test_nvlink_generation_bandwidths(engine):
-    h100 = engine.model.hierarchy(_cluster_scn(engine, system="DGX-H100", num_gpus=128))
-    a100 = engine.model.hierarchy(_cluster_scn(engine, system="DGX-A100", num_gpus=128))
+    h100 = engine.hierarchy(_cluster_scn(engine, system="DGX-H100", num_gpus=128))
+    a100 = engine.hierarchy(_cluster_scn(engine, system="DGX-A100", num_gpus=128))
     assert h100.tiers[0].bw_Bps / 1e9 == pytest.approx(450 * 0.82)   # NVLink 4, NCCL-achievable
     assert a100.tiers[0].bw_Bps / 1e9 == pytest.approx(300 * 0.775)  # NVLink 3
     assert h100.tiers[0].reduction == "nvls" and a100.tiers[0].reduction == ""
@@ -24,24 +24,24 @@ def test_nvlink_generation_bandwidths(engine):
 def test_nvl72_domain_keeps_tp_and_ep_on_nvlink(engine):
     scn = engine.scenario({"cluster": {"system": "GB200-NVL72", "num_gpus": 128}, "model": "mixtral-8x7b",
                            "plan": {"tp": 4, "ep": 8, "gbs": 128}})
-    est = engine.model.evaluate(scn)
+    est = engine.evaluate(scn)
     assert est.fabric["tiers"][0]["span_gpus"] == 72
     from twin.core.interfaces import stride_of
     from twin.core.topology import place_group
 
-    span = place_group(*stride_of(scn.plan, scn.dp, "ep"), engine.model.hierarchy(scn))
+    span = place_group(*stride_of(scn.plan, scn.dp, "ep"), engine.hierarchy(scn))
     assert span.m == 1  # 8 experts x stride 4 = 32 GPUs inside one 72-GPU domain
 
 
 def test_roce_ecmp_and_congestion_reduce_bandwidth_beyond_the_leaf(engine):
     params = {"ecmp_flows_per_pair": 1, "congestion_control": "dcqcn"}
     scn = _cluster_scn(engine, system="DGX-H100", num_gpus=4096, scale_out={"fabric": "roce", "params": params})
-    tiers = engine.model.hierarchy(scn).tiers
+    tiers = engine.hierarchy(scn).tiers
     assert tiers[2].bw_Bps < tiers[1].bw_Bps  # ECMP collisions only beyond the leaf
     sprayed = _cluster_scn(engine, system="DGX-H100", num_gpus=4096,
                            scale_out={"fabric": "roce", "params": {"packet_spraying": True}})
-    assert engine.model.hierarchy(sprayed).tiers[2].bw_Bps == pytest.approx(
-        engine.model.hierarchy(sprayed).tiers[1].bw_Bps)
+    assert engine.hierarchy(sprayed).tiers[2].bw_Bps == pytest.approx(
+        engine.hierarchy(sprayed).tiers[1].bw_Bps)
 
 
 def test_cpo_radix_reduces_tiers_and_power(engine):

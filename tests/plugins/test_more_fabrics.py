@@ -31,7 +31,7 @@ def _scenario(scale_out: dict | None = None, scale_up: dict | None = None, num_g
 
 
 def _tiers(engine, data: dict) -> list:
-    return list(engine.model.hierarchy(engine.scenario(data)).tiers)
+    return list(engine.hierarchy(engine.scenario(data)).tiers)
 
 
 def _field(engine, data: dict) -> str:
@@ -194,7 +194,7 @@ def test_tcp_failure_inventory_is_the_fat_tree_with_hashed_flows(engine):
     from twin_plugins import tcp
 
     scn = engine.scenario(_scenario({"fabric": "tcp", "topology": "fat_tree"}))
-    h = engine.model.hierarchy(scn)
+    h = engine.hierarchy(scn)
     groups = {g.name: g for g in tcp.twin_components(scn, h, None)}
     assert {"nic", "link.nic-leaf", "switch.leaf", "switch.spine", "link.leaf-spine"} <= set(groups)
     link = groups["link.leaf-spine"]
@@ -257,7 +257,7 @@ def test_torus_link_failures_crash_then_run_with_a_ring_cut(engine):
     from twin.api import ComponentGroup
 
     scn = engine.scenario(_scenario({"fabric": "torus", "params": {"dims": "8x4x4"}}))
-    h = engine.model.hierarchy(scn)
+    h = engine.hierarchy(scn)
     groups = torus.twin_components(scn, h, None)
     assert [(g.name, g.count, g.tier) for g in groups] == [("link.torus-x", 128, 1), ("link.torus-y", 128, 2),
                                                            ("link.torus-z", 128, 3)]
@@ -313,7 +313,7 @@ def test_dragonfly_components_and_failures(engine):
     from twin_plugins import dragonfly
 
     scn = engine.scenario(_scenario({"fabric": "dragonfly", "switch_radix": 32}))
-    h = engine.model.hierarchy(scn)
+    h = engine.hierarchy(scn)
     groups = {g.name: g for g in dragonfly.twin_components(scn, h, None)}
     assert groups["switch.router"].count == 8 * 16 and groups["link.global"].count == 8 * 16 * 8 // 2
     (router,) = dragonfly.twin_failure_modes(groups["switch.router"], scn, h, None)

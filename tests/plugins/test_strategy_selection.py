@@ -178,7 +178,7 @@ def test_a_sweep_sweeps_the_selection(alt):
     ev = SweepEvaluator(alt).evaluate(batch)
     assert (ev.reason_ix < 0).all()
     for i in range(len(batch)):
-        one = alt.model.evaluate(batch.scenario(i))
+        one = alt.evaluate(batch.scenario(i))
         assert math.isclose(ev.floats["step_time_s"][i], one.step_time_s, rel_tol=1e-12)
         assert math.isclose(ev.floats["exposed_pp_s"][i], one.breakdown.exposed_comm_s["pp"], rel_tol=1e-12)
     pp = ev.floats["exposed_pp_s"]

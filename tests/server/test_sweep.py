@@ -63,8 +63,21 @@ def test_grid_sweep_streams_rows_progress_and_best(sweep_stub):
     scenario = copy.deepcopy(BASE)
     for path, value in point.items():  # as the sweep engine applies a point to the base
         set_path(scenario, path.split("."), value, engine.catalog)
-    local = engine.model.evaluate(engine.scenario(scenario), validate=False, report=False)
+    local = engine.evaluate(engine.scenario(scenario), validate=False, report=False)
     assert first.estimate.step_time_s == local.step_time_s
+    # The row is a whole estimate from the batch's own numbers (nothing is evaluated again).
+    got = first.estimate
+    assert got.breakdown.compute_s == local.breakdown.compute_s and got.breakdown.bubble_s == local.breakdown.bubble_s
+    for dim, value in local.breakdown.exposed_comm_s.items():
+        assert got.breakdown.exposed_comm_s[dim] == value, dim
+    for dim, value in local.comm_issued_s.items():
+        assert got.comm_issued_s[dim] == value, dim
+    mem = local.memory.as_gib()
+    assert (got.memory.total_gib, got.memory.weights_gib, got.memory.activations_gib, got.memory.fits) == (
+        mem["total_gib"], mem["weights_gib"], mem["activations_gib"], local.memory.fits)
+    assert (got.mfu, got.microbatches, got.dp, got.model_flops_per_step) == (
+        local.mfu, local.microbatches, local.dp, local.model_flops_per_step)
+    assert got.energy.total_j == local.energy.total_j and got.energy.gpu_busy_s == local.energy.gpu_busy_s
 
 
 def test_zip_random_and_document_sweeps(sweep_stub):

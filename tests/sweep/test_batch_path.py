@@ -31,7 +31,7 @@ from twin.core.specs import Plan, Scenario
 from twin.engine import Engine
 from twin.hookimpl import hookimpl
 from twin.plugins import make_plugin_manager
-from twin.sweep.evaluator import SweepEvaluator, estimate_columns
+from twin.sweep.evaluator import SweepEvaluator, sweep_columns
 from twin.sweep.metrics import MEMORY_REASON, MODEL_COLUMNS, reason_of
 from twin.sweep.sweep_points import SweepSource
 from twin.sweep.sweep_spec import parse_spec
@@ -101,12 +101,12 @@ def reference(engine: Engine, values: dict) -> tuple[str | None, dict | None, in
     plan_data["overlap"] = {k.split(".")[1]: values[f"plan.{k}"] for k in OVERLAP_AXES}
     scn = Scenario(cluster=cluster, model=model, plan=load(Plan, plan_data, "plan"))
     try:
-        est = engine.model.evaluate(scn, report=False)
+        est = engine.evaluate(scn, report=False)
     except TwinError as err:
         return reason_of(err), None, -1, -1
     if not est.fits:
         return MEMORY_REASON, None, -1, -1
-    return None, estimate_columns(est), est.microbatches, est.dp
+    return None, sweep_columns(est), est.microbatches, est.dp
 
 
 def same(a: float, b: float) -> bool:
@@ -160,7 +160,7 @@ def test_offload_and_cxl_run_on_the_batch_path(engine):
     for i in range(18):
         scn = batch.scenario(i)
         assert scn.plan.gbs == 128
-        est = engine.model.evaluate(scn, report=False)
+        est = engine.evaluate(scn, report=False)
         assert est.fits and ev.floats["step_time_s"][i] == est.step_time_s
         assert ev.floats["offload_s"][i] == est.breakdown.offload_s
         offloaded += est.breakdown.offload_s > 0
@@ -179,7 +179,7 @@ def grid_matches(engine: Engine, spec_data: dict, field: str) -> dict[Any, int]:
     for i in range(n):
         scn = batch.scenario(i)
         try:
-            est = engine.model.evaluate(scn, report=False)
+            est = engine.evaluate(scn, report=False)
         except TwinError as err:
             assert ev.reasons[ev.reason_ix[i]] == reason_of(err), i
             continue
@@ -187,7 +187,7 @@ def grid_matches(engine: Engine, spec_data: dict, field: str) -> dict[Any, int]:
             assert ev.reasons[ev.reason_ix[i]] == MEMORY_REASON, i
             continue
         assert ev.reason_ix[i] < 0, (i, ev.reasons[ev.reason_ix[i]])
-        want = estimate_columns(est)
+        want = sweep_columns(est)
         for name in MODEL_COLUMNS:
             assert same(ev.floats[name][i], want[name]), (i, name)
         key = getattr(scn.plan, field)
@@ -309,7 +309,7 @@ def test_a_third_party_strategy_runs_on_the_batch_path_and_matches():
     assert stats["feasible"] > 0 and stats["scalar_points"] == 0
     scn = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b",
                            "plan": {"tp": 8, "gbs": 64}})
-    est = engine.model.evaluate(scn)
+    est = engine.evaluate(scn)
     assert est.breakdown.exposed_comm_s["checkpoint"] > 0.01     # it really is in the step
 
 
@@ -481,7 +481,7 @@ def test_contended_points_of_a_group_are_costed_again_per_distinct_share_and_mat
     contended = checked = 0
     for i in range(len(batch)):
         try:
-            est = engine.model.evaluate(batch.scenario(i))
+            est = engine.evaluate(batch.scenario(i))
         except TwinError:
             assert ev.reason_ix[i] >= 0
             continue
@@ -489,7 +489,7 @@ def test_contended_points_of_a_group_are_costed_again_per_distinct_share_and_mat
             continue
         checked += 1
         contended += est.contention_s > 0
-        want = estimate_columns(est)
+        want = sweep_columns(est)
         for name in MODEL_COLUMNS:
             assert same(ev.floats[name][i], want[name]), (i, name)
     assert checked >= 100 and contended >= 50, (checked, contended)
@@ -510,7 +510,7 @@ def test_points_that_differ_in_gbs_and_vp_share_the_strategies_work_and_match(en
     checked = 0
     for i in range(len(batch)):
         try:
-            est = engine.model.evaluate(batch.scenario(i), report=False)
+            est = engine.evaluate(batch.scenario(i), report=False)
         except TwinError:
             assert ev.reason_ix[i] >= 0
             continue
@@ -518,7 +518,7 @@ def test_points_that_differ_in_gbs_and_vp_share_the_strategies_work_and_match(en
             assert ev.reasons[ev.reason_ix[i]] == MEMORY_REASON
             continue
         checked += 1
-        want = estimate_columns(est)
+        want = sweep_columns(est)
         for name in MODEL_COLUMNS:
             assert same(ev.floats[name][i], want[name]), (i, name)
     assert checked >= 100

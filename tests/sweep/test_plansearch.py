@@ -119,7 +119,7 @@ def test_search_finds_the_brute_force_best(engine):
         scn = batch.scenario(i)
         assert scn.plan.gbs == 32
         try:
-            est = engine.model.evaluate(scn, report=False)
+            est = engine.evaluate(scn, report=False)
         except TwinError:
             continue
         if est.fits:
@@ -250,7 +250,7 @@ def test_memory_headroom_keeps_hbm_free(engine):
     for i in range(len(batch)):
         scn = batch.scenario(i)
         try:
-            est = engine.model.evaluate(scn, report=False)
+            est = engine.evaluate(scn, report=False)
         except TwinError:
             assert not ok_vec[i]
             continue
@@ -303,15 +303,16 @@ def test_pruned_search_finds_the_same_best_plans(engine):
 def test_a_point_at_or_below_the_bar_is_never_pruned(engine):
     """The lower bound is below every point's step: with the bar at any point's step time,
     every point at or below it is costed, with the numbers it has unpruned."""
-    from twin.core.evaluate import PRUNED_REASON, Pruner
+    from twin.core.results import PRUNED_REASON
+    from twin.core.run.pruning import Pruner
 
     space = space_for(engine, "llama3.1-70b", "DGX-H100", 256, gbs=512, shardings=("distributed_optimizer",))
     batch = PlanSource(space).batch(0, space.total)
     ps = batch.point_set(np.arange(len(batch)))
-    full = engine.model.evaluate_points(ps)
+    full = engine.evaluate_points(ps)
     t = full.columns["step_time_s"][full.feasible]
     for bar in np.quantile(t, [0.01, 0.2, 0.5]):
-        res = engine.model.evaluate_points(ps, prune=Pruner(top=1, best=[float(bar)]))
+        res = engine.evaluate_points(ps, prune=Pruner(top=1, best=[float(bar)]))
         pruned = np.asarray([res.reason(i) == PRUNED_REASON for i in range(len(ps))])
         assert pruned.any()
         below = full.feasible & (full.columns["step_time_s"] <= bar)

@@ -32,7 +32,7 @@ def test_base_software_changes_every_point_as_evaluate_does(engine):
     eager, batch = _steps(engine, "pytorch-fsdp2")
     assert (eager > default).all()   # a tiny model is host-bound; FSDP2's eager dispatch costs more
     for i in range(len(batch)):
-        assert eager[i] == engine.model.evaluate(batch.scenario(i), report=False).step_time_s
+        assert eager[i] == engine.evaluate(batch.scenario(i), report=False).step_time_s
 
 
 def test_software_is_not_an_axis_and_bad_stacks_are_named(engine):

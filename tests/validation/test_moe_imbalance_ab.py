@@ -45,7 +45,7 @@ def _slowdown(engine, case, load: float) -> float:
 
     def step(imbalance: float) -> float:
         model = dataclasses.replace(scn.model, moe=dataclasses.replace(moe, load_imbalance=imbalance))
-        return engine.model.evaluate(dataclasses.replace(scn, model=model)).step_time_s
+        return engine.evaluate(dataclasses.replace(scn, model=model)).step_time_s
 
     return step(load) / step(1.0)
 

@@ -358,8 +358,8 @@ def test_a_stated_recompute_layer_count_is_used_as_given(engine):
     scn, knobs, _ = training_scenario(engine, case)
     chosen, _, _ = best_plan(engine, scn, knobs)
     assert chosen.plan.recompute_layers == 16
-    half = engine.model.evaluate(chosen).breakdown.recompute_s
-    every = engine.model.evaluate(dataclasses.replace(chosen, plan=dataclasses.replace(chosen.plan,
+    half = engine.evaluate(chosen).breakdown.recompute_s
+    every = engine.evaluate(dataclasses.replace(chosen, plan=dataclasses.replace(chosen.plan,
                                                                                         recompute_layers=None)))
     assert half == pytest.approx(every.breakdown.recompute_s / 2, rel=1e-6)
 

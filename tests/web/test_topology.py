@@ -13,7 +13,7 @@ from twin.web import fabric_picture
 @pytest.fixture(scope="module")
 def layout16k(engine):
     scn = engine.scenario(str(EXAMPLES / "llama3-405b-16k-roce.yaml"))
-    est = engine.model.evaluate(scn)
+    est = engine.evaluate(scn)
     c = scn.cluster
     return fabric_picture.layout_of(scn.name, c.num_gpus, c.gpus_per_node, c.nics_per_node, est.to_dict()["fabric"])
 

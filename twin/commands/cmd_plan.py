@@ -9,7 +9,7 @@ from typing import Any
 from twin.commands.cmd_render import console, print_json, table
 from twin.commands.cmd_sweep import drive, top_table
 from twin.core.errors import SpecError
-from twin.core.evaluate import PRUNED_REASON
+from twin.core.results import PRUNED_REASON
 from twin.core.specs import Schedule
 from twin.sweep.job import EngineSettings
 from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, PlanSearchResult, search_plans, space_for

@@ -39,6 +39,7 @@ load-dependent.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -220,11 +221,54 @@ def step_energy(f: PowerFacts, step_s: float, busy_s: float, tokens: float) -> t
     return energy, cost
 
 
+# The rest of an Energy and a Cost a batch keeps, so that a row is a whole estimate
+# (``twin.core.results.estimate_of_row``); column -> the key of :func:`step_terms`.
+DETAIL_COLUMNS = {"gpu_busy_s": "gpu_busy_s", "gpu_wait_s": "gpu_wait_s"}
+COST_DETAIL_COLUMNS = {"hardware_usd": "hardware_usd", "electricity_usd": "electricity_usd"}
+
+
 def step_columns(f: PowerFacts, step_s: np.ndarray, busy_s: np.ndarray, tokens: np.ndarray) -> dict[str, np.ndarray]:
-    """A batch's energy and cost columns (cost NaN where the point gives no prices)."""
+    """A batch's energy and cost columns (cost NaN where the point gives no prices), with the
+    power usage effectiveness (``pue``) and the details of :data:`DETAIL_COLUMNS`.
+    """
     t = step_terms(f, step_s, busy_s, tokens)
-    out = {name: t[key] for name, key in COLUMNS.items()}
+    out = {name: t[key] for name, key in (*COLUMNS.items(), *DETAIL_COLUMNS.items())}
     priced = np.asarray(f.priced, bool)
-    for name, key in COST_COLUMNS.items():
+    for name, key in (*COST_COLUMNS.items(), *COST_DETAIL_COLUMNS.items()):
         out[name] = np.where(priced, t[key], np.nan)
+    out["pue"] = np.broadcast_to(np.asarray(f.pue, np.float64), np.shape(step_s))
     return out
+
+
+def columns_of(e: Energy, c: Cost | None) -> dict[str, float]:
+    """The batch's energy and cost columns (:func:`step_columns`) of one scenario's estimate."""
+    terms = {"energy_j": e.total_j, **{f"{k}_j": v for k, v in e.parts_j.items()},
+             "joules_per_token": e.joules_per_token, "tokens_per_joule": e.tokens_per_joule,
+             "average_power_w": e.average_power_w, "gpu_busy_s": e.gpu_busy_s, "gpu_wait_s": e.gpu_wait_s,
+             "usd_per_step": math.nan if c is None else c.usd_per_step,
+             "usd_per_million_tokens": math.nan if c is None else c.usd_per_million_tokens,
+             "hardware_usd": math.nan if c is None else c.hardware_usd,
+             "electricity_usd": math.nan if c is None else c.electricity_usd}
+    names = {**COLUMNS, **COST_COLUMNS, **DETAIL_COLUMNS, **COST_DETAIL_COLUMNS}
+    return {name: terms[key] for name, key in names.items()} | {"pue": e.pue}
+
+
+def from_columns(row: Mapping[str, float]) -> tuple[Energy | None, Cost | None]:
+    """One row's :class:`Energy` and :class:`Cost` (None without prices) from the batch's columns
+    (:func:`step_columns`); None, None when the row has no energy. What a cluster gives no
+    figure for (``not_counted``, ``assumed``) is one scenario's note, not a column.
+    """
+    if "energy_j" not in row or math.isnan(row["energy_j"]):
+        return None, None
+    energy = Energy(gpu_j=row["energy_gpu_j"], nic_j=row["energy_nic_j"], switch_j=row["energy_switch_j"],
+                    optics_j=row["energy_optics_j"], host_j=row["energy_host_j"], cxl_j=row["energy_cxl_j"],
+                    facility_j=row["energy_facility_j"], total_j=row["energy_j"],
+                    joules_per_token=row["joules_per_token"], tokens_per_joule=row["tokens_per_joule"],
+                    average_power_w=row["average_power_w"], gpu_busy_s=row.get("gpu_busy_s", math.nan),
+                    gpu_wait_s=row.get("gpu_wait_s", math.nan), pue=row.get("pue", math.nan))
+    usd = row.get("cost_usd_per_step", math.nan)
+    if math.isnan(usd):
+        return energy, None
+    return energy, Cost(usd_per_step=usd, usd_per_million_tokens=row["usd_per_million_tokens"],
+                        hardware_usd=row.get("hardware_usd", math.nan),
+                        electricity_usd=row.get("electricity_usd", math.nan))

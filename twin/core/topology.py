@@ -315,11 +315,13 @@ class HierarchyBatch:
         return self.shares[np.arange(len(self.rows)), np.asarray(tier)] if np.ndim(tier) else self.shares[:, tier]
 
     def with_shares(self, shares: np.ndarray) -> HierarchyBatch:
-        """The same points as seen by traffic that gets ``shares`` (points x width) of each link class."""
+        """The same points as seen by traffic that gets ``shares`` (points x width) of each link
+        class (of what this view already gives it, as ``Hierarchy.with_shares``).
+        """
         out = object.__new__(HierarchyBatch)
         out.__dict__.update(self.__dict__)
         out._net_memo = {}
-        out.shares = shares
+        out.shares = shares if self.shares is None else shares * self.shares
         s0 = shares[:, 0]
         out.up_bw, out.up_a2a_bw, out.up_nvls_bw = self.up_bw * s0, self.up_a2a_bw * s0, self.up_nvls_bw * s0
         return out

@@ -169,8 +169,8 @@ def collective_setup(engine: Engine, case: Any) -> CollectiveSetup:
     layout = _collective_layout(c, notes)
     cluster = _cluster(engine, c, notes, "cluster", num_gpus=layout.cluster_gpus)
     scn = Scenario(cluster=cluster, model=_dummy_model(), plan=Plan(gbs=cluster.num_gpus, dp=None, tp=1))
-    engine.model.validate(scn)  # the fabric's own rules (e.g. rails per node)
-    hierarchy = engine.model.hierarchy(scn)
+    engine.validate(scn)  # the fabric's own rules (e.g. rails per node)
+    hierarchy = engine.hierarchy(scn)
     n = layout.n
     span = place_group(n, layout.stride, hierarchy)
     if algorithm == "sharp" and not any(t.reduction == "sharp" for t in hierarchy.tiers[1:]):

@@ -52,7 +52,7 @@ def best_plan(engine: Engine, scn: Scenario, knobs: Knobs) -> tuple[Scenario, fl
                                                                  fsdp_reshard_after_forward=reshard))
         try:
             validate_scenario(cand)
-            est = engine.model.evaluate(cand, validate=False, report=False)
+            est = engine.evaluate(cand, validate=False, report=False)
         except TwinError as err:
             first_error = first_error or err
             continue

@@ -21,9 +21,9 @@ log = logging.getLogger("twin.server")
 
 
 def evaluate(engine: Engine, scenario: Scenario, *, report: bool = True) -> Estimate:
-    """``engine.model.evaluate`` of a validated scenario, arithmetic failures as SpecError."""
+    """``Engine.evaluate`` of a validated scenario, arithmetic failures as SpecError."""
     try:
-        return engine.model.evaluate(scenario, validate=False, report=report)
+        return engine.evaluate(scenario, validate=False, report=report)
     except ArithmeticError as err:
         log.warning("arithmetic failure on an in-bounds scenario", exc_info=err,
                     extra={"scenario": scenario.name, "error": type(err).__name__})

@@ -10,10 +10,12 @@ sweeps — and maps its events onto the servicer's contract (:mod:`twin.server.s
 - ``Progress`` after every batch (and every 0.5 s heartbeat on Ray); ``failed_points``
   counts the infeasible points (a rule broken, or out of memory);
 - with ``keep_rows`` (the server's default) every point becomes a ``Row``: infeasible
-  ones carry the reason as the error (SpecError for a broken rule, InfeasibleError for
-  memory), feasible ones the full ``Estimate``, re-evaluated with the real model (for
-  millions of points use ``twin sweep --out`` instead);
-- ``Finished.best`` holds the top points with full estimates; ``stopped`` is
+  ones carry their typed refusal's error (``twin.core.results.Refusal.error``: SpecError for
+  a broken rule, InfeasibleError for memory; looked up by the row's reason, never parsed
+  from it), feasible ones the ``Estimate`` built from the batch's own numbers
+  (``twin.sweep.evaluator.row_estimate``: nothing is evaluated again);
+- ``Finished.best`` holds the top points with their estimates (from the rows' numbers where
+  rows are kept; a sweep that keeps none evaluates its few best once more); ``stopped`` is
   "cancelled" when ``should_stop()`` turned true, which cancels the Ray tasks too.
 
 ``twin.server.extensions.register_sweeps`` installs :func:`runner_for`'s runner unless an
@@ -38,11 +40,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from twin.core.errors import InfeasibleError, SpecError, TooLargeError, TwinError
+from twin.core.errors import SpecError, TooLargeError, TwinError
 from twin.core.estimate import Estimate
+from twin.core.results import Refusal
 from twin.server.sweep_events import Finished, Progress, Row, Started, SweepEvent
+from twin.sweep.evaluator import row_estimate
 from twin.sweep.job import EngineSettings, Job
-from twin.sweep.metrics import MEMORY_REASON, as_python
+from twin.sweep.metrics import DETAIL_COLUMNS, as_python
 from twin.sweep.reduce import Rows, nrows
 from twin.sweep.runner import AUTO_RAY_POINTS, EXECUTORS, Executor, InlineExecutor, events, sweep_job
 from twin.sweep.runner import Finished as EngineFinished
@@ -105,40 +109,44 @@ class EngineRunner:
         yield Started(spec.name, job.total, tuple(a.path for a in spec.axes))
         cancel = threading.Event()
         t0 = time.perf_counter()
-        # Kept rows are re-evaluated with the full model (~0.3 ms a point), so they go out in
-        # small batches: progress stays frequent and a cancel lands within one batch.
+        # Kept rows go out a batch at a time: progress stays frequent and a cancel lands within one batch.
         batch_points = ROW_BATCH_POINTS if spec.keep_rows else None
         for ev in events(job, self.executor_for(job), cancel=cancel, batch_points=batch_points):
             if should_stop():
                 cancel.set()
             if isinstance(ev, EngineProgress):
                 if spec.keep_rows and ev.batch is not None and ev.batch.rows is not None:
-                    yield from self._rows(spec, ev.batch.rows)
+                    yield from self._rows(spec, ev.batch.rows, ev.batch.refusals)
                 yield Progress(ev.done, job.total, ev.done - ev.feasible, time.perf_counter() - t0)
             elif isinstance(ev, EngineFinished):
                 r = ev.result
-                best = tuple(self._rows(spec, r.top))
+                best = tuple(self._rows(spec, r.top, r.refusals))
                 elapsed = time.perf_counter() - t0
                 yield Finished(r.done, r.done - r.feasible, elapsed, r.metric, best,
                                     "cancelled" if r.cancelled else "")
 
-    def _rows(self, spec: SweepSpec, rows: Rows) -> Iterator[Row]:
+    def _rows(self, spec: SweepSpec, rows: Rows, refusals: Mapping[str, Refusal]) -> Iterator[Row]:
+        whole = all(name in rows for name in DETAIL_COLUMNS)  # rows kept: each is a whole estimate
         for i in range(nrows(rows)):
             assignment = {a.path: _value(a, rows[a.column][i]) for a in spec.axes}
             index = int(rows["point_id"][i])
-            if bool(rows["feasible"][i]):
-                try:
-                    yield Row(index, assignment, estimate=self._estimate(spec, assignment))
-                except TwinError as err:
-                    yield Row(index, assignment, error=err)
+            if not bool(rows["feasible"][i]):
+                reason = str(rows["reason"][i])
+                refusal = refusals.get(reason) or Refusal("", reason)
+                yield Row(index, assignment, error=refusal.error())
                 continue
-            yield Row(index, assignment, error=_reason_error(str(rows["reason"][i])))
+            try:
+                est = row_estimate(rows, i) if whole else self._estimate(spec, assignment)
+            except TwinError as err:
+                yield Row(index, assignment, error=err)
+                continue
+            yield Row(index, assignment, estimate=est)
 
     def _estimate(self, spec: SweepSpec, assignment: Mapping[str, Any]) -> Estimate:
         data = copy.deepcopy(dict(spec.base))
         for path, value in assignment.items():
             set_path(data, path.split("."), value, self.engine.catalog)
-        return self.engine.model.evaluate(self.engine.scenario(data), validate=False, report=False)
+        return self.engine.evaluate(self.engine.scenario(data), validate=False, report=False)
 
 
 def _value(axis: Any, cell: Any) -> Any:
@@ -150,14 +158,6 @@ def _value(axis: Any, cell: Any) -> Any:
         except json.JSONDecodeError:
             return x
     return x
-
-
-def _reason_error(reason: str) -> TwinError:
-    """The exception a point's infeasibility reason stands for (the server maps it to a code)."""
-    if reason == MEMORY_REASON:
-        return InfeasibleError("memory", "does not fit in HBM")
-    field, _, rule = reason.partition(": ")
-    return SpecError(field, rule) if rule else SpecError("", reason)
 
 
 def runner_for(engine: Engine, config: ServerConfig) -> EngineRunner:

@@ -2,7 +2,7 @@
 
 The points of a :class:`~twin.sweep.sweep_points.PointBatch` are split by model and strategy
 selection (the structure a batch of the step model shares) and evaluated with ``TwinModel.evaluate_points``
-(``twin/core/evaluate.py``): the same functions :meth:`TwinModel.evaluate` runs for one
+(``twin.core.run``): the same functions :meth:`TwinModel.evaluate` runs for one
 scenario, over numpy arrays. Nothing of the model is restated here; this module only maps
 the batch's groups to point sets and the results to the sweep's columns.
 """
@@ -17,19 +17,19 @@ import numpy as np
 from twin.core import ops
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
-from twin.core.evaluate import Pruner, energy_values
 from twin.core.point_set import model_structure
+from twin.core.results import MEMORY_PARTS, Refusal, energy_values, estimate_of_row
 from twin.core.units import GIB
-from twin.sweep.metrics import EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
+from twin.engine import Engine, Pruner
+from twin.sweep.metrics import DETAIL_COLUMNS, EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
 from twin.sweep.sweep_points import PointBatch
 
 if TYPE_CHECKING:
     from twin.core.specs import Model
-    from twin.engine import Engine
 
 
-def estimate_columns(est: Estimate) -> dict[str, float]:
-    """The sweep's float columns of one :class:`Estimate`."""
+def sweep_columns(est: Estimate) -> dict[str, float]:
+    """The sweep's float columns (``FLOAT_COLUMNS``' model part) of one :class:`Estimate`."""
     bd = est.breakdown
     ex = bd.exposed_comm_s
     other = 0.0
@@ -57,19 +57,27 @@ def _energy_columns(columns: Any) -> dict[str, Any]:
 
 @dataclass
 class Evaluated:
-    """Per-point results of one batch: reason index (-1 = feasible) and metric columns."""
+    """Per-point results of one batch: reason index (-1 = feasible) and metric columns.
+
+    ``refusals``: the typed refusal of each message in ``reasons``
+    (:class:`~twin.core.results.Refusal`: field, rule, kind; never parsed back from the text).
+    ``floats`` holds :data:`~twin.sweep.metrics.FLOAT_COLUMNS`, and
+    :data:`~twin.sweep.metrics.DETAIL_COLUMNS` too where rows are kept (``details``).
+    """
 
     reason_ix: np.ndarray
     reasons: list[str]
     floats: dict[str, np.ndarray]
     ints: dict[str, np.ndarray]
     stats: dict[str, int] = field(default_factory=dict)
+    refusals: dict[str, Refusal] = field(default_factory=dict)
 
     @classmethod
-    def empty(cls, n: int) -> Evaluated:
+    def empty(cls, n: int, details: bool = False) -> Evaluated:
         """All points feasible with NaN metrics (filled by the evaluator)."""
+        columns = FLOAT_COLUMNS + (DETAIL_COLUMNS if details else ())
         return cls(reason_ix=np.full(n, -1, dtype=np.int32), reasons=[],
-                   floats={c: np.full(n, np.nan) for c in FLOAT_COLUMNS},
+                   floats={c: np.full(n, np.nan) for c in columns},
                    ints={c: np.full(n, -1, dtype=np.int64) for c in INT_COLUMNS},
                    stats={"evaluated": 0, "scalar_points": 0, "groups": 0, "batches": 0})
 
@@ -86,35 +94,38 @@ _ENERGY_FLOATS = ("energy_j", "energy_gpu_j", "energy_nic_j", "energy_switch_j",
 class SweepEvaluator:
     """Evaluates :class:`PointBatch` es with the engine's step model (its batch path)."""
 
-    def __init__(self, engine: Engine, *, memory_headroom: float = 0.0, prune_top: int = 0) -> None:
-        """``prune_top`` > 0: only the ``prune_top`` fastest feasible points matter (a plan
+    def __init__(self, engine: Engine, *, memory_headroom: float = 0.0, prune_top: int = 0,
+                 details: bool = False) -> None:
+        """``details``: also fill :data:`~twin.sweep.metrics.DETAIL_COLUMNS` (where rows are kept).
+        ``prune_top`` > 0: only the ``prune_top`` fastest feasible points matter (a plan
         search by step time); points that provably cannot be among them are not costed in
-        full and get ``PRUNED_REASON`` (``twin.core.evaluate.Pruner``; the bar carries over
+        full and get ``PRUNED_REASON`` (``twin.core.run.pruning.Pruner``; the bar carries over
         from batch to batch).
         """
         if not 0.0 <= memory_headroom < 1.0:
             raise SpecError("memory_headroom", f"must be in [0, 1) (got {memory_headroom!r})")
         self.engine = engine
-        self.model = engine.model
         # Fraction of HBM a plan must leave free to count as fitting (0: the model's own verdict).
         self.headroom = memory_headroom
         self.pruner = Pruner(prune_top) if prune_top > 0 else None
+        self.details = details
 
     def evaluate(self, batch: PointBatch) -> Evaluated:
         """Results of every point of ``batch``."""
         n = len(batch)
-        out = Evaluated.empty(n)
+        out = Evaluated.empty(n, self.details)
         if n == 0:
             return out
         codes: dict[str, int] = {}
 
-        def code(reason: str) -> int:
-            c = codes.get(reason)
+        def code(refusal: Refusal) -> int:
+            c = codes.get(refusal.message)
             if c is None:
-                c = codes[reason] = len(codes)
+                c = codes[refusal.message] = len(codes)
+                out.refusals[refusal.message] = refusal
             return c
 
-        errs = np.asarray([code(e) for e in batch.errors] + [-1], np.int64)
+        errs = np.asarray([code(batch.refusals.get(e) or Refusal("", e)) for e in batch.errors] + [-1], np.int64)
         out.reason_ix[:] = errs[batch.error_ix]
         # One point set per (model structure, strategy selection): the structure a batch of the
         # step model shares (models that differ in seq_len only are one: points.model_structure).
@@ -135,10 +146,10 @@ class SweepEvaluator:
         ps = batch.point_set(idx)
         out.stats["batches"] += 1  # point sets, each one structure
         # Sparse: a batch's feasible points are a fraction of it; their numbers are read as they are.
-        res = self.model.evaluate_points(ps, memory_headroom=self.headroom, prune=self.pruner, sparse=True)
+        res = self.engine.evaluate_points(ps, memory_headroom=self.headroom, prune=self.pruner, sparse=True)
         for key in ("evaluated", "scalar_points", "groups", "pruned"):
             out.stats[key] = out.stats.get(key, 0) + res.stats.get(key, 0)
-        rcode = np.asarray([code(r) for r in res.reasons] + [-1], np.int64)
+        rcode = np.asarray([code(r) for r in res.refusals] + [-1], np.int64)
         out.reason_ix[idx] = rcode[res.reason_ix]
         ok = res.reason_ix < 0
         pts = idx[ok]
@@ -171,3 +182,34 @@ class SweepEvaluator:
             out.floats[name][pts] = values
         out.ints["microbatches"][pts] = res.microbatches[ok]
         out.ints["dp"][pts] = res.dp[ok]
+        if self.details:
+            _fill_details(res, rows, pts, out)
+
+
+def _fill_details(res: Any, rows: np.ndarray, pts: np.ndarray, out: Evaluated) -> None:
+    """The detail columns (``DETAIL_COLUMNS``) of the feasible points ``pts`` (rows ``rows`` of ``res``)."""
+    names = res.names()
+    other = np.zeros(len(rows))
+    for key in names:
+        if key.startswith("issued_") and key.endswith("_s"):
+            vals = np.nan_to_num(res.values_at(key, rows), nan=0.0)
+            if key[len("issued_"):-2] in EXPOSED_DIMS:
+                out.floats[key][pts] = vals
+            else:
+                other = other + vals
+    for dim in EXPOSED_DIMS:
+        if f"issued_{dim}_s" not in names:
+            out.floats[f"issued_{dim}_s"][pts] = 0.0
+    out.floats["issued_other_s"][pts] = other
+    for name in (*(f"memory_{p}_bytes" for p in MEMORY_PARTS), "model_flops_per_step", "average_power_w", "gpu_busy_s",
+                 "gpu_wait_s", "pue", "hardware_usd", "electricity_usd"):
+        out.floats[name][pts] = res.values_at(name, rows)
+
+
+def row_estimate(rows: Any, i: int) -> Estimate:
+    """Row ``i`` of a sweep's kept rows (with :data:`~twin.sweep.metrics.DETAIL_COLUMNS`) as an
+    :class:`Estimate`, from the batch's own numbers (``twin.core.results.estimate_of_row``).
+    Dimensions without a column of their own are reported together as ``other``.
+    """
+    row = {name: float(rows[name][i]) for name in (*FLOAT_COLUMNS, *DETAIL_COLUMNS) if name in rows}
+    return estimate_of_row(row, int(rows["microbatches"][i]), int(rows["dp"][i]))

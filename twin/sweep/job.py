@@ -71,7 +71,8 @@ class Worker:
         self.job = job
         self.engine = engine
         self.source = make_source(job.recipe, engine)
-        self.evaluator = SweepEvaluator(engine, memory_headroom=job.memory_headroom, prune_top=job.prune_top)
+        self.evaluator = SweepEvaluator(engine, memory_headroom=job.memory_headroom, prune_top=job.prune_top,
+                                        details=job.keep_rows)
         self.failures = None
         if isinstance(job.recipe, SweepSpec) and wants_failures(job.recipe):
             self.failures = FailureColumns(engine, job.recipe, self.source)

@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from twin.core.errors import reason_of
-from twin.core.evaluate import MEMORY_REASON
+from twin.core.results import MEMORY_REASON
 
 # reason_of and MEMORY_REASON are the core's; the sweep names infeasible points with them.
-__all__ = ["EXPOSED_DIMS", "FAILURE_METRICS", "FLEET_METRICS", "FLOAT_COLUMNS", "INT_COLUMNS", "MEMORY_REASON",
+__all__ = ["DETAIL_COLUMNS", "EXPOSED_DIMS", "FAILURE_METRICS", "FLEET_METRICS", "FLOAT_COLUMNS", "INT_COLUMNS",
+           "MEMORY_REASON",
            "METRICS", "MODEL_COLUMNS", "as_python", "default_order", "reason_of"]
 
 # Float columns the performance model gives a feasible point, in output order.
@@ -31,6 +32,18 @@ MODEL_COLUMNS = (
     "usd_per_million_tokens",
 )
 INT_COLUMNS = ("microbatches", "dp")
+# The rest of a feasible point's estimate (``twin.core.results.estimate_of_row``), so that a
+# kept row is a whole estimate (the service streams kept rows as estimates from these numbers):
+# communication issued per dimension (hidden or not), memory by category, the step's model
+# FLOPs, and the energy's and cost's details. Only where rows are kept (a sweep that keeps
+# only its best pays nothing for them).
+DETAIL_COLUMNS = (
+    "issued_tp_s", "issued_cp_s", "issued_ep_s", "issued_dp_s", "issued_pp_s", "issued_other_s",
+    "memory_weights_bytes", "memory_gradients_bytes", "memory_optimizer_bytes", "memory_activations_bytes",
+    "memory_logits_bytes", "memory_runtime_bytes", "memory_offloaded_bytes", "memory_capacity_bytes",
+    "memory_pool_capacity_bytes", "model_flops_per_step", "average_power_w", "gpu_busy_s", "gpu_wait_s", "pue",
+    "hardware_usd", "electricity_usd",
+)
 # Exposed-communication dimensions with their own column; any other goes to exposed_other_s.
 EXPOSED_DIMS = ("tp", "cp", "ep", "dp", "pp")
 # Metrics a sweep can rank by, with the better direction.

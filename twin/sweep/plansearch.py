@@ -14,7 +14,7 @@ DualPipeV; the runnable depths from 2 for interleaved). Degrees are enumerated s
 divisibility rules hold by construction; every plan still goes through the twin's own
 validation, and plans that do not fit in memory are counted, not ranked. By default the
 search prunes: a plan slower than the ``top`` best found even without communication is
-counted as pruned, not costed (``twin.core.evaluate.Pruner``); the best are unchanged.
+counted as pruned, not costed (``twin.core.run.pruning.Pruner``); the best are unchanged.
 Precision, sequence length, gbs and overlap switches come from the base plan.
 
 Points are (group, vp): a group fixes every field but vp, so the interleaving depths of a
@@ -37,9 +37,9 @@ import numpy as np
 
 from twin.core import schema
 from twin.core.errors import SpecError
-from twin.core.evaluate import PRUNED_REASON
 from twin.core.ops import Labels
 from twin.core.point_set import PlanColumns
+from twin.core.results import PRUNED_REASON
 from twin.core.scenario_io import read_mapping, resolve_cluster, resolve_model, resolve_software
 from twin.core.specs import DEFAULT_SOFTWARE, V_SCHEDULES, Calibration, Cluster, Model, Plan, Scenario, Software
 from twin.sweep.job import EngineSettings, Job
@@ -308,13 +308,11 @@ def space_for(engine: Engine, model: Any, system: Any, gpus: int, *, gbs: int | 
     base_data = {"gbs": gbs or default_gbs(m.seq_len), **dict(plan or {})}
     base = schema.load(Plan, base_data, "plan")
     # cluster-level rules first: a bad cluster is an input error, not an empty search
-    scn = Scenario(cluster=c, model=m, plan=Plan(gbs=base.gbs))
     from twin.core.specs import validate_cluster, validate_model
 
     validate_cluster(c)
     validate_model(m)
-    for fab in engine.model.cluster_fabrics(scn.cluster):
-        fab.validate(c, "cluster")
+    engine.check_cluster(c)  # and each fabric model's rules
     name = f"{m.name or 'model'} on {gpus} x {c.name or c.gpu.name}"
     stack = resolve_software(software, engine.catalog) if software is not None else DEFAULT_SOFTWARE
     return build_space(c, m, base, name=name, software=stack, **options)
@@ -325,7 +323,7 @@ def plan_job(space: PlanSpace, *, top: int = 5, metric: str = "step_time_s", ord
              prune: bool = True) -> Job:
     """A job that searches ``space`` (``memory_headroom``: fraction of HBM a plan must leave free;
     ``prune``: skip plans that provably cannot be among the ``top`` fastest, with
-    ``metric`` step_time_s and ``order`` min: ``twin.core.evaluate.Pruner``).
+    ``metric`` step_time_s and ``order`` min: ``twin.core.run.pruning.Pruner``).
     """
     if isinstance(memory_headroom, bool) or not isinstance(memory_headroom, int | float) \
             or not 0.0 <= memory_headroom < 1.0:
@@ -390,7 +388,7 @@ def search_plans(engine: Engine, space: PlanSpace, *, top: int = 5, executor: An
 
     ``prune`` (default): plans whose compute and optimizer step alone exceed the ``top``-th
     best step time found are counted as pruned instead of costed in full; the best ``top``
-    are the same as without pruning (``twin.core.evaluate.Pruner``).
+    are the same as without pruning (``twin.core.run.pruning.Pruner``).
 
     ``runner``: runs the job instead of :func:`~twin.sweep.runner.run_job` (the CLI passes
     one that draws a progress bar from the job's events).

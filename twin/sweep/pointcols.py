@@ -9,13 +9,14 @@ fails into an infeasible one with the reason. This is that loop, written once.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from twin.core.errors import TwinError
-from twin.sweep.metrics import reason_of
+from twin.core.results import Refusal
 from twin.sweep.sweep_spec import SweepSpec, set_path
 
 if TYPE_CHECKING:
@@ -60,12 +61,14 @@ class PointColumns:
                 try:
                     got = self.compute(mapping)
                 except TwinError as err:
-                    got = self.reason_prefix + reason_of(err)
+                    refusal = Refusal.of(err)
+                    got = dataclasses.replace(refusal, message=self.reason_prefix + refusal.message)
                 self._cache[key] = got
-            if isinstance(got, str):
-                if got not in ev.reasons:
-                    ev.reasons.append(got)
-                ev.reason_ix[i] = ev.reasons.index(got)
+            if isinstance(got, Refusal):
+                if got.message not in ev.reasons:
+                    ev.reasons.append(got.message)
+                    ev.refusals[got.message] = got
+                ev.reason_ix[i] = ev.reasons.index(got.message)
                 continue
             for col, value in got.items():
                 ev.floats[col][i] = value

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from twin.core.ops import Labels
+from twin.core.results import Refusal
 from twin.sweep.evaluator import Evaluated
-from twin.sweep.metrics import FLOAT_COLUMNS, INT_COLUMNS, as_python
+from twin.sweep.metrics import INT_COLUMNS, as_python
 from twin.sweep.sweep_points import PointBatch
 
 Rows = dict[str, np.ndarray]
@@ -82,8 +83,8 @@ def build_rows(batch: PointBatch, ev: Evaluated, select: np.ndarray | None = Non
     reasons = np.asarray([*ev.reasons, ""], dtype=object)
     rows["feasible"] = rix < 0
     rows["reason"] = reasons[np.where(rix < 0, len(ev.reasons), rix)]
-    for c in FLOAT_COLUMNS:
-        rows[c] = ev.floats[c][sel]
+    for c, values in ev.floats.items():  # FLOAT_COLUMNS, and DETAIL_COLUMNS where rows are kept
+        rows[c] = values[sel]
     for c in INT_COLUMNS:
         rows[c] = ev.ints[c][sel]
     return rows
@@ -169,6 +170,8 @@ class BatchResult:
     rows: Rows | None = None
     stats: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    # The typed refusal of each reason counted (a row's ``reason`` is its message).
+    refusals: dict[str, Refusal] = field(default_factory=dict)
 
     @property
     def points(self) -> int:
@@ -194,7 +197,7 @@ def reduce_batch(index: int, batch: PointBatch, ev: Evaluated, metric: str, orde
     start = int(batch.ids[0]) if len(batch) else 0
     return BatchResult(index=index, start=start, stop=start + len(batch), counts=counts,
                        feasible=len(feasible_ix), top=top_r, pareto=front, rows=rows, stats=dict(ev.stats),
-                       seconds=seconds)
+                       seconds=seconds, refusals={r: ev.refusals[r] for r in counts if r in ev.refusals})
 
 
 def _candidates(ev: Evaluated, feasible: np.ndarray, metric: str, order: str, top: int) -> np.ndarray:
@@ -238,6 +241,8 @@ class SweepResult:
     workers: int = 1
     stats: dict[str, int] = field(default_factory=dict)
     retried: int = 0
+    # The typed refusal of each reason counted (twin.core.results.Refusal), by message.
+    refusals: dict[str, Refusal] = field(default_factory=dict)
     _row_parts: dict[int, Rows] = field(default_factory=dict, repr=False)
 
     def add(self, b: BatchResult) -> bool:
@@ -249,6 +254,7 @@ class SweepResult:
         self.feasible += b.feasible
         for k, v in b.counts.items():
             self.counts[k] = self.counts.get(k, 0) + v
+        self.refusals.update(b.refusals)
         for k, v in b.stats.items():
             self.stats[k] = self.stats.get(k, 0) + v
         self.top = top_rows(concat([self.top, b.top]) if self.top else b.top, self.metric, self.order, self.top_n)

@@ -212,7 +212,7 @@ def stream(job: Job, *, engine: Engine | None = None, executor: str | Executor =
 def sweep_job(spec: SweepSpec, engine: Engine, settings: EngineSettings | None = None,
               max_points: int = DEFAULT_MAX_POINTS) -> Job:
     """Check a sweep spec against the engine's presets and fabrics; the job to run it."""
-    check_values(spec, engine.catalog, engine.fabrics.kinds(), max_points, strategies=engine.model.strategy_set)
+    check_values(spec, engine.catalog, engine.fabrics.kinds(), max_points, strategies=engine.strategy_set)
     obj = spec.objective
     return Job(recipe=spec, total=spec.total_points, metric=obj.metric, order=obj.order, top=obj.top,
                keep_rows=spec.keep_rows, engine=settings or EngineSettings(), name=spec.name)

@@ -24,8 +24,9 @@ import numpy as np
 
 from twin.core import ops
 from twin.core.errors import NotFoundError, SpecError
-from twin.core.evaluate import spec_key
 from twin.core.point_set import _NESTED, PlanColumns, PointSet, plan_column
+from twin.core.results import Refusal
+from twin.core.spec_keys import spec_key
 from twin.core.specs import (
     DEFAULT_SOFTWARE,
     DEFAULT_STRATEGIES,
@@ -37,7 +38,6 @@ from twin.core.specs import (
     Software,
     Strategies,
 )
-from twin.sweep.metrics import reason_of
 from twin.sweep.sweep_spec import Axis, SweepSpec, _from_unit, apply_values, build_section, get_path
 
 _SECTIONS = ("cluster", "model", "calibration", "strategies", "plan")
@@ -67,6 +67,8 @@ class PointBatch:
     error_ix: np.ndarray
     errors: list[str]
     columns: dict[str, Any] = field(default_factory=dict)
+    # The typed refusal of each message in ``errors`` (twin.core.results.Refusal).
+    refusals: dict[str, Refusal] = field(default_factory=dict)
     axis_codes: list[tuple[Axis, np.ndarray]] = field(default_factory=list)
     software: Software = DEFAULT_SOFTWARE   # one stack for the whole sweep (base.software)
     strategies: list[Strategies] = field(default_factory=lambda: [DEFAULT_STRATEGIES])
@@ -242,7 +244,7 @@ class SweepSource:
                 hit = self._intern(build_section(section, apply_values(self.spec, section, values, self.catalog),
                                                  self.catalog))
             except (SpecError, NotFoundError) as err:
-                hit = _Failed(reason_of(err))
+                hit = _Failed(Refusal.of(err))
             if len(self._section_cache) > 65536:
                 self._section_cache.clear()
             self._section_cache[key] = hit
@@ -308,6 +310,7 @@ class SweepSource:
             s: self._objects(s, codes, n) for s in _OBJECT_SECTIONS}
         plan, plan_objects, plan_ix = self._plan_columns(codes, n)
         errors: list[str] = []
+        refusals: dict[str, Refusal] = {}
         error_ix = np.full(n, -1, np.int64)
         # The first section that fails to build names the point's error (in _SECTIONS' order).
         for section in _SECTIONS:
@@ -316,6 +319,7 @@ class SweepSource:
                 if isinstance(obj, _Failed):
                     if obj.reason not in errors:
                         errors.append(obj.reason)
+                        refusals[obj.reason] = obj.refusal
                     error_ix[(ix == k) & (error_ix < 0)] = errors.index(obj.reason)
         lists: dict[str, list[Any]] = {}
         index: dict[str, np.ndarray] = {}
@@ -337,6 +341,7 @@ class SweepSource:
         return PointBatch(ids=ids, models=lists["model"], model_ix=index["model"], clusters=lists["cluster"],
                           cluster_ix=index["cluster"], calibrations=lists["calibration"],
                           calibration_ix=index["calibration"], plan=plan, error_ix=error_ix, errors=errors,
+                          refusals=refusals,
                           axis_codes=list(zip(self.spec.axes, codes, strict=True)), software=self.software,
                           strategies=lists["strategies"], strategies_ix=index["strategies"])
 
@@ -360,7 +365,12 @@ def _grid_codes(start: int, n: int, stride: int, radix: int) -> np.ndarray:
 class _Failed:
     """A section that could not be built from its axis values."""
 
-    reason: str
+    refusal: Refusal
+
+    @property
+    def reason(self) -> str:
+        """The refusal's message."""
+        return self.refusal.message
 
 
 def _distinct_rows(codes: Sequence[np.ndarray], axes: Sequence[Axis]) -> tuple[list[tuple[Any, ...]], np.ndarray]:

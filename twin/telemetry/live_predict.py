@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twin.core.calibration import FACTORS, Observation, live_calibration
+from twin.core.conditions import Conditions
 from twin.core.estimate import Estimate
 from twin.core.health import TierStatus
 from twin.core.specs import Calibration, Scenario
@@ -41,9 +42,8 @@ def now_calibration(scenario: Scenario, fitted: Calibration, tiers: Mapping[str,
 
 
 def evaluate_with(engine: Engine, scenario: Scenario, calibration: Calibration, report: bool = True) -> Estimate:
-    """Evaluate ``scenario`` with another calibration."""
-    return engine.model.evaluate(dataclasses.replace(scenario, calibration=calibration), validate=False,
-                                 report=report)
+    """Evaluate ``scenario`` with another calibration (the network's conditions as an input)."""
+    return engine.evaluate(scenario, validate=False, report=report, conditions=Conditions(calibration=calibration))
 
 
 def sensitivities(engine: Engine, scenario: Scenario, calibration: Calibration, base_s: float) -> dict[str, float]:
@@ -91,7 +91,7 @@ def job_views(engine: Engine, jobs: Mapping[str, Scenario], observations: Mappin
     out = []
     for job, scn in sorted(jobs.items()):
         obs, n = observed_step(observations.get(job, ()))
-        designed = engine.model.evaluate(scn, validate=False, report=False).step_time_s
+        designed = engine.evaluate(scn, validate=False, report=False).step_time_s
         now = evaluate_with(engine, scn, now_calibration(scn, fitted, tiers), report=False).step_time_s
         out.append(JobView(job, obs, n, designed, now))
     return out

@@ -270,7 +270,7 @@ class TelemetryService:
         if full:
             raise TooLargeError("job", f"{MAX_JOBS:,} jobs are registered already; re-register an existing name")
         scn, data = self.parse_scenario(text)
-        step = self.engine.model.evaluate(scn, validate=False, report=False).step_time_s
+        step = self.engine.evaluate(scn, validate=False, report=False).step_time_s
         self.store.save_job(job, data, time.time_ns())
         with self.lock:
             self.jobs[job] = scn
@@ -301,7 +301,7 @@ class TelemetryService:
         now_cal = live_predict.now_calibration(scn, fitted, tiers)
         out["now_calibration"] = _cal_dict(now_cal)
         if basis in ("both", "designed"):
-            est = self.engine.model.evaluate(scn, validate=False)
+            est = self.engine.evaluate(scn, validate=False)
             out["designed"] = est.to_dict()
             out["designed_step_time_s"] = est.step_time_s
         if basis in ("both", "now"):

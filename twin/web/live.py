@@ -81,7 +81,7 @@ class Live:
             cached = self._fabric.get(name)
         if cached is not None and cached[0] is scenario:
             return cached[1]
-        est = self.engine.model.evaluate(scenario, validate=False, report=True)
+        est = self.engine.evaluate(scenario, validate=False, report=True)
         c = scenario.cluster
         layout = fabric_picture.layout_of(scenario.name or name, c.num_gpus, c.gpus_per_node, c.nics_per_node,
                                     est.to_dict()["fabric"])

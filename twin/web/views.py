@@ -20,7 +20,7 @@ from twin.sweep.reduce import PARETO
 
 # The parts of a step, in the order the pages stack them (twin.sweep.plot's, so a loaded rows
 # file and a sweep run here draw alike). The optimizer part is the larger of the optimizer
-# step and the framework's per-step host work (twin.core.evaluate: max(optimizer_s, host_step_s)).
+# step and the framework's per-step host work (twin.core.step: max(optimizer_s, host_step_s)).
 STEP_PARTS = PARTS
 
 

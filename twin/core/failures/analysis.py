@@ -27,13 +27,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twin.core.errors import SpecError, TwinError
-from twin.core.evaluate import TwinModel
 from twin.core.failures import montecarlo
 from twin.core.failures.components import ComponentGroup, FailureMode, merge_modes
 from twin.core.failures.failure_rates import NODE_COMPONENTS, REPAIR_H, planned_per_day, rate_set_scale
 from twin.core.failures.failure_spec import STORAGE_BYTES_PER_S_PER_GPU, FailureSpec, MonteCarloSpec
 from twin.core.failures.goodput import cycle_breakdown, daly_interval, young_interval
-from twin.core.failures.impact import CostContext, DegradedRun, ImpactEvaluator, Outcome, decide, link_headroom
+from twin.core.failures.impact import (
+    CostContext,
+    DegradedRun,
+    ImpactEvaluator,
+    Outcome,
+    StepModel,
+    decide,
+    link_headroom,
+)
 from twin.core.failures.injections import injection_mode, uplink_capacity
 from twin.core.specs import Optics, Scenario
 from twin.core.units import DAY_S, HOUR_S
@@ -246,7 +253,7 @@ def _decide_all(classes: Sequence[FailureClass], ev: ImpactEvaluator, ctx: CostC
         c.outcome = decide(c.mode, ev, ctx, c.repair_s)
 
 
-def analyze(model: TwinModel, scenario: Scenario, spec: FailureSpec, collect: Collector, *, rank: bool = False,
+def analyze(model: StepModel, scenario: Scenario, spec: FailureSpec, collect: Collector, *, rank: bool = False,
             pairs: bool = False, redundancy: bool = False, monte_carlo: MonteCarloSpec | None = None,
             mapper: montecarlo.Mapper | None = None) -> FailureReport:
     """Analyse ``scenario`` under ``spec``. See the module docstring."""
@@ -441,7 +448,7 @@ def pair_ranking(classes: Sequence[FailureClass], ev: ImpactEvaluator, top: int 
 
 
 # --------------------------------------------------------------------------- redundancy
-def redundancy_variants(model: TwinModel, scenario: Scenario, spec: FailureSpec, collect: Collector,
+def redundancy_variants(model: StepModel, scenario: Scenario, spec: FailureSpec, collect: Collector,
                         base: FailureReport) -> list[dict[str, Any]]:
     """Which redundancy buys the most goodput: re-run the analysis per variant."""
     variants: list[tuple[str, str, Scenario, FailureSpec, dict[str, Any]]] = []

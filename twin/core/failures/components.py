@@ -17,129 +17,17 @@ Plugins describe their hardware with these plain objects (hooks ``twin_component
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from twin.core.conditions import Impact, UplinkLoss, ecmp_max_load
+
+# Impact, UplinkLoss and ecmp_max_load are the network-change vocabulary (twin.core.conditions).
+__all__ = ["EFFECTS", "ComponentGroup", "Effect", "FailureMode", "Impact", "UplinkLoss", "ecmp_max_load"]
+
 Effect = Literal["down", "degraded", "congestion", "straggler"]
 EFFECTS: tuple[str, ...] = ("down", "degraded", "congestion", "straggler")
-
-
-def ecmp_max_load(flows: float, links: float) -> float:
-    """Expected flows on the busiest of ``links`` links when ``flows`` flows hash onto them.
-
-    Balls into bins (Raab & Steger 1998, "Balls into bins — a simple and tight
-    analysis"): the fullest of U bins holding c balls on average carries about
-    c + sqrt(2 c ln U); the RoCE plugin's ECMP efficiency is c over that.
-    """
-    if links <= 1:
-        return flows
-    c = flows / links
-    return c + math.sqrt(2.0 * c * math.log(links))
-
-
-@dataclass(frozen=True, slots=True)
-class UplinkLoss:
-    """Uplinks of one switch that no longer carry (all of) their share of traffic.
-
-    ``tier``: the first hierarchy tier whose traffic crosses these links (a leaf's uplinks
-    carry traffic that reaches tier 2, the spine). ``uplinks``: uplinks of that switch.
-    ``lost``: links lost; a degraded link under adaptive routing counts as the fraction of
-    its capacity lost.
-
-    Adaptive routing spreads traffic over what is left: the switch offers
-    ``capacity_fraction`` of its up-capacity, i.e. its oversubscription rises by the
-    inverse. Static ECMP hashing (``hashed_flows`` > 0 flows over these uplinks) instead
-    re-hashes the lost links' flows onto the others: the busiest link carries more flows
-    and every flow on it slows by the ratio of busiest-link loads (``hash_factor``); a
-    degraded link that stays in the hashed group (``worst_link`` < 1) slows the flows
-    hashed onto it to its speed, and a collective runs at its slowest flow.
-    """
-
-    tier: int
-    uplinks: float
-    lost: float
-    hashed_flows: float = 0.0
-    worst_link: float = 1.0
-
-    def capacity_fraction(self, spare_uplinks: float = 0.0) -> float:
-        """Fraction of the switch's nominal up-capacity still available (spares absorb losses)."""
-        if self.uplinks <= 0:
-            return 1.0
-        left = self.uplinks + spare_uplinks - self.lost
-        return max(0.0, min(1.0, left / self.uplinks))
-
-    @property
-    def hashed(self) -> bool:
-        """Whether flows are pinned to links by ECMP hashing (no adaptive re-balancing)."""
-        return self.hashed_flows > 0 or self.worst_link < 1.0
-
-    def hash_factor(self, spare_uplinks: float = 0.0) -> float:
-        """Bandwidth kept by the slowest hashed flow (1.0 when nothing is hashed).
-
-        ``spare_uplinks`` extra links in the group absorb losses; the nominal tier
-        bandwidth already carries the busiest-link loss of ``uplinks`` links, so a better
-        spread than nominal is not a gain here (capped at 1).
-        """
-        if not self.hashed:
-            return 1.0
-        factor = self.worst_link
-        if self.hashed_flows > 0 and self.lost > 0:
-            left = max(1.0, self.uplinks + spare_uplinks - self.lost)
-            factor *= ecmp_max_load(self.hashed_flows, self.uplinks) / ecmp_max_load(self.hashed_flows, left)
-        return min(1.0, factor)
-
-
-@dataclass(frozen=True, slots=True)
-class Impact:
-    """What the slowest rank sees while a failure lasts. Factors multiply; 1.0 = unchanged.
-
-    ``tier_bw``: (hierarchy tier index, bandwidth factor) pairs; ``uplinks``: switch
-    uplink losses (re-routed over the remaining uplinks); ``compute``/``hbm``: peak
-    compute and HBM bandwidth of the slowest GPU; ``pool``: bandwidth and capacity of the
-    memory pool of the affected node; ``nvls``: in-switch reduction still available;
-    ``stall_s``: a one-off pause (routing convergence, a congestion watchdog).
-    """
-
-    tier_bw: tuple[tuple[int, float], ...] = ()
-    uplinks: tuple[UplinkLoss, ...] = ()
-    compute: float = 1.0
-    hbm: float = 1.0
-    pool: float = 1.0
-    nvls: bool = True
-    stall_s: float = 0.0
-    note: str = ""
-
-    @property
-    def is_identity(self) -> bool:
-        """Whether this impact changes nothing."""
-        return (not self.uplinks and all(f == 1.0 for _, f in self.tier_bw) and self.compute == 1.0
-                and self.hbm == 1.0 and self.pool == 1.0 and self.nvls and self.stall_s == 0.0)
-
-    def combine(self, other: Impact) -> Impact:
-        """Both at once, placed where they hurt most.
-
-        Per-rank factors (a tier's bandwidth, compute, HBM, pool) take the worse of the
-        two: the slowest rank paces the step, and two failures of the very same rank are
-        rare. Uplink losses add up (both at the same switch); stalls add up.
-        """
-        bw: dict[int, float] = {}
-        for tier, factor in self.tier_bw + other.tier_bw:
-            bw[tier] = min(bw.get(tier, 1.0), factor)
-        return Impact(tier_bw=tuple(sorted(bw.items())), uplinks=self.uplinks + other.uplinks,
-                      compute=min(self.compute, other.compute), hbm=min(self.hbm, other.hbm),
-                      pool=min(self.pool, other.pool), nvls=self.nvls and other.nvls,
-                      stall_s=self.stall_s + other.stall_s,
-                      note="; ".join(n for n in (self.note, other.note) if n))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-data form."""
-        return {"tier_bw": [list(t) for t in self.tier_bw],
-                "uplinks": [{"tier": u.tier, "uplinks": u.uplinks, "lost": u.lost, "hashed_flows": u.hashed_flows,
-                             "worst_link": u.worst_link} for u in self.uplinks],
-                "compute": self.compute, "hbm": self.hbm, "pool": self.pool, "nvls": self.nvls,
-                "stall_s": self.stall_s, "note": self.note}
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,16 +2,14 @@
 
 The degraded step time comes from the performance model itself, not a separate formula:
 
-- interconnect failures become a degraded tier :class:`~twin.core.topology.Hierarchy`
-  (bandwidth factors, or oversubscription raised by the uplinks lost at a switch:
-  traffic re-routes over the remaining uplinks, so a switch that lost 1 of 4 uplinks
-  offers 3/4 of its up-capacity to the traffic that crosses it) evaluated by
-  :class:`DegradedModel`, a :class:`~twin.core.evaluate.TwinModel` whose hierarchy is the
-  degraded one. The collective model then slows exactly the collectives whose groups
-  cross the degraded tier, by the worst link of their ring or tree, and the synchronous
-  step waits for them (every rank waits for the slowest at the next collective);
-- device failures (a throttled GPU, slow HBM, a smaller CXL pool) become a degraded
-  :class:`~twin.core.specs.Scenario` (the slowest GPU's peaks). One slow GPU slows its
+- interconnect failures become a degraded tier hierarchy (``twin.core.conditions``: bandwidth
+  factors, or oversubscription raised by the uplinks lost at a switch), evaluated by the same
+  driver with the failure as an input (``Conditions(impact=...)``): the collective model then
+  slows exactly the collectives whose groups cross the degraded tier, by the worst link of
+  their ring or tree, and the synchronous step waits for them (every rank waits for the
+  slowest at the next collective); the scenario's strategies are the ones that run;
+- device failures (a throttled GPU, slow HBM, a smaller CXL pool) become the slowest GPU's
+  peaks (``twin.core.conditions.degrade_cluster``). One slow GPU slows its
   pipeline stage for every micro-batch, but not the pipeline fill and drain of the other
   stages, so the straggler step keeps the nominal bubble (Narayanan et al. 2021: the
   steady state runs at the pace of the slowest stage);
@@ -30,83 +28,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from twin.core.conditions import Conditions, degrade_hierarchy
 from twin.core.contention import link_name
 from twin.core.errors import TwinError
 from twin.core.estimate import Estimate
-from twin.core.evaluate import TwinModel
 from twin.core.failures.components import FailureMode, Impact
-from twin.core.specs import Calibration, Cluster, Scenario
-from twin.core.topology import Hierarchy, Tier
+from twin.core.specs import Scenario
+from twin.core.topology import Hierarchy
 from twin.core.units import HOUR_S
-
-
-def degrade_hierarchy(h: Hierarchy, impact: Impact, spare_uplinks: float = 0.0) -> Hierarchy:
-    """``h`` with ``impact`` applied (see the module docstring)."""
-    if impact.is_identity:
-        return h
-    tiers: list[Tier] = list(h.tiers)
-    for index, factor in impact.tier_bw:
-        if 0 <= index < len(tiers) and factor != 1.0:
-            t = tiers[index]
-            tiers[index] = dataclasses.replace(t, bw_Bps=t.bw_Bps * factor, nvls_bw_Bps=t.nvls_bw_Bps * factor,
-                                               a2a_bw_Bps=t.a2a_bw_Bps * factor)
-    for loss in impact.uplinks:
-        if loss.hashed:  # flows pinned by ECMP: the busiest (or slow) link paces them
-            over, bw = 1.0, loss.hash_factor(spare_uplinks)
-        else:  # adaptive routing: less up-capacity for the traffic that crosses
-            over, bw = 1.0 / max(1e-3, loss.capacity_fraction(spare_uplinks)), 1.0
-        for j in range(max(1, loss.tier), len(tiers)):
-            t = tiers[j]
-            tiers[j] = dataclasses.replace(t, oversubscription=t.oversubscription * over, bw_Bps=t.bw_Bps * bw)
-    if not impact.nvls and tiers[0].reduction == "nvls":
-        tiers[0] = dataclasses.replace(tiers[0], reduction="", nvls_bw_Bps=0.0)
-    note = f"degraded: {impact.note}" if impact.note else "degraded"
-    return Hierarchy(tiers=tuple(tiers), gpus_per_node=h.gpus_per_node, nic_share=h.nic_share,
-                     notes=(*h.notes, note), ring_plateau=h.ring_plateau, ll_max_bw=h.ll_max_bw,
-                     nvls_channels=h.nvls_channels, nvls_channels_multi=h.nvls_channels_multi,
-                     collnet_direct_bw=h.collnet_direct_bw, net_overhead_us=h.net_overhead_us,
-                     ll_max_bw_two_nodes=h.ll_max_bw_two_nodes, ll_max_bw_more_nodes=h.ll_max_bw_more_nodes,
-                     p2p_channels=h.p2p_channels, p2p_peer_channels=h.p2p_peer_channels,
-                     p2p_channel_bw=h.p2p_channel_bw)
-
-
-def degrade_scenario(scn: Scenario, impact: Impact) -> Scenario:
-    """``scn`` with the slowest GPU's compute/HBM and the memory pool scaled by ``impact``."""
-    cluster = scn.cluster
-    gpu = cluster.gpu
-    if impact.compute != 1.0:
-        gpu = dataclasses.replace(gpu, peak_tflops={k: v * impact.compute for k, v in gpu.peak_tflops.items()})
-    if impact.hbm != 1.0:
-        gpu = dataclasses.replace(gpu, hbm_TBps=gpu.hbm_TBps * impact.hbm)
-    pool = cluster.memory_pool
-    if pool is not None and impact.pool != 1.0:
-        devices = max(1, round(pool.devices_per_node * impact.pool))
-        pool = dataclasses.replace(pool, capacity_gib_per_node=pool.capacity_gib_per_node * impact.pool,
-                                   bandwidth_GBps_per_node=pool.bandwidth_GBps_per_node * impact.pool,
-                                   devices_per_node=devices)
-    if gpu is cluster.gpu and pool is cluster.memory_pool:
-        return scn
-    return dataclasses.replace(scn, cluster=dataclasses.replace(cluster, gpu=gpu, memory_pool=pool))
-
-
-class DegradedModel(TwinModel):
-    """The performance model evaluated on a degraded interconnect.
-
-    Shares the base model's fabrics and strategies; its hierarchy is the base model's
-    (cached) hierarchy with an :class:`Impact` applied.
-    """
-
-    def __init__(self, base: TwinModel, impact: Impact, spare_uplinks: float = 0.0) -> None:
-        super().__init__(base.fabrics, base.strategies, base.cost_override)
-        self._base = base
-        self._impact = impact
-        self._spare_uplinks = spare_uplinks
-
-    def hierarchy_of(self, cluster: Cluster, calibration: Calibration) -> Hierarchy:
-        """The base hierarchy, degraded."""
-        return degrade_hierarchy(self._base.hierarchy_of(cluster, calibration), self._impact, self._spare_uplinks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +63,26 @@ def _breakdown(est: Estimate) -> dict[str, Any]:
             "optimizer_s": bd.optimizer_s, "offload_s": bd.offload_s}
 
 
+class StepModel(Protocol):
+    """What failure analysis needs of the step model: the driver (``TwinModel``) or the facade
+    (``twin.engine.Engine``), which have these methods.
+    """
+
+    def evaluate(self, scenario: Scenario, *, validate: bool = True, report: bool = True,
+                 conditions: Conditions = ...) -> Estimate:
+        """One step of ``scenario`` under ``conditions``."""
+
+    def validate(self, scenario: Scenario) -> None:
+        """Raise the first rule ``scenario`` breaks."""
+
+    def hierarchy(self, scenario: Scenario, conditions: Conditions = ...) -> Hierarchy:
+        """The tier hierarchy ``scenario`` is evaluated on."""
+
+
 class ImpactEvaluator:
     """Evaluates impacts against one nominal scenario (memoised: symmetric classes share results)."""
 
-    def __init__(self, model: TwinModel, scenario: Scenario, spare_uplinks: float = 0.0) -> None:
+    def __init__(self, model: StepModel, scenario: Scenario, spare_uplinks: float = 0.0) -> None:
         self.model = model
         self.scenario = scenario
         self.spare_uplinks = spare_uplinks
@@ -157,11 +104,8 @@ class ImpactEvaluator:
         hit = self._cache.get(impact)
         if hit is not None:
             return hit
-        scn = degrade_scenario(self.scenario, impact)
-        model: TwinModel = self.model
-        if impact.tier_bw or impact.uplinks or not impact.nvls:
-            model = DegradedModel(self.model, impact, self.spare_uplinks)
-        est = model.evaluate(scn, validate=False, report=False)
+        est = self.model.evaluate(self.scenario, validate=False, report=False,
+                                  conditions=Conditions(impact=impact, spare_uplinks=self.spare_uplinks))
         self.evaluations += 1
         step = est.step_time_s
         if impact.compute != 1.0 or impact.hbm != 1.0:
@@ -384,14 +328,17 @@ def decide(mode: FailureMode, ev: ImpactEvaluator, ctx: CostContext, repair_s: f
                    options=tuple(options), infeasible=tuple(infeasible))
 
 
-def link_headroom(model: TwinModel, scenario: Scenario, impact: Impact, spare_uplinks: float = 0.0) -> dict[str, Any]:
+def link_headroom(model: StepModel, scenario: Scenario, impact: Impact, spare_uplinks: float = 0.0) -> dict[str, Any]:
     """What ``impact`` does to the links this job loads, through the contention model: per
     link class whose capacity it cuts, the capacity kept, how busy the job keeps those links,
     and what the step pays; ``note`` says in words why it costs nothing when it does not
     (no traffic crosses them, or the job's load there fits in what is left).
     """
     nominal = model.evaluate(scenario, validate=False)
-    degraded = DegradedModel(model, impact, spare_uplinks).evaluate(scenario, validate=False)
+    # The links only: the same impact without what it does to the devices.
+    links_only = dataclasses.replace(impact, compute=1.0, hbm=1.0, pool=1.0)
+    degraded = model.evaluate(scenario, validate=False,
+                              conditions=Conditions(impact=links_only, spare_uplinks=spare_uplinks))
     h0 = model.hierarchy(scenario)
     h1 = degrade_hierarchy(h0, impact, spare_uplinks)
     busy = {link.tier: min(1.0, sum(link.utilisation.values())) for link in nominal.links}
