@@ -291,10 +291,14 @@ class Diff:
     def __init__(self) -> None:
         self.same = 0
         self.differ = 0
+        self.added = 0  # leaves the baseline does not have (a field or column added since): not a difference
         self.worst = 0.0
         self.examples: list[str] = []
 
     def leaf(self, path: str, a: Any, b: Any) -> None:
+        if isinstance(a, str) and a == "<missing>":
+            self.added += 1
+            return
         if isinstance(a, float) and isinstance(b, float | int) and not isinstance(b, bool):
             if a == b or (math.isnan(a) and math.isnan(b)):
                 self.same += 1
@@ -352,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     for part in parts:
         d = Diff()
         d.walk(part, old[part], json.loads(json.dumps(new[part], sort_keys=True)))
+        added = f" ({d.added:,} values the baseline did not have)" if d.added else ""
         print(f"{part:9s}: {d.same:,} identical values, {d.differ:,} different, worst relative difference "
-              f"{d.worst:.3g}")
+              f"{d.worst:.3g}{added}")
         for e in d.examples:
             print(f"    {e}")
         bad |= d.worst > args.rtol

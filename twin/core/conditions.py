@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from twin.core.specs import Calibration, Cluster, Scenario
@@ -211,29 +211,30 @@ def degrade_scenario(scn: Scenario, impact: Impact) -> Scenario:
 
 @dataclass(frozen=True, slots=True)
 class Conditions:
-    """How the network differs from the scenario's design for one evaluation (module docstring)."""
+    """How the network differs from the scenario's design for one evaluation (module docstring).
+
+    ``network``, ``devices`` and ``shared`` say which parts differ (the hierarchy, the
+    devices, the job's share of some link class); ``key`` is the network's part as a value
+    (None when the hierarchy is the designed one), for what the driver remembers.
+    """
 
     impact: Impact | None = None
     spare_uplinks: float = 0.0
     capacity: tuple[float, ...] = ()
     calibration: Calibration | None = None
+    network: bool = field(init=False, default=False)
+    devices: bool = field(init=False, default=False)
+    shared: bool = field(init=False, default=False)
+    key: Any = field(init=False, default=None)
 
-    @property
-    def network(self) -> bool:
-        """Whether the tier hierarchy differs from the designed one."""
+    def __post_init__(self) -> None:
         i = self.impact
-        return i is not None and bool(i.tier_bw or i.uplinks or not i.nvls)
-
-    @property
-    def devices(self) -> bool:
-        """Whether the devices differ (the slowest GPU's compute or HBM, the memory pool)."""
-        i = self.impact
-        return i is not None and (i.compute != 1.0 or i.hbm != 1.0 or i.pool != 1.0)
-
-    @property
-    def shared(self) -> bool:
-        """Whether the job's share of some link class differs from its GPUs' own share."""
-        return any(c != 1.0 for c in self.capacity)
+        network = i is not None and bool(i.tier_bw or i.uplinks or not i.nvls)
+        object.__setattr__(self, "capacity", tuple(float(c) for c in self.capacity))
+        object.__setattr__(self, "network", network)
+        object.__setattr__(self, "devices", i is not None and (i.compute != 1.0 or i.hbm != 1.0 or i.pool != 1.0))
+        object.__setattr__(self, "shared", any(c != 1.0 for c in self.capacity))
+        object.__setattr__(self, "key", (i, self.spare_uplinks) if network else None)
 
     def scenario(self, scn: Scenario) -> Scenario:
         """``scn`` with this calibration and these devices."""

@@ -243,7 +243,7 @@ class TwinModel:
             h = self._hierarchies.put(key, fact.build_hierarchy(self.fabrics, cluster, cal))
         if not conditions.network:
             return h  # type: ignore[no-any-return]
-        dkey = (key, conditions.impact, conditions.spare_uplinks)
+        dkey = (key, conditions.key)
         degraded = self._degraded.get(dkey)
         if degraded is None:
             degraded = self._degraded.put(dkey, conditions.hierarchy(h))
@@ -370,8 +370,7 @@ class TwinModel:
         """
         plan, cluster, cal, model = scenario.plan, scenario.cluster, scenario.calibration, scenario.model
         key = (self._token(cluster), self._token(model), self._token(cal), self._token(scenario.software),
-               WORK_FIELDS(plan), pairs_end_stages(plan.schedule),
-               (conditions.impact, conditions.spare_uplinks) if conditions.network else None)
+               WORK_FIELDS(plan), pairs_end_stages(plan.schedule), conditions.key)
         hit = self._setups.get(key)
         if hit is None:
             hit = self._setups.put(key, self._build_setup(scenario, conditions))
@@ -397,8 +396,7 @@ class TwinModel:
             return None
         plan, tok = scenario.plan, self._token
         gkey = (tok(scenario.model), tok(scenario.cluster), tok(scenario.calibration), tok(scenario.software),
-                tok(scenario.strategies), GROUP_SCALARS(plan), tok(plan.overlap), tok(plan.offload),
-                (conditions.impact, conditions.spare_uplinks) if conditions.network else None)
+                tok(scenario.strategies), GROUP_SCALARS(plan), tok(plan.overlap), tok(plan.offload), conditions.key)
         groups = self._groups
         group = groups.get(gkey)
         if group is None and groups.admits(gkey):
@@ -418,10 +416,11 @@ class TwinModel:
         (failed or degraded parts, other jobs' traffic, another calibration;
         ``twin.core.conditions``).
         """
-        self.fresh()
-        return self.evaluate_unfreshed(scenario, validate=validate, report=report, conditions=conditions)
+        if self._token.full():
+            self.fresh()
+        return self.evaluate_unfreshed(scenario, validate, report, conditions)
 
-    def evaluate_unfreshed(self, scenario: Scenario, *, validate: bool = True, report: bool = True,
+    def evaluate_unfreshed(self, scenario: Scenario, validate: bool = True, report: bool = True,
                            conditions: Conditions = NOMINAL) -> Estimate:
         """:meth:`evaluate` inside another evaluation (a batch's point-by-point fallback): the
         spec tokens are not renewed in the middle of it.
