@@ -12,6 +12,7 @@ from google.protobuf import struct_pb2
 from twin.client import event_rows
 from twin.engine import Engine
 from twin.rpc.v1 import sweep_service_pb2 as sw
+from twin.rpc.v1 import sweep_service_pb2_grpc as sw_grpc
 from twin.rpc.v1 import twin_service_pb2 as t
 from twin.server.services import DEADLINE_SLACK_S, stop_reason
 from twin.sweep.sweep_spec import set_path
@@ -173,26 +174,29 @@ def test_stop_reason_counts_a_cancel_at_the_deadline_as_the_deadline():
     assert reason(0.0, finished=True) == reason(None, finished=True) == ""
 
 
-def test_deadline_stops_the_work(server, sweep_stub):
+def test_deadline_stops_the_work(start_server):
     """A deadline that passes while the sweep runs stops it: the server logs it stopped for the
     deadline, with fewer points done than the sweep has."""
-    # 60,000 points with rows kept: 44 s of work on the 2-core test machine (one run in-process,
-    # every row re-evaluated), far more than the deadline on any machine. The deadline must also
-    # land after the server has started the sweep: 0.7 s did not on a loaded machine (the call
-    # could end before the handler read the request, and then nothing runs or logs). The started
-    # event took up to about 1 s with four CPU-bound processes beside the server; 5 s is that
-    # five times over.
-    gbs = {"path": "plan.gbs", "range": {"start": 256, "stop": 256 * 2001, "step": 256}}
+    # 3,000,000 points with rows kept (the server's point limit raised for it): a minute of work
+    # or more at the ~60,000 rows/s a 2-core machine streams, far more than the deadline on any
+    # machine. The deadline must also land after the server has started the sweep: 0.7 s did
+    # not on a loaded machine (the call could end before the handler read the request, and then
+    # nothing runs or logs). The started event took up to about 1 s with four CPU-bound
+    # processes beside the server; 5 s is that five times over.
+    srv = start_server(env={"TWIN_LIMITS_MAX_SWEEP_POINTS": "3000000"})
+    gbs = {"path": "plan.gbs", "range": {"start": 256, "stop": 256 * 100_001, "step": 256}}
     spec = {**BIG, "name": "deadline", "axes": [gbs, *BIG["axes"][1:3], {"path": "plan.pp", "values": [1, 2, 4, 5, 8]}]}
     kinds = []
-    with pytest.raises(grpc.RpcError) as info:
-        for event in sweep_stub.Sweep(sw.SweepRequest(spec_document=json.dumps(spec)), timeout=DEADLINE_S):
-            kinds.append(event.WhichOneof("event"))
+    with grpc.insecure_channel(srv.address) as channel:
+        stub = sw_grpc.SweepServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            for event in stub.Sweep(sw.SweepRequest(spec_document=json.dumps(spec)), timeout=DEADLINE_S):
+                kinds.append(event.WhichOneof("event"))
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert kinds[:1] == ["started"] and "finished" not in kinds  # it ran, and did not finish
-    # The stop lands within one row batch (500 points) of the deadline; the bound is for a loaded machine.
-    rec = server.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "deadline", timeout=60)
-    assert rec["reason"] == "deadline" and rec["done_points"] < rec["total_points"] == 60_000
+    # The stop lands within one row batch (4,096 points) of the deadline; the bound is for a loaded machine.
+    rec = srv.wait_log(lambda r: r.get("msg") == "sweep stopped" and r.get("sweep") == "deadline", timeout=60)
+    assert rec["reason"] == "deadline" and rec["done_points"] < rec["total_points"] == 3_000_000
 
 
 def test_open_sweep_streams_do_not_starve_unary_calls_or_health(start_server):

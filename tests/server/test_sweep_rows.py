@@ -24,10 +24,10 @@ from twin.server.sweep_engine import EngineRunner
 
 BASE = {"name": "base", "cluster": {"system": "DGX-H100", "num_gpus": 256}, "model": "llama3.1-70b",
         "plan": {"tp": 8, "pp": 4, "gbs": 256}}
-# 20 x 2 x 3 x 10 = 1,200 points, feasible and infeasible ones mixed: three of the runner's
-# 500-point row batches, so chunks meet progress events mid-stream.
+# 80 x 2 x 3 x 10 = 4,800 points, feasible and infeasible ones mixed: two of the runner's
+# 4,096-point row batches, so chunks meet progress events mid-stream.
 SPEC = {"name": "rows", "base": BASE, "keep_rows": True, "axes": [
-    {"path": "plan.gbs", "range": {"start": 256, "stop": 256 * 21, "step": 256}},
+    {"path": "plan.gbs", "range": {"start": 256, "stop": 256 * 81, "step": 256}},
     {"path": "plan.mbs", "values": [1, 2]},
     {"path": "plan.recompute", "values": ["none", "selective", "full"]},
     {"path": "plan.pp", "values": [1, 2, 4, 5, 8, 10, 16, 20, 40, 80]}]}
@@ -38,10 +38,16 @@ WIDE = {"name": "wide", "base": BASE, "keep_rows": True,
 
 
 def local_rows(spec: dict) -> list[bytes]:
-    """The rows of the sweep evaluated in this process, as the server encodes them."""
+    """The rows of the sweep evaluated in this process, each built field by field from its own
+    estimate (``event_message``: the slow path the server's block encoding must equal).
+    """
     runner = EngineRunner(Engine(autoload=False), max_points=1_000_000, executor="inline")
-    return [event_message(e).row.SerializeToString(deterministic=True)
-            for e in runner(spec, lambda: False) if isinstance(e, sweep_events.Row)]
+    out = []
+    for e in runner(spec, lambda: False):
+        for row in (e.rows() if isinstance(e, sweep_events.RowBlock) else [e] if isinstance(e, sweep_events.Row)
+                    else []):
+            out.append(event_message(row).row.SerializeToString(deterministic=True))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +79,7 @@ def test_python_client_gets_every_row_once_in_order(server, expected, per_messag
     with TwinClient(server.address) as client:
         events = list(client.sweep(SPEC, rows_per_message=per_message, timeout_s=120))
     check_stream(events, expected, per_message)
-    assert events[-1].finished.done_points == len(expected) == 1200
+    assert events[-1].finished.done_points == len(expected) == 4800
 
 
 def test_wide_rows_stay_under_a_stock_clients_limit(server):
@@ -113,7 +119,7 @@ def test_node_client_reads_every_row(server, expected, nodejs, tmp_path, per_mes
     assert [r.get("error", {}).get("field") for r in got["rows"]] == [
         r.error.field if r.HasField("error") else None for r in want]
     assert ("row" in got["messages"]) is (per_message == "1") and ("rows" in got["messages"]) is (per_message == "0")
-    assert got["finished"]["done_points"] == 1200
+    assert got["finished"]["done_points"] == 4800
 
 
 # --------------------------------------------------------------- the time bound, end to end

@@ -15,7 +15,7 @@ from twin.rpc.v1 import sweep_service_pb2_grpc as sw_grpc
 from twin.server import extensions, grpc_app
 from twin.server.server_config import ServerConfig
 from twin.server.sweep_engine import EngineRunner
-from twin.server.sweep_events import Finished, Progress, Row, Started
+from twin.server.sweep_events import Finished, Progress, Row, RowBlock, Started
 
 BASE = {"name": "base", "cluster": {"system": "DGX-H100", "num_gpus": 256}, "model": "llama3.1-70b",
         "plan": {"tp": 8, "pp": 4, "gbs": 256}}
@@ -34,7 +34,9 @@ def test_runner_events_follow_the_server_contract(engine):
     events = list(runner(GRID, lambda: False))
     assert isinstance(events[0], Started) and events[0].total == 20
     assert events[0].axis_paths == ("plan.tp", "plan.pp")
-    rows = [e for e in events if isinstance(e, Row)]
+    blocks = [e for e in events if isinstance(e, RowBlock)]  # kept rows come as blocks of a batch's rows
+    assert blocks and not any(isinstance(e, Row) for e in events)
+    rows = [r for b in blocks for r in b.rows()]
     assert sorted(r.index for r in rows) == list(range(20))          # keep_rows: the server's default
     bad = [r for r in rows if r.error is not None]
     # a broken rule is a SpecError naming the field; out of memory is InfeasibleError (FAILED_PRECONDITION)

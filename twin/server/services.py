@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import grpc
+import numpy as np
 
 from twin.core import schema
 from twin.core.docload import parse_document as load_document
@@ -26,7 +27,7 @@ from twin.rpc.v1 import catalog_pb2, scenario_pb2, sweep_service_pb2, twin_servi
 from twin.server import guard, sweep_events
 from twin.server.context import ServerContext
 from twin.server.rowchunks import RowChunker, rows_per_message
-from twin.wire import convert
+from twin.wire import convert, row_encoding
 from twin.wire.convert import Limits
 from twin.wire.status_table import code_for, field_of, rule_of
 
@@ -204,6 +205,33 @@ def _row_message(row: sweep_events.Row) -> sweep_service_pb2.SweepRow:
     return msg
 
 
+def block_rows(block: sweep_events.RowBlock) -> list[bytes]:
+    """A block's rows encoded together (``twin.wire.row_encoding``), each framed as an entry of
+    ``SweepRows.rows``: what :func:`_row_message` of each of its rows would encode.
+    """
+    feasible = np.asarray([i for i, e in enumerate(block.errors) if e is None], np.int64)
+    outcome = [b""] * len(block)
+    for i, encoded in zip(feasible.tolist(), row_encoding.estimates(block.columns, feasible), strict=True):
+        outcome[i] = encoded
+    errors: dict[int, bytes] = {}
+    for i, error in enumerate(block.errors):
+        if error is not None:
+            encoded = errors.get(id(error))
+            if encoded is None:
+                encoded = errors[id(error)] = row_encoding.error_bytes(code_for(error).name, field_of(error),
+                                                                      rule_of(error))
+            outcome[i] = encoded
+    # Each axis's distinct values encoded once, then gathered per row.
+    per_axis = []
+    for path, values, codes in block.axes:
+        entries = [row_encoding.assignment_entry(path, v, convert.dict_to_struct) for v in values]
+        per_axis.append([entries[k] for k in codes])
+    assignments = [b"".join(parts) for parts in zip(*per_axis, strict=True)] if per_axis else [b""] * len(block)
+    row, framed = row_encoding.row, row_encoding.framed
+    return [framed(row(index, assignment, encoded, error is None)) for index, assignment, encoded, error
+            in zip(block.indices, assignments, outcome, block.errors, strict=True)]
+
+
 def event_message(event: sweep_events.SweepEvent) -> sweep_service_pb2.SweepEvent:
     """A runner event as a wire event (a ``Row`` as the single-row form; the servicer chunks rows)."""
     if isinstance(event, sweep_events.Row):
@@ -275,6 +303,9 @@ class SweepServicer:
             for event in runner(spec, should_stop):
                 if isinstance(event, sweep_events.Row):
                     yield from rows.add(_row_message(event))
+                    continue
+                if isinstance(event, sweep_events.RowBlock):
+                    yield from rows.add_encoded(block_rows(event))
                     continue
                 yield from rows.flush()  # rows keep their place before progress and finished
                 if isinstance(event, sweep_events.Started):

@@ -2,8 +2,8 @@
 
 A runner is any callable ``runner(spec, should_stop) -> Iterator[SweepEvent]`` (see
 :data:`SweepRunner`; ``spec`` is the sweep-file mapping of the request): it yields one
-:class:`Started`, then :class:`Row` and :class:`Progress` events as points complete, then
-one :class:`Finished`, and checks ``should_stop()`` so a cancelled call stops the work.
+:class:`Started`, then :class:`Row` (or :class:`RowBlock`) and :class:`Progress` events as
+points complete, then one :class:`Finished`, and checks ``should_stop()`` so a cancelled call stops the work.
 The servicer (``twin.server.services.SweepServicer``) only converts these events to the
 wire (rows many to a message, :mod:`twin.server.rowchunks`); a runner that pauses between
 rows should yield a ``Progress`` first, which sends the rows held so far. The server's
@@ -13,7 +13,7 @@ install another through ``ServerContext.sweep_runner``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,46 @@ class Row:
     error: BaseException | None = None
 
 
+@dataclass(frozen=True)
+class RowBlock:
+    """Evaluated points as one block, what a runner that evaluates in batches yields instead of
+    a ``Row`` per point: the servicer puts a block on the wire in one pass
+    (``twin.wire.row_encoding``), exactly as it would put its rows (``rows()``).
+
+    Per row: ``indices`` and ``errors`` (None: feasible). ``axes``: per swept path, its
+    distinct values in the block and each row's index among them (``assignments`` gives each
+    row's mapping). ``columns``: the rows' numbers under the sweep's column names
+    (``twin.sweep.metrics``: FLOAT_COLUMNS, DETAIL_COLUMNS, INT_COLUMNS); ``estimate(i)``: row i
+    as an ``Estimate``.
+    """
+
+    indices: Sequence[int]
+    axes: Sequence[tuple[str, Sequence[Any], Sequence[int]]]
+    errors: Sequence[BaseException | None]
+    columns: Mapping[str, Any]
+    estimate: Callable[[int], Estimate]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @property
+    def assignments(self) -> list[dict[str, Any]]:
+        """Each row's swept paths and their values."""
+        per_axis = [[values[k] for k in codes] for _, values, codes in self.axes]
+        paths = [path for path, _, _ in self.axes]
+        return [dict(zip(paths, row, strict=True)) for row in zip(*per_axis, strict=True)] if per_axis else \
+            [{} for _ in self.indices]
+
+    def rows(self) -> Iterator[Row]:
+        """The block as one ``Row`` per point."""
+        for i, (index, assignment, error) in enumerate(zip(self.indices, self.assignments, self.errors,
+                                                           strict=True)):
+            if error is None:
+                yield Row(index, assignment, estimate=self.estimate(i))
+            else:
+                yield Row(index, assignment, error=error)
+
+
 @dataclass(frozen=True, slots=True)
 class Finished:
     """The sweep is over (``stopped``: "" when complete, else why it stopped early)."""
@@ -62,5 +102,5 @@ class Finished:
     stopped: str = ""
 
 
-SweepEvent = Started | Progress | Row | Finished
+SweepEvent = Started | Progress | Row | RowBlock | Finished
 SweepRunner = Callable[[Mapping[str, Any], Callable[[], bool]], Iterator[SweepEvent]]

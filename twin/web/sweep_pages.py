@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.core.errors import NotFoundError, SpecError, TooLargeError
-from twin.server.sweep_events import Finished, Progress, Row, Started, SweepEvent, SweepRunner
+from twin.server.sweep_events import Finished, Progress, Row, RowBlock, Started, SweepEvent, SweepRunner
 from twin.web.views import plots, row_of, rows_from_columns
 
 log = logging.getLogger("twin.web")
@@ -160,6 +160,10 @@ class WebSweeps:
     def _apply(self, job: SweepJob, ev: SweepEvent) -> None:
         if isinstance(ev, Started):
             job.name, job.total, job.axes = ev.name, ev.total, ev.axis_paths
+        elif isinstance(ev, RowBlock):
+            for row in ev.rows():
+                self._apply(job, row)
+            return
         elif isinstance(ev, Row):
             error = f"{getattr(ev.error, 'field', '')}: {getattr(ev.error, 'rule', ev.error)}" if ev.error else ""
             job.rows.append(row_of(ev.index, ev.assignment, ev.estimate, error.lstrip(": ")))
