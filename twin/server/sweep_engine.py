@@ -114,7 +114,7 @@ class EngineRunner:
         cancel = threading.Event()
         t0 = time.perf_counter()
         batch_points = ROW_BATCH_POINTS if spec.keep_rows else None
-        for ev in events(job, self.executor_for(job), cancel=cancel, batch_points=batch_points):
+        for ev in events(job, self.executor_for(job), cancel=cancel, batch_points=batch_points, collect_rows=False):
             if should_stop():
                 cancel.set()
             if isinstance(ev, EngineProgress):

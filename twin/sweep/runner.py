@@ -9,6 +9,7 @@ does the same. ``run_sweep`` drains the stream for library and CLI use.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
@@ -162,8 +163,12 @@ def _ray_installed() -> bool:
 
 
 def events(job: Job, executor: Executor, *, cancel: threading.Event | None = None,
-           batch_points: int | None = None) -> Iterator[SweepEvent]:
-    """Progress events while ``job`` runs on ``executor``, then :class:`Finished`."""
+           batch_points: int | None = None, collect_rows: bool = True) -> Iterator[SweepEvent]:
+    """Progress events while ``job`` runs on ``executor``, then :class:`Finished`.
+
+    ``collect_rows=False``: a job's kept rows reach the consumer only with each batch's
+    ``Progress`` (``batch.rows``), not again all together in the result (a service streams them).
+    """
     cancel = cancel or threading.Event()
     batches = plan_batches(job.total, executor.workers, batch_points, inline=executor.name == "inline")
     result = SweepResult(name=job.name, total=job.total, metric=job.metric, order=job.order, top_n=job.top,
@@ -174,7 +179,7 @@ def events(job: Job, executor: Executor, *, cancel: threading.Event | None = Non
     try:
         for item in stream:
             if item is not None:
-                result.add(item)
+                result.add(item if collect_rows or item.rows is None else dataclasses.replace(item, rows=None))
             yield Progress(done=result.done, total=job.total, feasible=result.feasible,
                            batches_done=len(result.batches), batches_total=len(batches),
                            elapsed_s=time.perf_counter() - t0, best=result.best(), retried=stats["retried"],
