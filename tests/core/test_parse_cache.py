@@ -1,5 +1,5 @@
 """Mapping -> Scenario through the caches: shared objects, read-only specs, bounded caches,
-and results and errors exactly those of the strict reference loader."""
+and results and errors exactly those without caches. (The loader itself: test_schema_loader.py.)"""
 
 from __future__ import annotations
 
@@ -10,18 +10,15 @@ import math
 import pickle
 import sys
 import threading
-from typing import Literal, get_args, get_origin
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from tests.conftest import ROOT, base_scenario
 from twin.core import schema
 from twin.core.errors import SpecError, TwinError
 from twin.core.scenario_io import resolve_cluster, resolve_gpu, resolve_model, scenario_from_dict
-from twin.core.schema import FrozenDict, FrozenList, Unkeyable, fast_load, load, value_key
-from twin.core.specs import Calibration, Offload, Overlap, Plan, Scenario
+from twin.core.schema import FrozenDict, FrozenList, Unkeyable, load, value_key
+from twin.core.specs import Overlap, Plan, Scenario
 from twin.engine import Engine
 
 sys.path.insert(0, str(ROOT / "validation"))
@@ -95,20 +92,13 @@ def test_values_equal_in_python_but_different_inputs_are_told_apart() -> None:
         with pytest.raises(Unkeyable):
             value_key(unkeyable)
     # a cached valid input never answers for an equal-in-Python invalid one
-    fast_load(Plan, {"gbs": 64, "sequence_parallel": True}, "plan")
+    load(Plan, {"gbs": 64, "sequence_parallel": True}, "plan")
     with pytest.raises(SpecError, match="boolean"):
-        fast_load(Plan, {"gbs": 64, "sequence_parallel": 1}, "plan")
+        load(Plan, {"gbs": 64, "sequence_parallel": 1}, "plan")
     catalog = Engine(autoload=False).catalog
     resolve_cluster({"system": "DGX-H100", "num_gpus": 8, "scale_out": {"sharp": True}}, catalog)
     with pytest.raises(SpecError, match="boolean"):
         resolve_cluster({"system": "DGX-H100", "num_gpus": 8, "scale_out": {"sharp": 1}}, catalog)
-
-
-def test_unusual_forms_load_the_reference_way_and_share_when_equal(fresh: Engine) -> None:
-    a = fast_load(Plan, {"gbs": 64, "tp": 8}, "plan")
-    assert fast_load(Plan, {"gbs": 64.0, "tp": 8.0}, "plan") is a  # the reference loader's int(8.0)
-    assert fast_load(Plan, {"gbs": 64, "overlap": Overlap()}, "plan").overlap is fast_load(
-        Plan, {"gbs": 64}, "plan").overlap
 
 
 # ------------------------------------------------------------------ no mutation
@@ -189,19 +179,19 @@ def test_frozen_specs_copy_pickle_serialise_and_replace_like_plain_ones(fresh: E
 
 # ------------------------------------------------------------------ bounded
 def test_caches_are_bounded(fresh: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    fast = schema._compiled(Plan)
-    assert fast is not None
-    monkeypatch.setattr(fast.interner, "maxsize", 16)
+    plans = schema._loader_for(Plan).interner
+    assert plans is not None
+    monkeypatch.setattr(plans, "maxsize", 16)
     monkeypatch.setattr(fresh.catalog.caches["cluster"], "maxsize", 4)
     for i in range(50):
-        fast_load(Plan, {"gbs": 8 * (i + 1)}, "plan")
+        load(Plan, {"gbs": 8 * (i + 1)}, "plan")
         resolve_cluster({"system": "DGX-H100", "num_gpus": 8 * (i + 1)}, fresh.catalog)
-    assert len(fast.interner) == 16
+    assert len(plans) == 16
     assert len(fresh.catalog.caches["cluster"]) == 4
     # first in, first out: the newest are kept
-    assert fast_load(Plan, {"gbs": 400}, "plan") is fast_load(Plan, {"gbs": 400}, "plan")
+    assert load(Plan, {"gbs": 400}, "plan") is load(Plan, {"gbs": 400}, "plan")
     # every default size is finite
-    sizes = [fast.interner.maxsize] + [c.maxsize for c in fresh.catalog.caches.values()]
+    sizes = [plans.maxsize] + [c.maxsize for c in fresh.catalog.caches.values()]
     assert all(0 < s < 10**5 for s in sizes)
 
 
@@ -211,15 +201,6 @@ def test_adding_presets_clears_the_catalog_caches(fresh: Engine) -> None:
     fresh.catalog.add("models", {"tiny-test": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 100,
                                                "seq_len": 128}}, "test")
     assert all(len(c) == 0 for c in fresh.catalog.caches.values())
-
-
-def test_interning_can_be_switched_off() -> None:
-    try:
-        schema.set_interning(False)
-        assert fast_load(Plan, {"gbs": 8}, "plan") is not fast_load(Plan, {"gbs": 8}, "plan")
-    finally:
-        schema.set_interning(True)
-    assert fast_load(Plan, {"gbs": 8}, "plan") is fast_load(Plan, {"gbs": 8}, "plan")
 
 
 # ------------------------------------------------------------------ errors
@@ -282,84 +263,6 @@ def test_threads_share_one_object_per_section() -> None:
     for i in range(len(data)):
         assert len({id(run[i].plan) for run in seen}) == 1
         assert len({id(run[i].cluster) for run in seen}) == 1
-
-
-# ------------------------------------------------------------------ the fast loader is the reference loader
-VALUES = st.one_of(
-    st.sampled_from([0, 1, 2, 8, -1, 10**7, 10**12, 2**63, True, False, None, 1.0, 2.5, 8.0, -0.0, math.inf,
-                     math.nan, "bf16", "fp8", "full", "none", "host", "cxl", "8", "", [], [1], {}]),
-    st.integers(-5, 2**40), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4))
-PLAN_KEYS = st.sampled_from([f.name for f in dataclasses.fields(Plan)] + ["bogus", "Tp"])
-NESTED = st.dictionaries(st.sampled_from(["grad_reduce", "param_gather", "tp_comm", "p2p", "ep_comm", "optimizer",
-                                          "params", "activations", "x"]), VALUES, max_size=3)
-PLANS = st.dictionaries(PLAN_KEYS, st.one_of(VALUES, NESTED), max_size=8)
-
-
-def _result(fn, cls, data) -> tuple:
-    try:
-        obj = fn(cls, data, "plan")
-        return ("ok", obj, repr(obj))
-    except (TwinError, ArithmeticError) as err:
-        return ("error", type(err).__name__, str(err))
-
-
-@settings(max_examples=600, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(data=PLANS, gbs=st.sampled_from([None, 8, 64.0, 0]))
-def test_fast_load_is_load(data: dict, gbs: object) -> None:
-    if gbs is not None:
-        data = {"gbs": gbs, **data}
-    for cls in (Plan, Overlap, Offload, Calibration):
-        assert _result(fast_load, cls, data) == _result(load, cls, data)
-
-
-def _field_values(tp: object) -> st.SearchStrategy:
-    """Mostly valid values of a field of type ``tp``, with near misses (4.0 for 4, 1 for True)."""
-    if tp is int:
-        return st.sampled_from([1, 2, 4, 8, 64, 4.0, 0, True, 10**12])
-    if tp == int | None:
-        return st.sampled_from([None, 1, 4, 4.0, 0])
-    if tp is bool:
-        return st.sampled_from([True, False, 1, None])
-    if tp == bool | None:
-        return st.sampled_from([None, True, False, 0])
-    if tp is float:
-        return st.sampled_from([0.5, 1, 1.0, 0.0, -0.0, 1.5, math.nan, math.inf, True])
-    if tp is str:
-        return st.sampled_from(["", "x", 1])
-    if get_origin(tp) is Literal:
-        return st.sampled_from([*get_args(tp), "nope"])
-    if get_origin(tp) is tuple:  # a list of choices: as a list or a tuple, with a bad name, or not a list
-        names = list(get_args(get_args(tp)[0]))
-        return st.one_of(st.lists(st.sampled_from([*names, "nope"]), max_size=3),
-                         st.lists(st.sampled_from(names), max_size=3).map(tuple), st.sampled_from([names[0], None]))
-    if dataclasses.is_dataclass(tp):
-        hints = schema._hints(tp)
-        return st.fixed_dictionaries({}, optional={n: _field_values(hints[n]) for n in hints})
-    raise AssertionError(tp)
-
-
-@settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(data=st.sampled_from([Plan, Overlap, Offload, Calibration]).flatmap(
-    lambda cls: st.tuples(st.just(cls), _field_values(cls))))
-def test_fast_load_is_load_on_mostly_valid_input(data: tuple) -> None:
-    cls, mapping = data
-    fast, ref = _result(fast_load, cls, mapping), _result(load, cls, mapping)
-    assert fast == ref
-    if fast[0] == "ok":
-        assert fast_load(cls, copy.deepcopy(mapping), "plan") is fast_load(cls, mapping, "plan")
-
-
-def test_the_slot_constructor_builds_what_init_builds() -> None:
-    fast = schema._compiled(Plan)
-    assert fast is not None and fast.make is not Plan  # the fast constructor is in use
-    values = [f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-              if f.default_factory is not dataclasses.MISSING else 64 for f in dataclasses.fields(Plan)]
-    built = fast.make(*values)
-    assert built == Plan(*values) and repr(built) == repr(Plan(*values)) and hash(built) == hash(Plan(*values))
-    new_scenario = schema.constructor(Scenario)
-    scn = Engine(autoload=False).scenario(base_scenario())
-    fields = [getattr(scn, f.name) for f in dataclasses.fields(Scenario)]
-    assert new_scenario(*fields) == Scenario(*fields)
 
 
 def test_resolvers_outside_a_scenario_share_too(fresh: Engine) -> None:

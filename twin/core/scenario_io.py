@@ -180,7 +180,7 @@ def _loaded_part(catalog: Catalog, cls: type, value: dict[str, Any], path: str) 
     """``cls`` loaded from ``value`` (cached by value), or None if that fails.
 
     On None the caller leaves the mapping in place and the cluster's own load raises the
-    error, in the order the reference loader meets it (other fields may come first).
+    error, in the order schema.load meets it (other fields may come first).
     """
     try:
         key = (cls, schema.value_key(value))
@@ -274,8 +274,8 @@ _KNOWN = frozenset({"name", "cluster", "model", "plan", "calibration", "software
                     "failures"})
 _KNOWN_TEXT = ", ".join(sorted(_KNOWN))
 _DEFAULT_CALIBRATION = Calibration()
-_load_plan = schema.fast_loader(Plan)
-_load_calibration = schema.fast_loader(Calibration)
+_load_plan = schema.loader(Plan)
+_load_calibration = schema.loader(Calibration)
 # Scenario(...) with every field given, through the slots (see schema.constructor).
 _new_scenario = schema.constructor(Scenario)
 

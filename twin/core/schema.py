@@ -15,8 +15,25 @@ Cross-field rules live next to each spec (see ``specs.py``).
 Loaded specs are immutable all the way down: dataclasses are frozen, and mapping fields
 (``GPU.peak_tflops``, ``ScaleUp.params`` ...) come back as :class:`FrozenDict` (lists
 inside them as :class:`FrozenList`). That is what lets a loaded section be shared: equal
-inputs give one object (:func:`fast_load`, and the preset caches of ``scenario_io``), and
-no caller can change the shared copy by mutating what it was handed.
+inputs give one object (:func:`load` interns the classes whose fields are plain values, and
+the preset caches of ``scenario_io`` the others), and no caller can change the shared copy
+by mutating what it was handed.
+
+One loader, fast without generated code. The service loads a plan per request
+(``Engine.scenario(mapping)`` one by one), so loading must not inspect the class per call.
+Per spec class, once, :func:`_loader_for` works out a :class:`_ClassLoader`: the field
+names and their index, the default values, one converter per field (closures over what its
+type and bounds say, built by :func:`_field_converter`), a quick test per field of the
+common exact values that the converter would return unchanged (an int within its bounds, a
+known choice: :func:`_quick_test`), how to build the object (:func:`_builder`) and, for
+classes whose fields are plain hashable values, an :class:`Interner`. Loading a plain
+``dict`` is then one pass over its items: index, test or convert, store; then the object is
+found by its field values or built. Whatever stops that pass (an unknown key, a bad value,
+a missing field, a value kept as a subclass such as an ``IntEnum``) sends the input through
+the same converters once more: unknown keys first, then field by field in declaration order,
+which raises the error that order meets first, whatever order the keys came in. Each rule is
+written once, in its converter; a quick test, derived from the same type and bounds, only
+lets a value through unconverted where the converter would return it unchanged.
 """
 
 from __future__ import annotations
@@ -24,12 +41,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import operator
+import sys
 import threading
 import types
 import typing
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from twin.core.errors import SpecError
@@ -215,6 +234,7 @@ class Interner:
         self.name = name
         self.maxsize = maxsize
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._pinned: dict[Hashable, Any] = {}
         # The lookup is the hot path (every section of every call): the dict's own method.
         self.get: Callable[[Hashable], Any] = self._items.get
         _INTERNERS.add(self)
@@ -233,9 +253,17 @@ class Interner:
                     break
         return kept  # type: ignore[no-any-return]
 
+    def pin(self, key: Hashable, obj: T) -> T:
+        """:meth:`add`, and store ``obj`` again after every :meth:`clear`: for the defaults that
+        a spec class's loader hands out without a lookup, which must stay the ones found.
+        """
+        return self.add(key, self._pinned.setdefault(key, obj))
+
     def clear(self) -> None:
-        """Forget every object."""
+        """Forget every object (but the pinned ones, while interning is on)."""
         self._items.clear()
+        if Interner.enabled:
+            self._items.update(self._pinned)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -312,469 +340,603 @@ def _type_name(tp: Any) -> str:
     )
 
 
-def _convert(value: Any, tp: Any, path: str) -> Any:
+# ------------------------------------------------------------ converters, one per field type
+# A converter is ``conv(value, path) -> value``: the value the spec holds, or SpecError naming
+# ``path`` and the rule. Each is built once per field type (closures over what the type says:
+# its choices, its item converter, its messages), so converting does no reflection.
+_Conv = Callable[[Any, str], Any]
+_NONE = type(None)
+_PLAIN = frozenset({bool, int, float, str, _NONE})
+_FLOAT_MAX = sys.float_info.max
+
+
+class _Kept(Exception):
+    """A valid value kept as given although of a subclass (an ``IntEnum`` in an integer field,
+    a ``str`` subclass for a choice): equal to the plain value, but a different input, so the
+    object holding it is built but not interned (see :meth:`_ClassLoader.load`).
+    """
+
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.value = value
+
+
+def _converter(tp: Any, share: bool = False) -> _Conv:
+    """The converter of type ``tp``. ``share``: nested specs passed as objects are replaced by
+    their interned equal (the field belongs to an interned class, whose key holds their id).
+    """
     origin = get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = get_args(tp)
-        if value is None:
-            if type(None) in args:
+        return _union_converter(tp, share)
+    null = f"must be {_type_name(tp)} (got null)"
+    if origin is Literal:
+        return _literal_converter(tp, null)
+    if tp in _SCALARS:
+        return _SCALARS[tp](null)
+    if origin is tuple:
+        return _tuple_converter(get_args(tp)[0], null, share)
+    if origin in (dict, Mapping):
+        return _mapping_converter(get_args(tp)[1], null)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _spec_converter(tp, null, share)
+
+    def other(v: Any, path: str) -> Any:
+        if v is None:
+            raise SpecError(path, null)
+        if tp is Any:
+            return v
+        raise SpecError(path, f"unsupported field type {tp!r}")  # pragma: no cover - programming error
+
+    return other
+
+
+def _union_converter(tp: Any, share: bool) -> _Conv:
+    """``X | Y | None``: None if allowed, else the first member type that takes the value; the
+    one member's own error when there is one member, else the union's.
+    """
+    args = get_args(tp)
+    nullable = _NONE in args
+    convs = [_converter(a, share) for a in args if a is not _NONE]
+    name = _type_name(tp)
+    if nullable and len(convs) == 1:
+        (inner,) = convs
+
+        def optional(v: Any, path: str) -> Any:
+            return None if v is None else inner(v, path)
+
+        return optional
+
+    def union(v: Any, path: str) -> Any:
+        if v is None:
+            if nullable:
                 return None
-            raise SpecError(path, f"must be {_type_name(tp)} (got null)")
+            raise SpecError(path, f"must be {name} (got null)")
         errors: list[SpecError] = []
-        for arg in args:
-            if arg is type(None):
-                continue
+        for conv in convs:
             try:
-                return _convert(value, arg, path)
+                return conv(v, path)
             except SpecError as err:
                 errors.append(err)
         if len(errors) == 1:
             raise errors[0]
-        raise SpecError(path, f"must be {_type_name(tp)} (got {value!r})")
-    if value is None:
-        raise SpecError(path, f"must be {_type_name(tp)} (got null)")
-    if origin is Literal:
-        choices = get_args(tp)
-        if value not in choices or isinstance(value, bool) != any(isinstance(c, bool) for c in choices):
-            raise SpecError(path, f"must be {_type_name(tp)} (got {value!r})")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise SpecError(path, f"must be a boolean (got {value!r})")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(path, f"must be an integer (got {value!r})")
-        if isinstance(value, float):
-            if not math.isfinite(value) or not value.is_integer():
-                raise SpecError(path, f"must be an integer (got {value!r})")
-            value = int(value)
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(path, f"must be a number (got {value!r})")
-        value = float(value)
-        if not math.isfinite(value):
-            raise SpecError(path, f"must be a finite number (got {value!r})")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise SpecError(path, f"must be a string (got {value!r})")
-        return value
-    if origin is tuple:
-        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
-            raise SpecError(path, f"must be a list (got {value!r})")
-        (item_tp, *_rest) = get_args(tp)
-        return tuple(_convert(v, item_tp, f"{path}[{i}]") for i, v in enumerate(value))
-    if origin in (dict, Mapping):
-        if not isinstance(value, Mapping):
-            raise SpecError(path, f"must be a mapping (got {value!r})")
-        _, val_tp = get_args(tp)
+        raise SpecError(path, f"must be {name} (got {v!r})")
+
+    return union
+
+
+def _literal_converter(tp: Any, null: str) -> _Conv:
+    """One of the ``Literal`` choices; a bool only where a choice is a bool."""
+    choices = get_args(tp)
+    has_bool = any(isinstance(c, bool) for c in choices)
+    name = _type_name(tp)
+
+    def choice(v: Any, path: str) -> Any:
+        if v is None:
+            raise SpecError(path, null)
+        if v not in choices or isinstance(v, bool) != has_bool:
+            raise SpecError(path, f"must be {name} (got {v!r})")
+        return v
+
+    return choice
+
+
+def _bool_converter(null: str) -> _Conv:
+    def boolean(v: Any, path: str) -> Any:
+        if v is True or v is False:
+            return v
+        raise SpecError(path, null if v is None else f"must be a boolean (got {v!r})")
+
+    return boolean
+
+
+def _int_converter(null: str) -> _Conv:
+    def integer(v: Any, path: str) -> Any:
+        if type(v) is int:
+            return v
+        if v is None:
+            raise SpecError(path, null)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise SpecError(path, f"must be an integer (got {v!r})")
+        if isinstance(v, float):
+            if not math.isfinite(v) or not v.is_integer():
+                raise SpecError(path, f"must be an integer (got {v!r})")
+            return int(v)
+        return v
+
+    return integer
+
+
+def _float_converter(null: str) -> _Conv:
+    def number(v: Any, path: str) -> Any:
+        if type(v) is float and v - v == 0:  # finite (float(v) is v itself)
+            return v
+        if v is None:
+            raise SpecError(path, null)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise SpecError(path, f"must be a number (got {v!r})")
+        v = float(v)
+        if not math.isfinite(v):
+            raise SpecError(path, f"must be a finite number (got {v!r})")
+        return v
+
+    return number
+
+
+def _str_converter(null: str) -> _Conv:
+    def string(v: Any, path: str) -> Any:
+        if isinstance(v, str):
+            return v
+        raise SpecError(path, null if v is None else f"must be a string (got {v!r})")
+
+    return string
+
+
+_SCALARS: dict[Any, Callable[[str], _Conv]] = {
+    bool: _bool_converter, int: _int_converter, float: _float_converter, str: _str_converter}
+
+
+def _tuple_converter(item_tp: Any, null: str, share: bool) -> _Conv:
+    """A list (or tuple) of items, as a tuple; a tuple whose every item converts to itself is
+    returned as is.
+    """
+    item = _converter(item_tp, share)
+
+    def sequence(v: Any, path: str) -> Any:
+        if v is None:
+            raise SpecError(path, null)
+        if isinstance(v, str | bytes | Mapping) or not isinstance(v, list | tuple):
+            raise SpecError(path, f"must be a list (got {v!r})")
+        out = tuple([item(x, f"{path}[{i}]") for i, x in enumerate(v)])
+        return v if type(v) is tuple and all(map(operator.is_, out, v)) else out
+
+    return sequence
+
+
+def _mapping_converter(val_tp: Any, null: str) -> _Conv:
+    """A mapping with string keys, as a :class:`FrozenDict`; free-form (``Any``) values are
+    copied frozen, so the spec shares none of the caller's lists.
+    """
+    free = val_tp is Any
+    item = None if free else _converter(val_tp)
+
+    def mapping(v: Any, path: str) -> Any:
+        if v is None:
+            raise SpecError(path, null)
+        if not isinstance(v, Mapping):
+            raise SpecError(path, f"must be a mapping (got {v!r})")
         out = {}
-        for k, v in value.items():
+        for k, x in v.items():
             if not isinstance(k, str):
                 raise SpecError(path, f"keys must be strings (got {k!r})")
-            # Free-form values are copied frozen: the spec must not share the caller's lists.
-            out[k] = _frozen(v) if val_tp is Any else _convert(v, val_tp, f"{path}.{k}")
+            out[k] = _frozen(x) if item is None else item(x, f"{path}.{k}")
         return FrozenDict(out)
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        return load(tp, value, path)
-    if tp is Any:
-        return value
-    raise SpecError(path, f"unsupported field type {tp!r}")  # pragma: no cover - programming error
+
+    return mapping
 
 
-def _check_bounds(value: Any, meta: Mapping[str, Any], path: str) -> None:
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return
-    gt, ge, lt, le = meta.get("gt"), meta.get("ge"), meta.get("lt"), meta.get("le")
-    if gt is not None and not value > gt:
-        raise SpecError(path, f"must be > {gt} (got {value})")
-    if ge is not None and not value >= ge:
-        raise SpecError(path, f"must be >= {ge} (got {value})")
-    if lt is not None and not value < lt:
-        raise SpecError(path, f"must be < {lt} (got {value})")
-    if le is not None and not value <= le:
-        raise SpecError(path, f"must be <= {le} (got {value})")
-
-
-_FIELDS: dict[type, tuple[dict[str, dataclasses.Field[Any]], str]] = {}
-
-
-def _fields(cls: type) -> tuple[dict[str, dataclasses.Field[Any]], str]:
-    """The init fields of ``cls`` by name, and their sorted names for error messages."""
-    hit = _FIELDS.get(cls)
-    if hit is None:
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-        hit = _FIELDS[cls] = (fields, ", ".join(sorted(fields)))
-    return hit
-
-
-def load(cls: type[T], data: Any, path: str) -> T:
-    """Build ``cls`` from ``data`` strictly; raise :class:`SpecError` naming the field.
-
-    The reference loader: every section that the fast path (:func:`fast_load`) or a cache
-    does not serve comes here, and so does every input with an error, which is why errors
-    are the same whichever way a section is loaded.
+def _spec_converter(tp: type, null: str, share: bool) -> _Conv:
+    """A nested spec: loaded from a mapping, or an object of the class taken as it is (with
+    ``share``, its interned equal).
     """
-    if not isinstance(data, Mapping):
-        raise SpecError(path, f"must be a mapping (got {type(data).__name__})")
-    hints = _hints(cls)
-    fields, expected = _fields(cls)
-    unknown = [k for k in data if k not in fields]
-    if unknown:
-        key = unknown[0]
-        where = f"{path}.{key}" if path else str(key)
-        raise SpecError(where, f"unknown field; expected one of: {expected}")
-    kwargs: dict[str, Any] = {}
-    for name, f in fields.items():
-        where = f"{path}.{name}" if path else name
-        if name in data:
-            value = _convert(data[name], hints[name], where)
-            _check_bounds(value, f.metadata, where)
-            if isinstance(value, tuple):
-                for i, item in enumerate(value):
-                    _check_bounds(item, f.metadata, f"{where}[{i}]")
-            kwargs[name] = value
-        elif f.default is _MISSING and f.default_factory is _MISSING:
-            raise SpecError(where, "is required")
-    return cls(**kwargs)
+
+    def spec(v: Any, path: str) -> Any:
+        if type(v) is dict:
+            return (_LOADERS.get(tp) or _loader_for(tp)).load(v, path)
+        if isinstance(v, tp):
+            return (_LOADERS.get(tp) or _loader_for(tp)).shared(v) if share else v
+        if v is None:
+            raise SpecError(path, null)
+        return (_LOADERS.get(tp) or _loader_for(tp)).load(v, path)
+
+    return spec
 
 
-# ------------------------------------------------------------ the fast path
-# Objects kept per interned spec class: a sweep of distinct plans churns through this many
-# before the oldest is rebuilt; a Plan and its key tuple are 200 + 208 bytes
-# (sys.getsizeof, CPython 3.11), so ~1.7 MB for plans.
-FAST_INTERN_SIZE = 4096
-
-
-class _Slow(Exception):
-    """The fast path cannot vouch for a value: the reference loader decides."""
-
-
-_Conv = Callable[[Any], Any]
-
-
-def _bounds(meta: Mapping[str, Any]) -> Callable[[Any], bool] | None:
-    """The test :func:`_check_bounds` applies to a number, as a predicate (None: no bounds)."""
+def _bounds_check(meta: Mapping[str, Any]) -> Callable[[Any, str], None] | None:
+    """The field's numeric bounds (``gt``, ``ge``, ``lt``, ``le``) as a check of a converted
+    number (other values pass); None if the field has none.
+    """
     gt, ge, lt, le = meta.get("gt"), meta.get("ge"), meta.get("lt"), meta.get("le")
     if gt is None and ge is None and lt is None and le is None:
         return None
 
-    def ok(v: Any) -> bool:
-        return (gt is None or v > gt) and (ge is None or v >= ge) and (lt is None or v < lt) \
-            and (le is None or v <= le)
+    def check(value: Any, path: str) -> None:
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            return
+        if gt is not None and not value > gt:
+            raise SpecError(path, f"must be > {gt} (got {value})")
+        if ge is not None and not value >= ge:
+            raise SpecError(path, f"must be >= {ge} (got {value})")
+        if lt is not None and not value < lt:
+            raise SpecError(path, f"must be < {lt} (got {value})")
+        if le is not None and not value <= le:
+            raise SpecError(path, f"must be <= {le} (got {value})")
 
-    return ok
+    return check
 
 
-def _fast_conv(tp: Any, ok: Callable[[Any], bool] | None) -> _Conv | None:
-    """A converter that returns exactly what ``_convert`` + ``_check_bounds`` return for the
-    plain, valid values it accepts, and raises for anything else (None: type not handled).
+def _plain(value: Any) -> bool:
+    """Whether a converted value is keyed exactly by ``==`` and its type (plain scalars, tuples
+    of them) or by identity (nested specs, keyed by id): an interned object may hold it.
     """
-    origin = get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = get_args(tp)
-        if len(args) != 2 or type(None) not in args:
+    t = type(value)
+    if t is tuple:
+        return all(_plain(v) for v in value)
+    return t in _PLAIN or dataclasses.is_dataclass(value)
+
+
+def _field_converter(tp: Any, meta: Mapping[str, Any], interned: bool) -> _Conv:
+    """The converter of one field: its type's, then its bounds (on a tuple's items too), then,
+    in an interned class, :class:`_Kept` for a value kept as a subclass instance.
+    """
+    convert = _converter(tp, share=interned)
+    bounds = _bounds_check(meta)
+    if bounds is None and not interned:
+        return convert
+
+    def checked(v: Any, path: str) -> Any:
+        out = convert(v, path)
+        if bounds is not None:
+            bounds(out, path)
+            if isinstance(out, tuple):
+                for i, item in enumerate(out):
+                    bounds(item, f"{path}[{i}]")
+        if interned and not _plain(out):
+            raise _Kept(out)
+        return out
+
+    return checked
+
+
+# A field's quick test: (exact type, None allowed, low, high, choices). A value of exactly that
+# type, within [low, high] (numbers) or among the choices (strings), or None where allowed, is
+# what the field's converter returns for it, unchanged; so :meth:`_ClassLoader.load` takes it
+# without the call. Other values, and fields without a test, go through the converter.
+_Quick = tuple[type, bool, Any, Any, "frozenset[str] | None"]
+
+
+def _quick_test(tp: Any, meta: Mapping[str, Any]) -> _Quick | None:
+    """The quick test of a field of type ``tp``: ``bool``, ``str``, string choices, and ``int``
+    or ``float`` with no bound other than ``ge``/``le``, each optionally ``| None``.
+    """
+    args = get_args(tp) if get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    kinds = [a for a in args if a is not _NONE]
+    if len(kinds) != 1:
+        return None
+    (kind,) = kinds
+    nullable = _NONE in args
+    if kind is int or kind is float:
+        if meta.get("gt") is not None or meta.get("lt") is not None:
             return None
-        inner = _fast_conv(next(a for a in args if a is not type(None)), ok)
-        if inner is None:
-            return None
-
-        def optional(v: Any) -> Any:
-            return None if v is None else inner(v)  # type: ignore[misc]
-
-        return optional
-    if origin is Literal:
-        choices = get_args(tp)
-        if not all(type(c) is str for c in choices):
-            return None
-        allowed = frozenset(choices)
-
-        def literal(v: Any) -> Any:
-            if type(v) is str and v in allowed:
-                return v
-            raise _Slow
-
-        return literal
-    if origin is tuple:
-        args = get_args(tp)
-        item = args[0] if len(args) == 2 and args[1] is Ellipsis else None
-        if item is None or get_origin(item) is not Literal or not all(type(c) is str for c in get_args(item)):
-            return None
-        names = frozenset(get_args(item))
-
-        def names_tuple(v: Any) -> Any:
-            # a tuple of choices is returned as is (interning an equal spec keeps it)
-            t = type(v)
-            if (t is tuple or t is list) and all(type(x) is str and x in names for x in v):
-                return v if t is tuple else tuple(v)
-            raise _Slow
-
-        return names_tuple
-    if tp is bool or tp is str:
-        def exact(v: Any) -> Any:
-            if type(v) is tp:
-                return v
-            raise _Slow
-
-        return exact
-    if tp is int:
-        def integer(v: Any) -> Any:
-            if type(v) is int and (ok is None or ok(v)):
-                return v
-            raise _Slow
-
-        return integer
-    if tp is float:
-        def number(v: Any) -> Any:
-            t = type(v)
-            x = v if t is float else float(v) if t is int else None
-            if x is not None and x - x == 0 and (ok is None or ok(x)):  # x - x == 0: finite
-                return x
-            raise _Slow
-
-        return number
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        fast = _compiled(tp)
-        if fast is None:
-            return None
-
-        def nested(v: Any) -> Any:
-            if type(v) is dict:
-                return fast.build(v)  # type: ignore[union-attr]
-            if type(v) is tp:
-                return fast.intern_obj(v)  # type: ignore[union-attr]
-            raise _Slow
-
-        return nested
+        ge, le = meta.get("ge"), meta.get("le")
+        lo, hi = -math.inf if ge is None else ge, math.inf if le is None else le
+        if kind is float:  # within these, a float is finite
+            lo, hi = max(lo, -_FLOAT_MAX), min(hi, _FLOAT_MAX)
+        return kind, nullable, lo, hi, None
+    if kind is bool or kind is str:
+        return kind, nullable, None, None, None
+    if get_origin(kind) is Literal and all(type(c) is str for c in get_args(kind)):
+        return str, nullable, None, None, frozenset(get_args(kind))
     return None
 
 
-# How the build loop checks a field without a call (the common plan fields), else _GENERIC.
-_INT, _OPT_INT, _CHOICE, _BOOL, _OPT_BOOL, _GENERIC = range(6)
+# ------------------------------------------------------------ building the object
+def _builder(cls: type) -> Callable[[Sequence[Any]], Any]:
+    """``values -> cls(*values)`` (every field, in order), faster where that is what
+    ``cls.__init__`` does.
 
+    The ``__init__`` that ``@dataclass(frozen=True, slots=True)`` writes (every field an init
+    field, no ``__post_init__``) stores each value in its slot through ``object.__setattr__``,
+    a call per field. A twin class with the same slots, not frozen (a dataclass too, its
+    ``__init__`` written by ``dataclasses`` the same way), stores them with plain attribute
+    assignments; the object then becomes a ``cls`` by ``__class__`` assignment, which Python
+    allows only between classes of the same layout (it checks: same base, same slots) and
+    which leaves the slots as they are. A Plan (31 fields): ~0.7 us instead of ~4 us for
+    ``Plan(*values)`` (timeit, CPython 3.11 here). Any other class is called.
+    """
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    names = tuple(f.name for f in fields)
+    init = getattr(getattr(cls, "__init__", None), "__code__", None)
+    written = getattr(init, "co_filename", "") == "<string>"  # by dataclasses, not by hand
+    frozen = getattr(getattr(cls, "__dataclass_params__", None), "frozen", False)
+    if written and frozen and not hasattr(cls, "__post_init__") and all(f.init for f in fields) and \
+            cls.__dict__.get("__slots__") == names and cls.__bases__ == (object,):
+        filler = dataclasses.make_dataclass(f"{cls.__name__}Filler", names, slots=True, eq=False)
 
-def _inline_check(tp: Any, meta: Mapping[str, Any]) -> tuple[int, Any, Any]:
-    """(kind, low or choices, high) of the loop's own test of a field of type ``tp``."""
-    if meta.get("gt") is None and meta.get("lt") is None:
-        lo = meta.get("ge")
-        hi = meta.get("le")
-        lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
-        if tp is int:
-            return _INT, lo, hi
-        if tp == int | None:
-            return _OPT_INT, lo, hi
-    if tp is bool:
-        return _BOOL, None, None
-    if tp == bool | None:
-        return _OPT_BOOL, None, None
-    if get_origin(tp) is Literal and all(type(c) is str for c in get_args(tp)):
-        return _CHOICE, frozenset(get_args(tp)), None
-    return _GENERIC, None, None
+        def build(values: Sequence[Any]) -> Any:
+            obj = filler(*values)
+            obj.__class__ = cls
+            return obj
+
+        try:
+            if type(build([None] * len(names))) is cls:
+                return build
+        except TypeError:  # a layout Python does not take as the same
+            pass
+    if any(f.kw_only for f in fields):
+        init_names = [f.name for f in fields if f.init]
+        return lambda values: cls(**dict(zip(init_names, values, strict=True)))
+    return lambda values: cls(*values)
 
 
 def constructor(cls: type) -> Callable[..., Any]:
-    """``cls(*values)`` with every init field given in order, as fast as it can be built.
-
-    For the frozen slotted specs: see :func:`_constructor`.
+    """``cls(*values)`` with every init field given in order, built as :func:`load` builds
+    specs (see :func:`_builder`).
     """
-    return _constructor(cls, tuple(f.name for f in dataclasses.fields(cls) if f.init))
+    build = _builder(cls)
+    return lambda *values: build(values)
 
 
-def _constructor(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
-    """``cls(*values)``, faster where that is exactly what ``cls.__init__`` does.
+# ------------------------------------------------------------ the loader
+# Objects kept per interned spec class: a sweep of distinct plans churns through this many
+# before the oldest is rebuilt; a Plan and its key tuple are 200 + 208 bytes
+# (sys.getsizeof, CPython 3.11), so ~1.7 MB for plans.
+SPEC_INTERN_SIZE = 4096
 
-    The ``__init__`` that ``@dataclass(frozen=True, slots=True)`` writes (no
-    ``__post_init__``, every field passed) sets each slot with ``object.__setattr__``; the
-    same stores straight through the slot descriptors skip its per-field global lookups
-    (a 24-field Plan: 1.7 us instead of 3.4 us, timeit on CPython 3.11 here). Any other
-    class gets ``cls`` itself.
+
+class _PerObject:
+    """A default made for each object by its ``default_factory`` (a mutable one: a dict)."""
+
+    __slots__ = ("factory",)
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.factory = factory
+
+
+def _default(factory: Callable[[], Any], interned: bool) -> Any:
+    """The default a field with ``default_factory`` starts from: in an interned class, made once
+    (it is hashable, so immutable enough to share; a nested spec is its interned copy); in
+    other classes, made per object, as ``cls()`` would.
     """
-    init = getattr(cls, "__init__", None)
-    generated = getattr(getattr(init, "__code__", None), "co_filename", "") == "<string>"
-    slots = [cls.__dict__.get(n) for n in names]
-    every_field = [f.name for f in dataclasses.fields(cls)] == list(names)
-    if not generated or not every_field or hasattr(cls, "__post_init__") or not all(
-            type(s) is types.MemberDescriptorType for s in slots):
-        return cls
-    args = ", ".join(f"v{i}" for i in range(len(names)))
-    body = "".join(f"    s{i}(o, v{i})\n" for i in range(len(names)))
-    src = f"def make({args}):\n    o = new(cls)\n{body}    return o\n"
-    ns: dict[str, Any] = {"new": object.__new__, "cls": cls, **{f"s{i}": s.__set__ for i, s in enumerate(slots)}}
-    exec(src, ns)  # generated from field positions only, as dataclasses writes __init__
-    return ns["make"]  # type: ignore[no-any-return]
+    if not interned:
+        return _PerObject(factory)
+    made = factory()
+    if dataclasses.is_dataclass(made):
+        made = _loader_for(type(made)).shared(made, pin=True)
+    return made
 
 
-class _Fast:
-    """The fast loader of one spec class whose every field is a plain, hashable value."""
+class _ClassLoader:
+    """How to load one spec class, worked out once (see the module docstring)."""
 
-    __slots__ = ("checks", "cls", "convs", "defaults", "floats", "index", "interner", "make", "names", "nested",
-                 "required")
+    __slots__ = ("build", "cls", "convs", "defaults", "expected", "factories", "floats", "index", "interner",
+                 "names", "nested", "required", "tests")
 
-    def __init__(self, cls: type, names: tuple[str, ...], convs: tuple[_Conv, ...],
-                 checks: tuple[tuple[int, Any, Any], ...], defaults: list[Any]) -> None:
+    def __init__(self, cls: type, interned: bool) -> None:
         hints = _hints(cls)
+        fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
         self.cls = cls
-        self.names = names
-        self.index = {n: i for i, n in enumerate(names)}
-        self.convs = convs
-        self.checks = checks
-        self.defaults = defaults
-        self.required = tuple(i for i, d in enumerate(defaults) if d is _MISSING)
-        self.floats = tuple(i for i, n in enumerate(names) if hints[n] is float or float in get_args(hints[n]))
-        # Nested specs are interned too: the key holds their id (their hash is a Python-level
-        # dataclass __hash__ per call). Sound because the object built for a key refers to
-        # those nested objects, so they stay alive, and their ids unique, while the key exists.
-        self.nested = tuple(i for i, c in enumerate(checks) if c[0] == _GENERIC and any(
-            dataclasses.is_dataclass(a) for a in (hints[names[i]], *get_args(hints[names[i]]))))
-        self.make = _constructor(cls, names)
-        self.interner = Interner(FAST_INTERN_SIZE, f"spec:{cls.__name__}")
+        self.names = tuple(f.name for f in fields)
+        self.expected = ", ".join(sorted(self.names))
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.convs = tuple(_field_converter(hints[f.name], f.metadata, interned) for f in fields)
+        self.tests = tuple(_quick_test(hints[f.name], f.metadata) for f in fields)
+        self.defaults = [f.default for f in fields]
+        self.factories = tuple(i for i, f in enumerate(fields) if f.default_factory is not _MISSING)
+        self.required = tuple(i for i, d in enumerate(self.defaults) if d is _MISSING and i not in self.factories)
+        for i in self.factories:
+            self.defaults[i] = _default(fields[i].default_factory, interned)
+        if interned:
+            self.factories = ()  # made once, shared by every object: see _default
+        self.build = _builder(cls)
+        self.interner = Interner(SPEC_INTERN_SIZE, f"spec:{cls.__name__}") if interned else None
+        self.floats = tuple(i for i, f in enumerate(fields) if float in (hints[f.name], *get_args(hints[f.name])))
+        # Nested specs are keyed by their id (their hash is a Python-level dataclass __hash__):
+        # sound, as the object kept for a key holds them, so they live, and keep their ids, as
+        # long as the key.
+        self.nested = tuple(i for i, f in enumerate(fields) if any(
+            dataclasses.is_dataclass(a) for a in (hints[f.name], *get_args(hints[f.name]))))
 
-    def build(self, data: dict[str, Any]) -> Any:
-        """The interned spec for plain, valid ``data``; raises on anything else."""
+    def load(self, data: Any, path: str) -> Any:
+        """``cls`` from ``data``: see :func:`load`.
+
+        A plain ``dict`` is converted in one pass in its own order; if anything stops that pass
+        (an unknown key, an error, a missing field, a value kept as a subclass) or ``data`` is
+        another mapping, :meth:`load_in_order` converts it field by field in declaration order,
+        which raises the first error met in that order.
+        """
+        if type(data) is not dict:
+            return self.load_in_order(data, path)
         values = self.defaults.copy()
-        index, checks = self.index, self.checks
-        for k, v in data.items():
-            i = index[k]
-            kind, a, b = checks[i]
-            if kind == _INT:
-                if type(v) is not int or not a <= v <= b:
-                    raise _Slow
-            elif kind == _CHOICE:
-                if type(v) is not str or v not in a:
-                    raise _Slow
-            elif kind == _BOOL:
-                if type(v) is not bool:
-                    raise _Slow
-            elif kind == _OPT_INT:
-                if v is not None and (type(v) is not int or not a <= v <= b):
-                    raise _Slow
-            elif kind == _OPT_BOOL:
-                if v is not None and type(v) is not bool:
-                    raise _Slow
-            else:
-                values[i] = self.convs[i](v)
-                continue
-            values[i] = v
-        for i in self.required:
-            if values[i] is _MISSING:
-                raise _Slow
-        return self.intern(values)
+        index, tests, convs = self.index, self.tests, self.convs
+        try:
+            for k, v in data.items():
+                i = index[k]
+                test = tests[i]
+                if test is not None:  # see _quick_test
+                    exact, nullable, lo, hi, choices = test
+                    if v is None:
+                        if nullable:
+                            values[i] = v
+                            continue
+                    elif type(v) is exact and (v in choices if choices is not None else lo is None or lo <= v <= hi):
+                        values[i] = v
+                        continue
+                values[i] = convs[i](v, path)  # path: only errors use it, and they are redone
+            for i in self.required:
+                if values[i] is _MISSING:
+                    raise KeyError(self.names[i])
+        except Exception:
+            return self.load_in_order(data, path)
+        interner = self.interner
+        if interner is None or not Interner.enabled:
+            return self.make(values)
+        key = self.key(values)  # as in intern(), without the call
+        if key is None:
+            return self.build(values)
+        hit = interner.get(key)
+        return hit if hit is not None else interner.add(key, self.build(values))
+
+    def load_in_order(self, data: Any, path: str) -> Any:
+        """:meth:`load` field by field: unknown keys first, then each field in declaration order."""
+        if not isinstance(data, Mapping):
+            raise SpecError(path, f"must be a mapping (got {type(data).__name__})")
+        index = self.index
+        for key in data:
+            if key not in index:
+                where = f"{path}.{key}" if path else str(key)
+                raise SpecError(where, f"unknown field; expected one of: {self.expected}")
+        values = self.defaults.copy()
+        plain = True
+        for i, name in enumerate(self.names):
+            where = f"{path}.{name}" if path else name
+            if name in data:
+                try:
+                    values[i] = self.convs[i](data[name], where)
+                except _Kept as kept:
+                    values[i], plain = kept.value, False
+            elif values[i] is _MISSING:
+                raise SpecError(where, "is required")
+        if plain and self.interner is not None and Interner.enabled:
+            return self.intern(values)
+        return self.make(values)
+
+    def make(self, values: list[Any]) -> Any:
+        """A new object of these converted values (defaults made per object made here)."""
+        for i in self.factories:
+            if type(values[i]) is _PerObject:
+                values[i] = values[i].factory()
+        return self.build(values)
 
     def intern(self, values: list[Any]) -> Any:
-        """The one object for these (checked, exactly typed) field values."""
+        """The one object of an interned class for these converted, plain values."""
+        key = self.key(values)
+        if key is None:
+            return self.build(values)
+        hit = self.interner.get(key)  # type: ignore[union-attr]
+        return hit if hit is not None else self.interner.add(key, self.build(values))  # type: ignore[union-attr]
+
+    def key(self, values: list[Any]) -> tuple[Any, ...] | None:
+        """The interning key of an interned class's field values (None: not interned)."""
         for i in self.floats:
-            if values[i] == 0:  # 0.0 and -0.0 hash alike but are different values: not interned
-                return self.make(*values)
-        if self.nested:
-            keyed = values.copy()
-            for i in self.nested:
-                keyed[i] = id(keyed[i])
-            key = tuple(keyed)
-        else:
-            key = tuple(values)
-        hit = self.interner.get(key)
-        if hit is not None:
-            return hit
-        return self.interner.add(key, self.make(*values))
+            if values[i] == 0:  # 0.0 and -0.0 hash alike but are different values
+                return None
+        if not self.nested:
+            return tuple(values)
+        keyed = values.copy()
+        for i in self.nested:
+            keyed[i] = id(keyed[i])
+        return tuple(keyed)
 
-    def intern_obj(self, obj: Any) -> Any:
-        """The interned equal of a spec the reference loader built (or a caller passed), if
-        every field holds what the fast path would have produced; raises otherwise.
+    def shared(self, obj: Any, pin: bool = False) -> Any:
+        """The interned equal of ``obj`` (an object of an interned class: a default, or one passed
+        in a field) if its every field holds what loading gives; else ``obj`` itself. ``pin``:
+        a default, kept across :func:`clear_caches` (see :meth:`Interner.pin`).
         """
-        values = [getattr(obj, n) for n in self.names]
-        for i, v in enumerate(values):
-            r = self.convs[i](v)
-            if r is not v:
-                if type(r) is not type(v) or not dataclasses.is_dataclass(v):
-                    raise _Slow  # e.g. an int in a float field: equal, but not the same value
-                values[i] = r  # an equal nested spec: its interned copy
-        return self.intern(values)
-
-
-_FAST: dict[type, _Fast | None] = {}
-_FAST_LOCK = threading.RLock()
-
-
-def _compiled(cls: type) -> _Fast | None:
-    """The fast loader of ``cls``, or None if some field is not a plain hashable value."""
-    try:
-        return _FAST[cls]
-    except KeyError:
-        pass
-    with _FAST_LOCK:
-        if cls in _FAST:
-            return _FAST[cls]
-        hints = _hints(cls)
-        names: list[str] = []
-        convs: list[_Conv] = []
-        checks: list[tuple[int, Any, Any]] = []
-        defaults: list[Any] = []
-        fast: _Fast | None = None
-        for f in dataclasses.fields(cls):
-            if not f.init or f.kw_only:
-                break
-            conv = _fast_conv(hints[f.name], _bounds(f.metadata))
-            if conv is None:
-                break
-            if f.default is not _MISSING:
-                default = f.default
-            elif f.default_factory is not _MISSING:
-                default = f.default_factory()
-                if dataclasses.is_dataclass(default):
-                    default = conv(default)  # the interned instance
-            else:
-                default = _MISSING
-            try:
-                hash(default)
-            except TypeError:
-                break
-            names.append(f.name)
-            convs.append(conv)
-            checks.append(_inline_check(hints[f.name], f.metadata))
-            defaults.append(default)
-        else:
-            fast = _Fast(cls, tuple(names), tuple(convs), tuple(checks), defaults)
-        _FAST[cls] = fast
-        return fast
-
-
-def fast_load(cls: type[T], data: Any, path: str) -> T:
-    """:func:`load`, fast and interned: equal ``data`` gives the same object.
-
-    For spec classes whose fields are all plain hashable values (``Plan``, ``Overlap``,
-    ``Offload``, ``Calibration`` ...): a plain mapping whose every value is already of the
-    field's exact type and within bounds is checked in one pass, and the result is looked
-    up by its field values. Anything else (an error, a float for an integer field, another
-    mapping type, a class with mapping fields) goes through :func:`load`, so results and
-    errors are exactly :func:`load`'s.
-    """
-    return fast_loader(cls)(data, path)
-
-
-def fast_loader(cls: type[T]) -> Callable[[Any, str], T]:
-    """``lambda data, path: fast_load(cls, data, path)``, with the class's loader looked up once."""
-    fast = _compiled(cls)
-    if fast is None:
-        return lambda data, path: load(cls, data, path)
-    build, intern_obj = fast.build, fast.intern_obj
-
-    def loader(data: Any, path: str) -> T:
-        if type(data) is dict:
-            try:
-                return build(data)  # type: ignore[no-any-return]
-            except Exception:  # anything unusual: the reference loader decides
-                pass
-        obj = load(cls, data, path)
-        try:
-            return intern_obj(obj)  # type: ignore[no-any-return]
-        except Exception:  # a value the fast path does not produce: not interned
+        interner = self.interner
+        if interner is None or type(obj) is not self.cls or not (Interner.enabled or pin):
             return obj
+        values = [getattr(obj, n) for n in self.names]
+        changed = False
+        try:
+            for i, v in enumerate(values):
+                out = self.convs[i](v, "")
+                if out is not v:
+                    if type(out) is not type(v) or not dataclasses.is_dataclass(v):
+                        return obj  # e.g. an int in a float field: equal, but not what loading gives
+                    values[i], changed = out, True  # an equal nested spec: its interned copy
+        except Exception:  # not a value loading gives
+            return obj
+        built = self.build(values) if changed else obj
+        key = self.key(values)
+        if key is None:
+            return built
+        hit = interner.get(key)
+        return (interner.pin if pin else interner.add)(key, built if hit is None else hit)
 
-    return loader
+
+_LOADERS: dict[type, _ClassLoader] = {}
+_LOADERS_LOCK = threading.RLock()
+_BUILDING: set[type] = set()
+
+
+def _internable(cls: type) -> bool:
+    """Whether equal loads of ``cls`` may share one object: every field an init, positional
+    field of a plain hashable type (bool, int, float, str, string choices, a tuple of string
+    choices, an interned spec; or None), with a hashable default.
+    """
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not f.init or f.kw_only or not _internable_type(hints[f.name]):
+            return False
+        default = f.default if f.default_factory is _MISSING else f.default_factory()  # type: ignore[misc]
+        try:
+            hash(default)
+        except TypeError:
+            return False
+    return True
+
+
+def _internable_type(tp: Any) -> bool:
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        return len(args) == 2 and _NONE in args and _internable_type(next(a for a in args if a is not _NONE))
+    if origin is Literal:
+        return all(type(c) is str for c in get_args(tp))
+    if origin is tuple:
+        args = get_args(tp)
+        return len(args) == 2 and args[1] is Ellipsis and get_origin(args[0]) is Literal and _internable_type(args[0])
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp not in _BUILDING and _loader_for(tp).interner is not None
+    return tp in (bool, int, float, str)
+
+
+def _loader_for(cls: type) -> _ClassLoader:
+    """The loader of ``cls``, built on first use (under a lock: one per class)."""
+    hit = _LOADERS.get(cls)
+    if hit is not None:
+        return hit
+    with _LOADERS_LOCK:
+        if cls in _LOADERS:
+            return _LOADERS[cls]
+        _BUILDING.add(cls)
+        try:
+            made = _ClassLoader(cls, _internable(cls))
+        finally:
+            _BUILDING.discard(cls)
+        _LOADERS[cls] = made
+        return made
+
+
+def load(cls: type[T], data: Any, path: str) -> T:
+    """Build ``cls`` from the mapping ``data`` strictly; raise :class:`SpecError` naming the
+    field (``path`` and the dotted field names below it) and the rule.
+
+    Equal ``data`` gives one object for classes whose fields are plain hashable values
+    (``Plan``, ``Overlap``, ``Calibration``, ``Model`` ...: see :func:`_internable`);
+    others are built afresh each time.
+    """
+    ld = _LOADERS.get(cls)
+    if ld is None:
+        ld = _loader_for(cls)
+    return ld.load(data, path)  # type: ignore[no-any-return]
+
+
+def loader(cls: type[T]) -> Callable[[Any, str], T]:
+    """``lambda data, path: load(cls, data, path)``, with the class's loader looked up once
+    (for hot paths: ``Engine.scenario`` loads every plan through one).
+    """
+    return _loader_for(cls).load
 
 
 def dump(obj: Any) -> Any:

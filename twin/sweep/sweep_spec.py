@@ -240,9 +240,9 @@ def build_section(section: str, data: Any, catalog: Catalog) -> Any:
     raise SpecError(section, "unknown section")  # pragma: no cover - paths are checked first
 
 
-# The fast loaders: exactly schema.load's results and errors, equal input -> one object.
-_PLAN_LOADER = schema.fast_loader(Plan)
-_CALIBRATION_LOADER = schema.fast_loader(Calibration)
+# schema.load with the class's loader looked up once (equal input -> one object).
+_PLAN_LOADER = schema.loader(Plan)
+_CALIBRATION_LOADER = schema.loader(Calibration)
 
 
 def get_path(obj: Any, parts: Sequence[str]) -> Any:
