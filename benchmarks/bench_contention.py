@@ -108,8 +108,9 @@ def parts_us(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[st
     finally:
         (TwinModel._contend, TwinModel._profiles, driver_module.flows, TwinModel.terms,  # type: ignore[method-assign]
          driver_module.collective_cost, driver_module.link_loads) = saved
-    order = ("whole evaluation, under the timers", "the contention pass", "  flows: link profiles", "  flows: stretches",
-             "  strategies costed again", "    of which collective costs missed", "the link report (estimate.links)")
+    order = ("whole evaluation, under the timers", "the contention pass", "  flows: link profiles",
+             "  flows: stretches", "  strategies costed again", "    of which collective costs missed",
+             "the link report (estimate.links)")
     return {k: (spent[k] / len(timed) * 1e6, calls[k] / len(timed)) for k in order}
 
 

@@ -13,8 +13,8 @@ of ``--repeats`` passes:
     and raise, which is timed too).
 
 Each runs with the section caches on, then off (``schema.set_interning(False)``: every
-section is loaded by the strict reference loader and every preset resolved afresh, as
-before issue 9), and for (b) also cold (caches cleared before each pass). Run on code
+section is built afresh by the one loader, ``schema.load``, and every preset resolved afresh,
+as before issue 9), and for (b) also cold (caches cleared before each pass). Run on code
 without the switch (e.g. the commit before issue 9, via PYTHONPATH) it times that code.
 """
 

@@ -223,14 +223,14 @@ def _field_values(tp: object) -> st.SearchStrategy:
         return st.one_of(st.lists(st.sampled_from([*names, "nope"]), max_size=3),
                          st.lists(st.sampled_from(names), max_size=3).map(tuple), st.sampled_from([names[0], None]))
     if dataclasses.is_dataclass(tp):
-        hints = schema._hints(tp)
+        hints = schema.field_types(tp)
         return st.fixed_dictionaries({}, optional={n: _field_values(hints[n]) for n in hints})
     raise AssertionError(tp)
 
 
 def _plain_types(obj: object) -> bool:
     """Every field holds its declared type exactly (an int field an int, not 4.0 nor an IntEnum)."""
-    hints = schema._hints(type(obj))
+    hints = schema.field_types(type(obj))
     for f in dataclasses.fields(obj):  # type: ignore[arg-type]
         v, tp = getattr(obj, f.name), hints[f.name]
         kinds = list(get_args(tp) if get_origin(tp) in (types.UnionType, typing.Union) else (tp,))

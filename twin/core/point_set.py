@@ -184,7 +184,7 @@ class PlanColumns:
             if name in _NESTED:
                 cols = _NESTED[name][1]
                 names = _NESTED_FIELDS[name]
-                # Interned (schema.fast_loader): a batch's plans share few of these objects, so
+                # Interned (schema.loader): a batch's plans share few of these objects, so
                 # their fields are read from the distinct ones and indexed per plan.
                 by_id = {id(v): v for v in values}
                 if len(by_id) == 1:
@@ -399,7 +399,7 @@ class PointSet:
                 cals.append(cal)
             krow[id(cal)] = k
         kix = np.fromiter(map(krow.__getitem__, map(id, every_k)), np.int64, n)
-        # Plans are interned by value (schema.fast_loader), so a batch's points share few
+        # Plans are interned by value (schema.loader), so a batch's points share few
         # plan objects: columns are built from the distinct ones (by identity: the same
         # object has the same fields), in first-seen order, and indexed per point.
         every = list(map(_PLAN, scenarios))

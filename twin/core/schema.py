@@ -38,7 +38,6 @@ lets a value through unconverted where the converter would return it unchanged.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import operator
@@ -46,253 +45,20 @@ import sys
 import threading
 import types
 import typing
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from twin.core.errors import SpecError
+from twin.core.frozen_values import FrozenDict, FrozenList, freeze, frozen_item, thaw
+from twin.core.interning import Interner, Unkeyable, cache_sizes, clear_caches, set_interning, value_key
+
+# The read-only containers and the interners are their own modules; their names stay importable here.
+__all__ = ["FrozenDict", "FrozenList", "Interner", "Unkeyable", "cache_sizes", "clear_caches", "constructor",
+           "dump", "freeze", "load", "loader", "set_interning", "spec_field", "thaw", "value_key"]
 
 T = TypeVar("T")
 
 _MISSING = dataclasses.MISSING
-
-
-# ------------------------------------------------------------ read-only containers
-def _read_only(self: Any, *args: Any, **kwargs: Any) -> Any:
-    raise TypeError(f"a loaded spec is read-only ({type(self).__name__}); "
-                    "build a changed copy, e.g. dataclasses.replace(spec, params={**spec.params, ...})")
-
-
-class FrozenDict(dict):  # type: ignore[type-arg]
-    """A ``dict`` that cannot change once built: the mapping fields of loaded specs.
-
-    A subclass of ``dict`` rather than ``types.MappingProxyType`` because specs are pickled
-    (Ray workers, copies): a mapping proxy cannot be pickled.
-    It compares, prints and serialises (JSON, Struct) as the plain ``dict`` it holds, so
-    code that reads specs sees no difference; every mutating method raises ``TypeError``.
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> FrozenDict:
-        self = dict.__new__(cls)
-        dict.__init__(self, *args, **kwargs)
-        return self
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # Filled by __new__: a second __init__ call (which would refill a dict) does nothing.
-        pass
-
-    __setitem__ = __delitem__ = __ior__ = _read_only
-    clear = pop = popitem = setdefault = update = _read_only
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (dict(self),)
-
-    def __copy__(self) -> FrozenDict:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
-        return type(self)({k: copy.deepcopy(v, memo) for k, v in self.items()})
-
-
-class FrozenList(list):  # type: ignore[type-arg]
-    """A ``list`` that cannot change once built: lists inside free-form spec parameters.
-
-    Equal to (and printed as) the plain list, so what a fabric plugin reads or reports in
-    an error message is unchanged; every mutating method raises ``TypeError``.
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, *args: Any) -> FrozenList:
-        self = list.__new__(cls)
-        list.__init__(self, *args)
-        return self
-
-    def __init__(self, *args: Any) -> None:
-        pass  # filled by __new__; list.__init__ would clear and refill
-
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
-    append = extend = insert = pop = remove = clear = sort = reverse = _read_only
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (list(self),)
-
-    def __copy__(self) -> FrozenList:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
-        return type(self)(copy.deepcopy(v, memo) for v in self)
-
-
-def freeze(value: Any) -> Any:
-    """``value`` with every ``dict`` made a :class:`FrozenDict` and every ``list`` a
-    :class:`FrozenList`, recursively (tuples rebuilt around frozen items); other objects
-    as they are. The plain-data parts of a spec become safe to share.
-    """
-    t = type(value)
-    if t is dict or t is FrozenDict:
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
-    if t is list or t is FrozenList:
-        return FrozenList(freeze(v) for v in value)
-    if t is tuple:
-        items = tuple(freeze(v) for v in value)
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
-    return value
-
-
-def _frozen(value: Any) -> Any:
-    """:func:`freeze`, or ``value`` itself if it nests too deep to copy (no key can be made
-    for such input either, so it is never served from a cache).
-    """
-    try:
-        return freeze(value)
-    except RecursionError:
-        return value
-
-
-def thaw(value: Any) -> Any:
-    """A deep, mutable copy of plain data (what ``copy.deepcopy`` gives for mappings and
-    lists of scalars, several times faster); other objects go through ``copy.deepcopy``.
-    """
-    t = type(value)
-    if t is str or t is int or t is float or t is bool or value is None:
-        return value
-    if t is dict or t is FrozenDict:
-        return {k: thaw(v) for k, v in value.items()}
-    if t is list or t is FrozenList:
-        return [thaw(v) for v in value]
-    return copy.deepcopy(value)
-
-
-# ------------------------------------------------------------ value keys and interning
-class Unkeyable(Exception):
-    """The value holds something :func:`value_key` does not key (its section is not cached)."""
-
-
-# Tags make the key injective across types that compare equal in Python (True == 1 == 1.0,
-# a list and a tuple of the same items are different inputs to a free-form ``Any`` field).
-# They are ``bytes``, which no plain data holds (value_key refuses bytes), so no input's key
-# equals a tag; and plain, so a key of plain values stays one (the collector untracks such
-# tuples: keys of cached inputs cost it nothing).
-_TRUE, _FALSE, _FLOAT, _DICT, _LIST, _TUPLE = (b"<true>", b"<false>", b"<float>", b"<dict>", b"<list>", b"<tuple>")
-
-
-def value_key(value: Any) -> Hashable:
-    """A hashable key equal for two inputs exactly when they are the same plain data.
-
-    Plain data is what YAML, JSON and the protobuf converters produce: ``dict`` (string
-    keys), ``list``, ``tuple``, ``str``, ``int``, ``float``, ``bool`` and ``None``, of those
-    exact types. Mappings are keyed in their order, because a mapping field's order shows
-    (plugins name the first bad parameter they meet). Anything else raises
-    :class:`Unkeyable`: subclasses (an ``IntEnum``, a ``StrEnum``) and spec objects, so such
-    input is never served from a cache built for different input.
-    """
-    t = type(value)
-    if t is str or t is int or value is None:
-        return value
-    if t is dict:
-        items: list[Any] = [_DICT]
-        for k, v in value.items():
-            if type(k) is not str:
-                raise Unkeyable(k)
-            tv = type(v)
-            items.append(k)
-            items.append(v if tv is str or tv is int or v is None else value_key(v))
-        return tuple(items)
-    if t is bool:
-        return _TRUE if value else _FALSE
-    if t is float:
-        if math.isnan(value):  # equal to nothing, not even itself
-            raise Unkeyable(value)
-        # -0.0 == 0.0 but is a different input (1/x, copysign): key zeros by their sign.
-        return (_FLOAT, value) if value else (_FLOAT, repr(value))
-    if t is list or t is tuple:
-        return (_LIST if t is list else _TUPLE, *(value_key(v) for v in value))
-    raise Unkeyable(value)
-
-
-_INTERNERS: weakref.WeakSet[Interner] = weakref.WeakSet()
-
-
-class Interner:
-    """A bounded map from a value key to the one object built for it, safe across threads.
-
-    Equal inputs then share one (immutable) object, so caches further down that are keyed
-    on identity hit. Eviction is first-in first-out: a sweep of distinct plans churns the
-    plan interner without touching the ones of clusters and models (one interner each).
-    No lock: keys hash and compare in C (tuples of plain values, tags and ids), so each
-    ``OrderedDict`` call below is atomic under the GIL; two threads racing on one key both
-    get the object that ``setdefault`` kept.
-    """
-
-    enabled: typing.ClassVar[bool] = True  # see set_interning
-
-    def __init__(self, maxsize: int, name: str = "") -> None:
-        self.name = name
-        self.maxsize = maxsize
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-        self._pinned: dict[Hashable, Any] = {}
-        # The lookup is the hot path (every section of every call): the dict's own method.
-        self.get: Callable[[Hashable], Any] = self._items.get
-        _INTERNERS.add(self)
-
-    def add(self, key: Hashable, obj: T) -> T:
-        """Store ``obj`` for ``key`` unless one is there already; return the stored one."""
-        if not Interner.enabled:
-            return obj
-        items = self._items
-        kept = items.setdefault(key, obj)
-        if kept is obj:
-            while len(items) > self.maxsize:  # one at a time, unless maxsize was lowered
-                try:
-                    items.popitem(last=False)
-                except KeyError:  # emptied meanwhile by clear() in another thread
-                    break
-        return kept  # type: ignore[no-any-return]
-
-    def pin(self, key: Hashable, obj: T) -> T:
-        """:meth:`add`, and store ``obj`` again after every :meth:`clear`: for the defaults that
-        a spec class's loader hands out without a lookup, which must stay the ones found.
-        """
-        return self.add(key, self._pinned.setdefault(key, obj))
-
-    def clear(self) -> None:
-        """Forget every object (but the pinned ones, while interning is on)."""
-        self._items.clear()
-        if Interner.enabled:
-            self._items.update(self._pinned)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"name": self.name, "maxsize": self.maxsize}  # a copy starts empty
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["maxsize"], state["name"])  # type: ignore[misc]
-
-
-def set_interning(enabled: bool) -> None:
-    """Turn every section cache on or off (off: each call builds afresh; benchmarks compare)."""
-    Interner.enabled = enabled
-    clear_caches()
-
-
-def clear_caches() -> None:
-    """Empty every section cache (the next calls build afresh, as a new process would)."""
-    for interner in list(_INTERNERS):
-        interner.clear()
-
-
-def cache_sizes() -> dict[str, int]:
-    """Entries held per interner, by name (for tests and diagnostics)."""
-    out: dict[str, int] = {}
-    for interner in list(_INTERNERS):
-        out[interner.name] = out.get(interner.name, 0) + len(interner)
-    return out
 
 
 def spec_field(
@@ -315,7 +81,8 @@ def spec_field(
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved type of each field of dataclass ``cls`` (looked up once per class)."""
     hints = _HINTS.get(cls)
     if hints is None:
         hints = typing.get_type_hints(cls)
@@ -528,7 +295,7 @@ def _mapping_converter(val_tp: Any, null: str) -> _Conv:
         for k, x in v.items():
             if not isinstance(k, str):
                 raise SpecError(path, f"keys must be strings (got {k!r})")
-            out[k] = _frozen(x) if item is None else item(x, f"{path}.{k}")
+            out[k] = frozen_item(x) if item is None else item(x, f"{path}.{k}")
         return FrozenDict(out)
 
     return mapping
@@ -722,7 +489,7 @@ class _ClassLoader:
                  "names", "nested", "required", "tests")
 
     def __init__(self, cls: type, interned: bool) -> None:
-        hints = _hints(cls)
+        hints = field_types(cls)
         fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
         self.cls = cls
         self.names = tuple(f.name for f in fields)
@@ -874,7 +641,7 @@ def _internable(cls: type) -> bool:
     field of a plain hashable type (bool, int, float, str, string choices, a tuple of string
     choices, an interned spec; or None), with a hashable default.
     """
-    hints = _hints(cls)
+    hints = field_types(cls)
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.init or f.kw_only or not _internable_type(hints[f.name]):
             return False

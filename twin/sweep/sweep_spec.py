@@ -166,7 +166,7 @@ def check_path(path: Any, where: str) -> list[str]:
         if seg not in names:
             known = ", ".join(sorted(names | extra))
             raise SpecError(where, f"unknown field {here!r}; expected one of: {known}")
-        tp = _unwrap(schema._hints(tp)[seg])
+        tp = _unwrap(schema.field_types(tp)[seg])
     return parts
 
 
