@@ -65,7 +65,7 @@ def parts_us(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[st
     spent: collections.Counter[str] = collections.Counter()
     calls: collections.Counter[str] = collections.Counter()
     inside = [False]
-    saved = (TwinModel._contend, TwinModel._profiles, driver_module.flows, TwinModel.terms,
+    saved = (TwinModel._contend, TwinModel._profiles, driver_module.flows, driver_module.strategy_terms,
              driver_module.collective_cost, driver_module.link_loads)
 
     def timed_call(label: str, fn: Callable[..., Any], only_inside: bool = False) -> Callable[..., Any]:
@@ -90,7 +90,7 @@ def parts_us(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[st
     TwinModel._contend = timed_call("the contention pass", contend)  # type: ignore[method-assign]
     TwinModel._profiles = timed_call("  flows: link profiles", saved[1])  # type: ignore[method-assign]
     driver_module.flows = timed_call("  flows: stretches", saved[2])
-    TwinModel.terms = timed_call("  strategies costed again", saved[3], True)  # type: ignore[method-assign]
+    driver_module.strategy_terms = timed_call("  strategies costed again", saved[3], True)
     driver_module.collective_cost = timed_call("    of which collective costs missed", saved[4], True)
     driver_module.link_loads = timed_call("the link report (estimate.links)", saved[5])
     try:
@@ -106,7 +106,7 @@ def parts_us(warm: list[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[st
         spent["whole evaluation, under the timers"] = time.perf_counter() - t0
         calls["whole evaluation, under the timers"] = len(timed)
     finally:
-        (TwinModel._contend, TwinModel._profiles, driver_module.flows, TwinModel.terms,  # type: ignore[method-assign]
+        (TwinModel._contend, TwinModel._profiles, driver_module.flows, driver_module.strategy_terms,  # type: ignore[method-assign]
          driver_module.collective_cost, driver_module.link_loads) = saved
     order = ("whole evaluation, under the timers", "the contention pass", "  flows: link profiles",
              "  flows: stretches", "  strategies costed again", "    of which collective costs missed",

@@ -36,10 +36,10 @@ def test_the_alone_side_shares_nothing_and_the_pass_is_put_back():
 
 
 def test_the_parts_are_timed_and_every_patch_is_undone():
-    saved = (TwinModel._contend, TwinModel._profiles, driver_module.flows, TwinModel.terms,
+    saved = (TwinModel._contend, TwinModel._profiles, driver_module.flows, driver_module.strategy_terms,
              driver_module.collective_cost, driver_module.link_loads)
     parts = bench.parts_us(*bench.never_seen(6))
-    assert (TwinModel._contend, TwinModel._profiles, driver_module.flows, TwinModel.terms,
+    assert (TwinModel._contend, TwinModel._profiles, driver_module.flows, driver_module.strategy_terms,
             driver_module.collective_cost, driver_module.link_loads) == saved
     whole = parts["whole evaluation, under the timers"][0]
     assert 0 < parts["the contention pass"][0] < whole

@@ -83,3 +83,15 @@ def test_points_of_a_memoised_group_answer_as_a_fresh_engine_does() -> None:
     memo_answer = engine.evaluate(with_gbs(1024))
     assert len(engine._model.memos['groups']) == 1
     assert dataclasses.asdict(memo_answer) == dataclasses.asdict(Engine(autoload=False).evaluate(with_gbs(1024)))
+
+
+def test_full_spec_tokens_are_renewed_between_evaluations_with_every_memo() -> None:
+    engine = Engine(autoload=False)
+    fresh = Engine(autoload=False)
+    model = engine._model
+    model._token.limit = 8  # a handful of distinct spec values, then start afresh
+    answers = [engine.evaluate(with_gbs(256 * k)).step_time_s for k in (1, 2, 4, 1, 2)]
+    assert model._token.resets >= 1  # it filled up and was renewed
+    assert answers == [fresh.evaluate(with_gbs(256 * k)).step_time_s for k in (1, 2, 4, 1, 2)]
+    batch = engine.evaluate_many([with_gbs(256 * k) for k in (1, 2, 4)], require_fit=False)
+    assert [float(v) for v in batch.columns["step_time_s"]] == answers[:3]

@@ -8,6 +8,7 @@ import dataclasses
 
 from twin.core import step
 from twin.core.interfaces import EvalContext
+from twin.core.run import driver
 from twin.engine import Engine
 
 
@@ -32,17 +33,19 @@ def test_shared_fields_are_in_the_order_shared_passes_them():
 def test_a_context_built_for_one_scenario_holds_what_it_was_given():
     engine = Engine(autoload=False)
     seen: list[EvalContext] = []
-    model = engine._model
-    original = model.terms
+    original = driver.strategy_terms
 
-    def spy(strat, ctx):
+    def spy(strat, ctx, point=None):
         seen.append(ctx)
-        return original(strat, ctx)
+        return original(strat, ctx, point)
 
-    model.terms = spy
+    driver.strategy_terms = spy
     scenario = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64}, "model": "llama3.1-8b",
                                 "plan": {"tp": 8, "pp": 2, "gbs": 64}})
-    est = engine.evaluate(scenario)
+    try:
+        est = engine.evaluate(scenario)
+    finally:
+        driver.strategy_terms = original
     ctx = seen[0]
     assert ctx.plan is scenario.plan and ctx.model is scenario.model and ctx.cluster is scenario.cluster
     assert ctx.calibration is scenario.calibration and ctx.software is scenario.software

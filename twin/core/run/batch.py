@@ -462,7 +462,7 @@ def _per_point(model: Driver, ps: PointSet, idx: np.ndarray, coded: Refusals, ou
     for k, j in enumerate(idx.tolist()):
         out.stats["scalar_points"] += 1
         try:
-            est = model.evaluate_unfreshed(ps.scenario(k), validate=False, report=False, conditions=conditions)
+            est = model.evaluate(ps.scenario(k), validate=False, report=False, conditions=conditions)
         except TwinError as err:
             out.reason_ix[j] = coded.code_error(err)
             continue

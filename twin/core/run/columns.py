@@ -331,6 +331,6 @@ class Driver(Protocol):
                  alone: bool = False) -> Any:
         """The step from the strategies' terms."""
 
-    def evaluate_unfreshed(self, scenario: Scenario, validate: bool = True, report: bool = True,
-                           conditions: Conditions = ...) -> Estimate:
-        """One scenario inside another evaluation."""
+    def evaluate(self, scenario: Scenario, *, validate: bool = True, report: bool = True,
+                 conditions: Conditions = ...) -> Estimate:
+        """One scenario (a batch's fallback)."""

@@ -171,6 +171,7 @@ class TwinModel:
         # Stage numbers of a batch's work keys: (block, row) into stage_blocks, columns computed together.
         self.stage_rows = m["stage rows"]
         self.stage_blocks: list[tuple[Any, ...]] = []
+        self._batches = 0  # batch evaluations under way (spec tokens are renewed outside them only)
 
     # ---------------------------------------------------------------- bookkeeping
     def key(self, obj: Any) -> int:
@@ -215,8 +216,12 @@ class TwinModel:
         strategies cannot satisfy (``twin.core.strategy_set``).
         """
         key = self._token(selection)
-        hit = self._sets.get(key)
-        if hit is None:
+        sets = self._sets
+        hit = sets._data.get(key)  # Memo.get inlined: asked on every evaluation
+        if hit is not None:
+            sets.hits += 1
+        else:
+            sets.misses += 1
             try:
                 hit = self.table.resolve(selection, self._order)
             except SpecError as err:
@@ -255,8 +260,12 @@ class TwinModel:
     def fabric_report(self, scenario: Scenario, hierarchy: Hierarchy) -> dict[str, object]:
         """Facts each fabric model reports (power, switches, tiers), remembered per cluster and hierarchy."""
         key = (self._token(scenario.cluster), id(hierarchy))
-        hit = self._reports.get(key)
-        if hit is None or hit[0] is not hierarchy:
+        reports = self._reports
+        hit = reports._data.get(key)  # Memo.get inlined: asked on every evaluation with a report
+        if hit is not None and hit[0] is hierarchy:
+            reports.hits += 1
+        else:
+            reports.misses += 1
             report = freeze(fact.cluster_report(self.fabrics, scenario.cluster, hierarchy))
             hit = self._reports.put(key, (hierarchy, report))
         return hit[1]  # type: ignore[no-any-return]  # read-only (schema.freeze): shared by its estimates
@@ -272,8 +281,12 @@ class TwinModel:
     def power_facts(self, cluster: Cluster) -> energy_model.PowerFacts:
         """What ``cluster``'s components draw (``twin.core.energy``; remembered by value)."""
         key = self._token(cluster)
-        hit = self._power.get(key)
-        if hit is None:
+        power = self._power
+        hit = power._data.get(key)  # Memo.get inlined: asked on every evaluation
+        if hit is not None:
+            power.hits += 1
+        else:
+            power.misses += 1
             hierarchy = self.hierarchy_of(cluster, Calibration())
             hit = self._power.put(key, fact.power_facts(self.fabrics, cluster, hierarchy))
         return hit  # type: ignore[no-any-return]
@@ -340,13 +353,10 @@ class TwinModel:
             got = costs.put(key, link_seconds_per_byte(span, h, pattern))
         return got
 
-    def terms(self, strat: Strategy, ctx: EvalContext) -> Terms | None:
-        """A strategy's terms (``step.strategy_terms``); a scalar-only strategy in a batch is
-        evaluated point by point with this driver's costing (a plugin's cost hook included).
-        """
-        return strategy_terms(strat, ctx, self._point)
-
     def _point(self, ctx: EvalContext, i: int) -> EvalContext:
+        """Point ``i`` of a batch context as one scenario's, costed by this driver (a plugin's cost
+        hook included): how a scalar-only strategy is evaluated on a batch (``step.strategy_terms``).
+        """
         return point_context(ctx, i, self.cost_fn)
 
     # ---------------------------------------------------------------- the work of one scenario
@@ -401,8 +411,12 @@ class TwinModel:
         gkey = (tok(scenario.model), tok(scenario.cluster), tok(scenario.calibration), tok(scenario.software),
                 tok(scenario.strategies), GROUP_SCALARS(plan), tok(plan.overlap), tok(plan.offload), conditions.key)
         groups = self._groups
-        group = groups.get(gkey)
-        if group is None and groups.admits(gkey):
+        group = groups._data.get(gkey)  # Memo.get inlined: asked on every evaluation
+        if group is not None:
+            groups.hits += 1
+            return group  # type: ignore[no-any-return]
+        groups.misses += 1
+        if groups.admits(gkey):
             setup = self.setup(scenario, conditions)
             facts, dev, w, _stage, params, expert = setup[:6]
             group = groups.put(gkey, _Group(setup, group_shared(plan, scenario.model, scenario.dp, dev, w, facts,
@@ -419,15 +433,9 @@ class TwinModel:
         (failed or degraded parts, other jobs' traffic, another calibration;
         ``twin.core.conditions``).
         """
-        if self._token.full():
-            self.fresh()
-        return self.evaluate_unfreshed(scenario, validate, report, conditions)
-
-    def evaluate_unfreshed(self, scenario: Scenario, validate: bool = True, report: bool = True,
-                           conditions: Conditions = NOMINAL) -> Estimate:
-        """:meth:`evaluate` inside another evaluation (a batch's point-by-point fallback): the
-        spec tokens are not renewed in the middle of it.
-        """
+        tokens = self._token
+        if tokens.size >= tokens.limit and not self._batches:  # (SpecTokens.full, inlined)
+            self.fresh()  # between evaluations only: a batch's fallback evaluates inside one
         if validate:
             self.validate(scenario)
         if conditions is not NOMINAL:
@@ -441,7 +449,8 @@ class TwinModel:
             hierarchy = hierarchy.with_shares(conditions.capacity)
         wk = work(plan, scenario.model, scenario.dp, dev, w, stage, facts, prec_peak, scenario.cluster.num_gpus,
                   fwd_flops, params, expert, act, group.shared if group is not None else None, scenario.software)
-        ctx = _one_context(self, wk, scenario, hierarchy, spans)
+        ctx = context(wk, scenario.model, scenario.cluster, scenario.calibration, hierarchy, spans,
+                      self.cost_fn(scenario, hierarchy), 0, scenario, software=scenario.software)
         memo = group.terms if group is not None else None
         st = self.assemble(ctx, wk, self.strategy_set(scenario.strategies), memo=memo,
                            rehome=lambda h: self.cost_fn(scenario, h), alone=report)
@@ -452,8 +461,10 @@ class TwinModel:
         """One scenario's :class:`Estimate` from its assembled step."""
         plan, model, cluster = scenario.plan, scenario.model, scenario.cluster
         links: tuple[LinkLoad, ...] = ()
-        if report:
-            links = _link_loads(st, hierarchy, memo, plan)
+        if report:  # remembered by the group per batch size and interleaving
+            links = memo.get(("links", plan.gbs, plan.vp)) if memo is not None else None
+            if links is None:
+                links = _link_loads(st, hierarchy, memo, plan)
         notes = st.notes + list(hierarchy.notes) + _notes(scenario, wk)
         n = cluster.num_gpus
         tokens = plan.gbs * model.seq_len
@@ -496,15 +507,15 @@ class TwinModel:
         parts: list[tuple[Strategy, Terms]] = []
         for strat in strategies:
             if groups is not None and not strat.reads_schedule and strat.vectorized:
-                terms = self.terms(strat, groups.ctx)
+                terms = strategy_terms(strat, groups.ctx, self._point)
                 if terms is not None:
                     terms = expand_terms(terms, groups.inverse)
             elif memo is not None and not strat.reads_schedule:
                 terms = memo.get(strat.name, _NOT_YET)
                 if terms is _NOT_YET:
-                    terms = memo[strat.name] = self.terms(strat, ctx)
+                    terms = memo[strat.name] = strategy_terms(strat, ctx, self._point)
             else:
-                terms = self.terms(strat, ctx)
+                terms = strategy_terms(strat, ctx, self._point)
             if terms is not None:
                 parts.append((strat, terms))
         flow_set: Flows = ((), ())
@@ -566,7 +577,7 @@ class TwinModel:
                     # The context is re-pointed, not copied: strategies read it only while evaluated.
                     ctx.hierarchy = h.with_shares(shares)  # type: ignore[union-attr]
                     ctx.cost_fn = rehome(ctx.hierarchy)
-                    terms = self.terms(strat, ctx)
+                    terms = strategy_terms(strat, ctx, self._point)
                     if memo is not None and not strat.reads_schedule:
                         memo[tkey] = terms
                 if terms is not None:
@@ -594,14 +605,14 @@ class TwinModel:
                 idx = np.flatnonzero(hit)
                 first, inverse = distinct_rows(groups.inverse[idx], shares[idx])
                 sel = idx[first]
-                got = self.terms(strat, groups.rehome(groups.inverse[sel], shares[sel]))
+                got = strategy_terms(strat, groups.rehome(groups.inverse[sel], shares[sel]), self._point)
                 new = terms if got is None else merge_terms(terms, got, idx, inverse, ctx.points)
             elif hit.mean() > 0.5:  # most points: costing them all beats taking the few out
-                got = self.terms(strat, rehome(ctx.hierarchy.with_shares(shares), None))
+                got = strategy_terms(strat, rehome(ctx.hierarchy.with_shares(shares), None), self._point)
                 new = terms if got is None else got
             else:
                 idx = np.flatnonzero(hit)
-                got = self.terms(strat, rehome(ctx.hierarchy.take(idx).with_shares(shares[idx]), idx))
+                got = strategy_terms(strat, rehome(ctx.hierarchy.take(idx).with_shares(shares[idx]), idx), self._point)
                 new = terms if got is None else merge_terms(terms, got, idx, None, ctx.points)
             out[i] = (strat, new)
         return out
@@ -638,8 +649,12 @@ class TwinModel:
         ``conditions``. See ``twin.core.run.batch.evaluate_points``.
         """
         self.fresh()
-        return batch.evaluate_points(self, points, memory_headroom=memory_headroom, require_fit=require_fit,
-                                     validate=validate, prune=prune, sparse=sparse, conditions=conditions)
+        self._batches += 1
+        try:
+            return batch.evaluate_points(self, points, memory_headroom=memory_headroom, require_fit=require_fit,
+                                         validate=validate, prune=prune, sparse=sparse, conditions=conditions)
+        finally:
+            self._batches -= 1
 
     def evaluate_many(self, scenarios: Sequence[Scenario | None], *, memory_headroom: float = 0.0,
                       require_fit: bool = True, errors: Sequence[str | None] | None = None,
@@ -648,14 +663,12 @@ class TwinModel:
         See ``twin.core.run.batch.evaluate_many``.
         """
         self.fresh()
-        return batch.evaluate_many(self, scenarios, memory_headroom=memory_headroom, require_fit=require_fit,
-                                   errors=errors, conditions=conditions)
-
-
-def _one_context(model: TwinModel, wk: Work, scenario: Scenario, hierarchy: Hierarchy,
-                 spans: dict[str, GroupSpan]) -> EvalContext:
-    return context(wk, scenario.model, scenario.cluster, scenario.calibration, hierarchy, spans,
-                   model.cost_fn(scenario, hierarchy), 0, scenario, software=scenario.software)
+        self._batches += 1
+        try:
+            return batch.evaluate_many(self, scenarios, memory_headroom=memory_headroom, require_fit=require_fit,
+                                       errors=errors, conditions=conditions)
+        finally:
+            self._batches -= 1
 
 
 def _link_loads(st: Any, hierarchy: Hierarchy, memo: dict[Any, Any] | None, plan: Any) -> tuple[LinkLoad, ...]:

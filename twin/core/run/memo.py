@@ -113,11 +113,12 @@ class SpecTokens:
     evaluations (a token is reused afterwards, so never inside one).
     """
 
-    __slots__ = ("_by_id", "_by_value", "limit", "resets")
+    __slots__ = ("_by_id", "_by_value", "limit", "resets", "size")
 
     def __init__(self, limit: int = 64 * DEFAULT_LIMIT) -> None:
         self.limit = limit
         self.resets = 0
+        self.size = 0  # distinct values with a token (kept as a number: read on every evaluation)
         self._by_id: dict[int, tuple[Any, int]] = {}
         self._by_value: dict[Any, int] = {}
 
@@ -128,7 +129,8 @@ class SpecTokens:
         key = spec_key(obj)
         token = self._by_value.get(key)
         if token is None:
-            token = self._by_value[key] = len(self._by_value)
+            token = self._by_value[key] = self.size
+            self.size += 1
         if len(self._by_id) > 8 * DEFAULT_LIMIT:
             self._by_id.clear()
         self._by_id[id(obj)] = (obj, token)
@@ -136,10 +138,11 @@ class SpecTokens:
 
     def full(self) -> bool:
         """Whether ``limit`` distinct values have tokens."""
-        return len(self._by_value) >= self.limit
+        return self.size >= self.limit
 
     def reset(self) -> None:
         """Forget every token (the caller forgets what it keyed by them)."""
         self._by_id.clear()
         self._by_value.clear()
+        self.size = 0
         self.resets += 1
