@@ -37,5 +37,5 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x .venv/bin/twin ]; 
   exit 0  # the environment matches its inputs
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test,server,telemetry,ray,parquet,plot,web]'
+.venv/bin/python -m pip install -q -e '.[test,server,telemetry,ray,parquet,plot,web,traces]'
 echo "$want" > "$STAMP"

@@ -27,6 +27,7 @@ PROVIDES: dict[str, tuple[str, ...]] = {
     "plot": ("matplotlib",),
     "parquet": ("pyarrow",),
     "web": ("starlette", "uvicorn"),
+    "traces": ("google",),
 }
 
 

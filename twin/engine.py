@@ -40,6 +40,7 @@ from twin.core.interfaces import Fabric, Strategy
 from twin.core.interfaces import Fabric as FabricModel
 from twin.core.point_set import PointSet
 from twin.core.results import PointResults, Refusal
+from twin.core.run.anatomy import build as build_anatomy
 from twin.core.run.driver import TwinModel
 from twin.core.run.pruning import Pruner
 from twin.core.scenario_io import read_mapping, scenario_from_dict
@@ -53,6 +54,7 @@ from twin.core.specs import (
     validate_plan,
     validate_software,
 )
+from twin.core.step_anatomy import StepAnatomy
 from twin.core.topology import Hierarchy
 from twin.plugins import PluginInfo, is_builtin, make_plugin_manager, plugin_infos
 
@@ -235,6 +237,14 @@ class Engine:
             errors.append(None)
         return self._model.evaluate_many(scenarios, memory_headroom=memory_headroom, require_fit=require_fit,
                                          errors=errors, conditions=conditions)
+
+    def step_anatomy(self, source: Scenario | Mapping[str, Any] | str | Path) -> StepAnatomy:
+        """One scenario's step taken apart (``twin.core.step_anatomy``): per pipeline rank its passes
+        per micro-batch, per strategy the collectives it issues, where and how often, adding up to
+        the terms the estimate is assembled from. What a trace of the step is written from
+        (``twin.traces``). SpecError naming ``plan.schedule`` for a schedule it does not write.
+        """
+        return build_anatomy(self._model, self.scenario(source))
 
     # ----------------------------------------------------------------- the fabric and the strategies
     def hierarchy(self, scenario: Scenario, conditions: Conditions = NOMINAL) -> Hierarchy:

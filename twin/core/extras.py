@@ -11,7 +11,8 @@ numpy and rich. The rest is an extra, imported only by the features that use it:
   ``twin demo``'s simulated exporters) and prometheus-client (Prometheus scrape in,
   ``/metrics`` out);
 - ``ray``: the Ray executor; ``plot``: matplotlib; ``parquet``: pyarrow;
-- ``web``: Starlette and uvicorn (``twin serve``'s web view).
+- ``web``: Starlette and uvicorn (``twin serve``'s web view);
+- ``traces``: protobuf (``twin export chakra``, ``twin import trace`` of a Chakra trace).
 
 A feature wraps its imports in :func:`needs_extra`, so a missing extra is a
 :class:`~twin.core.errors.MissingExtraError` naming it (exit 2 on the command line,
@@ -36,6 +37,7 @@ EXTRA_MODULES: dict[str, frozenset[str]] = {
     "plot": frozenset({"matplotlib"}),
     "parquet": frozenset({"pyarrow"}),
     "web": frozenset({"starlette", "uvicorn"}),
+    "traces": frozenset({"google"}),
 }
 
 

@@ -1,0 +1,1 @@
+"""MLCommons Chakra execution-trace messages, generated from proto/twin/rpc/chakra at build time."""
