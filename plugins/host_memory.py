@@ -21,12 +21,19 @@ from typing import Any
 from twin.api import GIB, Cluster, Hierarchy, MemoryFabric, SpecError, hookimpl
 
 # PCIe x16 bandwidth per direction, GB/s (PCI-SIG), by the GPU generation's host link
-# (V100 SXM2: Gen3; A100: Gen4; H100, H200, B200, B300 on x86 HGX: Gen5).
-PCIE_X16_GBPS = {"volta": 15.75, "ampere": 31.5, "hopper": 63.0, "blackwell": 63.0}
+# (V100 SXM2: Gen3; A100: Gen4; H100, H200, B200, B300 on x86 HGX: Gen5; AMD MI300X/MI325X and
+# MI355X: PCIe Gen5 x16 (AMD data sheets); TPU v6e: "connects to the host through a PCIe Gen5
+# interface" (Google Cloud TPU v6e); Gaudi 2: PCIe Gen4 x16, Gaudi 3: PCIe Gen5 x16 (Intel Gaudi 3
+# white paper). Not published for TPU v5p and Trainium: no host-memory offload target there.
+PCIE_X16_GBPS = {"volta": 15.75, "ampere": 31.5, "hopper": 63.0, "blackwell": 63.0, "cdna3": 63.0, "cdna4": 63.0,
+                 "tpu_v6e": 63.0, "gaudi2": 31.5, "gaudi3": 63.0}
 # Sustained share of a PCIe link for bulk DMA (see the module docstring).
 PCIE_DMA_EFFICIENCY = 0.85
-# Host DRAM per 8-GPU node by generation (DGX-1 V100, DGX A100, DGX H100, DGX B200 datasheets).
-HOST_DRAM_GIB_PER_NODE = {"volta": 512.0, "ampere": 1024.0, "hopper": 2048.0, "blackwell": 2048.0}
+# Host DRAM per node by generation (DGX-1 V100, DGX A100, DGX H100, DGX B200 datasheets; Azure ND
+# MI300X v5: 1,850 GiB per 8-GPU VM; TPU v6e: 1,536 GiB per 8-chip host (Google Cloud TPU v6e);
+# HLS-Gaudi2 / HLS-Gaudi3: 1 TB (Intel Gaudi model-performance system configurations)).
+HOST_DRAM_GIB_PER_NODE = {"volta": 512.0, "ampere": 1024.0, "hopper": 2048.0, "blackwell": 2048.0, "cdna3": 1850.0,
+                          "tpu_v6e": 1536.0, "gaudi2": 1000e9 / 2**30, "gaudi3": 1000e9 / 2**30}
 # Grace: NVLink-C2C per direction and LPDDR5X per Grace (datasheets above).
 C2C_GBPS_PER_DIRECTION = 450.0
 GRACE_LPDDR_GBPS = 512.0
@@ -58,7 +65,7 @@ class HostMemory(MemoryFabric):
         per_grace = _grace(cluster)
         if per_grace:
             return min(C2C_GBPS_PER_DIRECTION, GRACE_LPDDR_GBPS / 2) / per_grace * 1e9
-        return PCIE_X16_GBPS[cluster.gpu.generation] * PCIE_DMA_EFFICIENCY * 1e9
+        return PCIE_X16_GBPS.get(cluster.gpu.generation, 0.0) * PCIE_DMA_EFFICIENCY * 1e9  # 0: not published
 
     def latency_s(self, cluster: Cluster) -> float:
         # One DMA round trip: ~1 us over PCIe, less over C2C (PCIe read latency ~0.5-1 us).
@@ -69,7 +76,7 @@ class HostMemory(MemoryFabric):
         if per_grace:
             total = GRACE_LPDDR_GB * 1e9 / per_grace
         else:
-            total = HOST_DRAM_GIB_PER_NODE[cluster.gpu.generation] * GIB / cluster.gpus_per_node
+            total = HOST_DRAM_GIB_PER_NODE.get(cluster.gpu.generation, 0.0) * GIB / cluster.gpus_per_node
         return total * (1.0 - HOST_RESERVED_FRACTION)
 
     def report(self, cluster: Cluster, hierarchy: Hierarchy) -> dict[str, Any]:

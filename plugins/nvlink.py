@@ -87,7 +87,11 @@ def generation_of(cluster: Cluster) -> int:
     """NVLink generation: stated, else inferred from the GPU generation."""
     if cluster.scale_up.generation:
         return cluster.scale_up.generation
-    return {"volta": 2, "ampere": 3, "hopper": 4, "blackwell": 5}[cluster.gpu.generation]
+    return NVLINK_OF_GPU[cluster.gpu.generation]
+
+
+# The NVLink generation of each NVIDIA GPU generation (GENERATIONS above).
+NVLINK_OF_GPU = {"volta": 2, "ampere": 3, "hopper": 4, "blackwell": 5}
 
 
 class NVLinkFabric(ScaleUpFabric):
@@ -97,6 +101,10 @@ class NVLinkFabric(ScaleUpFabric):
     summary = "NVLink/NVSwitch scale-up domain (per-generation bandwidth, NVLS in-switch all-reduce)"
 
     def validate(self, cluster: Cluster, path: str) -> None:
+        if cluster.gpu.generation not in NVLINK_OF_GPU:
+            raise SpecError(f"{path}.scale_up.fabric", f"nvlink joins NVIDIA GPUs; a {cluster.gpu.generation} "
+                                                       f"accelerator has its own scale-up fabric (twin plugins lists "
+                                                       f"them: xgmi, ici, neuronlink, gaudi_roce, ualink, ...)")
         gen = cluster.scale_up.generation
         if gen is not None and gen not in GENERATIONS:
             raise SpecError(f"{path}.scale_up.generation",

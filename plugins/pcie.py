@@ -58,7 +58,10 @@ DLLP_FACTOR = 0.85 / (MAX_PAYLOAD_B / (MAX_PAYLOAD_B + TLP_OVERHEAD_B))
 ROOT_COMPLEX_FRACTION = {2: 25.0 / 26.9, 4: 35.0 / 53.7, 8: 28.0 / 53.7}
 # Host link of each GPU generation's PCIe boards (NVIDIA datasheets: V100 PCIe Gen3,
 # A100 PCIe Gen4, H100 PCIe / H200 NVL Gen5, Blackwell boards Gen5).
-GENERATION_OF_GPU = {"volta": 3, "ampere": 4, "hopper": 5, "blackwell": 5}
+GENERATION_OF_GPU = {"volta": 3, "ampere": 4, "hopper": 5, "blackwell": 5,
+                     # AMD MI300X/MI325X/MI355X and Gaudi 3: PCIe Gen5 x16; Gaudi 2: Gen4 x16; TPU v6e:
+                     # "PCIe Gen5 interface" (AMD data sheets, Intel Gaudi 3 white paper, Google Cloud TPU v6e)
+                     "cdna3": 5, "cdna4": 5, "gaudi2": 4, "gaudi3": 5, "tpu_v6e": 5}
 LANES = (1, 2, 4, 8, 16)
 PATHS = ("switch", "root_complex")
 # P2P latency over PCIe, reported only (the collective model uses NCCL's own per-step
@@ -103,6 +106,9 @@ class PCIeFabric(ScaleUpFabric):
         if up.domain_gpus != cluster.gpus_per_node:
             raise SpecError(f"{base}.domain_gpus", f"a PCIe domain is the GPUs of one node: must equal gpus_per_node "
                                                    f"({cluster.gpus_per_node}) (got {up.domain_gpus})")
+        if up.generation is None and not up.link_GBps and cluster.gpu.generation not in GENERATION_OF_GPU:
+            raise SpecError(f"{base}.generation", f"is required for pcie with a {cluster.gpu.generation} accelerator "
+                                                  f"(its host link generation is not published)")
         read_param(up.params, f"{base}.params.lanes", 16, integer=True, choices=LANES)
         read_param(up.params, f"{base}.params.p2p_path", "switch", choices=PATHS)
 

@@ -33,6 +33,10 @@ Index (each group in the order of ``__all__``):
   latency, ``scale_out.latency_us`` where stated), fat-tree sizing
   ``build_fat_tree``, ``tiers_needed``, ``FatTree``, ``FatTreeLevel``, ``LEVEL_NAMES``,
   tiers from a fat tree ``scale_out_tiers`` and its switch/link counts ``fat_tree_report``.
+- Scale-up fabric helpers: ``check_scale_up_params`` and ``reject_scale_up_fields`` (the
+  same rules for ``scale_up``), and tier 0 of a domain that is not a switch: ``mesh_tier``
+  (fully connected: AMD xGMI, Gaudi's on-die RoCE) and ``torus_tier`` (TPU ICI, NeuronLink),
+  whose groups get only the links joining their members (``twin.core.scale_up_shapes``).
 - Failure scenarios: ``ComponentGroup``, ``FailureMode``, ``Impact``, ``UplinkLoss`` (what
   the ``twin_components`` / ``twin_failure_modes`` hooks return), ``ecmp_max_load``, the
   fat-tree inventory and its failures ``fat_tree_of``, ``fat_tree_components``,
@@ -66,7 +70,13 @@ from __future__ import annotations
 from twin.core import ops
 from twin.core.collectives import ALGORITHMS, OPS, CollectiveCost, bus_factor, collective_cost, dedup_dispatch_cost
 from twin.core.errors import InfeasibleError, NotFoundError, PluginError, SpecError, TwinError
-from twin.core.fabric_params import check_scale_out_params, read_param, reject_scale_out_fields
+from twin.core.fabric_params import (
+    check_scale_out_params,
+    check_scale_up_params,
+    read_param,
+    reject_scale_out_fields,
+    reject_scale_up_fields,
+)
 from twin.core.failures.components import ComponentGroup, FailureMode, Impact, UplinkLoss, ecmp_max_load
 from twin.core.failures.fabric import (
     REROUTE_STALL_S,
@@ -101,6 +111,7 @@ from twin.core.moe_routing import dispatch_fanout
 from twin.core.nic import NIC_EFFICIENCY, hop_latency_s, nic_efficiency
 from twin.core.pipelines import resolved as resolved_schedule
 from twin.core.point_set import PlanColumns
+from twin.core.scale_up_tiers import mesh_tier, torus_tier
 from twin.core.specs import GPU, Cluster, MemoryPool, Model, Optics, Plan, ScaleOut, ScaleUp, Scenario, recompute_module
 from twin.core.telemetry_vocab import Condition, MetricMapping
 from twin.core.topology import GroupSpan, Hierarchy, Tier
@@ -125,6 +136,8 @@ __all__ = [  # noqa: RUF022
     # scale-out fabric helpers
     "check_scale_out_params", "reject_scale_out_fields", "read_param", "nic_efficiency", "NIC_EFFICIENCY",
     "hop_latency_s",
+    # scale-up fabric helpers
+    "check_scale_up_params", "reject_scale_up_fields", "mesh_tier", "torus_tier",
     "build_fat_tree", "tiers_needed", "FatTree", "FatTreeLevel", "LEVEL_NAMES", "scale_out_tiers", "fat_tree_report",
     # failure scenarios
     "ComponentGroup", "FailureMode", "Impact", "UplinkLoss", "ecmp_max_load", "fat_tree_of", "fat_tree_components",

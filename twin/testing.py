@@ -101,20 +101,56 @@ def assert_scale_out_fabric_conforms(fabric: ScaleOutFabric, params: Mapping[str
         raise AssertionError("an unknown fabric parameter must be rejected with a SpecError")
 
 
-def assert_scale_up_fabric_conforms(fabric: ScaleUpFabric) -> None:
-    """Check a scale-up fabric model (replaces the built-in ``nvlink`` plugin for the test)."""
+def assert_scale_up_fabric_conforms(fabric: ScaleUpFabric, cluster: Mapping[str, Any] | None = None,
+                                    replace_builtin: str | None = None, plan: Mapping[str, Any] | None = None) -> None:
+    """Check a scale-up fabric model end to end; raises AssertionError on a violation.
+
+    ``cluster``: the scenario's cluster mapping (default: a DGX-H100 of 64 GPUs with its NVLink
+    settings cleared and ``fabric`` as the scale-up, domains of 8); its ``scale_up`` names the
+    fabric. ``replace_builtin``: the plugin registering the same kind, blocked for the test (a
+    built-in fabric checks itself so). ``plan``: the plan (default: tp 8). Checked: tier 0 has a
+    span and a positive, finite bandwidth; the step evaluates; the report is JSON-ready; four
+    times the link bandwidth (``scale_up.link_GBps``) never slows the step; an unknown
+    ``scale_up.params`` key is rejected with a SpecError naming it.
+    """
     assert isinstance(fabric, ScaleUpFabric), "must subclass twin.api.ScaleUpFabric"
-    engine = engine_with(fabric)
+    assert fabric.kind and fabric.role == "scale_up", "needs a kind and the scale_up role"
+    engine = engine_with(fabric, replace_builtin=replace_builtin)
     # The preset's NVLink-specific settings (NVLink generation 4, NVLS) are cleared: they
     # mean nothing to another scale-up fabric, which may rightly reject them.
-    scn = engine.scenario({"cluster": {"system": "DGX-H100", "num_gpus": 64,
-                                       "scale_up": {"fabric": fabric.kind, "domain_gpus": 8, "generation": None,
-                                                    "nvls": None}},
-                           "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 64}})
-    tier = engine.hierarchy(scn).tiers[0]
-    assert tier.span_gpus >= 1 and tier.bw_Bps > 0, "tier 0 needs a span and a bandwidth"
+    base = dict(cluster) if cluster is not None else {
+        "system": "DGX-H100", "num_gpus": 64,
+        "scale_up": {"fabric": fabric.kind, "domain_gpus": 8, "generation": None, "nvls": None}}
+    base_up = dict(base.get("scale_up") or {})
+    assert base_up.get("fabric") == fabric.kind, "the cluster's scale_up must name the fabric under test"
+
+    def scenario(**up: Any) -> Scenario:
+        return engine.scenario({"cluster": {**base, "scale_up": {**base_up, **up}}, "model": "llama3.1-8b",
+                                "plan": dict(plan or {"tp": 8, "gbs": 64})})
+
+    scn = scenario()
+    hierarchy = engine.hierarchy(scn)
+    tier = hierarchy.tiers[0]
+    assert tier.fabric == fabric.kind, "tier 0 belongs to the scale-up fabric"
+    assert tier.span_gpus >= 1 and tier.bw_Bps > 0 and math.isfinite(tier.bw_Bps), \
+        "tier 0 needs a span and a positive, finite bandwidth"
+    assert tier.latency_s >= 0, "tier 0's latency must be >= 0"
     est = engine.evaluate(scn)
     assert est.step_time_s > 0 and math.isfinite(est.step_time_s)
+    json.dumps(fabric.report(scn.cluster, hierarchy))
+    link = tier.bw_Bps / 1e9 / (scn.cluster.scale_up.achievable_fraction or 1.0)
+    try:
+        fast = engine.evaluate(scenario(link_GBps=link * 4))
+    except SpecError as err:  # a fabric whose link rates are fixed refuses the field, naming it
+        assert "link_GBps" in err.field, f"refusing link_GBps must name it (got {err.field!r})"
+    else:
+        assert fast.step_time_s <= est.step_time_s * (1 + 1e-9), "more link bandwidth must never slow a step"
+    try:
+        scenario(params={**base_up.get("params", {}), "no_such_parameter_xyz": 1})
+    except SpecError as err:
+        assert "no_such_parameter_xyz" in err.field, f"unknown parameter error must name it (got {err.field!r})"
+    else:
+        raise AssertionError("an unknown scale-up parameter must be rejected with a SpecError")
 
 
 def assert_strategy_conforms(strategy: Strategy, scenario: Mapping[str, Any],

@@ -19,6 +19,7 @@ from twin_plugins.nvlink import NVLS_ALGBW_FRACTION
 from twin_plugins.roce import EFA_STEP_LATENCY_S
 
 from tests.core.test_formulas import GB, flat_hierarchy
+from twin.core.accelerator_generations import nccl_tuning_key
 from twin.core.collectives import (
     collective_cost,
     collective_options,
@@ -122,7 +123,7 @@ def test_ring_protocol_bandwidths_are_nccl_2_28s():
 def test_the_ll_cap_follows_the_gpu_generation(engine):
     """The hierarchy of a cluster carries NCCL 2.28.3's one-node llMaxBw for its GPUs, on the
     scalar and the batch path."""
-    assert set(LL_MAX_BW_ONE_NODE_GBPS) == set(typing.get_args(Generation))
+    assert {nccl_tuning_key(g) for g in typing.get_args(Generation)} <= set(LL_MAX_BW_ONE_NODE_GBPS)
     for system, want in (("DGX-2", 39.0), ("DGX-A100", 87.7), ("DGX-H100", 141.0), ("DGX-B200", 282.0)):
         plan = {"tp": 8, "gbs": 16, "precision": "fp16" if system == "DGX-2" else "bf16"}
         data = {"cluster": {"system": system, "num_gpus": 16}, "model": "llama3.1-8b", "plan": plan}
@@ -148,7 +149,7 @@ def test_the_ring_plateau_depends_on_the_gpus_compute_capability(engine):
     one = place_group(8, 1, h)
     assert _option("all_reduce", size, one, h, "ring", "Simple") == pytest.approx((8.4 + 14 * 3.4) * US, rel=1e-6)
     # Every generation the schema accepts has its factor (a new one must state it).
-    assert set(RING_PLATEAU) == set(typing.get_args(Generation))
+    assert {nccl_tuning_key(g) for g in typing.get_args(Generation)} <= set(RING_PLATEAU)
     # From the presets: V100 clusters get 1.9, A100 / H100 / B200 1.4, on both paths.
     for system, want in (("DGX-2", 1.9), ("DGX-A100", 1.4), ("DGX-H100", 1.4), ("DGX-B200", 1.4)):
         plan = {"tp": 8, "gbs": 16, "precision": "fp16" if system == "DGX-2" else "bf16"}
@@ -438,7 +439,7 @@ def test_nvls_time_never_falls_with_size():
 def test_nvls_channels_follow_the_gpu_generation(engine):
     """nvls.cc: 16 NVLS channels on Hopper; Blackwell 24 inside one NVLink domain, 32 across
     domains; on the scalar and the batch path."""
-    assert set(NVLS_CHANNELS) == set(typing.get_args(Generation))
+    assert {nccl_tuning_key(g) for g in typing.get_args(Generation)} <= set(NVLS_CHANNELS)
     for system, want in (("DGX-H100", (16, 16)), ("DGX-B200", (24, 32)), ("GB200-NVL72", (24, 32))):
         data = {"cluster": {"system": system, "num_gpus": 144 if system == "GB200-NVL72" else 16},
                 "model": "llama3.1-8b", "plan": {"tp": 8, "gbs": 144}}
@@ -589,7 +590,7 @@ def test_collnet_direct_runs_at_nccls_model_of_its_intra_node_part():
 def test_collnet_direct_factor_follows_the_gpus_and_nics(engine):
     """The hierarchy of a cluster carries NCCL's CollNet Direct factor: 1 for a NIC per GPU
     before sm90, .85 from sm90, over (f + 1) / 2 with f GPUs per NIC; on both paths."""
-    assert set(COLLNET_DIRECT_BW) == set(typing.get_args(Generation))
+    assert {nccl_tuning_key(g) for g in typing.get_args(Generation)} <= set(COLLNET_DIRECT_BW)
     cases = (("DGX-A100", None, 1.0), ("DGX-A100", 4, 1 / 1.5), ("DGX-A100", 2, 1 / 2.5),
              ("DGX-H100", None, 0.85), ("DGX-B200", None, 0.85), ("DGX-2", None, 1 / 1.5))  # DGX-2: 16 V100, 8 NICs
     for system, nics, want in cases:

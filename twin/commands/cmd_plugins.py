@@ -11,7 +11,7 @@ from twin.engine import Engine
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``plugins`` verb."""
-    p = sub.add_parser("plugins", help="list loaded plugins, fabrics and strategies")
+    p = sub.add_parser("plugins", help="list loaded plugins, fabrics, strategies, accelerators and systems")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--no-plugins", action="store_true", help="do not autoload third-party plugins")
     p.set_defaults(func=run)
@@ -38,4 +38,17 @@ def run(args: argparse.Namespace) -> int:
             c.add_row(role, row["kind"], row["plugin"], f"{dim} (alternative: select it)" if row.get("alternative")
                       else dim)
     out.print(c)
+    a = table("Accelerators", "name", "generation", "dense TFLOP/s (16-bit)", "HBM", "plugin")
+    for name, body, origin in engine.catalog.describe("gpus"):
+        peaks = body.get("peak_tflops", {})
+        half = peaks.get("bf16", peaks.get("fp16"))
+        a.add_row(name, str(body.get("generation", "")), f"{half:g}" if half else "",
+                  f"{body.get('hbm_gib', 0):g} GiB, {body.get('hbm_TBps', 0):g} TB/s", origin)
+    out.print(a)
+    s = table("Systems", "name", "accelerator", "scale-up", "scale-out", "plugin")
+    for name, body, origin in engine.catalog.describe("systems"):
+        so = body.get("scale_out")
+        s.add_row(name, str(body.get("gpu", "")), str((body.get("scale_up") or {}).get("fabric", "nvlink")),
+                  str(so.get("fabric", "")) if isinstance(so, dict) else "none", origin)
+    out.print(s)
     return 0

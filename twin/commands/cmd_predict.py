@@ -94,7 +94,7 @@ def render_energy(est: Estimate) -> None:
         if key == "gpu":
             name += f" (busy {e.gpu_busy_s:.3f} s, waiting {e.gpu_wait_s:.3f} s)"
         if value > 0 or key == "gpu":
-            et.add_row(name, f"{value / 1e3:,.1f}", f"{100 * value / e.total_j:.1f}%")
+            et.add_row(name, f"{value / 1e3:,.1f}", f"{100 * value / e.total_j:.1f}%" if e.total_j else "-")
     out.print(et)
     out.print(f"{e.joules_per_token:.3f} J per token, {e.tokens_per_joule:.3f} tokens per J, "
               f"{e.average_power_w / 1e3:,.1f} kW average, PUE {e.pue:g}")

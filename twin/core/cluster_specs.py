@@ -13,10 +13,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from twin.core.accelerator_generations import GENERATIONS
 from twin.core.schema import spec_field
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "fp4"]
-Generation = Literal["volta", "ampere", "hopper", "blackwell"]
+# Every value has a row in twin.core.accelerator_generations.GENERATIONS (what the model reads of it).
+Generation = Literal["volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "tpu_v5p", "tpu_v6e", "trainium",
+                     "trainium2", "gaudi2", "gaudi3"]
 # The hosts' CPU vendor, as NCCL's tuning model tells them apart (tuning.cc: getNetOverhead, llMaxBws).
 HostCpu = Literal["intel", "amd", "other"]
 
@@ -83,7 +86,8 @@ class GPU:
     hbm_TBps: float = spec_field(ge=0.001, le=1e3)
     sm_count: int = spec_field(ge=1, le=100_000)
     nvlink_GBps: float = spec_field(0.0, ge=0, le=1e6, doc="NVLink bandwidth per GPU per direction")
-    tdp_w: float = spec_field(700.0, ge=1, le=1e5)
+    tdp_w: float | None = spec_field(
+        700.0, ge=1, le=1e5, doc="board power at full load, W; None: not published (the GPUs' energy is not counted)")
     sfu_exp_per_clk: float = spec_field(
         16.0, ge=1, le=1024,
         doc="exponentials per clock per SM (MUFU.EX2; CUDA C++ Programming Guide throughput table: 16)")
@@ -91,10 +95,10 @@ class GPU:
     source: str = ""
 
     def supports(self, precision: str) -> bool:
-        """Whether this GPU's tensor cores run ``precision`` natively."""
-        need = PRECISION_MIN_GENERATION.get(precision)
-        return need is not None and _GENERATION_ORDER[self.generation] >= _GENERATION_ORDER[need] \
-            and precision in self.peak_tflops
+        """Whether this GPU's matrix units run ``precision`` natively (its generation's row in
+        ``twin.core.accelerator_generations``) and its preset gives a peak for it.
+        """
+        return precision in GENERATIONS[self.generation].precisions and precision in self.peak_tflops
 
 
 # ----------------------------------------------------------------------- fabrics

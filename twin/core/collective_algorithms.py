@@ -16,6 +16,7 @@ from twin.core import ops
 from twin.core.collective_memo import _by_batch_view, _fixed
 from twin.core.collective_types import AnyHierarchy, Option, bus_factor
 from twin.core.link_profiles import _inter_bw, _net_latency_us
+from twin.core.scale_up_shapes import group_terms, group_up_bw
 from twin.core.topology import GroupSpan
 from twin.core.units import US
 
@@ -53,7 +54,7 @@ _RING_STEPS = tuple(
 
 def _ring_times(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     factor, multi, any_multi, ll_cap, steps = _fixed("ring", op, span, h, _ring_fixed)
-    up = h.up_bw
+    up = group_up_bw(span, h)  # h.up_bw, or the group's links of a mesh / torus domain
     bw = ops.where(multi, ops.minimum(up, _inter_bw(span, h, "ring")), up) if any_multi else up
     out: list[Option] = []
     for proto, pbw, lat_s, available in steps:
@@ -82,6 +83,8 @@ def _ring_fixed(span: GroupSpan, h: AnyHierarchy, op: str) -> tuple[Any, Any, bo
         one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
     # LL: "busBw = min(llMaxBw, busBw * .5)"
     ll_cap = nccl.ll_max_bw(m, h.ll_max_bw, h.ll_max_bw_two_nodes, h.ll_max_bw_more_nodes)
+    if h.up_shape is not None:
+        return factor, multi, any_multi, ll_cap, _shaped_ring_steps(op, span, h, nsteps)
     steps: list[tuple[str, Any, Any, Any]] = []
     for proto, pbw, base, nvlink, overheads, net_ring, net_tree in _RING_STEPS:
         if any_multi:
@@ -94,6 +97,44 @@ def _ring_fixed(span: GroupSpan, h: AnyHierarchy, op: str) -> tuple[Any, Any, bo
         else:  # one domain: no network step (the same formula with ninter = 0)
             steps.append((proto, pbw, (base + nsteps * nvlink) * US, True))
     return factor, multi, any_multi, ll_cap, tuple(steps)
+
+
+def _shaped_ring_steps(op: str, span: GroupSpan, h: AnyHierarchy, nsteps: Any) -> tuple[Any, ...]:
+    """The ring's per-protocol (protocol, bandwidth factor, latency s, available) on a scale-up
+    domain that is a mesh or a torus (``twin.core.scale_up_shapes``): the same model as a
+    switch's, except that inside one domain a pass takes the shape's steps (a torus reduces
+    axis by axis: the sum of its axes' steps, not ``n - 1``) and every step at least its hops'
+    latency (``Tier.latency_s`` per hop, where the fabric states one); across domains NCCL's
+    step count, each intra-domain step at least one hop's latency. Points of a batch whose
+    domain is a switch get exactly the switch's figures.
+    """
+    n, m = span.n, _nccl_nodes(span)
+    multi = span.m > 1
+    any_multi = ops.any_(multi)
+    _, per_pass, hops, _ = group_terms(span.k, h.up_shape)
+    shaped_steps = per_pass * 2 if op == "all_reduce" else (per_pass if op in ("all_gather", "reduce_scatter")
+                                                            else per_pass + 1)
+    hop_us = hops * h.up_shape.hop_s / US
+    if any_multi:
+        net_lat = _net_latency_us(span, h)
+        ninter = 2 * (m - 1) if op == "all_reduce" else (m - 1 if op in ("all_gather", "reduce_scatter") else m)
+        ninter = ops.where(multi, ops.minimum(ninter, nsteps), 0)
+        low_latency = _low_latency_protocols(span, h)
+        one_per_node = ops.logical_and(multi, n // ops.maximum(m, 1) <= 1)
+        intra_steps = ops.where(multi, nsteps - ninter, shaped_steps)
+    steps: list[tuple[str, Any, Any, Any]] = []
+    for proto, pbw, base, nvlink, overheads, net_ring, net_tree in _RING_STEPS:
+        if any_multi:
+            intra_multi = ops.maximum(nvlink, overheads * h.net_overhead_us)
+            net = ops.maximum(ops.where(one_per_node, net_tree, net_ring), net_lat)
+            intra = ops.maximum(ops.where(multi, intra_multi, nvlink), hop_us)
+            lat = base + intra_steps * intra + ninter * net
+            if proto == "Simple" and op == "all_reduce":
+                lat = ops.where(m > 1, lat * h.ring_plateau, lat)
+            steps.append((proto, pbw, lat * US, True if proto == "Simple" else _everywhere(low_latency)))
+        else:
+            steps.append((proto, pbw, (base + shaped_steps * ops.maximum(nvlink, hop_us)) * US, True))
+    return tuple(steps)
 
 
 def _everywhere(available: Any) -> Any:
@@ -115,7 +156,7 @@ def _tree_times(size: Any, span: GroupSpan, h: AnyHierarchy) -> list[Option]:
     if fixed is None:
         return []
     ll_cap, bus, steps = fixed
-    bw = nccl.TREE_BW * ops.minimum(h.up_bw, _inter_bw(span, h, "tree"))
+    bw = nccl.TREE_BW * ops.minimum(group_up_bw(span, h), _inter_bw(span, h, "tree"))
     size_index = _tree_size_index(size)
     out: list[Option] = []
     for proto, pbw, lat_s, available in steps:
@@ -305,14 +346,14 @@ def _sharp_time(op: str, size: Any, span: GroupSpan, h: AnyHierarchy) -> Option 
         # Without NVLS, CollNet Direct: NCCL's model of it (``nccl.collnet_direct_bw``), the intra-node
         # bandwidth over the GPU/NIC factor, x.85 from sm90, half of it as algorithm bandwidth; at
         # most 8 GPUs of the communicator per node.
-        direct_bw = nccl.COLLNET_DIRECT_RATIO * h.collnet_direct_bw * h.up_bw
+        direct_bw = nccl.COLLNET_DIRECT_RATIO * h.collnet_direct_bw * group_up_bw(span, h)
         t_intra = ops.where(nvls, size / ops.where(nvls_bw > 0, nvls_bw, 1.0),
                             ops.where(intra, size / direct_bw, 0.0))
         available = ops.logical_and(available, ops.logical_or(nvls, span.k <= nccl.COLLNET_DIRECT_MAX_LOCAL_GPUS))
         if not ops.any_(available):
             return None
     else:  # the domain's part is a ring reduce-scatter / all-gather over NVLink
-        t_intra = ops.where(intra, share * size / h.up_bw, 0.0)
+        t_intra = ops.where(intra, share * size / group_up_bw(span, h), 0.0)
     # In-network reduction: each GPU sends its 1/k share up once and receives it once
     # (reduce-scatter receives less, all-gather sends less: the up or down direction paces it).
     t_inter = size / _inter_bw(span, h, "sharp")

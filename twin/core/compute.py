@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from twin.core import ops
+from twin.core.accelerator_generations import GENERATIONS
 from twin.core.specs import GPU, ComputeEfficiency
 from twin.core.units import BYTES_PER_ELEMENT
 from twin.core.workload import SSD_BWD_KERNELS, SSD_FWD_KERNELS, Gemm, MemKernel, SubLayer
@@ -46,7 +48,18 @@ _UNFUSED_SCORE_BYTES = 8.0
 # cores x 64 FMA; Ampere 4 x 256 FMA; Hopper 4 x 512 FMA; Blackwell twice Hopper per SM).
 # With the datasheet peak it gives the clock the peak assumes (H100 SXM: 989.4 TFLOP/s /
 # (132 SMs x 4096) = 1.83 GHz, the whitepaper's boost clock), which the SFU runs at too.
-TENSOR_FLOPS_PER_CLK_SM = {"volta": 1024.0, "ampere": 2048.0, "hopper": 4096.0, "blackwell": 8192.0}
+# (twin.core.accelerator_generations holds them, one row per generation, with the other vendors'.)
+TENSOR_FLOPS_PER_CLK_SM = {g: f.tensor_flops_per_clk_unit for g, f in GENERATIONS.items()
+                           if f.tensor_flops_per_clk_unit is not None}
+
+
+def softmax_exp_per_s(gpu: GPU, peak16: float) -> float:
+    """Softmax exponentials per second: SMs x exponentials per clock x the clock the 16-bit peak
+    assumes (``TENSOR_FLOPS_PER_CLK_SM``); unbounded (the bound not modelled) for a generation
+    without a published transcendental rate per compute unit.
+    """
+    per_clk = TENSOR_FLOPS_PER_CLK_SM.get(gpu.generation)
+    return peak16 * gpu.sfu_exp_per_clk / per_clk if per_clk else math.inf
 
 # Extra HBM bytes per element of each low-precision GEMM input (activation in forward,
 # output gradient in backward) over a plain 16-bit flow, per recipe (Transformer Engine 2.x
@@ -133,7 +146,7 @@ def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 
         in_bytes=BYTES_PER_ELEMENT.get(precision, 2.0),
         quant_bytes=QUANT_BYTES.get(resolved, 0.0),
         # SMs x exponentials per clock x the clock of the 16-bit peak (TENSOR_FLOPS_PER_CLK_SM).
-        exp_per_s=peak16 * gpu.sfu_exp_per_clk / TENSOR_FLOPS_PER_CLK_SM[gpu.generation],
+        exp_per_s=softmax_exp_per_s(gpu, peak16),
     )
 
 

@@ -112,8 +112,12 @@ def power_facts(cluster: Cluster, report: Mapping[str, Any], path: str = "cluste
     pw, pr = cluster.power, cluster.prices
     nodes = cluster.num_nodes
     gpus = float(cluster.num_gpus)
-    busy = cluster.gpu.tdp_w * pw.gpu_busy_fraction
     missing: list[str] = []
+    if cluster.gpu.tdp_w is None:  # no published board power (e.g. Google TPUs, AWS Trainium): not counted
+        busy = 0.0
+        missing.append(f"GPUs (gpu.tdp_w: no published board power for {cluster.gpu.name or 'this GPU'})")
+    else:
+        busy = cluster.gpu.tdp_w * pw.gpu_busy_fraction
     counts: dict[str, Any] = {"gpus": cluster.num_gpus, "nodes": nodes}
     nic_w = switch_w = optics_w = cxl_w = 0.0
     if cluster.scale_out is not None:
@@ -166,7 +170,7 @@ def power_facts(cluster: Cluster, report: Mapping[str, Any], path: str = "cluste
                       nic_w=nic_w, switch_w=switch_w, optics_w=optics_w, host_w=host_w, cxl_w=cxl_w, pue=pw.pue,
                       gpu_usd_per_s=rental + capex, usd_per_j=(pr.usd_per_kwh or 0.0) / JOULES_PER_KWH,
                       priced=pr.priced, not_counted=tuple(missing),
-                      assumed=(IDLE_AS_BUSY,) if pw.gpu_idle_w is None else (), counts=counts)
+                      assumed=(IDLE_AS_BUSY,) if pw.gpu_idle_w is None and busy else (), counts=counts)
 
 
 def step_terms(f: PowerFacts, step_s: Any, busy_s: Any, tokens: Any) -> dict[str, Any]:
@@ -189,7 +193,9 @@ def step_terms(f: PowerFacts, step_s: Any, busy_s: Any, tokens: Any) -> dict[str
     total = it + out["facility_j"]
     out["energy_j"] = total
     out["joules_per_token"] = total / tokens
-    out["tokens_per_joule"] = tokens / total
+    # 0 where nothing is counted (no component with a power figure, e.g. a TPU slice without
+    # published board power and no power figures stated): no energy to divide by.
+    out["tokens_per_joule"] = ops.where(total > 0, tokens / ops.where(total > 0, total, 1.0), 0.0)
     out["average_power_w"] = total / step_s
     out["hardware_usd"] = f.gpu_usd_per_s * (f.gpus * step_s)
     out["electricity_usd"] = f.usd_per_j * total

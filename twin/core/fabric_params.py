@@ -1,4 +1,4 @@
-"""Checking a fabric's free-form parameters and the scale-out fields it does not model.
+"""Checking a fabric's free-form parameters and the scale-out / scale-up fields it does not model.
 
 Each scale-out fabric accepts its own parameters; what they share is the rule that an
 unknown key is an error naming the field (a typo must not be silently ignored) and that
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from twin.core.errors import SpecError
-from twin.core.specs import ScaleOut
+from twin.core.specs import ScaleOut, ScaleUp
 
 if TYPE_CHECKING:
     from twin.core.specs import Cluster
@@ -61,6 +61,35 @@ def reject_scale_out_fields(cluster: Cluster, path: str, kind: str, fields: Mapp
         value = getattr(so, name)
         if value != _SCALE_OUT_DEFAULTS[name]:
             raise SpecError(f"{path}.scale_out.{name}", f"does not apply to {kind}: {why} (got {value!r})")
+
+
+_SCALE_UP_DEFAULTS = {f.name: _default(f) for f in dataclasses.fields(ScaleUp)}
+
+
+def check_scale_up_params(cluster: Cluster, path: str, allowed: set[str], kind: str) -> None:
+    """Reject unknown or non-scalar ``scale_up.params`` of fabric ``kind``, naming the field
+    (``{path}.scale_up.params.{key}``), as :func:`check_scale_out_params` does for scale-out.
+    """
+    params = cluster.scale_up.params
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise SpecError(f"{path}.scale_up.params.{unknown[0]}",
+                        f"unknown parameter for {kind}; expected one of: {', '.join(sorted(allowed)) or 'none'}")
+    for key, value in params.items():
+        if not isinstance(value, (bool, int, float, str)):
+            raise SpecError(f"{path}.scale_up.params.{key}", f"must be a number, a boolean or a string (got {value!r})")
+
+
+def reject_scale_up_fields(cluster: Cluster, path: str, kind: str, fields: Mapping[str, str]) -> None:
+    """Reject the ``scale_up`` fields ``kind`` does not model when a scenario sets them
+    (``fields``: name -> why it does not apply; a field left at its default passes).
+    Errors name ``{path}.scale_up.{field}``.
+    """
+    up = cluster.scale_up
+    for name, why in fields.items():
+        value = getattr(up, name)
+        if value != _SCALE_UP_DEFAULTS[name]:
+            raise SpecError(f"{path}.scale_up.{name}", f"does not apply to {kind}: {why} (got {value!r})")
 
 
 def read_param(params: Mapping[str, Any], field: str, default: Any, *, integer: bool = False,

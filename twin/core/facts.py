@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twin.core import energy as energy_model
+from twin.core.accelerator_generations import generation_facts, nccl_tuning_key
 from twin.core.compute import Device, device_for
 from twin.core.errors import NotFoundError, PluginError
 from twin.core.interfaces import Fabric, MemoryFabric, OpticsModel, ScaleOutFabric, ScaleUpFabric
@@ -106,7 +107,8 @@ def scaled_tier(tier: Tier, factor: float) -> Tier:
 
 def build_hierarchy(fabrics: FabricSet, c: Cluster, cal: Calibration) -> Hierarchy:
     """The tier hierarchy of ``c`` with ``cal``'s bandwidth factors, and NCCL's tuning constants
-    of its GPU generation and host CPU (``twin.core.nccl_tuning``).
+    of its GPU generation (the row ``twin.core.accelerator_generations`` names for it) and host
+    CPU (``twin.core.nccl_tuning``).
     """
     up = fabrics.get("scale_up", c.scale_up.fabric, "cluster.scale_up.fabric")
     assert isinstance(up, ScaleUpFabric)
@@ -124,7 +126,7 @@ def build_hierarchy(fabrics: FabricSet, c: Cluster, cal: Calibration) -> Hierarc
     else:
         notes.append("no scale-out fabric: groups larger than the scale-up domain are not possible")
     cpu = c.host_cpu or "intel"  # not stated: NCCL's Intel/other figures
-    gen = c.gpu.generation
+    gen = nccl_tuning_key(c.gpu.generation)  # the NCCL row its collective library is costed with
     p2p, peer = p2p_channels(gen, tiers[0].nvlink_links)
     return Hierarchy(tiers=tuple(tiers), gpus_per_node=c.gpus_per_node, notes=tuple(notes),
                      ring_plateau=RING_PLATEAU[gen],
@@ -227,7 +229,7 @@ def cluster_facts(fabrics: FabricSet, cluster: Cluster) -> ClusterFacts:
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
     return ClusterFacts(capacity_bytes=gpu.hbm_gib * GIB, offload_bw_Bps=offload_bw,
                         pool_capacity_bytes=pool_capacity, host_bw_Bps=host_bw, host_capacity_bytes=host_capacity,
-                        tp_overlap_default=gpu.generation in ("hopper", "blackwell"),
+                        tp_overlap_default=generation_facts(gpu.generation).tp_comm_overlap,
                         half_peak_tflops=gpu.peak_tflops[half], peak_tflops=dict(gpu.peak_tflops))
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from twin.core import ops
 from twin.core.collective_memo import _by_batch_view, _fixed
 from twin.core.collective_types import AnyHierarchy
+from twin.core.scale_up_shapes import group_up_bw
 from twin.core.topology import GroupSpan, HierarchyBatch
 from twin.core.units import US
 
@@ -156,7 +157,7 @@ def link_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any
         if span.n <= 1:
             return tuple(times)
         if span.k > 1:
-            times[0] = 1.0 / h.up_bw
+            times[0] = 1.0 / group_up_bw(span, h)
         if span.m > 1:
             times[1] = _nic_seconds(span, h, pattern)
             for j, t in _uplink_seconds(span, h, pattern).items():
@@ -164,7 +165,7 @@ def link_seconds_per_byte(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any
         return tuple(times)
     width = h.width
     times = np.zeros((len(np.asarray(span.n)), width))
-    times[:, 0] = np.where(np.asarray(span.k) > 1, 1.0 / h.up_bw, 0.0)
+    times[:, 0] = np.where(np.asarray(span.k) > 1, 1.0 / group_up_bw(span, h), 0.0)
     multi = np.asarray(span.m) > 1
     if multi.any() and width > 1:
         times[:, 1] = np.where(multi, _nic_seconds(span, h, pattern), 0.0)

@@ -18,6 +18,7 @@ from twin.core.collective_memo import _fixed
 from twin.core.collective_types import ZERO_COST, AnyHierarchy, CollectiveCost, _zero_where, bus_factor
 from twin.core.link_profiles import _cross_domain_bw, _net_latency_us, net_seconds_per_byte
 from twin.core.moe_routing import dispatch_fanout, domains_per_token
+from twin.core.scale_up_shapes import group_up_a2a_bw, pair_up_bw
 from twin.core.topology import GroupSpan
 from twin.core.units import US
 
@@ -42,7 +43,7 @@ def _flat_all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveC
     bandwidth inside the domain, the NICs' across (DeepEP's and UCCL-EP's own kernels, which do
     not run NCCL's p2p schedule, and fabrics without NVLink channel figures).
     """
-    a2a_up = h.up_a2a_bw
+    a2a_up = group_up_a2a_bw(span, h)  # h.up_a2a_bw, or a mesh / torus domain's share for the group
     t_intra, t_inter, inter_bw = _a2a_stages(size, span, h, a2a_up)
     t = ops.maximum(t_intra, t_inter) + _p2p_latency(span.n, span, h)
     bottleneck = ops.where(ops.logical_and(t_inter >= t_intra, span.m > 1), inter_bw, a2a_up)
@@ -96,7 +97,7 @@ def _all_to_all(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     step = p2p.step_bytes(ll, multi)
     c = p2p.send_channels(b, step, multi, per_peer, first)
     k = span.k
-    nvl_bw = ops.minimum(h.up_a2a_bw, ops.where(ops.logical_and(on, k > 1),
+    nvl_bw = ops.minimum(group_up_a2a_bw(span, h), ops.where(ops.logical_and(on, k > 1),
                                                 h.p2p_channel_bw * ops.minimum((k - 1) * c, share), math.inf))
     t_intra, t_inter, inter_bw = _a2a_stages(size, span, h, nvl_bw)
     inter = ops.logical_and(t_inter >= t_intra, span.m > 1)
@@ -160,7 +161,7 @@ class DispatchStages:
 def _dispatch_stages(token_bytes: Any, tokens: Any, per_rank: Any, per_domain: Any, span: GroupSpan,
                      h: AnyHierarchy) -> DispatchStages:
     m = ops.maximum(span.m, 1)
-    a2a_up = h.up_a2a_bw
+    a2a_up = group_up_a2a_bw(span, h)
     # Every source rank routes alike, so a destination domain is its own one time in m.
     remote_copies = per_domain * (m - 1) / m
     inter_bw = _cross_domain_bw(span, h)
@@ -193,10 +194,11 @@ def _send_recv(size: Any, span: GroupSpan, h: AnyHierarchy) -> CollectiveCost:
     all-to-all follows, is not applied here: docs/fidelity.md, "looked at and not kept".)
     """
     multi = span.m > 1
+    up = pair_up_bw(h)  # h.up_bw, or the links to one peer of a mesh / torus domain
     if ops.any_(multi):
-        bw = ops.where(multi, 1.0 / net_seconds_per_byte(span, h, "p2p"), h.up_bw)
+        bw = ops.where(multi, 1.0 / net_seconds_per_byte(span, h, "p2p"), up)
     else:
-        bw = h.up_bw
+        bw = up
     net_step = ops.maximum(nccl.HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, h))
     lat = ops.where(multi, (_P2P_BASE_US + net_step) * US, (_P2P_BASE_US + nccl.HW_LAT_NVLINK["ring"]["Simple"]) * US)
     t = size / bw + lat

@@ -93,7 +93,15 @@ def validate_power(cluster: Cluster, path: str = "cluster") -> None:
     the cluster has, and the prices must name one way of paying for the hardware.
     """
     pw, pr = cluster.power, cluster.prices
-    busy = cluster.gpu.tdp_w * pw.gpu_busy_fraction
+    if cluster.gpu.tdp_w is None:  # not published: the GPUs' energy is not counted, so nothing applies to it
+        stated = (("gpu_idle_w", pw.gpu_idle_w is not None), ("gpu_busy_fraction", pw.gpu_busy_fraction != 1.0))
+        for name, given in stated:
+            if given:
+                raise SpecError(f"{path}.power.{name}", f"needs the GPU's board power, which is not published for "
+                                                        f"{cluster.gpu.name or 'this GPU'}: state gpu.tdp_w")
+        busy = 0.0
+    else:
+        busy = cluster.gpu.tdp_w * pw.gpu_busy_fraction
     if pw.gpu_idle_w is not None and pw.gpu_idle_w > busy:
         raise SpecError(f"{path}.power.gpu_idle_w",
                         f"must be <= the GPU's busy power (gpu.tdp_w x gpu_busy_fraction = {busy:g} W) "

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from twin.core import ops
+from twin.core.scale_up_shapes import UpShape, UpShapeBatch, batch_up_shape, up_shape_of
 
 # Span of the padding tiers of a table (hierarchies with fewer tiers): spans no group.
 _NO_SPAN = -1
@@ -54,6 +55,12 @@ class Tier:
     under aws-ofi-nccl, which sets NCCL_PROTO=simple where the endpoint cannot).
     ``nvlink_links``: NVLink links per GPU into the domain's switches (tier 0 of an NVLink
     fabric; 0 otherwise), from which NCCL sizes its p2p channels (``nccl_tuning.p2p_channels``).
+    ``mesh_peer_share`` / ``torus_axes``: a scale-up domain that is not a switch (tier 0 only;
+    ``twin.core.scale_up_shapes``): a fully connected mesh, the share of ``bw_Bps`` the links to
+    one peer carry; or a torus, per axis innermost first (size, the share of ``bw_Bps`` one
+    direction of its ring carries, whether it wraps round). Either way a group gets only the
+    links that join its members, and ``latency_s`` is one hop's; such a domain leaves
+    ``a2a_bw_Bps`` unset (its shape bounds all-to-all).
     """
 
     name: str
@@ -67,6 +74,8 @@ class Tier:
     a2a_bw_Bps: float = 0.0
     simple_only: bool = False
     nvlink_links: int = 0
+    mesh_peer_share: float = 0.0
+    torus_axes: tuple[tuple[int, float, bool], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +117,12 @@ class Hierarchy:
     # (``collectives._fixed``): shared with its share views (``with_shares``), not part of
     # its value (equality, hash, repr, pickle); a copy made any other way starts empty.
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The scale-up domain's shape when it is not a switch (``scale_up_shapes.up_shape_of`` of
+    # tier 0; None: a switch), derived from the tiers, so not part of the value either.
+    up_shape: UpShape | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "up_shape", up_shape_of(self.tiers[0]) if self.tiers else None)
 
     def __getstate__(self) -> list[Any]:
         return [getattr(self, f.name) for f in fields(self) if f.init]
@@ -116,6 +131,7 @@ class Hierarchy:
         for f, value in zip((f for f in fields(self) if f.init), state, strict=True):
             object.__setattr__(self, f.name, value)
         object.__setattr__(self, "_memo", {})
+        self.__post_init__()
 
     def share_at(self, tier: Any) -> Any:
         """Fraction of link class ``tier``'s capacity this traffic gets (1: it has it alone)."""
@@ -275,6 +291,8 @@ class HierarchyBatch:
         for name, dtype in _PER_POINT:  # each point's hierarchy's figure (up_bw from the table above)
             setattr(self, name, self._bw[rows, 0] if name == "up_bw" else
                     np.asarray([getattr(h, name) for h in self.hierarchies], dtype)[rows])
+        # Each point's scale-up shape (None when every domain is a switch: scale_up_shapes).
+        self.up_shape: UpShapeBatch | None = batch_up_shape([h.up_shape for h in self.hierarchies], rows)
 
     def _cumulative(self, test: Any, width: int) -> np.ndarray:
         """Per hierarchy and tier i, whether ``test`` holds for some scale-out tier in 1..i."""
@@ -386,6 +404,8 @@ class HierarchyBatch:
         out.rows = ops.gather(self.rows, index)
         for name, _ in _PER_POINT:
             setattr(out, name, ops.gather(getattr(self, name), index))
+        if self.up_shape is not None:
+            out.up_shape = self.up_shape.take(np.asarray(index))
         if self.shares is not None:
             out.shares = ops.gather(self.shares, index)
         return out
