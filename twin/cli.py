@@ -39,6 +39,8 @@ COMMANDS = (
     "twin.commands.cmd_sweep",
     "twin.commands.cmd_plan",
     "twin.commands.cmd_plot",
+    "twin.commands.cmd_export",
+    "twin.commands.cmd_import",
 )
 
 EXIT_BAD_INPUT = 2

@@ -52,10 +52,13 @@ class Issue:
     ``size_bytes``: per rank in the twin's convention (an all-gather's gathered output, a
     reduce-scatter's input, an all-to-all's send buffer, a send's payload); ``time_s``: the
     twin's time for one, link sharing included; ``at`` / ``per``: where it runs and how often
-    (module table); ``sent_bytes``: what one rank sends for one (``bus_factor`` x size).
+    (module table); ``sent_bytes``: what one rank sends for one (``bus_factor`` x size);
+    ``reported``: the estimate's dimension it is counted under (its strategy's: the
+    data-parallel strategy's expert-gradient reduction runs over edp, reported under dp).
     """
 
     strategy: str
+    reported: str
     dimension: str
     op: str
     size_bytes: float
@@ -95,7 +98,8 @@ class StageClass:
     """One pipeline rank (every tp/cp/dp rank of a stage runs the same step).
 
     Per micro-batch, all the rank's model chunks together: ``fwd_s``, ``bwd_s``,
-    ``recompute_s`` (as ``StageTimes``: each pass the larger of its device and host time);
+    ``recompute_s`` (as ``StageTimes``: each pass the larger of its device and host time),
+    ``attention_s`` the attention cores' forward and backward in them;
     ``layer_fwd_s`` / ``layer_bwd_s`` one mean layer's passes (the rest of a pass is the stage's
     ends: embedding, head, per-micro-batch host work); ``bottleneck``: the stage the estimate's
     compute is of.
@@ -108,6 +112,7 @@ class StageClass:
     recompute_s: float
     layer_fwd_s: float
     layer_bwd_s: float
+    attention_s: float
     embedding: bool
     head: bool
     bottleneck: bool

@@ -26,8 +26,9 @@ Attribute names and types are the ones ASTRA-sim's feeder reads (astra-sim
 comm_type, comm_priority, comm_size, comm_src, comm_dst, comm_tag, pg_name; ``Workload.cc``
 @ 0383c203: ``{prefix}.{rank}.et`` per rank, pg_name "" or "0" the group of all ranks) and
 those Chakra's generator writes (``int64_val`` comm_type, ``uint64_val`` comm_size, bool
-is_cpu_op). Each node also carries ``twin_dimension`` and ``twin_strategy`` (ignored by
-ASTRA-sim), so a reader can sum a dimension.
+is_cpu_op). Each node also carries ``twin_dimension`` (the estimate's dimension it counts
+under), ``twin_group`` (the group it runs over) and ``twin_strategy`` (all ignored by ASTRA-sim),
+so a reader can sum a dimension as the estimate does.
 
 Class traces name the rank with every other coordinate 0 (``{name}.stage{r}.et``); ``all_ranks``
 writes ``{name}.{rank}.et`` for every GPU with its own peers and groups, as ASTRA-sim loads them.
@@ -146,19 +147,21 @@ class _Writer:
         attrs = [cs.attr("comm_type", cs.COMM_TYPES[issue.op], "int64_val"),
                  cs.attr("comm_size", round(size), "uint64_val"),
                  cs.attr("pg_name", self.pg[issue.dimension], "string_val"),
-                 cs.attr("twin_dimension", issue.dimension, "string_val"),
+                 cs.attr("twin_dimension", issue.reported, "string_val"),
+                 cs.attr("twin_group", issue.dimension, "string_val"),
                  cs.attr("twin_strategy", issue.strategy, "string_val")]
-        return self.node(name, cs.COMM_COLL_NODE, seconds, issue.dimension, deps, chained, attrs)
+        return self.node(name, cs.COMM_COLL_NODE, seconds, issue.reported, deps, chained, attrs)
 
     def p2p(self, name: str, send: bool, issue: Issue, peer: int, tag: int, seconds: float, deps: list[int],
             chained: bool) -> int:
         src, dst = (self.rank, peer) if send else (peer, self.rank)
         attrs = [cs.attr("comm_src", src, "int32_val"), cs.attr("comm_dst", dst, "int32_val"),
                  cs.attr("comm_tag", tag, "int32_val"), cs.attr("comm_size", round(issue.size_bytes), "uint64_val"),
-                 cs.attr("twin_dimension", issue.dimension, "string_val"),
+                 cs.attr("twin_dimension", issue.reported, "string_val"),
+                 cs.attr("twin_group", issue.dimension, "string_val"),
                  cs.attr("twin_strategy", issue.strategy, "string_val")]
         # The twin's time is the sender's (what it sends, in its bytes); the receive waits for it.
-        key = issue.dimension if send else issue.dimension + ":recv"
+        key = issue.reported if send else issue.reported + ":recv"
         return self.node(name, cs.COMM_SEND_NODE if send else cs.COMM_RECV_NODE, seconds if send else 0.0, key,
                          deps, chained, attrs)
 

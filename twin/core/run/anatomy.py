@@ -125,7 +125,7 @@ def _part(strat: Strategy, alone: Terms, terms: Terms, calls: list[Call], ctx: E
     nbytes = float(terms.bytes_per_microbatch) * m + float(terms.bytes_per_step)
     recipe = RECIPES.get(strat.name)
     rows = recipe(ctx) if recipe is not None else None
-    issues = issues_of(strat.name, rows, calls) if rows is not None else []
+    issues = issues_of(strat.name, strat.dimension, rows, calls) if rows is not None else []
     generic = rows is None
     if not generic:
         got_s, got_b = _sums(issues, ctx)
@@ -183,7 +183,8 @@ def _stage_classes(scenario: Scenario, dev: Any, w: Any, stage: StageTimes) -> l
     L, p = model.layers, plan.pp
     if p == 1:
         return [{"rank": 0, "layers": L, "fwd_s": stage.fwd_s, "bwd_s": stage.bwd_s, "recompute_s": stage.recompute_s,
-                 "layer_fwd_s": stage.layer_fwd_s, "layer_bwd_s": stage.layer_bwd_s, "embedding": True, "head": True,
+                 "layer_fwd_s": stage.layer_fwd_s, "layer_bwd_s": stage.layer_bwd_s,
+                 "attention_s": stage.attn_fwd_s + stage.attn_bwd_s, "embedding": True, "head": True,
                  "bottleneck": True, "stage": stage}]
     frozen = plan.trainable == "lora"
     passes = _layer_passes(dev, w, frozen, plan.moe_dispatcher)
@@ -209,7 +210,8 @@ def _stage_classes(scenario: Scenario, dev: Any, w: Any, stage: StageTimes) -> l
         fwd, bwd = layers * t_f + extra_f, layers * t_b + extra_b
         recompute = float(_recompute_s(plan, model, dev, w, t_attn, t_f, float(layers)))
         out.append({"rank": r, "layers": int(layers), "fwd_s": fwd, "bwd_s": bwd, "recompute_s": recompute,
-                    "layer_fwd_s": t_f, "layer_bwd_s": t_b, "embedding": r == 0, "head": r == p - 1,
+                    "layer_fwd_s": t_f, "layer_bwd_s": t_b, "attention_s": (t_attn + t_attn_b) * layers,
+                    "embedding": r == 0, "head": r == p - 1,
                     "bottleneck": False,
                     "stage": dataclasses.replace(stage, fwd_s=fwd, bwd_s=bwd, recompute_s=recompute,
                                                  layers=float(layers), attn_fwd_s=t_attn * layers,
@@ -220,4 +222,5 @@ def _stage_classes(scenario: Scenario, dev: Any, w: Any, stage: StageTimes) -> l
     best["bottleneck"] = True
     best["stage"] = stage
     best["fwd_s"], best["bwd_s"], best["recompute_s"] = stage.fwd_s, stage.bwd_s, stage.recompute_s
+    best["attention_s"] = stage.attn_fwd_s + stage.attn_bwd_s
     return out

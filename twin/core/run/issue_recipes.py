@@ -146,6 +146,9 @@ def _expert(ctx: EvalContext) -> list[Row] | None:
     return rows
 
 
+# A strategy without a recipe or a recorded call: its dimension's usual collective.
+GENERIC_OPS = {"ep": "all_to_all"}
+
 RECIPES: dict[str, Recipe] = {
     "tensor": _tensor, "pipeline": _pipeline, "data": _data, "fsdp": _fsdp, "context": _context, "expert": _expert,
 }
@@ -164,7 +167,7 @@ def find_call(calls: Sequence[Call], op: str, dim: str) -> Call | None:
     return max(found, key=lambda c: c.size_bytes)
 
 
-def issues_of(strategy: str, rows: Sequence[Row], calls: Sequence[Call]) -> list[Issue]:
+def issues_of(strategy: str, reported: str, rows: Sequence[Row], calls: Sequence[Call]) -> list[Issue]:
     """The :class:`Issue` of each recipe row whose call the strategy made (a group of one rank, or a
     call not made, issues nothing).
     """
@@ -174,7 +177,8 @@ def issues_of(strategy: str, rows: Sequence[Row], calls: Sequence[Call]) -> list
         if call is None or per <= 0:
             continue
         sent = call.size_bytes * float(bus_factor(call.op, call.n))
-        out.append(Issue(strategy, dim, call.op, call.size_bytes, call.time_s, call.algorithm, at, float(per), sent))
+        out.append(Issue(strategy, reported, dim, call.op, call.size_bytes, call.time_s, call.algorithm, at,
+                         float(per), sent))
     return out
 
 
@@ -182,9 +186,10 @@ def generic_issues(strategy: str, dimension: str, calls: Sequence[Call], n_of: C
                    terms: Any) -> list[Issue]:
     """A strategy without a recipe: one collective per micro-batch (after its backward) and one per
     step (after the last backward) carrying its bytes and seconds; the operation and group of its
-    first recorded call, else an all-reduce over its own dimension.
+    first recorded call, else its dimension's usual collective over its own group (an all-to-all
+    for expert parallelism, an all-reduce otherwise).
     """
-    op, dim = (calls[0].op, calls[0].dimension) if calls else ("all_reduce", dimension)
+    op, dim = (calls[0].op, calls[0].dimension) if calls else (GENERIC_OPS.get(dimension, "all_reduce"), dimension)
     algo = calls[0].algorithm if calls else ""
     n = max(1, n_of(dim))
     factor = float(bus_factor(op, n)) or 1.0
@@ -192,5 +197,6 @@ def generic_issues(strategy: str, dimension: str, calls: Sequence[Call], n_of: C
     for at, nbytes, secs in (("microbatch_bwd", terms.bytes_per_microbatch, terms.issued_per_microbatch_s),
                              ("step_end", terms.bytes_per_step, terms.issued_per_step_s)):
         if float(nbytes) > 0 or float(secs) > 0:
-            out.append(Issue(strategy, dim, op, float(nbytes) / factor, float(secs), algo, at, 1.0, float(nbytes)))
+            out.append(Issue(strategy, dimension, dim, op, float(nbytes) / factor, float(secs), algo, at, 1.0,
+                             float(nbytes)))
     return out
