@@ -7,6 +7,7 @@ knows is in SQLite under the state directory and is reloaded identically on star
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -19,13 +20,14 @@ from twin.core.docload import parse_document
 from twin.core.errors import NotFoundError, SpecError, TooLargeError, TwinError
 from twin.core.extras import needs_extra
 from twin.core.health import TierStatus, tier_status
+from twin.core.intervals import narrowed
 from twin.core.specs import Calibration, Scenario
 from twin.engine import Engine
 from twin.telemetry import live_predict
 from twin.telemetry.decode import Decoder, summarize
 from twin.telemetry.ingest import IngestQueue, Item, Overloaded
 from twin.telemetry.mapping import MetricCatalog
-from twin.telemetry.state import ApplyResult, Dirty, LiveState
+from twin.telemetry.state import ApplyResult, Dirty, LiveState, Undo
 from twin.telemetry.store import Store
 from twin.telemetry.telemetry_config import TelemetryConfig
 
@@ -84,12 +86,6 @@ class TelemetryService:
         # events are written with every batch before it is acknowledged.
         self._unsaved_series: set[str] = set()  # series texts
         self._next_checkpoint = 0.0
-        # What a failed commit did not write: it goes into the next commit, so a retried
-        # request (its points now duplicates in memory) is answered OK only once they are durable.
-        self._pending_components: set[str] = set()
-        self._pending_records: set[str] = set()
-        self._pending_observations: list[tuple[str, int, float]] = []
-        self._pending_events: list[tuple[int, str, str, str, str]] = []
         self.queue = IngestQueue(self._apply_batch, config.max_pending_points, config.retry_after_s)
         self._stop = threading.Event()
         self._calibrator: threading.Thread | None = None
@@ -191,36 +187,39 @@ class TelemetryService:
         now = time.time_ns()
         # The series changed are added straight to the unsaved set (the checkpoint writes them).
         dirty = Dirty(series=self._unsaved_series)
+        # How to take the batch back if it does not commit: only acknowledged points are live.
+        undo = Undo()
         results = []
         with self.lock:
-            for it in items:
-                res = ApplyResult()
-                self.state.apply(it.points, now, res, dirty)
-                results.append(res)
+            try:
+                for it in items:
+                    res = ApplyResult()
+                    self.state.apply(it.points, now, res, dirty, undo)
+                    results.append(res)
+            except BaseException:
+                self.state.rollback(undo)
+                raise
             components = self.state.components
-            comp_ids = self._pending_components | dirty.components
-            record_ids = self._pending_records | dirty.records
-            live = [components[c] for c in comp_ids if c in components]
-            records = [components[c] for c in record_ids if c in components]
-            observations = self._pending_observations + dirty.observations
-            events = self._pending_events + dirty.events
+            live = [components[c] for c in dirty.components if c in components]
+            records = [components[c] for c in dirty.records if c in components]
             series = []
             if time.monotonic() >= self._next_checkpoint:
                 series = [(k, self.state.series[k]) for k in self._unsaved_series if k in self.state.series]
                 self._unsaved_series = set()
                 self._next_checkpoint = time.monotonic() + self.config.series_checkpoint_s
         try:
-            self.store.commit_batch(series, records, live, observations, events)
+            self.store.commit_batch(series, records, live, dirty.observations, dirty.events)
         except Exception:
-            with self.lock:  # keep all of it for the next commit (the handlers get the error)
-                self._pending_components, self._pending_records = comp_ids, record_ids
-                self._pending_observations, self._pending_events = observations, events
+            # Not stored, so not acknowledged: the batch is taken back (its exporters get the error
+            # and resend it, now new points again), and the baselines this commit would have
+            # checkpointed are written by the next one.
+            with self.lock:
+                self.state.rollback(undo)
                 self._unsaved_series |= {k for k, _ in series}
+                self._unsaved_series.difference_update(undo.new_series)
                 self._next_checkpoint = 0.0
             raise
         with self.lock:
-            self._pending_components, self._pending_records = set(), set()
-            self._pending_observations, self._pending_events = [], []
             # Counted once stored: a batch whose commit fails is not counted (its exporter's
             # retry is, when it commits).
             for r in results:
@@ -306,6 +305,10 @@ class TelemetryService:
             out["designed_step_time_s"] = est.step_time_s
         if basis in ("both", "now"):
             est = live_predict.evaluate_with(self.engine, scn, now_cal)
+            if job and est.interval is not None:  # the job's own steps narrow how sure "now" is
+                with self.lock:
+                    seen = [v for _, v in list(self.state.observations.get(job, ()))[-live_predict.WINDOW:]]
+                est = dataclasses.replace(est, interval=narrowed(est.interval, est.step_time_s, seen))
             out["now"] = est.to_dict()
             out["now_step_time_s"] = est.step_time_s
         if basis == "both":
@@ -384,7 +387,7 @@ class TelemetryService:
         self.scraper.close()
         self.queue.close()
         with self.lock:
-            series = [(k, self.state.series[k]) for k in self._unsaved_series]
+            series = [(k, self.state.series[k]) for k in self._unsaved_series if k in self.state.series]
             self._unsaved_series = set()
         self.store.commit_batch(series, [], [], [], [])
         if self.self_metrics is not None:

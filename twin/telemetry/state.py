@@ -232,6 +232,47 @@ class Dirty:
     events: list[tuple[int, str, str, str, str]] = field(default_factory=list)
 
 
+# A component's fields a batch may reassign (their old values are kept by reference: each is
+# replaced, never changed in place, apart from the dicts kept apart in Undo.dicts).
+_COMPONENT_FIELDS = ("last_seen_ns", "signals", "state", "evidence", "capacity", "since_ns", "ruled", "pending",
+                     "pending_n", "plan")
+_SERIES_STRIDE = 8  # Undo.series: text, slot, start_ns, time_ns, value, derived, per, comp
+_COMPONENT_STRIDE = 1 + len(_COMPONENT_FIELDS)
+
+
+@dataclass(slots=True)
+class Undo:
+    """What a batch changed in the live state, kept so that a batch whose commit fails can be
+    taken back (:meth:`LiveState.rollback`): only acknowledged points are live.
+
+    Each entry is the value before the batch's first change to it. ``series``: a known series'
+    text, slot and last point, flat (``_SERIES_STRIDE`` items each), ``new_series`` the ones the
+    batch created; ``components``: a known component and its fields (``_COMPONENT_STRIDE``
+    items each), ``new_components`` the ones it created; ``dicts``: a component's ``peaks``,
+    ``mappings`` and ``series`` dicts, copied only before the rare changes to them (a new signal,
+    a new peak); ``observations``: a job's window (None: the batch started it); ``events``: the
+    event log (None: untouched). Flat lists of what exists anyway, not a tuple per point: what
+    a point costs is a set lookup and, the first time, one list extension, and the cyclic
+    collector sees no new objects (``benchmarks/bench_ingest.py``).
+    """
+
+    seen: set[str] = field(default_factory=set)
+    series: list[Any] = field(default_factory=list)
+    new_series: list[str] = field(default_factory=list)
+    kept: set[str] = field(default_factory=set)
+    components: list[Any] = field(default_factory=list)
+    new_components: list[str] = field(default_factory=list)
+    dicts: dict[str, tuple[dict[str, float], dict[str, MetricMapping], dict[str, dict[str, float]]]] = \
+        field(default_factory=dict)
+    observations: dict[str, list[tuple[int, float]] | None] = field(default_factory=dict)
+    events: list[tuple[int, str, str, str, str]] | None = None
+
+    def keep_dicts(self, comp: Component) -> None:
+        """Copy ``comp``'s peaks, mappings and series dicts before the batch changes one of them."""
+        if comp.id not in self.dicts:
+            self.dicts[comp.id] = (dict(comp.peaks), dict(comp.mappings), dict(comp.series))
+
+
 @dataclass(slots=True)
 class _Series(SeriesPoint):
     """A series' last point (:class:`~twin.core.counter_rates.SeriesPoint`), with the component and
@@ -265,32 +306,44 @@ class LiveState:
         self.skipped: list[tuple[str, str, str]] = []
 
     # ---------------------------------------------------------------- ingest
-    def apply(self, blocks: Iterable[Block], now_ns: int, result: ApplyResult, dirty: Dirty) -> None:
-        """Fold the points of ``blocks`` into the state, counting outcomes in ``result`` and changes in ``dirty``."""
+    def apply(self, blocks: Iterable[Block], now_ns: int, result: ApplyResult, dirty: Dirty,
+              undo: Undo | None = None) -> None:
+        """Fold the points of ``blocks`` into the state, counting outcomes in ``result`` and changes in
+        ``dirty``; ``undo`` (shared by the batches of one commit) records how to take them back.
+        """
         touched: dict[str, Component] = {}
+        undo = Undo() if undo is None else undo
         for block in blocks:
-            accepted, duplicates, resets = self._apply_block(block, now_ns, result, dirty, touched)
+            accepted, duplicates, resets = self._apply_block(block, now_ns, result, dirty, touched, undo)
             result.accepted += accepted + duplicates  # a duplicate is accepted (and changes nothing)
             result.duplicates += duplicates
             result.resets += resets
         for comp in touched.values():
-            if self._reassess(comp, now_ns, dirty):
+            if self._reassess(comp, now_ns, dirty, undo):
                 dirty.records.add(comp.id)
         dirty.components.update(touched)
 
     def _apply_block(self, block: Block, now_ns: int, result: ApplyResult, dirty: Dirty,
-                     touched: dict[str, Component]) -> tuple[int, int, int]:
+                     touched: dict[str, Component], undo: Undo) -> tuple[int, int, int]:
         """One block's points; returns (applied, duplicates, resets) and adds what it touched."""
         series, components = self.series, self.components
         max_series, max_components = self.max_series, self.max_components
         dirty_series = dirty.series
         delta = block.delta
+        seen, saved, new_series, kept = undo.seen, undo.series, undo.new_series, undo.kept
         # Counted in locals and added once: this loop runs for every point.
         accepted = duplicates = resets = 0
         for sid, start, t, value in zip(block.sids, block.starts, block.times, block.values, strict=True):
             text = sid.text
             slot = series.get(text)
-            comp = slot.comp if slot is not None else None
+            if slot is not None:
+                if text not in seen:  # its last point before this batch, to take back
+                    seen.add(text)
+                    saved.extend((text, slot, slot.start_ns, slot.time_ns, slot.value, slot.derived, slot.per,
+                                  slot.comp))
+                comp = slot.comp
+            else:
+                comp = None
             if comp is None:  # a new series, or one restored without its component
                 if slot is None and len(series) >= max_series:
                     result.reject(f"series limit ({max_series}) reached")
@@ -304,6 +357,8 @@ class LiveState:
                     m = sid.mapping
                     comp = components[cid] = Component(cid, m.component, sid.host, m.tier, dict(sid.labels),
                                                        switch=sid.switch, since_ns=now_ns)
+                    undo.new_components.append(cid)
+                    kept.add(cid)  # created by this batch: removed, not restored
                     dirty.records.add(cid)
                 if slot is not None:
                     slot.comp = comp
@@ -311,6 +366,8 @@ class LiveState:
                 first = update_counter(None, start, t, value, delta)[0] if sid.counter else None
                 slot = series[text] = (_Series(first.start_ns, first.time_ns, first.value, first.derived, comp)
                                        if first is not None else _Series(0, t, value, value, comp))
+                seen.add(text)  # created by this batch: removed, not restored
+                new_series.append(text)
             elif t <= slot.time_ns:  # not newer: a duplicate, counter or gauge (twin.core.counter_rates)
                 duplicates += 1
                 continue
@@ -326,6 +383,10 @@ class LiveState:
                     resets += 1
                 slot.start_ns, slot.time_ns, slot.value, slot.derived = (  # type: ignore[union-attr]
                     new.start_ns, new.time_ns, new.value, new.derived)  # type: ignore[union-attr]
+            cid = comp.id
+            if cid not in touched and cid not in kept:
+                kept.add(cid)
+                undo.components.extend((comp, *[getattr(comp, f) for f in _COMPONENT_FIELDS]))
             derived = slot.derived
             if derived is not None:
                 per = slot.per
@@ -333,6 +394,7 @@ class LiveState:
                     signal = sid.mapping.signal
                     per = comp.series.get(signal)
                     if per is None:
+                        undo.keep_dicts(comp)
                         per = comp.series[signal] = {}
                         comp.mappings[signal] = sid.mapping
                         comp.plan = None
@@ -341,15 +403,18 @@ class LiveState:
             if t > comp.last_seen_ns:  # noqa: PLR1730 (max() costs more, and this runs for every point)
                 comp.last_seen_ns = t
             dirty_series.add(text)
-            touched[comp.id] = comp
+            touched[cid] = comp
             if sid.mapping.signal == STEP_TIME_SIGNAL:
                 job = comp.labels[next(iter(comp.labels))]
+                if job not in undo.observations:
+                    window = self.observations.get(job)
+                    undo.observations[job] = list(window) if window is not None else None
                 self.observations.setdefault(job, deque(maxlen=OBSERVATIONS_PER_JOB)).append((t, value))
                 dirty.observations.append((job, t, value))
             accepted += 1
         return accepted, duplicates, resets
 
-    def _reassess(self, comp: Component, now_ns: int, dirty: Dirty) -> bool:
+    def _reassess(self, comp: Component, now_ns: int, dirty: Dirty, undo: Undo) -> bool:
         """Aggregate ``comp``'s signals and assess it; True when its record beyond the signals changed."""
         plan = comp.plan
         if plan is None:
@@ -365,6 +430,7 @@ class LiveState:
         comp.ruled = ruled
         for sig, value in ruled:
             if mappings[sig].capacity == "ratio_to_peak" and value > comp.peaks.get(sig, 0.0):
+                undo.keep_dicts(comp)
                 comp.peaks[sig] = value
         health = assess(signals, mappings, comp.peaks)
         if health.state != comp.state:
@@ -377,6 +443,8 @@ class LiveState:
         if health.state != comp.state:
             why = "; ".join(e.text() for e in health.evidence if e.severity != "info") or "no rule fires any more"
             event = (now_ns, comp.id, comp.state, health.state, why)
+            if undo.events is None:
+                undo.events = list(self.events)
             self.events.append(event)
             dirty.events.append(event)
             comp.since_ns = now_ns
@@ -392,6 +460,46 @@ class LiveState:
         names = tuple(sig for sig in comp.series if sig in mappings and (
             mappings[sig].conditions or mappings[sig].capacity))
         return aggregates, names
+
+    def rollback(self, undo: Undo) -> None:
+        """Take back everything the batches recorded in ``undo`` changed (their commit failed)."""
+        series = self.series
+        for text in undo.new_series:
+            slot = series.pop(text, None)
+            if slot is not None and slot.per is not None:
+                slot.per.pop(text, None)
+        saved = undo.series
+        for i in range(0, len(saved), _SERIES_STRIDE):
+            text, slot, start, t, value, derived, per, comp = saved[i:i + _SERIES_STRIDE]
+            # The signal's dict holding this series' value: the one it kept (per), or, for a series
+            # restored from the store (per None), the one the batch found and wrote to (slot.per).
+            target = per if per is not None else slot.per
+            slot.start_ns, slot.time_ns, slot.value, slot.derived, slot.per, slot.comp = (
+                start, t, value, derived, per, comp)
+            if target is not None:
+                if derived is None:
+                    target.pop(text, None)
+                else:
+                    target[text] = derived
+        comps = undo.components
+        for i in range(0, len(comps), _COMPONENT_STRIDE):
+            comp = comps[i]
+            for name, old in zip(_COMPONENT_FIELDS, comps[i + 1:i + _COMPONENT_STRIDE], strict=True):
+                setattr(comp, name, old)
+        for cid, (peaks, mappings, by_signal) in undo.dicts.items():
+            comp = self.components.get(cid)
+            if comp is not None:
+                comp.peaks, comp.mappings, comp.series = peaks, mappings, by_signal
+        for cid in undo.new_components:
+            self.components.pop(cid, None)
+        for job, window in undo.observations.items():
+            if window is None:
+                self.observations.pop(job, None)
+            else:
+                self.observations[job] = deque(window, maxlen=OBSERVATIONS_PER_JOB)
+        if undo.events is not None:
+            self.events.clear()
+            self.events.extend(undo.events)
 
     # ---------------------------------------------------------------- restore
     def restore(self, series: Iterable[tuple[str, SeriesPoint]],
