@@ -131,17 +131,18 @@ GPUS: dict[str, dict[str, Any]] = {
     },
 }
 _NEURON_SOURCE = (
-    "sustained: DERIVED from the published NxD Llama-3.1-8B run on 32 trn1.32xlarge (AWS Neuron docs, Trn1/Trn1n "
-    "training performance, Neuron 2.24: 47.95 seq/s, TP=32 cores, DP=32, seq 8192), the fraction of the kernel-level "
-    "figures that makes the twin's step match it (validation/reference/training_runs.yaml lists that run as "
-    "in-sample); gemm / hbm / attention: ASSUMED the twin's generic defaults (twin.core.facts.DEFAULT_EFFICIENCY), "
-    "no published Trainium kernel benchmark found")
+    "sustained 0.367: DERIVED from the published NxD Llama-3.1-8B run on 32 trn1.32xlarge (aws-neuron-sdk "
+    "about-neuron/benchmarks/trn1/training_data_decoder.csv @7c165a3, Neuron 2.24: 47.95 seq/s = 21.356 s a step, "
+    "TP=32 cores, DP=32, seq 8192), the fraction of the kernel-level figures that makes the twin's step match it "
+    "(21.350 s; validation/reference/training_runs.yaml marks that run in-sample, the 70B row of the same table is "
+    "out of sample); gemm / hbm / attention: ASSUMED the twin's generic defaults "
+    "(twin.core.facts.DEFAULT_EFFICIENCY), no published Trainium kernel benchmark found")
 EFFICIENCY: dict[str, dict[str, Any]] = {
     "trainium": {"gemm": {"bf16": 0.75, "fp16": 0.75, "tf32": 0.7, "fp8": 0.65, "fp32": 0.9},
-                 "attention_fwd": 0.55, "attention_bwd": 0.42, "hbm": 0.85, "sustained": 0.33, "kernel_min_us": 4.0,
+                 "attention_fwd": 0.55, "attention_bwd": 0.42, "hbm": 0.85, "sustained": 0.367, "kernel_min_us": 4.0,
                  "flash_attention": True, "source": _NEURON_SOURCE},
     "trainium2": {"gemm": {"bf16": 0.75, "fp16": 0.75, "tf32": 0.7, "fp8": 0.65, "fp32": 0.9},
-                  "attention_fwd": 0.55, "attention_bwd": 0.42, "hbm": 0.85, "sustained": 0.33, "kernel_min_us": 4.0,
+                  "attention_fwd": 0.55, "attention_bwd": 0.42, "hbm": 0.85, "sustained": 0.367, "kernel_min_us": 4.0,
                   "flash_attention": True,
                   "source": "ASSUMED the Trainium profile (no published Trainium2 training throughput with its plan "
                             "found): " + _NEURON_SOURCE},

@@ -152,10 +152,13 @@ def _torus_batch(k: np.ndarray, s: UpShapeBatch) -> tuple[np.ndarray, ...]:
 def group_terms(k: Any, shape: UpShape | UpShapeBatch) -> tuple[Any, Any, Any, Any]:
     """(share of ``bw_Bps``, ring steps per pass, hops per step, all-to-all share) of a group
     with ``k`` ranks in one domain of ``shape`` (module docstring). In a batch, points whose
-    domain is a switch get (1, k - 1, 1, 1): the switch's own figures.
+    domain is a switch get (1, k - 1, 1, 1): the switch's own figures. A group with one rank
+    per domain (``k`` 1) crosses none of the domain's links: (1, 0, 1, 1), as on a switch.
     """
     if isinstance(shape, UpShape):
         k = int(k)
+        if k <= 1:
+            return 1.0, 0, 1, 1.0
         if shape.mesh > 0:
             share = min(1.0, max(k - 1, 0) * shape.mesh)
             return share, max(k - 1, 0), 1, share
@@ -168,7 +171,7 @@ def group_terms(k: Any, shape: UpShape | UpShapeBatch) -> tuple[Any, Any, Any, A
     steps = np.where(mesh, np.maximum(k - 1, 0.0), steps)
     hops = np.where(mesh, 1.0, hops)
     a2a = np.where(mesh, mesh_share, a2a)
-    switch = ~shape.shaped
+    switch = np.logical_or(~shape.shaped, k <= 1)
     return (np.where(switch, 1.0, share), np.where(switch, np.maximum(k - 1, 0.0), steps),
             np.where(switch, 1.0, hops), np.where(switch, 1.0, a2a))
 

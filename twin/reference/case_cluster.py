@@ -79,8 +79,13 @@ def _cluster(engine: Engine, c: Mapping[str, Any], notes: list[str], path: str,
         gen = int(fabric[6:]) if fabric[6:].isdigit() else None
         fabric = "nvlink"
     domain = _number(su.get("domain_gpus"), f"{path}.scale_up.domain_gpus", integer=True) or per_node
-    scale_up = ScaleUp(fabric=fabric, generation=gen, domain_gpus=domain)
+    # ``params``: the scale-up fabric's own knobs (a torus's ``dims``), checked by its plugin.
+    scale_up = ScaleUp(fabric=fabric, generation=gen, domain_gpus=domain,
+                       params=dict(_mapping(su.get("params"), f"{path}.scale_up.params")))
     so = _mapping(c.get("scale_out"), f"{path}.scale_out")
+    if str(so.get("fabric") or "").lower() == "none":  # one scale-up domain holds every GPU (a TPU slice)
+        return Cluster(gpu=gpu, num_gpus=int(n), gpus_per_node=per_node, scale_up=scale_up, scale_out=None,
+                       name=str(c.get("system") or ""), host_cpu=_host_cpu(c, path))
     kind = _FABRIC_ALIASES.get(str(so.get("fabric") or "unknown"), str(so.get("fabric") or "infiniband"))
     if (so.get("fabric") or "unknown") == "unknown":
         notes.append("scale-out fabric not published: InfiniBand assumed")
@@ -95,8 +100,13 @@ def _cluster(engine: Engine, c: Mapping[str, Any], notes: list[str], path: str,
     data = {"fabric": kind, "nics_per_node": nics, "nic_gbps": nic_gbps,
             **_scale_out_extras(so, notes, f"{path}.scale_out")}
     scale_out = schema.load(ScaleOut, data, f"{path}.scale_out")
+    return Cluster(gpu=gpu, num_gpus=int(n), gpus_per_node=per_node, scale_up=scale_up, scale_out=scale_out,
+                   name=str(c.get("system") or ""), host_cpu=_host_cpu(c, path))
+
+
+def _host_cpu(c: Mapping[str, Any], path: str) -> Any:
+    """The case's ``host_cpu``, checked against the known ones (None when unstated)."""
     cpu = c.get("host_cpu")
     if cpu is not None and cpu not in get_args(HostCpu):
         raise SpecError(f"{path}.host_cpu", f"must be one of {', '.join(get_args(HostCpu))} (got {cpu!r})")
-    return Cluster(gpu=gpu, num_gpus=int(n), gpus_per_node=per_node, scale_up=scale_up, scale_out=scale_out,
-                   name=str(c.get("system") or ""), host_cpu=cpu)
+    return cpu
