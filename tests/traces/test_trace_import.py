@@ -98,8 +98,7 @@ def test_a_chakra_trace_reads_in_too(tmp_path):
     exported = export(engine.step_anatomy(SCENARIO), tmp_path)
     m = measured_from_chakra(exported.files[0])
     assert m.kind == "chakra" and m.classes and any(k.endswith("@dp") for k in m.comm)
-    out = twin("import", "trace", str(exported.files[0]), "--comm-groups", str(tmp_path / "comm_groups.json"),
-               "--scenario", str(SCENARIO))
+    out = twin("import", "trace", str(exported.files[0]), "--scenario", str(SCENARIO))
     assert out.returncode == 0, out.stderr
     assert "chakra" in out.stdout
 
@@ -201,8 +200,8 @@ def test_a_fresh_profile_reads_the_same_way(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
     opt = torch.optim.AdamW(model.parameters())
     x = torch.randn(32, 64)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=2)) as prof:
-        for _ in range(3):
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2, repeat=1)) as prof:
+        for _ in range(4):
             model(x).pow(2).mean().backward()
             opt.step()
             opt.zero_grad()

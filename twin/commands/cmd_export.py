@@ -11,7 +11,7 @@ from typing import Any
 from twin.commands.cmd_render import console, print_json, table
 from twin.engine import Engine
 from twin.traces.chakra_export import export
-from twin.traces.chakra_import import load_groups, trace_totals
+from twin.traces.chakra_import import load_groups, replay, trace_totals
 from twin.traces.chakra_schema import read_trace
 
 
@@ -42,7 +42,14 @@ def check(exported: Any) -> dict[str, Any]:
     for dim in sorted(est["comm_issued_s"]):
         rows.append((f"{dim} issued s", got.comm_s.get(dim, 0.0), est["comm_issued_s"][dim]))
         rows.append((f"{dim} bytes sent", got.bytes_sent.get(dim, 0.0), est["bytes_per_step"].get(dim, 0.0)))
-    return {"file": path.name, "nodes": got.nodes,
+    replayed = max(replay([read_trace(f) for f in exported.files]).values())
+    notes = []
+    if a.pp > 1 and b.rank in (0, a.pp - 1):
+        notes.append(f"the bottleneck is an end stage (pipeline rank {b.rank}): it sends activations or gradients "
+                     "one way only, where the estimate's pipeline term counts both (2 x chunks x micro-batches)")
+    return {"file": path.name, "nodes": got.nodes, "notes": notes,
+            "replay": {"step_s": replayed, "estimate_s": est["step_time_s"],
+                       "diff": (replayed - est["step_time_s"]) / est["step_time_s"]},
             "totals": [{"what": w, "trace": t, "estimate": e, "diff": (t - e) / e if e else 0.0}
                        for w, t, e in rows]}
 
@@ -56,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"out": str(exported.out), "files": [f.name for f in exported.files],
                     "manifest": exported.manifest.name, "schedule": a.schedule, "microbatches": a.microbatches,
-                    "check": checked, "notes": list(a.notes)})
+                    "check": checked, "notes": [*a.notes, *checked["notes"]]})
         return 0
     out = console()
     out.print(f"{a.scenario}: {len(exported.files)} Chakra traces (one per pipeline rank; {a.schedule}, "
@@ -67,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         t.add_row(row["what"], f"{row['trace']:.6g}", f"{row['estimate']:.6g}", f"{row['diff']:+.3%}")
     out.print(t)
     out.print("nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(checked["nodes"].items())))
-    for note in a.notes:
+    rep = checked["replay"]
+    out.print(f"replayed step (the class traces together, dependencies and the twin's durations only): "
+              f"{rep['step_s']:.4f} s against the estimate's {rep['estimate_s']:.4f} s ({rep['diff']:+.1%})")
+    for note in (*a.notes, *checked["notes"]):
         out.print(f"note: {note}")
     return 0

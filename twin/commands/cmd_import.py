@@ -14,7 +14,7 @@ import yaml
 from twin.commands.cmd_render import console, print_json, table
 from twin.core.errors import SpecError
 from twin.engine import Engine
-from twin.traces.chakra_import import load_groups, measured_from_chakra
+from twin.traces.chakra_import import measured_from_chakra
 from twin.traces.kineto import MeasuredStep, measured_from_kineto
 from twin.traces.trace_compare import Comparison, compare
 
@@ -25,7 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("kind", choices=["trace"], help="what to import: trace")
     p.add_argument("file", help="a torch.profiler Chrome-trace JSON (.json, .json.gz) or a Chakra trace (.et)")
     p.add_argument("--scenario", default=None, help="the run as a scenario: compare the measured step with it")
-    p.add_argument("--comm-groups", default=None, help="a Chakra trace's comm-group JSON (group id -> ranks)")
     p.add_argument("--calibration-out", default=None,
                    help="write the calibration the trace supports (a scenario's calibration: block) to this YAML")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -48,17 +47,17 @@ def is_json(path: Path) -> bool:
     return head.lstrip()[:1] in (b"{", b"[")
 
 
-def measure(path: Path, groups: str | None) -> MeasuredStep:
+def measure(path: Path) -> MeasuredStep:
     """The measured step of a trace file of either format."""
     if is_json(path):
         return measured_from_kineto(path)
-    return measured_from_chakra(path, load_groups(groups))
+    return measured_from_chakra(path)
 
 
 def run(args: argparse.Namespace) -> int:
     """Read the trace, print its classes; with a scenario, the comparison and the calibration."""
     path = Path(args.file)
-    measured = measure(path, args.comm_groups)
+    measured = measure(path)
     cmp: Comparison | None = None
     if args.scenario:
         engine = Engine(autoload=False if args.no_plugins else None)

@@ -19,7 +19,10 @@ SC'21 §2.2; Megatron-Core ``forward_backward_pipelining_with_interleaving``: (p
 - ``data_deps``: compute and the blocking collectives (tensor, expert, context parallel, a
   micro-batch's embedding) in one chain in schedule order; receives before the chunk that
   needs them; sends, gradient reductions and parameter gathers after the pass that produces
-  them, off the chain; the optimizer after every gradient reduction.
+  them, off the chain; the optimizer after every gradient reduction. A strategy whose
+  per-micro-batch communication the twin mostly hides (exposed under half of issued: tensor
+  parallelism with Transformer Engine's comm-GEMM overlap) is off the chain too, after the
+  pass it follows: a replay hides it, as the estimate does but for its exposed remainder.
 
 Attribute names and types are the ones ASTRA-sim's feeder reads (astra-sim
 ``workload/feeder_v3/et_feeder_node_attr.h`` @ 2aa2bbd1: is_cpu_op, num_ops, tensor_size,
@@ -178,6 +181,10 @@ class _RankTrace:
         self.by_at: dict[str, list[Issue]] = {}
         for i in self.issues:
             self.by_at.setdefault(i.at, []).append(i)
+        # Strategies whose per-micro-batch communication the twin mostly hides (exposed under half of
+        # issued: TP comm-GEMM overlap, prefetched gathers): off the chain, after the pass they follow.
+        self.hidden = {p.strategy for p in stage.parts if p.issued_per_microbatch_s > 0
+                       and p.exposed_per_microbatch_s < 0.5 * p.issued_per_microbatch_s}
         self.async_done: list[int] = []     # reductions the optimizer waits for
         self.pending: dict[int, list[int]] = {}  # per chunk: step_start gathers its first forward waits for
         self.last_bwd = {c: max((k for k, op in enumerate(self.order()) if op[0] == "B" and op[2] == c), default=-1)
@@ -219,8 +226,9 @@ class _RankTrace:
         more collective of that fraction of the bytes and seconds).
         """
         out: list[int] = []
-        chained = at in CHAINED if chained is None else chained
         for issue in self.by_at.get(at, ()):
+            on_chain = (at in CHAINED and issue.strategy not in self.hidden) if chained is None else chained
+            deps = list(deps) if on_chain or self.w.chain is None else [*deps, self.w.chain]
             share = self._share(issue, c)
             for k, frac in _pieces(issue.per * count):
                 name = f"{label} {issue.strategy} {issue.op} {issue.dimension}#{k}"
@@ -230,9 +238,9 @@ class _RankTrace:
                     s = self.w.p2p(name + " send", True, issue, self._ring_peer(issue.dimension, True), tag, secs,
                                    list(deps), False)
                     out.append(self.w.p2p(name + " recv", False, issue, self._ring_peer(issue.dimension, False), tag,
-                                          0.0, [s], chained))
+                                          0.0, [s], on_chain))
                 else:
-                    out.append(self.w.collective(name, issue, size, secs, list(deps), chained))
+                    out.append(self.w.collective(name, issue, size, secs, list(deps), on_chain))
         return out
 
     # ---------------------------------------------------------------- passes
