@@ -102,20 +102,22 @@ def assert_scale_out_fabric_conforms(fabric: ScaleOutFabric, params: Mapping[str
 
 
 def assert_scale_up_fabric_conforms(fabric: ScaleUpFabric, cluster: Mapping[str, Any] | None = None,
-                                    replace_builtin: str | None = None, plan: Mapping[str, Any] | None = None) -> None:
+                                    replace_builtin: str | None = None, plan: Mapping[str, Any] | None = None,
+                                    plugins: Sequence[object] = ()) -> None:
     """Check a scale-up fabric model end to end; raises AssertionError on a violation.
 
     ``cluster``: the scenario's cluster mapping (default: a DGX-H100 of 64 GPUs with its NVLink
     settings cleared and ``fabric`` as the scale-up, domains of 8); its ``scale_up`` names the
     fabric. ``replace_builtin``: the plugin registering the same kind, blocked for the test (a
-    built-in fabric checks itself so). ``plan``: the plan (default: tp 8). Checked: tier 0 has a
+    built-in fabric checks itself so; ``plugins``: further plugin objects, e.g. one giving back
+    the blocked plugin's presets). ``plan``: the plan (default: tp 8). Checked: tier 0 has a
     span and a positive, finite bandwidth; the step evaluates; the report is JSON-ready; four
     times the link bandwidth (``scale_up.link_GBps``) never slows the step; an unknown
     ``scale_up.params`` key is rejected with a SpecError naming it.
     """
     assert isinstance(fabric, ScaleUpFabric), "must subclass twin.api.ScaleUpFabric"
     assert fabric.kind and fabric.role == "scale_up", "needs a kind and the scale_up role"
-    engine = engine_with(fabric, replace_builtin=replace_builtin)
+    engine = engine_with(fabric, replace_builtin=replace_builtin, plugins=plugins)
     # The preset's NVLink-specific settings (NVLink generation 4, NVLS) are cleared: they
     # mean nothing to another scale-up fabric, which may rightly reject them.
     base = dict(cluster) if cluster is not None else {
