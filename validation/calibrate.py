@@ -85,6 +85,10 @@ def load_cases(engine: Engine) -> list[Case]:
             chosen, _, _ = best_plan(engine, scn, knobs)
         except TwinError:
             continue
+        if chosen.cluster.gpu.generation not in GENERATIONS:
+            # An accelerator of a plugin (AMD, TPU, Trainium, Gaudi): its efficiency profile is
+            # the plugin's, sourced there (docs/accelerators.md), not one of the fitted presets.
+            continue
         out.append(Case(case["id"], case["family"], chosen, float(measured)))
     return out
 
@@ -94,6 +98,8 @@ def with_params(scn: Scenario, params: dict[tuple[str, str], float]) -> Scenario
     eff = gpu.efficiency
     assert eff is not None
     prof = gpu.generation
+    if prof not in BASE_ATTN:  # a generation without a fitted profile (a plugin's accelerator): as it is
+        return scn
     gemm = dict(eff.gemm)
     sustained = eff.sustained
     scale = 1.0
