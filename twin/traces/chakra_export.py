@@ -230,6 +230,8 @@ class _RankTrace:
             on_chain = (at in CHAINED and issue.strategy not in self.hidden) if chained is None else chained
             deps = list(deps) if on_chain or self.w.chain is None else [*deps, self.w.chain]
             share = self._share(issue, c)
+            if share <= 0:  # a chunk without layers: none of the rank's parameters to move
+                continue
             for k, frac in _pieces(issue.per * count):
                 name = f"{label} {issue.strategy} {issue.op} {issue.dimension}#{k}"
                 size, secs = issue.size_bytes * share * frac, issue.time_s * share * frac
