@@ -10,8 +10,10 @@ so in-flight calls finish, then the shutdown hooks (executors, Ray if we started
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -267,6 +269,10 @@ def serve(config: ServerConfig, engine: Engine | None = None, more: Sequence[ext
     """Run until SIGTERM or SIGINT, then shut down gracefully (``more``: as :func:`build_server`).
     Returns the exit status.
     """
+    # A crash in native code (a C extension, or Python itself) leaves every thread's Python stack
+    # on stderr, where the log goes, instead of a bare exit status (issue 39: the SIGSEGVs in
+    # protobuf's upb were found from such dumps).
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     running = build_server(config, engine, more)
     # This process only serves from here on: what it holds now lives as long as it does.
     running.frozen_objects = freeze_startup_heap()

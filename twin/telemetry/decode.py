@@ -3,8 +3,15 @@
 Per data point: the metric must be one the catalog maps (else "unknown metric"); its data
 must be a gauge or a sum (histograms and summaries carry no signal the twin maps); the
 value must be present and finite; a counter must not be negative; the point needs a
-timestamp and the attributes that identify its component. Attribute keys are compared
-case-insensitively; data-point attributes win over resource attributes.
+timestamp and the attributes that identify its component, and at most
+``MAX_POINT_ATTRIBUTES`` attributes. Attribute keys are compared case-insensitively;
+data-point attributes win over resource attributes.
+
+A request is decoded once, with opentelemetry-proto's own classes. (A second parse of the
+same bytes through a private DescriptorPool, an attributes-only view used as a memo key, sat
+at every one of seven SIGSEGVs of ``twin serve`` under mixed concurrent load in issue 39; the
+memo key of a point is now its own encoding by the same classes, without its times and value:
+:func:`point_keys`.)
 """
 
 from __future__ import annotations
@@ -17,7 +24,6 @@ from typing import Any
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
-from twin.telemetry import otlpkeys
 from twin.telemetry.mapping import MetricCatalog, Resolved
 from twin.telemetry.state import Block, SeriesId, series_id
 
@@ -32,6 +38,42 @@ _NO_RECORDED_VALUE = 1  # DataPointFlags.FLAG_NO_RECORDED_VALUE
 # more than an hour ahead of the twin's is wrong, not early (NTP keeps fleets within ms).
 MAX_TIME_NS = 2**63 - 1
 MAX_FUTURE_NS = 3600 * 10**9
+# Attributes one data point may carry: the OpenTelemetry SDKs' default attribute count limit
+# (OTEL_ATTRIBUTE_COUNT_LIMIT = 128, specification "Attribute Limits"), so no SDK sends more
+# by default; an exporter's point names its component with a handful (dcgm-exporter: ~10).
+MAX_POINT_ATTRIBUTES = 128
+TOO_MANY_ATTRIBUTES = f"more than {MAX_POINT_ATTRIBUTES} attributes on a data point"
+# NumberDataPoint's 64-bit fields, by the first byte of their encoding (field number << 3 | 1,
+# wire type I64: start_time_unix_nano 2, time_unix_nano 3, as_double 4, as_int 6; metrics.proto):
+# each takes 9 bytes, and they come first in a point's encoding (fields in number order).
+_FIXED_TAGS = frozenset((2 << 3 | 1, 3 << 3 | 1, 4 << 3 | 1, 6 << 3 | 1))
+_FIXED_SIZE = 9
+_ENCODE_POINT = metrics_pb2.NumberDataPoint.SerializeToString
+
+
+def point_keys(dps: Any) -> tuple[bytes, ...]:
+    """A memo key for each data point: its encoding without the leading 64-bit fields (times
+    and value), i.e. its attributes (field 7), with its flags (8) and anything else it carries.
+
+    Equal keys mean equal attributes, since the attributes are all in the key. Encoded by the
+    same classes that parsed the request (upb writes fields in number order, so the times and
+    the value lead); an encoder that put a time or value later would only make every key new
+    (a memo miss), never two points' keys alike. Cheaper than encoding each attribute apart
+    (one C call per point instead of one per attribute).
+    """
+    fixed, size, encode = _FIXED_TAGS, _FIXED_SIZE, _ENCODE_POINT
+    keys = []
+    for dp in dps:
+        b = encode(dp)
+        i, n = 0, len(b)
+        while i < n and b[i] in fixed:
+            i += size
+        keys.append(b[i:] if i else b)
+    return tuple(keys)
+
+
+class DecodeDeadline(TimeoutError):
+    """Decoding one request took longer than the time it was given (the caller's deadline)."""
 
 
 @dataclass
@@ -99,8 +141,8 @@ class Decoder:
     """Decodes requests against a catalog, remembering the series ids of each attribute layout.
 
     Exporters send the same attribute sets, in the same order, every interval, so the memo
-    has two levels: a metric's whole attribute layout (its points' attributes in order, as
-    :mod:`twin.telemetry.otlpkeys` reads them in C) -> the series id of each point, and on
+    has two levels: a metric's whole attribute layout (its points' attributes in order, each
+    point's as the bytes of its ``KeyValue`` messages) -> the series id of each point, and on
     a miss one point's attributes -> its series id. Identity extraction runs once per
     (metric, resource, attributes), and a metric whose layout was seen before costs one
     lookup. Both levels are bounded (cleared when full), like the catalog's name cache.
@@ -130,11 +172,11 @@ class Decoder:
         host = sw or _first(attrs, {}, HOST_KEYS) or res_host
         return series_id(resolved, host, sw is not None, tuple(ident), detail)
 
-    def decode(self, request: ExportMetricsServiceRequest, raw: bytes | None = None) -> Decoded:
+    def decode(self, request: ExportMetricsServiceRequest, deadline: float | None = None) -> Decoded:
         """Map every data point of ``request``; refused points are counted by reason.
 
-        ``raw``: the wire bytes ``request`` was parsed from, when the caller has them (else
-        it is serialised once more for :func:`twin.telemetry.otlpkeys.layouts`).
+        ``deadline``: a ``time.monotonic()`` time past which decoding stops with
+        :class:`DecodeDeadline` (looked at before each metric); None: no deadline.
         """
         out = Decoded()
         if len(self._memo) > self.memo_limit:
@@ -142,22 +184,22 @@ class Decoder:
         if self._layout_points > self.memo_limit:
             self._layouts.clear()
             self._layout_points = 0
-        keys = otlpkeys.layouts(request.SerializeToString() if raw is None else raw)
-        krms = _aligned(keys.resource_metrics, request.resource_metrics)
-        for i, rm in enumerate(request.resource_metrics):
+        clock = time.monotonic
+        for rm in request.resource_metrics:
             res_key = rm.resource.SerializeToString()
             res = {k.lower(): v for k, v in _attr_items(rm.resource.attributes)}
             res_host = _first(res, {}, HOST_KEYS) or ""
-            ksms = _aligned(krms[i].scope_metrics, rm.scope_metrics) if krms else None
-            for j, sm in enumerate(rm.scope_metrics):
+            for sm in rm.scope_metrics:
                 # Who sent it: the SDK's service, else the instrumentation scope (a Collector's receiver).
                 exporter = res.get("service.name") or sm.scope.name
-                kms = _aligned(ksms[j].metrics, sm.metrics) if ksms else None
-                for k, metric in enumerate(sm.metrics):
-                    self._metric(metric, kms[k] if kms else None, res_key, res, res_host, out, exporter)
+                for metric in sm.metrics:
+                    if deadline is not None and clock() > deadline:
+                        raise DecodeDeadline(f"decoding took longer than its deadline ({out.total:,} points "
+                                             "read); send smaller requests")
+                    self._metric(metric, res_key, res, res_host, out, exporter)
         return out
 
-    def _metric(self, metric: metrics_pb2.Metric, kmetric: Any, res_key: bytes, res: dict[str, str],
+    def _metric(self, metric: metrics_pb2.Metric, res_key: bytes, res: dict[str, str],
                 res_host: str, out: Decoded, exporter: str = "") -> None:
         kind = metric.WhichOneof("data")
         if kind == "gauge":
@@ -185,8 +227,7 @@ class Decoder:
         if not counter and monotonic and delta:
             out.reject("delta sum for a gauge signal", n, metric.name)
             return
-        sids = self._sids(resolved, dps, getattr(kmetric, kind) if kmetric is not None else None, res_key, res,
-                          res_host)
+        sids = self._sids(resolved, dps, res_key, res, res_host)
         scale = m.scale
         latest = min(MAX_TIME_NS, time.time_ns() + MAX_FUTURE_NS)
         isfinite = math.isfinite
@@ -228,37 +269,28 @@ class Decoder:
             out.points.append(block)
             out.count += len(block.times)
 
-    def _sids(self, resolved: Resolved, dps: Any, kpoints: Any, res_key: bytes, res: dict[str, str],
+    def _sids(self, resolved: Resolved, dps: Any, res_key: bytes, res: dict[str, str],
               res_host: str) -> tuple[SeriesId | str, ...]:
-        """The series id (or why there is none) of each of ``dps``; ``kpoints``: their
-        :mod:`~twin.telemetry.otlpkeys` view (None where it does not line up with ``dps``).
-        """
-        kdps = kpoints.data_points if kpoints is not None else None
-        if kdps is None or len(kdps) != len(dps):
-            # The two views differ only when the wire repeats a metric's data under both gauge
-            # and sum (the last one wins): resolve every point from its parsed attributes.
-            return tuple(self._series_id(resolved, _attr_items(dp.attributes), res, res_host) for dp in dps)
+        """The series id (or why there is none) of each of ``dps``."""
         name = resolved.key
-        lkey = (name, res_key, kpoints.SerializeToString())
+        keys = point_keys(dps)
+        lkey = (name, res_key, keys)
         sids = self._layouts.get(lkey)
         if sids is not None:
             return sids
         memo = self._memo
         found = []
-        for dp, kdp in zip(dps, kdps, strict=True):
-            mkey = (name, res_key, kdp.SerializeToString())
+        for dp, key in zip(dps, keys, strict=True):
+            mkey = (name, res_key, key)
             sid = memo.get(mkey)
             if sid is None:
-                sid = memo[mkey] = self._series_id(resolved, _attr_items(dp.attributes), res, res_host)
+                attrs = dp.attributes
+                sid = memo[mkey] = (TOO_MANY_ATTRIBUTES if len(attrs) > MAX_POINT_ATTRIBUTES else
+                                    self._series_id(resolved, _attr_items(attrs), res, res_host))
             found.append(sid)
         sids = self._layouts[lkey] = tuple(found)
         self._layout_points += len(sids)
         return sids
-
-
-def _aligned(view: Any, real: Any) -> Any:
-    """``view`` where it has one element per element of ``real``, else None."""
-    return view if len(view) == len(real) else None
 
 
 def summarize(reasons: dict[str, int], examples: dict[str, str], limit: int = 512) -> str:

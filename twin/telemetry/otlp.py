@@ -27,6 +27,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import code_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
+from twin.telemetry.decode import DecodeDeadline
 from twin.telemetry.ingest import Overloaded
 from twin.telemetry.service import InvalidData, TelemetryService
 from twin.wire.status_table import retry_status
@@ -62,18 +63,18 @@ class ExportOutcome:
     retry_after_s: float | None = None
 
 
-def export(service: TelemetryService, request: Request, timeout: float | None,
-           raw: bytes | None = None) -> ExportOutcome:
-    """Ingest one decoded request and classify the result (never raises for bad data).
-
-    ``raw``: the protobuf bytes ``request`` was parsed from, when there are any.
+def export(service: TelemetryService, request: Request, timeout: float | None) -> ExportOutcome:
+    """Ingest one decoded request within ``timeout`` seconds and classify the result (never
+    raises for bad data).
     """
     try:
-        rejected, message = service.ingest(request, timeout=timeout, raw=raw)
+        rejected, message = service.ingest(request, timeout=timeout)
     except Overloaded as err:
         return ExportOutcome(code_pb2.UNAVAILABLE, str(err), retry_after_s=err.retry_after_s)
     except InvalidData as err:
         return ExportOutcome(code_pb2.INVALID_ARGUMENT, f"metrics: {err}")
+    except DecodeDeadline as err:
+        return ExportOutcome(code_pb2.DEADLINE_EXCEEDED, f"metrics: {err}")
     except FutureTimeout:
         return ExportOutcome(code_pb2.DEADLINE_EXCEEDED, "ingest did not commit before the deadline")
     except Exception:  # a store failure: retryable, and never a traceback to the client
@@ -102,7 +103,7 @@ def otlp_handler(service: TelemetryService) -> grpc.GenericRpcHandler:
         remaining = context.time_remaining()
         if remaining is None or remaining > 3600:  # no deadline: gRPC reports "forever"
             remaining = None
-        outcome = export(service, request, remaining, raw)
+        outcome = export(service, request, remaining)
         if outcome.retry_after_s is not None:
             context.abort_with_status(unavailable(outcome.message, outcome.retry_after_s))
         if outcome.response is None:

@@ -152,8 +152,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = self._read_body()
             self.consumed = True
             request = decode(body, self.media_type)
-            outcome = export(self.server.service, request, INGEST_TIMEOUT_S,
-                             body if self.media_type != JSON else None)
+            outcome = export(self.server.service, request, INGEST_TIMEOUT_S)
         except HttpError as err:
             self._fail(err.status, str(err), err.headers)
             return

@@ -42,7 +42,7 @@ MAX_JOBS = 1000
 MAX_JOB_NAME = 256
 INVALID_REASONS = ("non-finite value", "negative counter", "without a value", "without a timestamp",
                    "timestamp beyond", "timestamp in the future",
-                   "missing identifying attribute", "delta sum for a gauge")
+                   "missing identifying attribute", "delta sum for a gauge", "attributes on a data point")
 
 
 class InvalidData(Exception):
@@ -116,15 +116,16 @@ class TelemetryService:
             log.info("Prometheus metrics on http://%s/metrics", self.metrics_endpoint.address)
 
     # ---------------------------------------------------------------- ingest
-    def ingest(self, request: ExportMetricsServiceRequest, timeout: float | None = None,
-               raw: bytes | None = None) -> tuple[int, str]:
+    def ingest(self, request: ExportMetricsServiceRequest, timeout: float | None = None) -> tuple[int, str]:
         """Apply one OTLP request; returns (rejected points, message) once it is committed.
 
-        ``raw``: the wire bytes ``request`` was parsed from, if the caller has them (decoding
-        reads them once more). Raises :class:`Overloaded` (retry later) or
-        :class:`InvalidData` (do not retry).
+        ``timeout``: seconds for all of it, decoding included (None: no limit). Raises
+        :class:`Overloaded` (retry later), :class:`InvalidData` (do not retry), or a
+        ``TimeoutError`` (:class:`~twin.telemetry.decode.DecodeDeadline` while decoding,
+        ``concurrent.futures.TimeoutError`` waiting for the commit).
         """
-        decoded = self.decoder.decode(request, raw)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        decoded = self.decoder.decode(request, deadline)
         if decoded.ignored:
             self.note_ignored(decoded.ignored)
         reasons, examples = dict(decoded.rejected), dict(decoded.examples)
@@ -135,7 +136,8 @@ class TelemetryService:
             raise InvalidData(summarize(reasons, examples))
         applied = ApplyResult()
         if decoded.count:
-            applied = self.queue.submit(decoded.points, decoded.count).result(timeout)
+            future = self.queue.submit(decoded.points, decoded.count)
+            applied = future.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
         for r, n in applied.reasons.items():
             reasons[r] = reasons.get(r, 0) + n
         rejected = decoded.rejected_count + applied.rejected
