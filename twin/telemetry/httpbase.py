@@ -8,6 +8,7 @@ refuse and map an ingest outcome (a ``google.rpc.Code``) to the same HTTP status
 from __future__ import annotations
 
 import math
+import threading
 from http import HTTPStatus
 
 from google.rpc import code_pb2
@@ -31,3 +32,33 @@ class HttpError(Exception):
 def retry_after(seconds: float) -> str:
     """A ``Retry-After`` value: whole seconds (delay-seconds, RFC 9110 section 10.2.3), at least 1."""
     return str(max(1, math.ceil(seconds)))
+
+
+class ByteBudget:
+    """Bytes of requests held at once, bounded: :meth:`take` says no past ``limit`` (the caller
+    refuses the request, retryably) instead of holding more. An empty budget takes any one request,
+    so a request as large as the limit itself always gets through on its own.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._used = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used(self) -> int:
+        """Bytes held now."""
+        return self._used
+
+    def take(self, n: int) -> bool:
+        """Hold ``n`` more bytes if the bound allows."""
+        with self._lock:
+            if self._used and self._used + n > self.limit:
+                return False
+            self._used += n
+            return True
+
+    def give(self, n: int) -> None:
+        """Release ``n`` bytes taken before."""
+        with self._lock:
+            self._used -= n

@@ -16,9 +16,12 @@ opentelemetry-proto docs/specification.md):
   and 504 are the retryable codes.
 
 Decoding, the mapping and ingest are the gRPC receiver's (:func:`twin.telemetry.otlp.export`),
-so both transports update the live state identically and classify errors alike. The body
-limit is the gRPC receive limit (``max_receive_bytes``), applied to the body as sent and,
-for gzip, to what it inflates to (a small bomb is refused without inflating it all).
+so both transports update the live state identically and classify errors alike. Every input
+is bounded before it is expanded: the body by the gRPC receive limit (``max_receive_bytes``),
+as sent and, for gzip, as it inflates (a small bomb is refused without inflating it all), in
+at most ``MAX_GZIP_MEMBERS`` members and ``MAX_INFLATE_RATIO`` times what was sent; a JSON body
+by ``MAX_JSON_BYTES``; the bodies held at once by ``max_inflight_bytes`` (503 with Retry-After
+past it); and the work of one request by its deadline (``INGEST_TIMEOUT_S`` from its start).
 Auth and TLS are the main port's: with a token configured, ``Authorization: Bearer <token>``
 is required (401 otherwise, as gRPC UNAUTHENTICATED maps to HTTP 401 in
 google/rpc/code.proto); with TLS configured the port speaks HTTPS (client certificates
@@ -34,6 +37,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 import zlib
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -44,7 +48,7 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
 from twin.telemetry import remote_write
-from twin.telemetry.httpbase import HTTP_STATUS, HttpError, retry_after
+from twin.telemetry.httpbase import HTTP_STATUS, ByteBudget, HttpError, retry_after
 from twin.telemetry.otlp import ExportOutcome, Request, export
 from twin.telemetry.service import TelemetryService
 
@@ -63,6 +67,25 @@ INGEST_TIMEOUT_S = 10.0
 # (confighttp ServerConfig: ReadHeaderTimeout and IdleTimeout, 1 minute).
 SOCKET_TIMEOUT_S = 60.0
 MAX_HEADER_LINE = 8192  # an HTTP chunk-size line longer than this is garbage
+# gzip members one body may hold. RFC 1952 allows a stream of members, but the exporters write
+# one (the OpenTelemetry SDKs, the Collector's confighttp, Go's and Python's gzip writers); a few
+# allow concatenated files. Each member costs a decompressor: 240,000 empty ones (4.8 MB) cost
+# 47 s of CPU before this bound (issue 39).
+MAX_GZIP_MEMBERS = 16
+# How much more a gzip body may inflate to than it was sent as, once past RATIO_FLOOR bytes.
+# OTLP protobuf gzips 9-23x and its JSON 25-68x (benchmarks/bench_ingest.py's requests, 10 to
+# 2,000 ports, `gzip` level 6 and 9); 200x leaves 3x room over that, and still keeps a 64 MiB
+# inflation from a body of less than 330 KB (deflate itself goes to ~1,032x).
+MAX_INFLATE_RATIO = 200
+RATIO_FLOOR = 1 << 20  # a small body's ratio is no threat: only past 1 MiB of output is it checked
+# Input fed to a gzip member's decompressor at a time: what it keeps unconsumed past the member's
+# end is copied at most this much per member (copying all the rest per member was quadratic).
+INFLATE_FEED = 64 * 1024
+INFLATE_FIRST_FEED = 256  # a member's first feed: small, so a tiny member copies little
+# A JSON body at most: protobuf's json_format parses ~5.4 MB/s here (a 3.4 MB request of
+# bench_ingest's, 2,000 ports: 0.64 s of CPU), so 8 MiB is ~1.5 s of one core; a Collector's
+# default batch (batch processor send_batch_size 8192 points) is ~3.3 MB of OTLP/JSON.
+MAX_JSON_BYTES = 8 * 1024 * 1024
 
 # HTTP status -> google.rpc.Code for the Status body of errors raised here.
 _RPC_CODE = {HTTPStatus.BAD_REQUEST: code_pb2.INVALID_ARGUMENT, HTTPStatus.UNAUTHORIZED: code_pb2.UNAUTHENTICATED,
@@ -77,21 +100,38 @@ _RPC_CODE = {HTTPStatus.BAD_REQUEST: code_pb2.INVALID_ARGUMENT, HTTPStatus.UNAUT
 
 
 def inflate(body: bytes, limit: int) -> bytes:
-    """``body`` gunzipped (every member), refusing output beyond ``limit`` bytes without making it."""
+    """``body`` gunzipped (every member), refusing output beyond ``limit`` bytes without making it,
+    more than ``MAX_GZIP_MEMBERS`` members, or more than ``MAX_INFLATE_RATIO`` times the input.
+
+    Linear in the body: each member's decompressor is fed a bounded window of the input (what it
+    leaves unconsumed at the member's end is copied once, at most a window).
+    """
     out = bytearray()
-    data = body
-    while data:
+    view = memoryview(body)
+    pos, end, members = 0, len(body), 0
+    while pos < end:
+        members += 1
+        if members > MAX_GZIP_MEMBERS:
+            raise HttpError(HTTPStatus.BAD_REQUEST,
+                            f"body: more than {MAX_GZIP_MEMBERS} gzip members; send one gzip stream")
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header and trailer (RFC 1952)
-        try:
-            out += d.decompress(data, limit + 1 - len(out))
-        except zlib.error as err:
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"body: not valid gzip ({err})") from err
-        if len(out) > limit or d.unconsumed_tail:
-            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                            f"body: inflates beyond the receive limit of {limit} bytes")
-        if not d.eof:
-            raise HttpError(HTTPStatus.BAD_REQUEST, "body: truncated gzip stream")
-        data = d.unused_data
+        feed = INFLATE_FIRST_FEED
+        while not d.eof:
+            if pos >= end:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "body: truncated gzip stream")
+            chunk = view[pos:pos + feed]
+            try:
+                out += d.decompress(chunk, limit + 1 - len(out))
+            except zlib.error as err:
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"body: not valid gzip ({err})") from err
+            if len(out) > limit or d.unconsumed_tail:
+                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                f"body: inflates beyond the receive limit of {limit} bytes")
+            pos += len(chunk) - len(d.unused_data)
+            if len(out) > RATIO_FLOOR and len(out) > MAX_INFLATE_RATIO * pos:
+                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                f"body: inflates more than {MAX_INFLATE_RATIO} times its size (a gzip bomb?)")
+            feed = min(2 * feed, INFLATE_FEED)
     return bytes(out)
 
 
@@ -118,13 +158,27 @@ def encode(message: Message, media_type: str) -> bytes:
     return message.SerializeToString()
 
 
+# Bodies of the largest size the receiver holds at once (sent, inflated or decompressed): past
+# it a request is refused with 503 and Retry-After instead of being held, so memory is bounded
+# by this many receive limits however many connections are open (256 at 64 MiB: 16 GiB).
+INFLIGHT_BODIES = 4
+
+
 @dataclass(frozen=True)
 class HttpSettings:
-    """What the receiver enforces: body limit, bearer token (None: open), concurrent requests."""
+    """What the receiver enforces: body limit, bearer token (None: open), concurrent requests,
+    and bytes of requests held at once (None: ``INFLIGHT_BODIES`` receive limits).
+    """
 
     max_receive_bytes: int
     token: str | None = None
     max_connections: int = 256
+    max_inflight_bytes: int | None = None
+
+    @property
+    def inflight_bytes(self) -> int:
+        """The in-flight bound in bytes."""
+        return self.max_inflight_bytes or INFLIGHT_BODIES * self.max_receive_bytes
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -139,11 +193,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
     media_type = PROTOBUF
     consumed = False  # whether this request's body has been read
+    held = 0  # bytes of this request counted against the receiver's in-flight bound
+    deadline = 0.0  # time.monotonic() by which this request's work must be done
 
     # -- the two routes: OTLP (PATH) and Prometheus remote write (remote_write.PATH) -------
     def do_POST(self) -> None:
         self.media_type = PROTOBUF
         self.consumed = False
+        self.deadline = time.monotonic() + INGEST_TIMEOUT_S
         try:
             if self._route("POST") == remote_write.PATH:
                 self._remote_write()
@@ -152,7 +209,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = self._read_body()
             self.consumed = True
             request = decode(body, self.media_type)
-            outcome = export(self.server.service, request, INGEST_TIMEOUT_S)
+            outcome = export(self.server.service, request, self._left())
         except HttpError as err:
             self._fail(err.status, str(err), err.headers)
             return
@@ -160,7 +217,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             log.exception("OTLP/HTTP export failed")
             self._fail(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", close=True)
             return
+        finally:
+            self._release()
         self._answer(outcome)
+
+    def _left(self) -> float:
+        """Seconds left of this request's time (its deadline, from when it began)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def _hold(self, n: int) -> None:
+        """Count ``n`` more bytes of this request against the receiver's in-flight bound (503 past it)."""
+        if not self.server.budget.take(n):
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE,
+                            f"the receiver holds {self.server.budget.limit:,} bytes of requests already "
+                            "(max in flight); retry", {"Retry-After": retry_after(1.0)})
+        self.held += n
+
+    def _release(self) -> None:
+        self.server.budget.give(self.held)
+        self.held = 0
 
     def _route(self, method: str) -> str:
         """The path this request is for (checked: known, POST, authorized)."""
@@ -182,7 +257,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         limit = self.server.settings.max_receive_bytes
         body = self._read_raw(limit)
         self.consumed = True
-        answer = remote_write.write(self.server.service, body, limit, INGEST_TIMEOUT_S)
+        raw = remote_write.decompress(body, limit)
+        self._hold(len(raw))
+        answer = remote_write.write(self.server.service, raw, self._left())
         if answer.status == HTTPStatus.NO_CONTENT:
             self._send(answer.status, b"")
         else:
@@ -212,13 +289,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if encoding not in ("identity", "gzip"):
             raise HttpError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
                             f"Content-Encoding {encoding!r} not supported; send gzip or identity")
-        raw = self._read_raw(limit)
-        return inflate(raw, limit) if encoding == "gzip" else raw
+        what = "the receive limit"
+        if self.media_type == JSON and limit > MAX_JSON_BYTES:
+            # JSON parses ~40x slower than protobuf: send protobuf for larger requests.
+            limit, what = MAX_JSON_BYTES, "the OTLP/JSON limit (send application/x-protobuf beyond it)"
+        raw = self._read_raw(limit, what)
+        if encoding != "gzip":
+            return raw
+        out = inflate(raw, limit)
+        self._hold(len(out))
+        return out
 
-    def _read_raw(self, limit: int) -> bytes:
-        """The body as sent (Content-Length or chunked), at most ``limit`` bytes."""
+    def _read_raw(self, limit: int, what: str = "the receive limit") -> bytes:
+        """The body as sent (Content-Length or chunked), at most ``limit`` bytes (``what`` the limit is)."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            raw = self._read_chunked(limit)
+            raw = self._read_chunked(limit, what)
         else:
             length_text = self.headers.get("Content-Length")
             if length_text is None:
@@ -231,13 +316,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"Content-Length {length_text[:40]!r} is not a length")
             if length > limit:
                 raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                                f"body of {length} bytes exceeds the receive limit of {limit} bytes")
+                                f"body of {length} bytes exceeds {what} of {limit} bytes")
+            self._hold(length)
             raw = self.rfile.read(length)
             if len(raw) < length:
                 raise HttpError(HTTPStatus.BAD_REQUEST, "body shorter than its Content-Length")
         return raw
 
-    def _read_chunked(self, limit: int) -> bytes:
+    def _read_chunked(self, limit: int, what: str) -> bytes:
         out = bytearray()
         while True:
             line = self.rfile.readline(MAX_HEADER_LINE + 1)
@@ -253,7 +339,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return bytes(out)
             if len(out) + size > limit:
                 raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                                f"body exceeds the receive limit of {limit} bytes")
+                                f"body exceeds {what} of {limit} bytes")
+            self._hold(size)
             chunk = self.rfile.read(size)
             if len(chunk) < size:
                 raise HttpError(HTTPStatus.BAD_REQUEST, "chunked body ended early")
@@ -335,6 +422,7 @@ class _Server(http.server.ThreadingHTTPServer):
         self.settings = settings
         self.ssl_context = ssl_context
         self._slots = threading.BoundedSemaphore(settings.max_connections)
+        self.budget = ByteBudget(settings.inflight_bytes)
         super().__init__(address, _Handler)
 
     def get_request(self) -> tuple[socket.socket, Any]:

@@ -46,6 +46,10 @@ def add_resource(req: ExportMetricsServiceRequest, resource: Mapping[str, object
     rm.resource.attributes.extend(_kvs(resource))
     sm = rm.scope_metrics.add()
     sm.scope.name = scope
+    # The KeyValues of each attribute mapping, built once: a series' samples share one mapping
+    # (remote write, a scrape), and building them was most of the cost (ids are unique while
+    # ``metrics`` holds the mappings).
+    built: dict[int, list[KeyValue]] = {}
     for name, kind, points in metrics:
         m = sm.metrics.add()
         m.name = name
@@ -57,7 +61,10 @@ def add_resource(req: ExportMetricsServiceRequest, resource: Mapping[str, object
             dps = m.gauge.data_points
         for attrs, start, t, value in points:
             dp = dps.add()
-            dp.attributes.extend(_kvs(attrs))
+            kvs = built.get(id(attrs))
+            if kvs is None:
+                kvs = built[id(attrs)] = _kvs(attrs)
+            dp.attributes.extend(kvs)
             dp.start_time_unix_nano = start
             dp.time_unix_nano = t
             if isinstance(value, int) and not isinstance(value, bool):

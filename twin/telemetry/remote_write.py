@@ -21,19 +21,23 @@ monotonic sum; otherwise a gauge), with the series' ``job`` label as the exporte
 (``service.name``) and its ``instance`` label as the host (``host.name``, the port dropped;
 ``service.instance.id``, as the OpenTelemetry Prometheus compatibility rules map them), and
 decoded, mapped and committed by :func:`twin.telemetry.otlp.export` with the same limits and
-state as OTLP. Unknown names are counted as ignored. Remote-write has no partial success:
-when samples the twin reads are refused (NaN or infinity, a negative counter, a timestamp
-beyond 2^63-1 ns or an hour ahead, a cardinality cap, a series without ``__name__``), the
-rest of the request is applied and the answer is ``400`` naming what was refused, so the
-sender logs it and does not resend what was applied. A Prometheus stale marker (the NaN
-that ends a series) is no value: it is skipped and counted
-(``ingest.stale_markers_skipped``). Native histograms are counted as ignored; exemplars and
-metadata are not read.
+state as OTLP. Unknown names are counted as ignored. Bounded before it is expanded: a
+request holds at most ``MAX_SERIES`` series and ``MAX_SAMPLES`` samples (413 past them), a
+series at most ``MAX_LABELS`` labels of ``MAX_LABEL_NAME``/``MAX_LABEL_VALUE`` characters
+(its samples refused, the rest applied), and its conversion stops at the request's deadline
+(504). Remote-write has no partial success: when samples the twin reads are refused (NaN or
+infinity, a negative counter, a timestamp beyond 2^63-1 ns or an hour ahead, a cardinality
+cap, a series without ``__name__``), the rest of the request is applied and the answer is
+``400`` naming what was refused, so the sender logs it and does not resend what was applied.
+A Prometheus stale marker (the NaN that ends a series) is no value: it is skipped and
+counted (``ingest.stale_markers_skipped``). Native histograms are counted as ignored;
+exemplars and metadata are not read.
 """
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -60,6 +64,19 @@ SCOPE = "twin.remote_write"  # the exporter named for series without a job label
 _MS_TO_NS = 1_000_000
 _MAX_U64 = 2**64 - 1
 IGNORED_HISTOGRAM = "native histogram samples (the twin reads float samples only)"
+# Series and samples (float and histogram) one request may hold: 25x the 2,000 samples a
+# Prometheus sends at most per request by default (queue_config.max_samples_per_send) and 5x
+# vmagent's 10,000 (-remoteWrite.maxRowsPerBlock); a sender tuned beyond is told so (413).
+MAX_SERIES = 50_000
+MAX_SAMPLES = 50_000
+# Labels per series and their lengths: Grafana Mimir's default ingestion limits
+# (max_label_names_per_series 30, max_label_name_length 1024, max_label_value_length 2048).
+# A dcgm-exporter or node_exporter series carries about 10 labels; 152 series of 100-2,005
+# labels made one 2.5 MB request cost 8.4 s of CPU before these bounds (issue 39).
+MAX_LABELS = 30
+MAX_LABEL_NAME = 1024
+MAX_LABEL_VALUE = 2048
+DEADLINE_EVERY = 1024  # series converted between looks at the clock
 
 
 def check_headers(content_type: str | None, content_encoding: str | None) -> None:
@@ -150,15 +167,52 @@ def _is_counter(name: str, lookup: Callable[[str], Any]) -> bool:
     return name.lower().endswith("_total") or (resolved is not None and resolved.mapping.kind == "counter")
 
 
-def convert(write: remote_pb2.WriteRequest, lookup: Callable[[str], Any]) -> Converted:
+def _check_size(write: remote_pb2.WriteRequest) -> None:
+    """Refuse (413) a request beyond ``MAX_SERIES`` series or ``MAX_SAMPLES`` samples."""
+    series = len(write.timeseries)
+    if series > MAX_SERIES:
+        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"{series:,} series in one request; at most {MAX_SERIES:,} (lower the sender's "
+                        "queue_config.max_samples_per_send)")
+    samples = sum(len(ts.samples) + len(ts.histograms) for ts in write.timeseries)
+    if samples > MAX_SAMPLES:
+        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"{samples:,} samples in one request; at most {MAX_SAMPLES:,} (lower the sender's "
+                        "queue_config.max_samples_per_send)")
+
+
+def _label_problem(ts: Any) -> str:
+    """Why a series' labels are refused ('' when they are not)."""
+    if len(ts.labels) > MAX_LABELS:
+        return f"series with more than {MAX_LABELS} labels"
+    for label in ts.labels:
+        if len(label.name) > MAX_LABEL_NAME:
+            return f"label name longer than {MAX_LABEL_NAME} characters"
+        if len(label.value) > MAX_LABEL_VALUE:
+            return f"label value longer than {MAX_LABEL_VALUE} characters"
+    return ""
+
+
+def convert(write: remote_pb2.WriteRequest, lookup: Callable[[str], Any], deadline: float | None = None
+            ) -> Converted:
     """The OTLP request for ``write``: one resource per (job, instance), the other labels as
     point attributes; ``lookup`` is the metric catalog's (None: a name no mapping reads).
+    ``deadline``: a ``time.monotonic()`` time past which it stops (504); None: none.
     """
+    _check_size(write)
     out = Converted(ExportMetricsServiceRequest())
     groups: dict[tuple[str, str], dict[str, tuple[str, list[tuple[dict[str, str], int, int, float]]]]] = {}
     pack, stale = struct.Struct("<d").pack, struct.pack("<Q", STALE_NAN_BITS)
-    for ts in write.timeseries:
+    for i, ts in enumerate(write.timeseries):
+        if deadline is not None and i % DEADLINE_EVERY == 0 and time.monotonic() > deadline:
+            raise HttpError(HTTPStatus.GATEWAY_TIMEOUT, f"converting the request took longer than its deadline "
+                                                        f"({i:,} of {len(write.timeseries):,} series); retry")
         n = len(ts.samples) + len(ts.histograms)
+        problem = _label_problem(ts)
+        if problem:
+            name = next((label.value for label in ts.labels if label.name == "__name__"), "?")
+            out.reject(problem, n, name[:80])
+            continue
         labels: dict[str, str] = {}
         duplicate = ""
         for label in ts.labels:
@@ -214,12 +268,16 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def write(service: Any, body: bytes, limit: int, timeout: float | None) -> Answer:
-    """Decompress, decode, convert and ingest one remote-write body into ``service``."""
-    converted = convert(parse(decompress(body, limit)), service.catalog.lookup)
+def write(service: Any, raw: bytes, timeout: float | None) -> Answer:
+    """Decode, convert and ingest one decompressed remote-write body (:func:`decompress`) into
+    ``service`` within ``timeout`` seconds (None: no limit).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    converted = convert(parse(raw), service.catalog.lookup, deadline)
     if converted.ignored:
         service.note_ignored(converted.ignored)
-    outcome = export(service, converted.request, timeout)
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    outcome = export(service, converted.request, left)
     local = sum(converted.rejected.values())
     summary = summarize(converted.rejected, converted.examples) if local else ""
     if outcome.code in (code_pb2.OK, code_pb2.INVALID_ARGUMENT):
