@@ -24,6 +24,7 @@ The facade:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from twin.core.estimate import Estimate
 from twin.core.facts import FabricSet
 from twin.core.interfaces import Fabric, Strategy
 from twin.core.interfaces import Fabric as FabricModel
+from twin.core.intervals import IntervalTable
 from twin.core.point_set import PointSet
 from twin.core.results import PointResults, Refusal
 from twin.core.run.anatomy import build as build_anatomy
@@ -57,12 +59,19 @@ from twin.core.specs import (
 from twin.core.step_anatomy import StepAnatomy
 from twin.core.topology import Hierarchy
 from twin.plugins import PluginInfo, is_builtin, make_plugin_manager, plugin_infos
+from twin.presets import interval_table
 
 # A search for the fastest plans passes one to evaluate_points (twin.core.run.pruning).
 __all__ = ["Engine", "Pruner"]
 
 # Validated clusters and models remembered per engine: as many as the catalog keeps clusters.
 VALIDATED_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=1)
+def _interval_table() -> IntervalTable:
+    """The shipped prediction-interval table (``twin/presets/intervals.yaml``), read once."""
+    return IntervalTable.from_mapping(interval_table())
 
 
 def _plugin_name(pm: pluggy.PluginManager, impl: pluggy.HookImpl) -> str:
@@ -108,7 +117,8 @@ class Engine:
         # Built-in strategies are each dimension's default; a plugin's alternative runs where selected.
         builtin = [s.name for s in self.strategies if is_builtin(self.pm, self.origins[f"strategy:{s.name}"])]
         self._model = TwinModel(self.fabrics, self.strategies, cost_override=override, builtin=builtin,
-                                origins={s.name: self.origins[f"strategy:{s.name}"] for s in self.strategies})
+                                origins={s.name: self.origins[f"strategy:{s.name}"] for s in self.strategies},
+                                intervals=_interval_table())
         # Cluster and model objects (interned by the catalog) whose own rules have passed.
         self._validated_by: TwinModel | None = None
         self._valid_clusters = Interner(VALIDATED_SIZE, "engine:valid-clusters")

@@ -73,7 +73,10 @@ class Case:
     measured: float
 
 
-def load_cases(engine: Engine) -> list[Case]:
+def load_cases(engine: Engine, fitted_only: bool = True) -> list[Case]:
+    """The corpus's runs with a step time, each on the plan the reader chooses; ``fitted_only``:
+    only those of the generations fitted here (``GENERATIONS``).
+    """
     data = yaml.safe_load(CASES.read_text())
     out = []
     for case in data["cases"]:
@@ -85,7 +88,7 @@ def load_cases(engine: Engine) -> list[Case]:
             chosen, _, _ = best_plan(engine, scn, knobs)
         except TwinError:
             continue
-        if chosen.cluster.gpu.generation not in GENERATIONS:
+        if fitted_only and chosen.cluster.gpu.generation not in GENERATIONS:
             # An accelerator of a plugin (AMD, TPU, Trainium, Gaudi): its efficiency profile is
             # the plugin's, sourced there (docs/accelerators.md), not one of the fitted presets.
             continue

@@ -26,12 +26,15 @@ def test_predict_table_and_json():
     assert "Energy per step" in out.stdout and "J per token" in out.stdout and "not counted: switches" in out.stdout
     # What each strategy reports: the example's interleaved pipeline schedule.
     assert "Strategies" in out.stdout and "schedule=interleaved" in out.stdout
+    assert "Likely range: 80%" in out.stdout and "held-out errors of" in out.stdout  # how sure the twin is
     js = twin("predict", str(EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml"), "--json")
     data = json.loads(js.stdout)
     assert data["step_time_s"] > 0 and data["memory"]["fits"] is True
     assert data["energy"]["total_j"] > data["energy"]["gpu_j"] > 0 and data["cost"] is None
     assert data["details"]["pp"] == {"schedule": "interleaved"}
     assert abs(data["breakdown"]["total_s"] - data["step_time_s"]) < 1e-9 * data["step_time_s"]
+    iv = data["interval"]
+    assert iv["p95_low_s"] <= iv["p80_low_s"] < iv["p80_high_s"] <= iv["p95_high_s"] and iv["runs"] > 0
 
 
 def test_predict_bad_input_names_the_field(tmp_path):

@@ -48,6 +48,9 @@ def reference_message(est: Estimate, *, fabric: bool = True) -> estimate_pb2.Est
     if est.cost is not None:
         msg.cost.CopyFrom(estimate_pb2.StepCost(**{f.name: getattr(est.cost, f.name)
                                                    for f in dataclasses.fields(est.cost)}))
+    if est.interval is not None:
+        msg.interval.CopyFrom(estimate_pb2.StepInterval(**{f.name: getattr(est.interval, f.name)
+                                                           for f in dataclasses.fields(est.interval)}))
     if fabric and est.fabric:
         convert.dict_to_struct(est.fabric, msg.fabric)
     if est.details:
@@ -91,6 +94,7 @@ def test_the_corpus_exercises_every_part_of_the_message(estimates):
     assert any(est.cost is not None for _, est in estimates)
     assert any(est.details for _, est in estimates) and any(est.links for _, est in estimates)
     assert any(est.notes for _, est in estimates) and any(est.fabric for _, est in estimates)
+    assert any(est.interval is not None for _, est in estimates)
 
 
 def test_an_empty_estimate_is_still_present_in_the_response(estimates):

@@ -43,6 +43,18 @@ def test_training_runs_step_time_error(training):
     assert p90 <= 18.0
 
 
+def test_the_shipped_interval_table_is_of_the_model_of_the_day(training):
+    """The prediction intervals are the model's own held-out errors: a model change that moves
+    its errors must have the table made again (``python validation/intervals.py --write``)."""
+    from twin.presets import interval_table
+
+    shipped = interval_table()["in_sample"]
+    now = training.summary()
+    assert (now["n"], now["median_abs_error_pct"], now["p90_abs_error_pct"]) == pytest.approx(
+        (shipped["n"], shipped["median_abs_error_pct"], shipped["p90_abs_error_pct"]), abs=1e-4), \
+        "the model moved: run python validation/intervals.py --write"
+
+
 def test_held_out_runs_do_not_regress(training):
     """The Model Zoo's runs, in no fit (validation/calibrate.py HELD_OUT): what the twin does on
     runs it has not seen. 2026-12-04: 11 runs, median 19.0%, p90 47.5% (docs/fidelity.md,

@@ -37,6 +37,7 @@ def render(est: Estimate) -> None:
         if value > 0 or name.startswith("compute"):
             t.add_row(name, f"{value:.4f}", f"{100 * value / est.step_time_s:.1f}%")
     out.print(t)
+    render_interval(est)
     m = est.memory.as_gib()
     out.print(f"Memory per GPU: {m['total_gib']:.1f} of {m['capacity_gib']:.0f} GiB -> "
               f"{'fits' if est.fits else 'DOES NOT FIT'}")
@@ -58,6 +59,17 @@ def render(est: Estimate) -> None:
     render_links(est)
     for note in est.notes:
         out.print(f"note: {note}")
+
+
+def render_interval(est: Estimate) -> None:
+    """Where the real step is likely to land (``twin.core.intervals``), and on what evidence."""
+    iv = est.interval
+    if iv is None:
+        return
+    widened = f"; widened: {', '.join(iv.widened)} outside what those runs cover" if iv.widened else ""
+    console().print(f"Likely range: 80% {iv.p80_low_s:.3f}-{iv.p80_high_s:.3f} s, "
+                    f"95% {iv.p95_low_s:.3f}-{iv.p95_high_s:.3f} s "
+                    f"(held-out errors of {iv.runs} runs, {iv.families} families: {iv.basis}{widened})")
 
 
 def render_strategies(est: Estimate) -> None:

@@ -114,6 +114,25 @@ class Cost:
 
 
 @dataclass(slots=True)
+class StepInterval:
+    """How sure the twin is of a step time (``twin.core.intervals``): the step time lies in
+    [``p80_low_s``, ``p80_high_s``] with 80% probability and in [``p95_low_s``, ``p95_high_s``]
+    with 95%, by the errors of the twin on the ``runs`` published runs (of ``families``
+    families) most like this scenario (``basis``); ``widened``: the features of the scenario
+    outside what those runs cover, for which the interval was made wider.
+    """
+
+    p80_low_s: float
+    p80_high_s: float
+    p95_low_s: float
+    p95_high_s: float
+    basis: str = ""
+    runs: int = 0
+    families: int = 0
+    widened: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
 class Estimate:
     """Predicted behaviour of one training step."""
 
@@ -142,6 +161,7 @@ class Estimate:
     contention_s: float = 0.0
     energy: Energy | None = None
     cost: Cost | None = None    # None: the scenario gives no prices
+    interval: StepInterval | None = None   # None: the engine has no interval table
 
     @property
     def fits(self) -> bool:
@@ -177,4 +197,6 @@ class Estimate:
                                                         "not_counted": list(self.energy.not_counted),
                                                         "assumed": list(self.energy.assumed)},
             "cost": None if self.cost is None else asdict(self.cost),
+            "interval": None if self.interval is None else {**asdict(self.interval),
+                                                            "widened": list(self.interval.widened)},
         }

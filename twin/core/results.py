@@ -29,7 +29,7 @@ from twin.core.errors import (
     TwinError,
     reason_of,
 )
-from twin.core.estimate import Breakdown, Cost, Energy, Estimate
+from twin.core.estimate import Breakdown, Cost, Energy, Estimate, StepInterval
 from twin.core.memory import MemoryBreakdown
 from twin.core.units import GIB
 
@@ -118,6 +118,8 @@ class Refusals:
         return self.code(Refusal.of(err))
 
 
+# The prediction interval's columns (``twin.core.intervals``), in StepInterval's order.
+INTERVAL_COLUMNS = ("step_time_p80_low_s", "step_time_p80_high_s", "step_time_p95_low_s", "step_time_p95_high_s")
 # The memory categories a batch keeps as columns (``memory_<name>_bytes``: bytes, so that a row is
 # exact), in MemoryBreakdown's order.
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "runtime", "offloaded", "capacity",
@@ -139,7 +141,8 @@ class PointResults:
     step's energy (``twin.core.energy``: ``energy_j`` and ``energy_<component>_j`` for gpu,
     nic, switch, optics, host, cxl, facility, ``joules_per_token``, ``tokens_per_joule``,
     ``average_power_w``, ``gpu_busy_s``, ``gpu_wait_s``) and its cost (``cost_usd_per_step``,
-    ``usd_per_million_tokens``; NaN where the point gives no prices); ``microbatches`` and
+    ``usd_per_million_tokens``; NaN where the point gives no prices), its prediction interval
+    (:data:`INTERVAL_COLUMNS`, where the engine has an interval table); ``microbatches`` and
     ``dp`` are ints (-1 where infeasible); ``fits``: whether the point's memory fits (also for
     points evaluated with ``require_fit=False``). :meth:`estimate` is one row as an Estimate.
     """
@@ -304,13 +307,15 @@ def estimate_of_row(row: dict[str, float], microbatches: int, dp: int, scenario:
                           offload_s=row["offload_s"], overlap_interference_s=row["interference_s"])
     mem = MemoryBreakdown(*(row.get(f"memory_{p}_bytes", math.nan) for p in MEMORY_PARTS))
     energy, cost = energy_model.from_columns(row)
+    bounds = [row.get(name, math.nan) for name in INTERVAL_COLUMNS]
+    interval = None if any(math.isnan(b) for b in bounds) else StepInterval(*bounds)
     return Estimate(scenario=scenario, step_time_s=row["step_time_s"], breakdown=breakdown, memory=mem,
                     tokens_per_s=row["tokens_per_s"], tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"],
                     model_tflops_per_gpu=row["model_tflops_per_gpu"], mfu=row["mfu"],
                     mfu_at_precision_peak=row["mfu_at_precision_peak"],
                     model_flops_per_step=row.get("model_flops_per_step", math.nan), microbatches=microbatches, dp=dp,
                     comm_issued_s=issued, bytes_per_step={}, algorithms={}, details={}, fabric={}, notes=(),
-                    links=(), contention_s=0.0, energy=energy, cost=cost)
+                    links=(), contention_s=0.0, energy=energy, cost=cost, interval=interval)
 
 
 def estimate_columns(est: Estimate) -> dict[str, float]:
@@ -325,7 +330,16 @@ def estimate_columns(est: Estimate) -> dict[str, float]:
             **{f"memory_{p}_bytes": getattr(mem, p) for p in MEMORY_PARTS},
             "tokens_per_s": est.tokens_per_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
             "model_tflops_per_gpu": est.model_tflops_per_gpu, "model_flops_per_step": est.model_flops_per_step,
-            "mfu": est.mfu, "mfu_at_precision_peak": est.mfu_at_precision_peak, **energy_values(est)}
+            "mfu": est.mfu, "mfu_at_precision_peak": est.mfu_at_precision_peak, **energy_values(est),
+            **interval_values(est)}
+
+
+def interval_values(est: Estimate) -> dict[str, float]:
+    """The interval's columns (``INTERVAL_COLUMNS``) of one :class:`Estimate` (none without one)."""
+    iv = est.interval
+    if iv is None:
+        return {}
+    return dict(zip(INTERVAL_COLUMNS, (iv.p80_low_s, iv.p80_high_s, iv.p95_low_s, iv.p95_high_s), strict=True))
 
 
 def energy_values(est: Estimate) -> dict[str, float]:

@@ -29,6 +29,12 @@ def builtin_presets() -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
+def interval_table() -> dict[str, Any]:
+    """The prediction-interval table (``intervals.yaml``, written by ``validation/intervals.py``)."""
+    text = resources.files(__name__).joinpath("intervals.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)  # type: ignore[no-any-return]
+
+
 @hookimpl
 def twin_presets() -> dict[str, dict[str, dict[str, Any]]]:
     """Contribute the built-in presets."""

@@ -9,6 +9,7 @@ the batch's groups to point sets and the results to the sweep's columns.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from twin.core import ops
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
 from twin.core.point_set import model_structure
-from twin.core.results import MEMORY_PARTS, Refusal, energy_values, estimate_of_row
+from twin.core.results import INTERVAL_COLUMNS, MEMORY_PARTS, Refusal, energy_values, estimate_of_row, interval_values
 from twin.core.units import GIB
 from twin.engine import Engine, Pruner
 from twin.sweep.metrics import DETAIL_COLUMNS, EXPOSED_DIMS, FLOAT_COLUMNS, INT_COLUMNS
@@ -45,6 +46,7 @@ def sweep_columns(est: Estimate) -> dict[str, float]:
         "tokens_per_s": est.tokens_per_s, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
         "model_tflops_per_gpu": est.model_tflops_per_gpu, "mfu": est.mfu,
         "mfu_at_precision_peak": est.mfu_at_precision_peak, **_energy_columns(energy_values(est)),
+        **dict.fromkeys(INTERVAL_COLUMNS, math.nan), **interval_values(est),
     }
 
 
@@ -177,6 +179,9 @@ class SweepEvaluator:
             if f"exposed_{dim}_s" not in names:
                 out.floats[f"exposed_{dim}_s"][pts] = 0.0
         out.floats["exposed_other_s"][pts] = other
+        for name in INTERVAL_COLUMNS:  # the prediction interval's bounds, where the engine has a table
+            if name in names:
+                out.floats[name][pts] = res.values_at(name, rows)
         read = {name: res.values_at(name, rows) for name in (*_ENERGY_FLOATS, "average_power_w")}
         for name, values in _energy_columns(read).items():
             out.floats[name][pts] = values

@@ -7,7 +7,10 @@ components ``energy_<gpu|nic|switch|optics|host|cxl|facility>_j`` (they add up t
 ``joules_per_token``, ``tokens_per_joule``, and ``power_kw``, the average power over the
 step (``energy_j / step_time_s``, facility PUE included). A component the cluster gives no
 power figure for is 0. ``cost_usd_per_step`` and ``usd_per_million_tokens`` come only from
-the cluster's prices (NaN without them).
+the cluster's prices (NaN without them). ``step_time_p80_low_s`` .. ``step_time_p95_high_s``
+are the prediction interval's bounds (``twin.core.intervals``: where 80% and 95% of real
+runs of the scenario's class land, from the twin's own held-out errors); a sweep can rank by
+the pessimistic bound (``step_time_p80_high_s``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ MODEL_COLUMNS = (
     "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "mfu_at_precision_peak", "power_kw",
     "tokens_per_joule", "energy_j", "energy_gpu_j", "energy_nic_j", "energy_switch_j", "energy_optics_j",
     "energy_host_j", "energy_cxl_j", "energy_facility_j", "joules_per_token", "cost_usd_per_step",
-    "usd_per_million_tokens",
+    "usd_per_million_tokens", "step_time_p80_low_s", "step_time_p80_high_s", "step_time_p95_low_s",
+    "step_time_p95_high_s",
 )
 INT_COLUMNS = ("microbatches", "dp")
 # The rest of a feasible point's estimate (``twin.core.results.estimate_of_row``), so that a
@@ -55,6 +59,8 @@ METRICS: dict[str, str] = {
     "bubble_s": "min", "compute_s": "min",
     "interruptions_per_day": "min", "effective_training_time_pct": "max", "goodput_tokens_per_s": "max",
     "step_time_shared_s": "min", "fleet_slowdown": "min",
+    # The pessimistic bound of the prediction interval: a plan ranked by what it takes at worst.
+    "step_time_p80_high_s": "min", "step_time_p95_high_s": "min",
 }
 # Failure figures (twin.sweep.failmetrics): NaN unless the sweep asks for them.
 FAILURE_METRICS = ("interruptions_per_day", "effective_training_time_pct", "goodput_tokens_per_s")

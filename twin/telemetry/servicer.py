@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import grpc
 
 from twin.core.errors import SpecError, TwinError
-from twin.rpc.v1 import scenario_pb2
+from twin.rpc.v1 import estimate_pb2, scenario_pb2
 from twin.rpc.v1 import telemetry_pb2 as pb  # generated at install time (setup.py)
 from twin.rpc.v1 import telemetry_pb2_grpc as pb_grpc
 from twin.telemetry.service import TelemetryService
@@ -113,7 +113,8 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
             tiers=[_tier(t) for t in out["tiers"]], down_components=out["down_components"],
             degraded_components=out["degraded_components"],
             designed_estimate_json=json.dumps(out["designed"]) if "designed" in out else "",
-            now_estimate_json=json.dumps(out["now"]) if "now" in out else "", notes=out["notes"])
+            now_estimate_json=json.dumps(out["now"]) if "now" in out else "", notes=out["notes"],
+            designed_interval=_interval(out.get("designed")), now_interval=_interval(out.get("now")))
 
     def GetDivergence(self, request: pb.GetDivergenceRequest,
                       context: grpc.ServicerContext) -> pb.GetDivergenceResponse:
@@ -149,3 +150,9 @@ def add_to_server(service: TelemetryService, server: grpc.Server) -> None:
     """Add the telemetry API to ``server`` (safe decoding: garbage bytes are INVALID_ARGUMENT)."""
     server.add_generic_rpc_handlers((generic_handler(pb.DESCRIPTOR.services_by_name["TelemetryService"],
                                                      TelemetryServicer(service)),))
+
+
+def _interval(estimate: dict[str, Any] | None) -> estimate_pb2.StepInterval | None:
+    """The interval of an estimate's plain data (``Estimate.to_dict``), None without one."""
+    data = (estimate or {}).get("interval")
+    return None if data is None else estimate_pb2.StepInterval(**data)

@@ -66,6 +66,8 @@ def step_view(predicted: Mapping[str, Any], divergence: Sequence[Mapping[str, An
         "designed_step_time_s": predicted.get("designed_step_time_s"),
         "now_step_time_s": predicted.get("now_step_time_s"),
         "slowdown": predicted.get("slowdown"),
+        "designed_interval": designed.get("interval"),
+        "now_interval": now.get("interval"),
         "parts": [{"key": k, "label": label, "designed": parts_of(designed.get("breakdown") or {})[k],
                    "now": parts_of(now.get("breakdown") or {})[k]} for k, label in STEP_PARTS],
         "now_calibration": predicted.get("now_calibration"),

@@ -28,7 +28,7 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 from google.protobuf.message import Message
 
 from twin.core.errors import SpecError, TooLargeError
-from twin.core.estimate import Breakdown, Cost, Energy, Estimate, LinkLoad
+from twin.core.estimate import Breakdown, Cost, Energy, Estimate, LinkLoad, StepInterval
 from twin.core.memory import MemoryBreakdown
 from twin.core.schema import FrozenDict
 from twin.core.units import GIB
@@ -477,6 +477,8 @@ def estimate_to_message(est: Estimate, *, fabric: bool = True,
         msg.fabric.MergeFromString(_cached_struct_bytes(est.fabric))
     if est.details:
         struct_from_data(est.details, msg.details)
+    if est.interval is not None:
+        _fill_fields(msg.interval, est.interval)
     return msg
 
 
@@ -530,7 +532,8 @@ def estimate_from_message(msg: estimate_pb2.Estimate) -> Estimate:
                                 for link in msg.links),
                     contention_s=msg.contention_s,
                     energy=_from_fields(Energy, msg.energy) if msg.HasField("energy") else None,
-                    cost=_from_fields(Cost, msg.cost) if msg.HasField("cost") else None)
+                    cost=_from_fields(Cost, msg.cost) if msg.HasField("cost") else None,
+                    interval=_from_fields(StepInterval, msg.interval) if msg.HasField("interval") else None)
 
 
 # ------------------------------------------------------------------------- sweeps

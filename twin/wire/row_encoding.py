@@ -156,8 +156,8 @@ class Layout:
         return out
 
 
-def _estimate_layout(priced: bool) -> Layout:
-    """The layout of a row's ``Estimate`` (with its cost when ``priced``)."""
+def _estimate_layout(priced: bool, interval: bool) -> Layout:
+    """The layout of a row's ``Estimate`` (with its cost when ``priced``, its interval with ``interval``)."""
     e, b, m = estimate_pb2.Estimate, estimate_pb2.StepBreakdown, estimate_pb2.MemoryPerGpu
     en, c = estimate_pb2.StepEnergy, estimate_pb2.StepCost
     breakdown = Layout()
@@ -188,6 +188,12 @@ def _estimate_layout(priced: bool) -> Layout:
     out.integer(_number(e, "microbatches"), "microbatches").integer(_number(e, "dp"), "dp")
     out.map_entries(_number(e, "comm_issued_s"), {d: f"issued_{d}_s" for d in ROW_DIMS})
     out.nested(_number(e, "energy"), energy)
+    if interval:
+        iv, bounds = estimate_pb2.StepInterval, ("p80_low_s", "p80_high_s", "p95_low_s", "p95_high_s")
+        out.nested(_number(e, "interval"), Layout().double(_number(iv, bounds[0]), f"step_time_{bounds[0]}")
+                   .double(_number(iv, bounds[1]), f"step_time_{bounds[1]}")
+                   .double(_number(iv, bounds[2]), f"step_time_{bounds[2]}")
+                   .double(_number(iv, bounds[3]), f"step_time_{bounds[3]}"))
     if priced:
         cost = Layout()
         for name, column in (("usd_per_step", "cost_usd_per_step"),
@@ -198,7 +204,8 @@ def _estimate_layout(priced: bool) -> Layout:
     return out
 
 
-_LAYOUTS = {priced: _estimate_layout(priced) for priced in (False, True)}
+_LAYOUTS = {(priced, interval): _estimate_layout(priced, interval) for priced in (False, True)
+            for interval in (False, True)}
 
 
 def _derived(rows: Mapping[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
@@ -232,11 +239,12 @@ def estimates(rows: Mapping[str, np.ndarray], idx: np.ndarray) -> list[bytes]:
         return out
     cols = _derived(rows, idx)
     priced = ~np.isnan(cols["cost_usd_per_step"])
+    interval = "step_time_p80_low_s" in cols and bool((~np.isnan(cols["step_time_p80_low_s"])).all())
     for flag in (False, True):
         sel = np.flatnonzero(priced == flag)
         if not len(sel):
             continue
-        layout = _LAYOUTS[flag]
+        layout = _LAYOUTS[(flag, interval)]
         block = layout.encode({k: v[sel] for k, v in cols.items()}, len(sel)).tobytes()
         size = layout.size
         for j, k in enumerate(sel.tolist()):

@@ -28,6 +28,7 @@ from twin.core.interfaces import EvalContext, stride_of
 from twin.core.pipelines import pairs_end_stages, rank0_params
 from twin.core.point_set import ColumnView, PointSet, model_rows
 from twin.core.results import (
+    INTERVAL_COLUMNS,
     MEMORY,
     MEMORY_PARTS,
     PRUNED,
@@ -373,7 +374,7 @@ class _Run:
 
         st = model.assemble(ctx, wk, self.strategies, groups, rehome=rehome)
         out.stats["groups"] += distinct
-        fill(out, idx, wk, st, sub, self.power)
+        fill(model, out, idx, wk, st, sub, self.power)
         odd = ~np.isfinite(out.values_at("step_time_s", idx))
         if odd.any():
             _per_point(model, sub.take(np.flatnonzero(odd)), idx[odd], self.coded, out, self.headroom,
@@ -484,7 +485,7 @@ def _per_point(model: Driver, ps: PointSet, idx: np.ndarray, coded: Refusals, ou
         out.dp[j] = est.dp
 
 
-def fill(out: PointResults, idx: np.ndarray, wk: Work, st: Any, ps: PointSet,
+def fill(model: Driver, out: PointResults, idx: np.ndarray, wk: Work, st: Any, ps: PointSet,
          power: Sequence[energy_model.PowerFacts | None]) -> None:
     """The points ``idx``'s columns from their assembled step (``step.Step``) and work."""
     def put(name: str, values: Any) -> None:
@@ -520,8 +521,24 @@ def fill(out: PointResults, idx: np.ndarray, wk: Work, st: Any, ps: PointSet,
     busy = st.compute_s + st.recompute_s + st.optimizer_s + st.interference_s
     for name, values in energy_model.step_columns(facts, step, busy, tokens).items():
         put(name, values)
+    if model.intervals is not None:
+        for name, values in _interval_columns(model, ps, step).items():
+            put(name, values)
     out.microbatches[idx] = wk.m
     out.dp[idx] = wk.dp
+
+
+def _interval_columns(model: Driver, ps: PointSet, step: Any) -> dict[str, Any]:
+    """The points' prediction intervals (``twin.core.intervals``): the factors of each distinct
+    (cluster, precision) class, gathered per point, times the step.
+    """
+    precs, pcode = _categories(ps.plan.precision)
+    moe, stack = ps.model.moe is not None, ps.software.name
+    per = np.asarray([[tuple(getattr(model.interval_factors(c.gpu.generation, moe, stack, str(p), c.num_gpus), f)
+                             for f in ("p80_low", "p80_high", "p95_low", "p95_high")) for p in precs]
+                      for c in ps.clusters], np.float64)   # clusters x precisions x 4
+    factors = per[ps.cluster_ix, np.asarray(pcode).reshape(-1)]
+    return {name: factors[:, j] * step for j, name in enumerate(INTERVAL_COLUMNS)}
 
 
 # ------------------------------------------------------------------ the work of the points

@@ -297,6 +297,7 @@ class Driver(Protocol):
     """
 
     cost_override: Any
+    intervals: Any
     memos: dict[str, Memo[Any, Any]]
     stage_rows: Memo[Any, Any]
     stage_blocks: list[tuple[Any, ...]]
@@ -334,3 +335,6 @@ class Driver(Protocol):
     def evaluate(self, scenario: Scenario, *, validate: bool = True, report: bool = True,
                  conditions: Conditions = ...) -> Estimate:
         """One scenario (a batch's fallback)."""
+
+    def interval_factors(self, generation: str, moe: bool, stack: str, precision: str, num_gpus: int) -> Any:
+        """A scenario's interval bounds as multiples of its step time."""

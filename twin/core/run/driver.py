@@ -30,6 +30,7 @@ from twin.core.errors import PluginError, SpecError
 from twin.core.estimate import Breakdown, Estimate, LinkLoad
 from twin.core.facts import ClusterFacts, FabricSet
 from twin.core.interfaces import EvalContext, Fabric, StageTimes, Strategy, Terms, stride_of
+from twin.core.intervals import IntervalFactors, IntervalTable, scenario_features
 from twin.core.memory import activation_terms
 from twin.core.pipelines import pairs_end_stages, rank0_params
 from twin.core.point_set import PointSet, model_structure
@@ -135,10 +136,12 @@ class TwinModel:
 
     def __init__(self, fabrics: FabricSet, strategies: Iterable[Strategy],
                  cost_override: CostOverride | None = None, *, builtin: Iterable[str] | None = None,
-                 origins: Mapping[str, str] | None = None) -> None:
+                 origins: Mapping[str, str] | None = None, intervals: IntervalTable | None = None) -> None:
         """``builtin``: the names of the built-in strategies, each its dimension's default (None:
         all of ``strategies``); the others are alternatives a scenario selects
         (``twin.core.strategy_set``). ``origins``: the plugin of each strategy, for errors.
+        ``intervals``: the prediction-interval table (``twin.core.intervals``; None: estimates
+        carry no interval).
         """
         self.fabrics = fabrics
         order = {p: i for i, p in enumerate(PHASES)}
@@ -156,13 +159,14 @@ class TwinModel:
         self._order = order
         self.table = StrategyTable.of(self.strategies, builtin, origins)
         self.cost_override = cost_override
+        self.intervals = intervals
         self._token = SpecTokens()
         limit = DEFAULT_LIMIT
         self.memos: dict[str, Memo[Any, Any]] = {m.name: m for m in (
             Memo("strategy sets"), Memo("hierarchies"), Memo("degraded hierarchies"), Memo("devices"),
             Memo("cluster facts"), Memo("power"), Memo("fabric reports"), Memo("static rules"),
             Memo("model structures"), Memo("stages", 16 * limit), Memo("set-ups", 16 * limit),
-            Memo("groups", 16 * limit, admit_second=True), Memo("stage rows", 64 * limit))}
+            Memo("groups", 16 * limit, admit_second=True), Memo("stage rows", 64 * limit), Memo("intervals"))}
         m = self.memos
         self._sets, self._hierarchies, self._degraded = m["strategy sets"], m["hierarchies"], m["degraded hierarchies"]
         self._devices, self._facts, self._power = m["devices"], m["cluster facts"], m["power"]
@@ -307,6 +311,22 @@ class TwinModel:
         if hit is None:
             hit = self._devices.put(key, fact.device(gpu, precision, scale, recipe, flash, attention_kernel))
         return hit
+
+    def interval_factors(self, generation: str, moe: bool, stack: str, precision: str,
+                         num_gpus: int) -> IntervalFactors:
+        """A scenario's interval bounds as multiples of its step time (``twin.core.intervals``),
+        remembered by its class features; needs ``intervals``.
+        """
+        assert self.intervals is not None
+        table = self.intervals
+        key = (generation, moe, stack, precision, num_gpus > table.max_gpus)
+        memo = self.memos["intervals"]
+        got = memo._data.get(key)  # Memo.get inlined: asked on every evaluation
+        if got is not None:
+            memo.hits += 1
+            return got  # type: ignore[no-any-return]
+        memo.misses += 1
+        return memo.put(key, table.factors(scenario_features(generation, moe, stack, precision), num_gpus))  # type: ignore[no-any-return]
 
     def structure_key(self, model: Model) -> int:
         """The token of ``model``'s structure (``model_structure``): equal for models that differ in
@@ -486,7 +506,9 @@ class TwinModel:
             fabric=self.fabric_report(scenario, hierarchy) if report else {}, notes=tuple(notes),
             links=links,
             contention_s=max(0.0, step - st.alone_step_s) if report and st.alone_step_s is not None else 0.0,
-            energy=energy, cost=cost)
+            energy=energy, cost=cost, interval=None if self.intervals is None else self.interval_factors(
+                cluster.gpu.generation, scenario.model.moe is not None, scenario.software.name, plan.precision,
+                cluster.num_gpus).at(step))
 
     # ---------------------------------------------------------------- the assembly (both paths)
     def assemble(self, ctx: EvalContext, wk: Work, strategies: Sequence[Strategy], groups: Groups | None = None,

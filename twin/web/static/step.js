@@ -4,6 +4,10 @@
   const state = { job: twin.params.get("job") || "", data: null, charts: {} };
   window.twinStep = state;
   const s = (x) => (x === null || x === undefined ? "–" : twin.fmt(x, 4) + " s");
+  // How sure the twin is (twin.core.intervals): the 80% and 95% ranges and what they rest on.
+  const range = (iv) => (iv ? `80%: ${twin.fmt(iv.p80_low_s, 3)}–${twin.fmt(iv.p80_high_s, 3)} s, ` +
+    `95%: ${twin.fmt(iv.p95_low_s, 3)}–${twin.fmt(iv.p95_high_s, 3)} s (${iv.basis}` +
+    `${iv.widened && iv.widened.length ? "; widened: " + iv.widened.join(", ") : ""})` : "");
 
   function partsChart(data) {
     const parts = data.parts.filter((p) => p.designed > 0 || p.now > 0);
@@ -48,6 +52,8 @@
     state.data = data;
     document.getElementById("designed-step").textContent = s(data.designed_step_time_s);
     document.getElementById("now-step").textContent = s(data.now_step_time_s);
+    document.getElementById("designed-range").textContent = range(data.designed_interval);
+    document.getElementById("now-range").textContent = range(data.now_interval);
     document.getElementById("slowdown").textContent = data.slowdown === null ? "–" : (data.slowdown >= 0 ? "+" : "") + twin.pct(data.slowdown);
     document.getElementById("observed-step").textContent = data.observations ? s(data.observed_step_time_s) : "no report yet";
     document.getElementById("divergence").textContent = data.observations
