@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # The extras the test suite imports (scripts/setup.sh installs the same); bench is a benchmark only.
-TEST_EXTRAS = "server,telemetry,ray,parquet,plot,web,test"
+TEST_EXTRAS = "server,telemetry,ray,parquet,plot,web,traces,test"
 PROJECT = "fabric-twin"
 # PEP 508 name, optional [extras], then the version specifiers up to a marker or comment.
 REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*([^;#]*)")
