@@ -180,7 +180,8 @@ def test_otlp_http_port_speaks_the_main_ports_tls(pki, mutual):
     import http.client
     import ssl
 
-    from twin.telemetry.otlp_http import PATH, HttpSettings, OtlpHttpReceiver, server_ssl_context
+    from twin.telemetry.httpbase import server_ssl_context
+    from twin.telemetry.otlp_http import PATH, HttpSettings, OtlpHttpReceiver
 
     context = server_ssl_context(pki["server_cert"], pki["server_key"], pki["ca"] if mutual else "")
     receiver = OtlpHttpReceiver(_AcceptAll(), "127.0.0.1", 0, HttpSettings(max_receive_bytes=1 << 20), context)
@@ -223,7 +224,8 @@ def test_remote_write_on_that_port_speaks_the_same_tls(pki, mutual, tmp_path):
     from prometheus_remote_writer import RemoteWriter
 
     from twin.engine import Engine
-    from twin.telemetry.otlp_http import HttpSettings, OtlpHttpReceiver, server_ssl_context
+    from twin.telemetry.httpbase import server_ssl_context
+    from twin.telemetry.otlp_http import HttpSettings, OtlpHttpReceiver
     from twin.telemetry.service import TelemetryService
     from twin.telemetry.telemetry_config import TelemetryConfig
 

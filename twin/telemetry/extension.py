@@ -26,8 +26,9 @@ import grpc
 
 from twin.core.errors import SpecError
 from twin.engine import Engine
+from twin.telemetry.httpbase import server_ssl_context
 from twin.telemetry.otlp import otlp_handler, server_options
-from twin.telemetry.otlp_http import HttpSettings, OtlpHttpReceiver, server_ssl_context
+from twin.telemetry.otlp_http import HttpSettings, OtlpHttpReceiver
 from twin.telemetry.service import TelemetryService
 from twin.telemetry.servicer import add_to_server
 from twin.telemetry.telemetry_config import TelemetryConfig
@@ -41,11 +42,13 @@ OTLP_HTTP_CONNECTIONS = 256
 
 def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_provider: Any = None,
            interceptors: Any = (), credentials: grpc.ServerCredentials | None = None,
-           ) -> tuple[TelemetryService, grpc.Server | None]:
+           token: str | None = None, tls: Any = None) -> tuple[TelemetryService, grpc.Server | None]:
     """Create the service and add its handlers to ``server`` (+ the dedicated OTLP server, started,
-    with the same ``interceptors`` (token auth) and TLS ``credentials`` as the main port).
+    with the same ``interceptors`` (token auth) and TLS ``credentials`` as the main port; the
+    Prometheus ``/metrics`` endpoint with the same bearer ``token`` and ``tls`` settings).
     """
-    service = TelemetryService(engine, config, meter_provider=meter_provider)
+    service = TelemetryService(engine, config, meter_provider=meter_provider, metrics_token=token,
+                               metrics_ssl=_ssl_context(tls))
     server.add_generic_rpc_handlers((otlp_handler(service),))
     add_to_server(service, server)
     dedicated = None
@@ -72,9 +75,7 @@ def start_http(service: TelemetryService, config: TelemetryConfig, token: str | 
     """
     if config.otlp_http_port is None:
         return None
-    context = None
-    if tls is not None and getattr(tls, "enabled", False):
-        context = server_ssl_context(tls.cert_file, tls.key_file, tls.client_ca_file)
+    context = _ssl_context(tls)
     settings = HttpSettings(max_receive_bytes=config.max_receive_bytes, token=token, max_connections=max_connections)
     try:
         receiver = OtlpHttpReceiver(service, config.otlp_http_host, config.otlp_http_port, settings, context)
@@ -86,11 +87,21 @@ def start_http(service: TelemetryService, config: TelemetryConfig, token: str | 
     return receiver
 
 
+def _ssl_context(tls: Any) -> Any:
+    """The HTTPS context of the main port's TLS settings (cert_file, key_file, client_ca_file,
+    enabled); None when TLS is off.
+    """
+    if tls is None or not getattr(tls, "enabled", False):
+        return None
+    return server_ssl_context(tls.cert_file, tls.key_file, tls.client_ca_file)
+
+
 def register(server: grpc.Server, ctx: Any) -> None:
     """Server extension entry point (twin/server/extensions.py lists it)."""
     config = TelemetryConfig.from_server_config(ctx.config)
     service, dedicated = attach(server, ctx.engine, config, interceptors=getattr(ctx, "interceptors", ()),
-                                credentials=getattr(ctx, "credentials", None))
+                                credentials=getattr(ctx, "credentials", None), token=getattr(ctx, "auth_token", None),
+                                tls=getattr(ctx.config, "tls", None))
     limits = getattr(ctx.config, "limits", None)
     try:
         http = start_http(service, config, token=getattr(ctx, "auth_token", None), tls=getattr(ctx.config, "tls", None),

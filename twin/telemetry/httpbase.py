@@ -1,17 +1,30 @@
-"""What the telemetry HTTP endpoints share: a refusal with its status, and status mappings.
+"""What the telemetry HTTP endpoints share: a refusal with its status, status mappings, the
+bearer-token check, the bound on bytes held, and a threaded server with the main port's TLS and
+a bound on its connections.
 
 The OTLP/HTTP receiver (``otlp_http``) and the Prometheus remote-write receiver
-(``remote_write``) answer on one listener; both raise :class:`HttpError` for a request they
-refuse and map an ingest outcome (a ``google.rpc.Code``) to the same HTTP status.
+(``remote_write``) answer on one listener, the Prometheus ``/metrics`` endpoint
+(``promexport``) on its own; they raise :class:`HttpError` for a request they refuse and map
+an ingest outcome (a ``google.rpc.Code``) to the same HTTP status.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hmac
+import http.server
+import logging
 import math
+import socket
+import ssl
 import threading
 from http import HTTPStatus
+from typing import Any
 
 from google.rpc import code_pb2
+
+log = logging.getLogger(__name__)
+UNAUTHORIZED_MESSAGE = "missing or wrong bearer token (header 'Authorization: Bearer <token>')"
 
 # google.rpc.Code -> HTTP status, as google/rpc/code.proto's "HTTP Mapping" lines give them
 # (DEADLINE_EXCEEDED: 504; UNAVAILABLE: 503; INVALID_ARGUMENT: 400).
@@ -62,3 +75,67 @@ class ByteBudget:
         """Release ``n`` bytes taken before."""
         with self._lock:
             self._used -= n
+
+
+def authorize(header: str | None, token: str | None) -> None:
+    """Refuse (401, with ``WWW-Authenticate``) a request whose ``Authorization`` header is not
+    exactly ``Bearer <token>``; ``token`` None: auth is off. Constant time (``hmac.compare_digest``).
+    """
+    if token is None:
+        return
+    given = (header or "").encode("utf-8", "surrogateescape")
+    if hmac.compare_digest(given, f"Bearer {token}".encode()):
+        return
+    raise HttpError(HTTPStatus.UNAUTHORIZED, UNAUTHORIZED_MESSAGE, {"WWW-Authenticate": 'Bearer realm="fabric-twin"'})
+
+
+def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str = "") -> ssl.SSLContext:
+    """The HTTPS context for the main port's TLS settings (a client CA: client certificates required)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2  # gRPC's own floor (grpc core: TLS 1.2)
+    context.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        context.load_verify_locations(cafile=client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class GuardedServer(http.server.ThreadingHTTPServer):
+    """A threaded HTTP server with TLS (the handshake in the connection's own thread) and at most
+    ``max_connections`` connections: past them a connection is answered 503 with Retry-After at once.
+    """
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler],
+                 max_connections: int, ssl_context: ssl.SSLContext | None) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.ssl_context = ssl_context
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = self.socket.accept()
+        if self.ssl_context is not None:
+            # The handshake runs in the connection's own thread (first read), not in accept.
+            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):  # beyond the bound: refuse at once, retryable
+            with contextlib.suppress(OSError):
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
+                                b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("HTTP connection from %s ended with an error", client_address, exc_info=True)

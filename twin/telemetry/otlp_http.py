@@ -30,11 +30,8 @@ required under mutual TLS).
 
 from __future__ import annotations
 
-import contextlib
-import hmac
 import http.server
 import logging
-import socket
 import ssl
 import threading
 import time
@@ -48,7 +45,14 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
 from twin.telemetry import remote_write
-from twin.telemetry.httpbase import HTTP_STATUS, ByteBudget, HttpError, retry_after
+from twin.telemetry.httpbase import (
+    HTTP_STATUS,
+    ByteBudget,
+    GuardedServer,
+    HttpError,
+    authorize,
+    retry_after,
+)
 from twin.telemetry.otlp import ExportOutcome, Request, export
 from twin.telemetry.service import TelemetryService
 
@@ -266,15 +270,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._fail(answer.status, answer.message, answer.headers)
 
     def _authorize(self) -> None:
-        token = self.server.settings.token
-        if token is None:
-            return
-        given = (self.headers.get("Authorization") or "").encode("utf-8", "surrogateescape")
-        if hmac.compare_digest(given, f"Bearer {token}".encode()):
-            return
-        raise HttpError(HTTPStatus.UNAUTHORIZED,
-                        "missing or wrong bearer token (header 'Authorization: Bearer <token>')",
-                        {"WWW-Authenticate": 'Bearer realm="fabric-twin"'})
+        authorize(self.headers.get("Authorization"), self.server.settings.token)
 
     def _content_type(self) -> str:
         media = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
@@ -411,44 +407,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
+class _Server(GuardedServer):
     def __init__(self, address: tuple[str, int], service: TelemetryService, settings: HttpSettings,
                  ssl_context: ssl.SSLContext | None) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.service = service
         self.settings = settings
-        self.ssl_context = ssl_context
-        self._slots = threading.BoundedSemaphore(settings.max_connections)
         self.budget = ByteBudget(settings.inflight_bytes)
-        super().__init__(address, _Handler)
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, addr = self.socket.accept()
-        if self.ssl_context is not None:
-            # The handshake runs in the connection's own thread (first read), not in accept.
-            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        return sock, addr
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):  # beyond the bound: refuse at once, retryable
-            with contextlib.suppress(OSError):
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
-                                b"Content-Length: 0\r\nConnection: close\r\n\r\n")
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("otlp/http connection from %s ended with an error", client_address, exc_info=True)
+        super().__init__(address, _Handler, settings.max_connections, ssl_context)
 
 
 class OtlpHttpReceiver:
@@ -486,15 +451,3 @@ class OtlpHttpReceiver:
             self._server.shutdown()
             self._thread.join()
         self._server.server_close()
-
-
-def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str = "") -> ssl.SSLContext:
-    """The HTTPS context for the main port's TLS settings (a client CA: client certificates required)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2  # gRPC's own floor (grpc core: TLS 1.2)
-    context.load_cert_chain(cert_file, key_file)
-    if client_ca_file:
-        context.load_verify_locations(cafile=client_ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
-

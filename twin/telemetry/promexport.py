@@ -1,8 +1,13 @@
 """The twin's answers as Prometheus metrics: a ``/metrics`` endpoint beside the fleet's own.
 
-Served with ``prometheus_client`` (the Prometheus project's Python client) on
-``telemetry.metrics_address`` (off unless set; 9464 is the port OpenTelemetry's Prometheus
-exporter uses by default). Names follow the OpenMetrics / Prometheus naming conventions
+The metric families are ``prometheus_client``'s (the Prometheus project's Python client),
+served on ``telemetry.metrics_address`` (off unless set; 127.0.0.1 when it names no host; 9464
+is the port OpenTelemetry's Prometheus exporter uses by default) with the main port's bearer
+token and TLS, like every other port: with a token, ``Authorization: Bearer <token>`` is
+required (401 otherwise: a Prometheus sets it with ``authorization: {credentials: <token>}``,
+a ServiceMonitor with ``authorization``); with TLS it speaks HTTPS (``scheme: https`` and
+``tls_config``; client certificates required under mutual TLS). At most ``MAX_CONNECTIONS``
+scrapes are served at once. Names follow the OpenMetrics / Prometheus naming conventions
 (https://prometheus.io/docs/practices/naming/): a ``twin_`` prefix, base units in the name
 (``_seconds``, ``_ratio``), ``_total`` for counters. Every value is read from the telemetry
 service when scraped:
@@ -21,14 +26,21 @@ service when scraped:
 
 from __future__ import annotations
 
+import http.server
 import logging
+import ssl
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from twin.telemetry.httpbase import GuardedServer, HttpError, authorize
 
 if TYPE_CHECKING:
     from twin.core.specs import Calibration
@@ -111,20 +123,96 @@ class TwinCollector(Collector):
         yield ign
 
 
+PATH = "/metrics"  # what Prometheus scrapes by default (scrape_config metrics_path)
+# Scrapes served at once: a few Prometheus replicas and an operator's curl; each scrape reads the
+# telemetry state under its lock, so more at once would only queue there.
+MAX_CONNECTIONS = 16
+SOCKET_TIMEOUT_S = 30.0  # an idle or slow client's connection: Prometheus' default scrape_timeout is 10 s
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """``GET /metrics`` (and HEAD): the exposition in the format the scraper accepts."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "fabric-twin-metrics"
+    sys_version = ""
+    timeout = SOCKET_TIMEOUT_S
+    server: _Server
+
+    def do_GET(self) -> None:
+        try:
+            path = self.path.split("?", 1)[0]
+            if path != PATH:
+                raise HttpError(HTTPStatus.NOT_FOUND, f"no such path {path[:200]!r}; metrics are at {PATH}")
+            authorize(self.headers.get("Authorization"), self.server.token)
+        except HttpError as err:
+            self._send(err.status, str(err).encode(), "text/plain; charset=utf-8", err.headers)
+            return
+        encoder, content_type = choose_encoder(self.headers.get("Accept"))
+        self._send(HTTPStatus.OK, encoder(self.server.registry), content_type)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def _not_allowed(self) -> None:
+        self.close_connection = True  # a body we do not read: not parsed as the next request
+        self._send(HTTPStatus.METHOD_NOT_ALLOWED, f"{self.command} not allowed; GET {PATH}".encode(),
+                   "text/plain; charset=utf-8", {"Allow": "GET, HEAD"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics %s: " + format, self.address_string(), *args)
+
+
+class _Server(GuardedServer):
+    def __init__(self, address: tuple[str, int], registry: CollectorRegistry, token: str | None,
+                 ssl_context: ssl.SSLContext | None) -> None:
+        self.registry = registry
+        self.token = token
+        super().__init__(address, _Handler, MAX_CONNECTIONS, ssl_context)
+
+
 class MetricsEndpoint:
-    """``/metrics`` on ``host:port`` (port 0: a free one), until :meth:`close`."""
+    """``/metrics`` on ``host:port`` (port 0: a free one; no host: 127.0.0.1), with the bearer
+    ``token`` (None: open) and TLS ``ssl_context`` (None: plain HTTP), until :meth:`close`.
+    """
 
-    def __init__(self, service: Scraped, address: str) -> None:
-        from prometheus_client import start_http_server
-
+    def __init__(self, service: Scraped, address: str, token: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         host, _, port = address.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(TwinCollector(service))
-        self._server, self._thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
-        self.address = f"{host or '127.0.0.1'}:{self._server.server_port}"
+        self._server = _Server((host, int(port)), self.registry, token, ssl_context)
+        self.scheme = "https" if ssl_context is not None else "http"
+        shown = f"[{host}]" if ":" in host else host
+        self.address = f"{shown}:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="twin-metrics", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """What a Prometheus scrapes."""
+        return f"{self.scheme}://{self.address}{PATH}"
 
     def close(self) -> None:
         """Stop the server this endpoint started."""
-        self._server.shutdown()
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
         self._server.server_close()
-        self._thread.join(timeout=5)

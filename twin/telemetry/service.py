@@ -52,7 +52,11 @@ class InvalidData(Exception):
 class TelemetryService:
     """Live telemetry state, its store, the ingest writer, predictions and calibration."""
 
-    def __init__(self, engine: Engine, config: TelemetryConfig, *, meter_provider: Any = None) -> None:
+    def __init__(self, engine: Engine, config: TelemetryConfig, *, meter_provider: Any = None,
+                 metrics_token: str | None = None, metrics_ssl: Any = None) -> None:
+        """``metrics_token``/``metrics_ssl``: the bearer token and ``ssl.SSLContext`` of the Prometheus
+        ``/metrics`` endpoint (``config.metrics_address``; the main port's, under ``twin serve``).
+        """
         config.validate()
         self.engine = engine
         self.config = config
@@ -112,8 +116,8 @@ class TelemetryService:
         if config.metrics_address:
             with needs_extra("telemetry", "Prometheus /metrics out", field="telemetry.metrics_address"):
                 from twin.telemetry.promexport import MetricsEndpoint
-            self.metrics_endpoint = MetricsEndpoint(self, config.metrics_address)
-            log.info("Prometheus metrics on http://%s/metrics", self.metrics_endpoint.address)
+            self.metrics_endpoint = MetricsEndpoint(self, config.metrics_address, metrics_token, metrics_ssl)
+            log.info("Prometheus metrics on %s", self.metrics_endpoint.url)
 
     # ---------------------------------------------------------------- ingest
     def ingest(self, request: ExportMetricsServiceRequest, timeout: float | None = None) -> tuple[int, str]:
