@@ -106,6 +106,9 @@ class WebConfig:
         "", doc=f"host:port of the web view; empty: the server's host and port {WEB_PORT} (a free port when "
                 "that one is taken, or when port is 0, so a server asked for a free port never clashes); "
                 "port 0: a free port")
+    allowed_hosts: tuple[str, ...] = spec_field(
+        (), doc="names the view answers to beyond IP addresses, localhost and this machine's name (what a "
+                "proxy or DNS calls it); only without a token is the Host header checked (DNS rebinding)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +193,8 @@ def _coerce(text: str, tp: Any, key: str) -> Any:
             return float(text.strip())
         except ValueError as err:
             raise SpecError(key, f"must be a number (got {text!r})") from err
+    if typing.get_origin(base) is tuple:  # a list of names: comma-separated
+        return [part.strip() for part in text.split(",") if part.strip()]
     return text
 
 

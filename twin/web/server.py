@@ -108,9 +108,12 @@ def register(server: Any, ctx: ServerContext) -> None:
     config = ctx.config
     sock = listen(config)
     live = Live(ctx.engine, ctx.extras.get("telemetry"))
-    sweeps = WebSweeps(ctx.sweep_runner, config.limits.max_sweep_streams, ctx.shutdown)
+    # A loaded rows file holds at most as many rows as a sweep the service would run.
+    sweeps = WebSweeps(ctx.sweep_runner, config.limits.max_sweep_streams, ctx.shutdown,
+                       max_rows=config.limits.max_sweep_points)
     app = build_app(live, sweeps, ctx.auth_token, secure=config.tls.enabled,
-                    max_body=config.limits.max_message_bytes, shutdown=ctx.shutdown, read_rows=read_rows)
+                    max_body=config.limits.max_message_bytes, shutdown=ctx.shutdown, read_rows=read_rows,
+                    bound_host=sock.getsockname()[0], allowed_hosts=config.web.allowed_hosts)
     web = WebServer(app, sock, config)
     ctx.listeners["web"] = web.address
     scheme = "https" if config.tls.enabled else "http"

@@ -5,7 +5,11 @@ should_stop)``: the sweep engine, inline or on Ray), driven from a worker thread
 the web view's event loop and the gRPC workers never wait on it. Its rows are kept as table
 rows (:func:`twin.web.views.row_of`); the page reads them sorted and bounded, and follows
 progress over the event stream. At most ``limits.max_sweep_streams`` run at once (the bound
-the RPC uses for its streams; past it: RESOURCE_EXHAUSTED naming that field).
+the RPC uses for its streams; past it: RESOURCE_EXHAUSTED naming that field). A loaded file
+holds at most ``limits.max_sweep_points`` rows (the most a sweep run here can make), counted
+before it is expanded, and is kept as its columns (:mod:`twin.web.loaded_rows`); the sweeps kept
+hold at most ``max_kept_bytes`` together (the oldest finished ones are forgotten first, and a
+file that alone is larger is refused).
 """
 
 from __future__ import annotations
@@ -22,12 +26,19 @@ from typing import Any
 
 from twin.core.errors import NotFoundError, SpecError, TooLargeError
 from twin.server.sweep_events import Finished, Progress, Row, RowBlock, Started, SweepEvent, SweepRunner
-from twin.web.views import plots, row_of, rows_from_columns
+from twin.web.loaded_rows import LoadedRows
+from twin.web.views import plots, row_of
 
 log = logging.getLogger("twin.web")
 # Sweeps kept for the page (finished ones beyond this are forgotten, oldest first): each holds
 # its rows, so the bound is memory's. 20: a working session's worth, a layout choice.
 KEPT = 20
+# Bytes the kept sweeps may hold together: an eighth of the 2 GiB the Helm chart gives the
+# service's container (resources.limits.memory), the rest being the model, telemetry and gRPC.
+# A loaded file's columns count what they hold (LoadedRows.nbytes); a sweep run here, ROW_BYTES
+# per row (a row_of dict of ~30 values: ~2 KB measured with sys.getsizeof over keys and values).
+MAX_KEPT_BYTES = 256 * 1024 * 1024
+ROW_BYTES = 2048
 SORTABLE = ("point_id", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "power_kw", "num_gpus")
 
 
@@ -48,14 +59,25 @@ class SweepJob:
     started: float = field(default_factory=time.time)
     elapsed_s: float = 0.0
     rows: list[dict[str, Any]] = field(default_factory=list)
+    loaded: LoadedRows | None = None  # a loaded file's rows, as columns (rows stays empty)
     version: int = 0
     cancel: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def row_count(self) -> int:
+        """Rows kept."""
+        return len(self.loaded) if self.loaded is not None else len(self.rows)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes its rows hold (counted against ``MAX_KEPT_BYTES``)."""
+        return self.loaded.nbytes if self.loaded is not None else len(self.rows) * ROW_BYTES
 
     def progress(self) -> dict[str, Any]:
         """What the event stream and the list carry."""
         return {"id": self.id, "name": self.name, "source": self.source, "state": self.state, "total": self.total,
                 "done": self.done, "failed": self.failed, "error": self.error, "elapsed_s": round(self.elapsed_s, 3),
-                "metric": self.metric, "axes": list(self.axes), "rows": len(self.rows)}
+                "metric": self.metric, "axes": list(self.axes), "rows": self.row_count}
 
     def table(self, sort: str, order: str, limit: int) -> dict[str, Any]:
         """``limit`` rows sorted by ``sort`` (infeasible points last), with the plots' data."""
@@ -65,6 +87,10 @@ class SweepJob:
             raise SpecError("order", f"must be asc or desc (got {order!r})")
         if limit < 1:
             raise SpecError("limit", f"must be at least 1 (got {limit})")
+        if self.loaded is not None:
+            total, table = self.loaded.table(sort, order, limit)
+            return {**self.progress(), "sort": sort, "order": order, "rows_total": total, "table": table,
+                    "plots": self.loaded.plots(self.metric)}
         rows = list(self.rows)
         ranked = [r for r in rows if r.get("feasible") and r.get(sort) is not None]
         ranked.sort(key=lambda r: _key(r[sort]), reverse=order == "desc")
@@ -82,10 +108,13 @@ def _key(v: Any) -> tuple[int, Any]:
 class WebSweeps:
     """The sweeps of one web view."""
 
-    def __init__(self, runner: SweepRunner | None, max_running: int, shutdown: threading.Event) -> None:
+    def __init__(self, runner: SweepRunner | None, max_running: int, shutdown: threading.Event,
+                 max_rows: int | None = None, max_kept_bytes: int = MAX_KEPT_BYTES) -> None:
         self.runner = runner
         self.max_running = max_running
         self.shutdown = shutdown
+        self.max_rows = max_rows
+        self.max_kept_bytes = max_kept_bytes
         self.jobs: dict[str, SweepJob] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -106,6 +135,13 @@ class WebSweeps:
             self.jobs[job.id] = job
             done = [j for j in self.jobs.values() if j.state != "running"]
             for old in done[:max(0, len(self.jobs) - KEPT)]:
+                del self.jobs[old.id]
+            # Past the byte bound, the oldest finished sweeps go (never the one just added).
+            held = sum(j.nbytes for j in self.jobs.values())
+            for old in [j for j in self.jobs.values() if j.state != "running" and j is not job]:
+                if held <= self.max_kept_bytes:
+                    break
+                held -= old.nbytes
                 del self.jobs[old.id]
             self._version += 1
 
@@ -183,8 +219,12 @@ class WebSweeps:
         job.cancel.set()
         return job
 
-    def load(self, filename: str, data: bytes, read_rows: Callable[[Path], Mapping[str, Any]]) -> SweepJob:
-        """A results file (``twin sweep --out``: .parquet, .csv, .jsonl) as a finished sweep."""
+    def load(self, filename: str, data: bytes, read_rows: Callable[[Path, int | None], Mapping[str, Any]]
+             ) -> SweepJob:
+        """A results file (``twin sweep --out``: .parquet, .csv, .jsonl) as a finished sweep: at most
+        ``max_rows`` rows (``read_rows(path, max_rows)`` counts them before expanding them) and at
+        most ``max_kept_bytes`` as columns.
+        """
         suffix = Path(filename).suffix.lower()
         if suffix not in (".parquet", ".csv", ".jsonl"):
             raise SpecError("file", f"must be a .parquet, .csv or .jsonl rows file of twin sweep --out "
@@ -192,13 +232,17 @@ class WebSweeps:
         with tempfile.TemporaryDirectory(prefix="twin-web-") as tmp:
             path = Path(tmp) / f"rows{suffix}"
             path.write_bytes(data)
-            columns = read_rows(path)
+            columns = read_rows(path, self.max_rows)
         if "point_id" not in columns or "feasible" not in columns:
             raise SpecError("file", "is not a twin sweep rows file (no point_id and feasible columns)")
         axes = tuple(c for c in columns if c.startswith(("plan.", "cluster.", "model.", "failures.", "software.")))
-        job = SweepJob(id=f"s{next(self._ids)}", name=Path(filename).name, source="file", axes=axes, state="loaded")
-        job.rows = rows_from_columns(columns, axes)
-        job.total = job.done = len(job.rows)
-        job.failed = sum(1 for r in job.rows if not r.get("feasible"))
+        loaded = LoadedRows(columns, axes)
+        if loaded.nbytes > self.max_kept_bytes:
+            raise TooLargeError("file", f"holds {loaded.nbytes:,} bytes as columns; the sweeps kept may hold "
+                                        f"{self.max_kept_bytes:,} together")
+        job = SweepJob(id=f"s{next(self._ids)}", name=Path(filename).name, source="file", axes=axes, state="loaded",
+                       loaded=loaded)
+        job.total = job.done = len(loaded)
+        job.failed = loaded.failed()
         self._add(job)
         return job

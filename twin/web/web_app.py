@@ -7,13 +7,17 @@ rows file), ``/api/sweeps/{id}?sort=&order=&limit=`` (GET; DELETE stops it). ``/
 server-sent event stream (``live`` when telemetry changed, ``sweep`` when a sweep moved).
 Errors are JSON ``{"error": {"code", "field", "rule"}}`` with the HTTP status of the gRPC
 code the shared error table gives (``twin.wire.status_table``): bad input 400, unknown 404, over a
-limit 429. Every evaluation runs in a worker thread (``run_in_threadpool``).
+limit 429, refused by :mod:`twin.web.request_guard` (Host, Origin, a state change without JSON or
+YAML or the pages' header) 403. Every evaluation runs in a worker thread (``run_in_threadpool``). A
+client that goes away before its request body arrives is no error of the server's: logged at
+debug level, answered 400 (to nobody).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from html import escape
@@ -23,19 +27,20 @@ from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from twin.core.docload import parse_document
 from twin.core.errors import SpecError, TwinError
-from twin.web import cookie_auth
+from twin.web import cookie_auth, request_guard
 from twin.web.live import Live
 from twin.web.sweep_pages import WebSweeps
 from twin.web.views import clean
 from twin.wire.status_table import code_for, field_of, rule_of
 
+log = logging.getLogger("twin.web")
 STATIC = Path(__file__).parent / "static"
 # path -> (page, title, the libraries it draws with); every page is pages/layout.html around pages/PAGE.html.
 CYTOSCAPE, CHART = "vendor/cytoscape.min.js", "vendor/chart.umd.min.js"
@@ -80,6 +85,11 @@ def guarded(fn: Handler) -> Handler:
             return await fn(request)
         except TwinError as err:
             return error_response(err)
+        except ClientDisconnect:  # the client went away mid-body: its business, not an error here
+            log.debug("web: %s %s: the client disconnected before its body arrived", request.method,
+                      request.url.path)
+            return JSONResponse({"error": {"code": "CANCELLED", "field": "body",
+                                           "rule": "the client disconnected before sending it"}}, status_code=400)
     return run
 
 
@@ -119,8 +129,11 @@ async def unauthorised(scope: Any, receive: Any, send: Any) -> None:
 
 
 def build_app(live: Live, sweeps: WebSweeps, token: str | None, *, secure: bool, max_body: int,
-              shutdown: threading.Event, read_rows: Callable[[Path], Any]) -> Any:
-    """The ASGI app: routes behind the token check (``token`` None: open)."""
+              shutdown: threading.Event, read_rows: Callable[[Path, int | None], Any], bound_host: str = "127.0.0.1",
+              allowed_hosts: tuple[str, ...] = ()) -> Any:
+    """The ASGI app: routes behind the token check (``token`` None: open) and the request guard
+    (:mod:`twin.web.request_guard`: ``bound_host`` and ``allowed_hosts`` name this server).
+    """
 
     async def page(request: Request) -> Response:
         return HTMLResponse(render_page(request.url.path))
@@ -239,7 +252,7 @@ def build_app(live: Live, sweeps: WebSweeps, token: str | None, *, secure: bool,
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes)
-    return cookie_auth.TokenAuth(app, token, unauthorised)
+    return cookie_auth.TokenAuth(request_guard.guard(app, token, bound_host, allowed_hosts), token, unauthorised)
 
 
 async def _stream(request: Request, live: Live, sweeps: WebSweeps, shutdown: threading.Event
