@@ -285,6 +285,20 @@ def test_metrics_port_off_by_default_then_served_annotated_and_monitored(tmp_pat
     assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "15s"}
     assert endpoint["port"] in {p["name"] for p in mon["Service"]["spec"]["ports"]}
     assert "annotations" not in mon["Deployment"]["spec"]["template"]["metadata"]
+    # Under the main port's token and TLS the ServiceMonitor sends the token and speaks HTTPS.
+    secured = render(values(metrics={"port": 9464, "podAnnotations": True,
+                                     "serviceMonitor": {"enabled": True, "interval": "30s", "labels": {},
+                                                        "tlsConfig": {"ca": {"secret": {"name": "ca",
+                                                                                        "key": "ca.crt"}}}}},
+                            auth={"enabled": True, "token": "t", "existingSecret": ""},
+                            tls={"enabled": True, "mutual": False, "cert": "c", "key": "k", "clientCA": "",
+                                 "existingSecret": ""}))
+    (endpoint,) = secured["ServiceMonitor"]["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"] == {"ca": {"secret": {"name": "ca",
+                                                                                         "key": "ca.crt"}}}
+    secret = secured["Secret"]["metadata"]["name"]
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": secret, "key": "token"}}
+    assert secured["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scheme"] == "https"
     for bad in (values(metrics={"port": 0, "serviceMonitor": {"enabled": True}}),  # nothing to monitor
                 values(config__telemetry={"metrics_address": "0.0.0.0:1"}),  # metrics.port sets it
                 values(metrics__serviceMonitor__interval="soon")):

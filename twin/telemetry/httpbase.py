@@ -80,10 +80,12 @@ class ByteBudget:
 def authorize(header: str | None, token: str | None) -> None:
     """Refuse (401, with ``WWW-Authenticate``) a request whose ``Authorization`` header is not
     exactly ``Bearer <token>``; ``token`` None: auth is off. Constant time (``hmac.compare_digest``).
+    The whitespace around a field value is not part of it (RFC 9110, section 5.5), as uvicorn (the
+    web view) and every HTTP stack drop it; inside the value nothing is forgiven.
     """
     if token is None:
         return
-    given = (header or "").encode("utf-8", "surrogateescape")
+    given = (header or "").strip(" \t").encode("utf-8", "surrogateescape")
     if hmac.compare_digest(given, f"Bearer {token}".encode()):
         return
     raise HttpError(HTTPStatus.UNAUTHORIZED, UNAUTHORIZED_MESSAGE, {"WWW-Authenticate": 'Bearer realm="fabric-twin"'})
