@@ -1,8 +1,10 @@
 """Seeded hostile requests for every method on every port of a running ``twin serve``.
 
 Used by ``tests/server/test_fuzz_ports.py`` (a bounded run in the suite) and by
-``benchmarks/fuzz_server.py`` (>= 100,000 requests). One :class:`random.Random` seed
-fixes the whole sequence, so a failure is replayed by its seed and case number.
+``benchmarks/fuzz_server.py`` (10^6 requests and more). One :class:`random.Random` seed
+fixes each thread's sequence (thread ``w`` of seed ``s`` draws from ``Random(f"{s}/{w}")``),
+so a failure is replayed by its seed, thread and case number; :func:`run` sends them from
+``threads`` threads at once, the mix that crashed ``twin serve`` in issue 39.
 
 Every gRPC method of every service the server registers (Twin, Sweep, Failure,
 Telemetry, OTLP Metrics, Health, reflection, and method names that do not exist) gets, in
@@ -77,6 +79,61 @@ def _otlp_valid() -> pb_message.Message:
     import time
     points = [({"job": "fuzz"}, 0, time.time_ns(), 1.0)]
     return otlp_request({"host.name": "node-1"}, [("twin.training.step_time", "gauge", points)])
+
+
+# Metric names the twin maps (so a request gets past "unknown metric" into the decoder's series
+# ids): the real names exporters send (dcgm-exporter, node_exporter, the twin's own).
+MAPPED_NAMES = ("twin.training.step_time", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS",
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+                "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L3", "node_infiniband_port_data_transmitted_bytes_total",
+                "node_infiniband_state_id", "node_infiniband_symbol_error_total", "not_a_mapped_metric")
+ATTRIBUTE_KEYS = ("gpu", "uuid", "device", "job", "host.name", "link", "port", "instance", "Hostname", "x")
+
+
+def otlp_payload(rng: random.Random) -> bytes:
+    """One seeded OTLP request of mapped metrics with random attribute layouts, as wire bytes:
+    several resources and scopes, gauges and sums of both temporalities, string/int/double/bool
+    attributes, sometimes a second message appended (repeated fields merge) or bits flipped."""
+    import time
+
+    req = metrics_service_pb2.ExportMetricsServiceRequest()
+    for _ in range(rng.randrange(1, 3)):
+        rm = req.resource_metrics.add()
+        rm.resource.attributes.add(key="host.name").value.string_value = rng.choice(["n1", "n2", "n3"])
+        for _ in range(rng.randrange(1, 3)):
+            sm = rm.scope_metrics.add()
+            for _ in range(rng.randrange(1, 5)):
+                m = sm.metrics.add(name=rng.choice(MAPPED_NAMES))
+                kind = rng.choice(["gauge", "sum"])
+                if kind == "sum":
+                    m.sum.aggregation_temporality = rng.choice([1, 2])
+                    m.sum.is_monotonic = rng.random() < 0.8
+                dps = getattr(m, kind).data_points
+                for _ in range(rng.randrange(0, 20)):
+                    dp = dps.add(time_unix_nano=time.time_ns() - rng.randrange(10**9), as_double=rng.random() * 100)
+                    for key in rng.sample(ATTRIBUTE_KEYS, rng.randrange(0, 5)):
+                        value = dp.attributes.add(key=key).value
+                        pick = rng.random()
+                        if pick < 0.6:
+                            value.string_value = str(rng.randrange(8))
+                        elif pick < 0.8:
+                            value.int_value = rng.randrange(8)
+                        elif pick < 0.9:
+                            value.double_value = 1.5
+                        else:
+                            value.bool_value = True
+    raw = req.SerializeToString()
+    if rng.random() < 0.3:  # a second message on the wire merges into the first
+        extra = metrics_service_pb2.ExportMetricsServiceRequest()
+        extra.resource_metrics.add().scope_metrics.add().metrics.add(name=rng.choice(MAPPED_NAMES)) \
+            .gauge.data_points.add(time_unix_nano=1, as_double=1.0)
+        raw += extra.SerializeToString()
+    if rng.random() < 0.3 and raw:
+        flipped = bytearray(raw)
+        for _ in range(rng.randrange(1, 4)):
+            flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
+        raw = bytes(flipped)
+    return raw
 
 
 def _methods() -> list[Method]:
@@ -223,6 +280,8 @@ class Hostile:
         kind = r.random()
         if method.request is None or kind < 0.2:
             return r.randbytes(r.randrange(0, 512))
+        if method.request is metrics_service_pb2.ExportMetricsServiceRequest and kind < 0.5:
+            return otlp_payload(r)
         if method.valid is not None and kind < 0.4:
             raw = bytearray(method.valid().SerializeToString())
             for _ in range(r.randrange(1, 6)):
@@ -373,6 +432,8 @@ def http_case(rng: random.Random, token: str | None, port: str = "otlp_http") ->
     k = rng.random()
     if k < 0.3:
         body = rng.randbytes(rng.randrange(0, 2048))
+    elif k < 0.45:
+        body = otlp_payload(rng)
     elif k < 0.55:
         body = hostile.build(metrics_service_pb2.ExportMetricsServiceRequest()).SerializeToString()
     elif k < 0.75:
@@ -383,7 +444,13 @@ def http_case(rng: random.Random, token: str | None, port: str = "otlp_http") ->
     if rng.random() < 0.2:
         headers["Content-Encoding"] = rng.choice(["gzip", "deflate", "br", "gzip, gzip"])
         if headers["Content-Encoding"] == "gzip" and rng.random() < 0.5:
-            body = gzip.compress(body)
+            pick = rng.random()
+            if pick < 0.6:
+                body = gzip.compress(body)
+            elif pick < 0.8:  # many members (a few are one body; hundreds are refused)
+                body = gzip.compress(body) + gzip.compress(b"") * rng.choice([1, 15, 300])
+            else:  # a bomb: small, inflating far beyond its size
+                body = gzip.compress(b"\0" * rng.choice([1 << 16, 1 << 22]))
     if token is not None and rng.random() < 0.9:
         headers["Authorization"] = f"Bearer {token}"
     elif rng.random() < 0.5:
@@ -432,11 +499,14 @@ class FuzzReport:
 
 
 def rss_mib(pid: int) -> float:
-    """Resident set size of process ``pid`` in MiB (Linux /proc)."""
-    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+    """Resident set size of process ``pid`` in MiB (Linux /proc); NaN once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return float("nan")
 
 
@@ -452,40 +522,80 @@ def targets(listeners: dict[str, str]) -> list[tuple[str, str, Method | None]]:
     return out
 
 
+def _one(name: str, address: str, method: Method | None, rng: random.Random, hostile: Hostile,
+         channels: dict[str, grpc.Channel], token: str | None, timeout: float) -> tuple[str, str | None]:
+    """Send one case to (port ``name`` at ``address``, ``method``): (outcome, problem or None)."""
+    if method is None:
+        return call_http(address, http_case(rng, token, name), timeout)
+    metadata: tuple = ()
+    if token is not None and rng.random() < 0.9:
+        metadata = (("authorization", f"Bearer {token}"),)
+    elif rng.random() < 0.5:
+        metadata = (("authorization", rng.choice(["Bearer wrong", "Bearer ", "x" * 3000])),)
+    short = 2.0 if method.streaming else timeout
+    return call_grpc(channels[name], method, hostile.payload(method), metadata, short)
+
+
 def run(listeners: dict[str, str], token: str | None, requests: int, seed: int, *, timeout: float = 10.0,
-        pid: int | None = None, progress: Callable[[int], None] | None = None) -> FuzzReport:
-    """Send ``requests`` seeded hostile cases spread over every method of every port."""
-    rng = random.Random(seed)
-    hostile = Hostile(rng)
+        pid: int | None = None, progress: Callable[[int], None] | None = None, threads: int = 1,
+        seconds: float | None = None, alive: Callable[[], bool] | None = None) -> FuzzReport:
+    """Send ``requests`` seeded hostile cases spread over every method of every port, from
+    ``threads`` threads at once, for at most ``seconds`` (None: no bound); stop early when
+    ``alive()`` says the server is gone. ``progress(sent)`` is called after each case."""
+    import threading
+    import time
+
     table = targets(listeners)
     channels = {name: grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
                 for name, address, m in table if m is not None}
     report = FuzzReport()
+    lock = threading.Lock()
+    stop = threading.Event()
+    claimed = [0]  # cases taken by a thread (report.sent: cases answered)
+    deadline = None if seconds is None else time.monotonic() + seconds
     if pid is not None:
         report.rss_mib.append(rss_mib(pid))
-    try:
-        for case in range(requests):
+
+    def worker(w: int) -> None:
+        rng = random.Random(f"{seed}/{w}") if threads > 1 else random.Random(seed)
+        hostile = Hostile(rng)
+        case = 0
+        while not stop.is_set():
+            with lock:
+                if claimed[0] >= requests or (deadline is not None and time.monotonic() > deadline):
+                    return
+                claimed[0] += 1
+                n = claimed[0]
+            if alive is not None and n % 200 == 0 and not alive():
+                with lock:
+                    report.failures.append(f"the server died (after {report.sent:,} answered requests)")
+                stop.set()
+                return
             name, address, method = table[rng.randrange(len(table))]
             key = f"{name} {method.path if method else 'http'}"
-            report.by_target[key] = report.by_target.get(key, 0) + 1
-            if method is None:
-                outcome, problem = call_http(address, http_case(rng, token, name), timeout)
-            else:
-                metadata: tuple = ()
-                if token is not None and rng.random() < 0.9:
-                    metadata = (("authorization", f"Bearer {token}"),)
-                elif rng.random() < 0.5:
-                    metadata = (("authorization", rng.choice(["Bearer wrong", "Bearer ", "x" * 3000])),)
-                short = 2.0 if method.streaming else timeout
-                outcome, problem = call_grpc(channels[name], method, hostile.payload(method), metadata, short)
-            report.sent += 1
-            report.outcomes[f"{key} -> {outcome}"] = report.outcomes.get(f"{key} -> {outcome}", 0) + 1
-            if problem is not None:
-                report.failures.append(f"case {case} (seed {seed}): {problem}")
-            if pid is not None and case % 1000 == 999:
-                report.rss_mib.append(rss_mib(pid))
+            outcome, problem = _one(name, address, method, rng, hostile, channels, token, timeout)
+            with lock:
+                report.sent += 1
+                sent = report.sent
+                report.by_target[key] = report.by_target.get(key, 0) + 1
+                report.outcomes[f"{key} -> {outcome}"] = report.outcomes.get(f"{key} -> {outcome}", 0) + 1
+                if problem is not None:
+                    where = f"thread {w} case {case}" if threads > 1 else f"case {case}"
+                    report.failures.append(f"{where} (seed {seed}): {problem}")
+            if pid is not None and sent % 1000 == 0:
+                rss = rss_mib(pid)
+                with lock:
+                    report.rss_mib.append(rss)
             if progress is not None:
-                progress(case + 1)
+                progress(sent)
+            case += 1
+
+    try:
+        pool = [threading.Thread(target=worker, args=(w,), name=f"fuzz-{w}") for w in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
     finally:
         for ch in channels.values():
             ch.close()
