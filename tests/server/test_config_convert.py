@@ -107,12 +107,14 @@ def _descriptor_set(tmp_path) -> descriptor_pb2.FileDescriptorSet:
 def test_every_proto_element_is_commented_and_enums_start_unspecified(tmp_path):
     missing: list[str] = []
     files = _descriptor_set(tmp_path).file
-    # The remote-write messages (twin/rpc/prompb) follow Prometheus' specification, not the
-    # conventions of the twin's own API checked below.
+    # The remote-write messages (twin/rpc/prompb) follow Prometheus' specification and the Chakra
+    # execution-trace schema (twin/rpc/chakra) is mlcommons/chakra's, field numbers and all: not
+    # the conventions of the twin's own API checked below.
     assert {f.name for f in files if f.package == "twin.rpc.prompb"} == {"twin/rpc/prompb/remote.proto",
                                                                          "twin/rpc/prompb/types.proto"}
+    assert {f.name for f in files if f.package == "twin.rpc.chakra"} == {"twin/rpc/chakra/et_def.proto"}
     for f in files:
-        if f.package == "twin.rpc.prompb":
+        if f.package in ("twin.rpc.prompb", "twin.rpc.chakra"):
             continue
         assert f.package == "twin.rpc.v1" and f.name.startswith("twin/rpc/v1/")
         comments = {tuple(loc.path): loc.leading_comments.strip() for loc in f.source_code_info.location}
