@@ -6,8 +6,9 @@ import resource
 import time
 
 import pytest
+import yaml
 
-from twin.core.docload import MAX_DEPTH, MAX_INT_DIGITS, parse_document
+from twin.core.docload import FAST_CHARS, MAX_DEPTH, MAX_INT_DIGITS, parse_document
 from twin.core.errors import SpecError
 from twin.core.scenario_io import read_mapping
 
@@ -71,3 +72,28 @@ def test_binary_and_latin1_files_are_named_errors(tmp_path):
     with pytest.raises(SpecError) as err:
         read_mapping(f)
     assert err.value.field == str(f) and "not UTF-8" in str(err.value)
+
+
+PAD = " " * (FAST_CHARS + 1)  # past FAST_CHARS: libyaml's parser (issue 39: an 8 MiB document cost 7.1 s)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("a: " + "[" * 70_000 + "]" * 70_000, "nested too deeply"),
+    ("a: !!python/object:os.system x" + PAD, "could not determine a constructor"),
+    ("a: &a [1]\nb: *a" + PAD, "aliases"),
+    ("x: " + "9" * 70_000, "an integer of 70000 digits"),
+    ("a: \x01" + PAD, "control characters"),
+    ('{"name": "\\ud800"}' + PAD, "not valid YAML/JSON"),
+])
+def test_large_documents_keep_every_limit(text, words):
+    with pytest.raises(SpecError) as err:
+        parse_document(text, "scenario_document")
+    assert err.value.field == "scenario_document" and words in str(err.value)
+
+
+def test_a_large_document_reads_as_the_small_parser_reads_it():
+    data = {"cluster": {"system": "DGX-H100", "num_gpus": 64}, "plan": {"tp": 8, "gbs": 64},
+            "notes": [f"note {i}: {'x' * 40}" for i in range(3000)], "n": [1, 2.5, True, None, "007", 10**30]}
+    text = yaml.safe_dump(data)
+    assert len(text) > FAST_CHARS
+    assert parse_document(text, "f") == yaml.safe_load(text) == data
