@@ -29,8 +29,12 @@ nothing new, the accepting thread gets the GIL, and refusals come back in millis
 instead of seconds.
 
 Health and reflection are never refused (a busy server is not a dead one: a refused liveness
-probe would get the pod restarted), and streams have their own limit
-(``limits.max_sweep_streams``).
+probe would get the pod restarted), and Health's Check runs on a pool of its own
+(``health_pool``), so a probe never waits behind the server's workers: under 2-3x load its p99
+reached 0.56-0.78 s on the server's pool (issue 39). Streams have their own limits
+(``limits.max_sweep_streams``): a stream past its limit (``ServerContext.stream_limits``) is
+refused as it arrives, on the accepting thread like a shed unary call, instead of taking a
+worker to find out; 196 sweep streams refused on workers made a Predict take 3.6-4.2 s.
 
 Predict and Validate (:data:`MODEL_METHODS`) run on a pool of their own (``limits.model_workers``
 threads, default 1) rather than on the server's (``workers``, 8). Their work is Python under
@@ -77,6 +81,13 @@ POOL_ATTRIBUTE = "experimental_thread_pool"
 # The unary calls whose work is one evaluation of the model and nothing to wait for, the ones
 # that come at a high rate (see the module docstring for the calls that stay on the server's pool).
 MODEL_METHODS = frozenset({"/twin.rpc.v1.TwinService/Predict", "/twin.rpc.v1.TwinService/Validate"})
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"  # runs on the health pool (health_pool)
+# Seconds a stream refused past its limit is told to wait (a sweep holds its slot for seconds to
+# minutes; the Sweep servicer's own refusal says the same, twin.server.services.STREAM_RETRY_S).
+STREAM_RETRY_S = 5
+# Threads answering Health's Check: one answers in microseconds; a second covers a probe arriving
+# while the first waits for the GIL.
+HEALTH_WORKERS = 2
 
 
 class CountingExecutor(ThreadPoolExecutor):
@@ -230,16 +241,21 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
     def __init__(self, executor: CountingExecutor, max_queued: int,
                  open_services: tuple[str, ...] = OPEN_SERVICES, gate: StandingQueueGate | None = None,
                  keep_busy: int = KEEP_BUSY, model_pool: CountingExecutor | None = None,
-                 model_methods: frozenset[str] = MODEL_METHODS) -> None:
+                 model_methods: frozenset[str] = MODEL_METHODS, health_pool: CountingExecutor | None = None,
+                 stream_limits: dict[str, Callable[[], str | None]] | None = None) -> None:
         self._executor = executor
         self.model_pool = model_pool
         self._model_methods = model_methods
+        self.health_pool = health_pool
+        self.stream_limits = stream_limits if stream_limits is not None else {}
+        self._stream_refusals: dict[tuple[str, str], grpc.RpcMethodHandler] = {}
         # The last handler seen per model method and its pooled form: gRPC's generic handlers
         # hand out the same handler object every call, so it is wrapped once.
         self._pooled: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
         self._max_queued = max_queued
         self._open = tuple(f"/{s}/" for s in open_services)
         self.refused = 0
+        self.refused_streams = 0
         self.keep_busy = keep_busy
         self.kept_busy = 0  # calls served while shedding, to keep the workers busy
         self.refusals = InlineRefusals()
@@ -259,15 +275,20 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         self.gate.arrived(executor.idle and (model_pool is None or model_pool.idle))
         handler = continuation(handler_call_details)
         method = handler_call_details.method or ""
-        if handler is None or handler.request_streaming or handler.response_streaming or method.startswith(self._open):
+        if handler is None:
+            return handler
+        if handler.request_streaming or handler.response_streaming:
+            limit = self.stream_limits.get(method)
+            why = limit() if limit is not None else None
+            return handler if why is None else self._refuse_stream(method, why)
+        if method == HEALTH_CHECK and self.health_pool is not None:
+            return self._pooled_handler(method, handler, self.health_pool)
+        if method.startswith(self._open):
             return handler
         pool = executor
         if model_pool is not None and method in self._model_methods:
             pool = model_pool
-            seen = self._pooled.get(method)
-            if seen is None or seen[0] is not handler:
-                seen = self._pooled[method] = (handler, _on_pool(handler, model_pool))
-            handler = seen[1]
+            handler = self._pooled_handler(method, handler, model_pool)
         shedding = self.gate.shedding
         if not self.gate.refuse(pool.queued):
             return handler
@@ -292,6 +313,24 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
         self._shedding = _refuse(retry_status(grpc.StatusCode.RESOURCE_EXHAUSTED, message, wait,
                                               field="limits.max_queued_rpcs"), self.refusals)
         return self._shedding
+
+    def _pooled_handler(self, method: str, handler: grpc.RpcMethodHandler, pool: CountingExecutor
+                        ) -> grpc.RpcMethodHandler:
+        """``handler`` on ``pool`` (wrapped once per handler object: generic handlers reuse theirs)."""
+        seen = self._pooled.get(method)
+        if seen is None or seen[0] is not handler:
+            seen = self._pooled[method] = (handler, _on_pool(handler, pool))
+        return seen[1]
+
+    def _refuse_stream(self, method: str, why: str) -> grpc.RpcMethodHandler:
+        """A refusal of a stream past its limit, sent as it arrives (built once per message)."""
+        self.refused_streams += 1
+        refusal = self._stream_refusals.get((method, why))
+        if refusal is None:
+            refusal = self._stream_refusals[(method, why)] = _refuse(
+                retry_status(grpc.StatusCode.RESOURCE_EXHAUSTED, f"limits.max_sweep_streams: {why}", STREAM_RETRY_S,
+                             field="limits.max_sweep_streams"), self.refusals)
+        return refusal
 
     def shutdown(self) -> None:
         """Stop the refusal pool's thread (started only if a refusal ever fell back to it)."""

@@ -49,6 +49,9 @@ class ServerContext:
     listeners: dict[str, str] = field(default_factory=dict)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("twin.server"))
     extras: dict[str, Any] = field(default_factory=dict)
+    # Streaming methods with a bound of their own (full method name -> why a new call would be
+    # refused now, or None): the admission interceptor refuses them as they arrive, without a worker.
+    stream_limits: dict[str, Callable[[], str | None]] = field(default_factory=dict)
 
     @property
     def state_dir(self) -> Path:

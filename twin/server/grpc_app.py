@@ -30,7 +30,7 @@ from twin import __version__
 from twin.core.errors import SpecError, TwinError
 from twin.engine import Engine
 from twin.server import extensions
-from twin.server.admission import AdmissionInterceptor, CountingExecutor
+from twin.server.admission import HEALTH_WORKERS, AdmissionInterceptor, CountingExecutor
 from twin.server.context import ServerContext
 from twin.server.heap import freeze_startup_heap
 from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
@@ -174,8 +174,11 @@ def build_server(config: ServerConfig, engine: Engine | None = None,
     ctx.on_shutdown.append(lambda: executor.shutdown(wait=False, cancel_futures=True))
     model_pool = CountingExecutor(max_workers=config.limits.model_workers, thread_name_prefix="twin-model")
     ctx.on_shutdown.append(lambda: model_pool.shutdown(wait=False, cancel_futures=True))
+    health_pool = CountingExecutor(max_workers=HEALTH_WORKERS, thread_name_prefix="twin-health-check")
+    ctx.on_shutdown.append(lambda: health_pool.shutdown(wait=False, cancel_futures=True))
     # Shedding comes first: a refused call costs no auth check, no span, no decode.
-    admission = AdmissionInterceptor(executor, config.limits.max_queued_rpcs, model_pool=model_pool)
+    admission = AdmissionInterceptor(executor, config.limits.max_queued_rpcs, model_pool=model_pool,
+                                     health_pool=health_pool, stream_limits=ctx.stream_limits)
     ctx.on_shutdown.append(admission.shutdown)
     interceptors: list[grpc.ServerInterceptor] = [admission]
     otel = setup_otel(__version__) if otel_requested(config.otel.enabled) else None

@@ -40,6 +40,9 @@ SWEEP_SERVICE = sweep_service_pb2.DESCRIPTOR.services_by_name["SweepService"]
 # time (longer on a loaded machine: CI once logged such a stop as "cancelled"). A client that cancels
 # by hand this close to its deadline is, for the log, indistinguishable and harmless.
 DEADLINE_SLACK_S = 1.0
+# Seconds a refused sweep stream is told to wait: a sweep holds its slot for seconds to minutes.
+STREAM_RETRY_S = 5
+SWEEP_METHOD = "/twin.rpc.v1.SweepService/Sweep"
 
 
 def stop_reason(*, finished: bool, failed: str, shutdown: bool, remaining_s: float | None) -> str:
@@ -257,6 +260,17 @@ class SweepServicer:
         # unary calls and Health, whatever the configured limit.
         self.max_streams = max(1, min(ctx.config.limits.max_sweep_streams, ctx.config.workers - 1))
         self._streams = threading.BoundedSemaphore(self.max_streams)
+        self._open = 0  # streams holding a slot
+        self._open_lock = threading.Lock()
+        # Past the bound a new stream is refused as it arrives (twin.server.admission), not on a
+        # worker: 196 refused streams held the workers and a Predict took 3.6-4.2 s (issue 39).
+        ctx.stream_limits[SWEEP_METHOD] = self.refusal
+
+    def refusal(self) -> str | None:
+        """Why a new stream would be refused now (every slot taken), or None."""
+        if self._open < self.max_streams:
+            return None
+        return f"{self.max_streams} sweep streams are open (the limit); retry in a few seconds"
 
     def _spec(self, request: sweep_service_pb2.SweepRequest) -> Mapping[str, Any]:
         source = request.WhichOneof("spec_source")
@@ -270,12 +284,16 @@ class SweepServicer:
               ) -> Iterator[sweep_service_pb2.SweepEvent]:
         chunk_rows = rows_per_message(request.rows_per_message)  # bad input first, whatever the load
         if not self._streams.acquire(blocking=False):
-            context.set_trailing_metadata((("retry-after-s", "5"),))
+            context.set_trailing_metadata((("retry-after-s", str(STREAM_RETRY_S)),))
             raise TooLargeError("limits.max_sweep_streams",
                                 f"{self.max_streams} sweep streams are open (the limit); retry in a few seconds")
+        with self._open_lock:
+            self._open += 1
         try:
             yield from self._sweep(request, context, RowChunker(chunk_rows))
         finally:
+            with self._open_lock:
+                self._open -= 1
             self._streams.release()
 
     def _sweep(self, request: sweep_service_pb2.SweepRequest, context: grpc.ServicerContext, rows: RowChunker

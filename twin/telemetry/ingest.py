@@ -10,9 +10,11 @@ retry delay (OTLP's throttling rule) instead of queueing without limit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -22,11 +24,59 @@ log = logging.getLogger(__name__)
 
 
 class Overloaded(Exception):
-    """The ingest queue is full; retry after ``retry_after_s``."""
+    """The ingest queue is full (or too many requests wait to decode); retry after ``retry_after_s``."""
 
-    def __init__(self, pending: int, retry_after_s: float) -> None:
-        super().__init__(f"ingest queue full ({pending} points waiting); retry in {retry_after_s:g} s")
+    def __init__(self, pending: int, retry_after_s: float, what: str = "") -> None:
+        super().__init__(f"{what or f'ingest queue full ({pending} points waiting)'}; retry in {retry_after_s:g} s")
         self.retry_after_s = retry_after_s
+
+
+class DecodeSlots:
+    """At most ``slots`` requests decode at once; at most ``max_waiting`` more wait for a slot,
+    and any beyond are refused at once with :class:`Overloaded` (as is one still waiting at its
+    deadline).
+
+    Decoding is Python under one GIL: threads decoding at once add no throughput, and each one
+    runnable is one more that Health, a refusal and every other call wait behind for the GIL. A
+    thread waiting on the semaphore does not compete for it. Counted per request, whatever its
+    transport (OTLP/gRPC on either port, OTLP/HTTP, remote write).
+    """
+
+    def __init__(self, slots: int, max_waiting: int, retry_after_s: float) -> None:
+        self._sem = threading.BoundedSemaphore(slots)
+        self.max_waiting = max_waiting
+        self.retry_after_s = retry_after_s
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self.refused = 0
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot now."""
+        return self._waiting
+
+    @contextlib.contextmanager
+    def hold(self, deadline: float | None = None) -> Iterator[None]:
+        """A decoding slot for the ``with`` block (``deadline``: ``time.monotonic()`` to give up at)."""
+        with self._lock:
+            if self._waiting >= self.max_waiting:
+                self.refused += 1
+                raise Overloaded(0, self.retry_after_s, f"{self._waiting} requests wait to be decoded")
+            self._waiting += 1
+        try:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            got = self._sem.acquire(timeout=left)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+        if not got:
+            with self._lock:
+                self.refused += 1
+            raise Overloaded(0, self.retry_after_s, "no decoding slot freed before the request's deadline")
+        try:
+            yield
+        finally:
+            self._sem.release()
 
 
 @dataclass

@@ -53,6 +53,7 @@ from twin.telemetry.httpbase import (
     authorize,
     retry_after,
 )
+from twin.telemetry.ingest import Overloaded
 from twin.telemetry.otlp import ExportOutcome, Request, export
 from twin.telemetry.service import TelemetryService
 
@@ -212,8 +213,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.media_type = self._content_type()
             body = self._read_body()
             self.consumed = True
-            request = decode(body, self.media_type)
+            if self.media_type == JSON:  # JSON parses in Python: a decoding slot, as ingest's own
+                with self.server.service.slots.hold(self.deadline):
+                    request = decode(body, self.media_type)
+            else:
+                request = decode(body, self.media_type)
             outcome = export(self.server.service, request, self._left())
+        except Overloaded as err:
+            self._fail(HTTPStatus.SERVICE_UNAVAILABLE, str(err), {"Retry-After": retry_after(err.retry_after_s)})
+            return
         except HttpError as err:
             self._fail(err.status, str(err), err.headers)
             return

@@ -52,6 +52,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from twin.rpc.prompb import remote_pb2
 from twin.telemetry.decode import summarize
 from twin.telemetry.httpbase import HTTP_STATUS, HttpError, retry_after
+from twin.telemetry.ingest import Overloaded
 from twin.telemetry.otlp import export
 from twin.telemetry.otlpbuild import add_resource
 
@@ -273,7 +274,11 @@ def write(service: Any, raw: bytes, timeout: float | None) -> Answer:
     ``service`` within ``timeout`` seconds (None: no limit).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    converted = convert(parse(raw), service.catalog.lookup, deadline)
+    try:
+        with service.slots.hold(deadline):
+            converted = convert(parse(raw), service.catalog.lookup, deadline)
+    except Overloaded as err:
+        return Answer(HTTPStatus.SERVICE_UNAVAILABLE, str(err), {"Retry-After": retry_after(err.retry_after_s)})
     if converted.ignored:
         service.note_ignored(converted.ignored)
     left = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -25,7 +25,7 @@ from twin.core.specs import Calibration, Scenario
 from twin.engine import Engine
 from twin.telemetry import live_predict
 from twin.telemetry.decode import Decoder, summarize
-from twin.telemetry.ingest import IngestQueue, Item, Overloaded
+from twin.telemetry.ingest import DecodeSlots, IngestQueue, Item, Overloaded
 from twin.telemetry.mapping import MetricCatalog
 from twin.telemetry.state import ApplyResult, Dirty, LiveState, Undo
 from twin.telemetry.store import Store
@@ -40,6 +40,12 @@ MAX_IGNORED = 10_000
 # GetDivergence and Calibrate: the bound keeps those calls bounded too).
 MAX_JOBS = 1000
 MAX_JOB_NAME = 256
+# Requests decoding at once, and waiting for that: see twin.telemetry.ingest.DecodeSlots. Two: one
+# decodes while the other's thread is between its reads and writes (as limits.model_workers does
+# for Predict); eight waiting are a few hundred ms of decoding at most, past which an exporter is
+# told to retry (its backoff spreads the load) rather than queued behind.
+DECODE_SLOTS = 2
+MAX_DECODE_WAITING = 8
 INVALID_REASONS = ("non-finite value", "negative counter", "without a value", "without a timestamp",
                    "timestamp beyond", "timestamp in the future",
                    "missing identifying attribute", "delta sum for a gauge", "attributes on a data point")
@@ -91,6 +97,7 @@ class TelemetryService:
         self._unsaved_series: set[str] = set()  # series texts
         self._next_checkpoint = 0.0
         self.queue = IngestQueue(self._apply_batch, config.max_pending_points, config.retry_after_s)
+        self.slots = DecodeSlots(DECODE_SLOTS, MAX_DECODE_WAITING, config.retry_after_s)
         self._stop = threading.Event()
         self._calibrator: threading.Thread | None = None
         if config.calibrate_interval_s > 0:
@@ -129,18 +136,21 @@ class TelemetryService:
         ``concurrent.futures.TimeoutError`` waiting for the commit).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        decoded = self.decoder.decode(request, deadline)
-        if decoded.ignored:
-            self.note_ignored(decoded.ignored)
-        reasons, examples = dict(decoded.rejected), dict(decoded.examples)
-        if not decoded.count and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
-            with self.lock:
-                self.stats["requests"] += 1
-                self.stats["points_rejected"] += decoded.rejected_count
-            raise InvalidData(summarize(reasons, examples))
+        future = None
+        with self.slots.hold(deadline):  # the commit is waited for outside: it takes no CPU here
+            decoded = self.decoder.decode(request, deadline)
+            if decoded.ignored:
+                self.note_ignored(decoded.ignored)
+            reasons, examples = dict(decoded.rejected), dict(decoded.examples)
+            if not decoded.count and decoded.rejected and all(any(k in r for k in INVALID_REASONS) for r in reasons):
+                with self.lock:
+                    self.stats["requests"] += 1
+                    self.stats["points_rejected"] += decoded.rejected_count
+                raise InvalidData(summarize(reasons, examples))
+            if decoded.count:
+                future = self.queue.submit(decoded.points, decoded.count)
         applied = ApplyResult()
-        if decoded.count:
-            future = self.queue.submit(decoded.points, decoded.count)
+        if future is not None:
             applied = future.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
         for r, n in applied.reasons.items():
             reasons[r] = reasons.get(r, 0) + n
