@@ -58,10 +58,12 @@ def test_the_shipped_interval_table_is_of_the_model_of_the_day(training):
 def test_held_out_runs_do_not_regress(training):
     """The Model Zoo's runs, in no fit (validation/calibrate.py HELD_OUT): what the twin does on
     runs it has not seen. 2026-12-04: 11 runs, median 19.0%, p90 47.5% (docs/fidelity.md,
-    "Known weaknesses"). A guard against getting worse, not a bar of quality."""
+    "Known weaknesses"); 2026-12-06: 12 runs (the pp 32 x vp 3 run, its embedding and loss counted
+    as pipeline layers, now read), median 10.0%, p90 43.4%. A guard against getting worse, not a
+    bar of quality."""
     held = _held_out()
     errs = [abs(c.error_pct) for c in training.cases if c.family in held]
-    assert len(errs) == 11
+    assert len(errs) == 12
     median, p90 = _quantiles(errs)
     assert median <= 21.0
     assert p90 <= 50.0
@@ -78,9 +80,9 @@ def test_pretraining_cases_error(training, engine):
 
 def test_no_case_with_a_step_time_and_complete_plan_is_skipped(training):
     # Only the runs the file itself lists (plans the twin cannot be told) are skipped.
-    assert len(training.skipped) == 2
+    assert len(training.skipped) == 1
     assert all(s["reason"].startswith("skipped by the reference file") for s in training.skipped)
-    assert len(training.cases) == 169
+    assert len(training.cases) == 170
 
 
 def test_json_shape(training):
@@ -303,15 +305,21 @@ cases:
     assert report.cases[0].plan["recompute"] == "full"
 
 
-def test_memory_model_misses_are_listed_not_hidden(training):
-    """A published plan that ran but does not fit by the twin's count is predicted as
-    published and listed, never silently replaced by another plan."""
-    misses = training.summary()["memory_misses"]
-    assert misses and all(any("memory-model miss" in n for n in c.notes) for c in training.cases if c.id in misses)
-    # NeMo 24.07 Llama 3 8B: recompute unstated, so Megatron-Core's default (none), kept even
-    # though the twin's count says it does not fit (the run did).
+def test_memory_model_misses_are_listed_not_hidden(training, engine):
+    """A published plan that ran but does not fit by the twin's count as read gets the fastest
+    memory policy the case leaves open that makes it fit, named in its notes; one that fits
+    under none is listed as a miss, predicted with the setting that needs the least memory."""
+    summary = training.summary()
+    misses, policies = summary["memory_misses"], summary["fit_policies_assumed"]
+    assert all(any("memory-model miss" in n for n in c.notes) for c in training.cases if c.id in misses)
+    # Only MaxText's TPU runs (their host offload and XLA's memory are not modelled) miss.
+    assert misses and all(m.startswith("maxtext-tpu") for m in misses)
+    # NeMo 24.07 Llama 3 8B: recompute unstated; as read (fp32 gradients, no recompute) it needs
+    # 88 of 80 GiB; with a bf16 gradient buffer (NeMo's grad_sync_dtype: bf16) it fits.
     case = next(c for c in training.cases if c.id == "nemo2407-pretrain-LLAMA3-8B-8gpu")
-    assert case.id in misses and case.plan["recompute"] == "none"
+    assert "bf16 gradient buffer" in policies[case.id] and case.plan["grad_reduce_dtype"] == "bf16"
+    assert case.plan["recompute"] == "none"  # the cheapest: no recomputation added
+    assert len(policies) >= 8
 
 
 def test_a_stated_pipeline_schedule_is_read_and_fixes_vp(engine, tmp_path):

@@ -322,10 +322,31 @@ _LAYOUT = RuleGroup(("pp_first_layers", "pp_last_layers"), _layout_set, (
     PlanRule("pp_first_layers", _uneven_split, "the other {stages} stage(s) must split the remaining {rest} of "
              "{layers} layers evenly (Megatron-Core's uneven layout)", _uneven_split_values),
 ))
+
+
+def _virtual_stages_short(f: PlanFacts) -> Any:
+    """Interleaving with a virtual stage that holds nothing. Evenly split: pp*vp > layers. With
+    an uneven layout, the first (last) stage may give one of its vp chunks to the embedding (the
+    loss): Megatron-Core's --account-for-embedding-in-pipeline-split and
+    --account-for-loss-in-pipeline-split count each as a layer of the split (Qwen3-235B-A22B's
+    94 layers in pp 32 x vp 3: the first and last stages 2 layers, the others 3; Megatron-Core
+    MoE Model Zoo, best_practice/Qwen3).
+    """
+    plan = f.plan
+    uneven, rest_stages, rest = _layout(f)
+    first_n = plan.pp_first_layers if f.batch else (plan.pp_first_layers or 0)
+    last_n = plan.pp_last_layers if f.batch else (plan.pp_last_layers or 0)
+    short_end = ((first_n > 0) & (first_n < f.vp - 1)) | ((last_n > 0) & (last_n < f.vp - 1))
+    short_rest = (rest_stages > 0) & (rest < f.vp * ops.maximum(rest_stages, 1))
+    return (f.vp > 1) & ops.where(uneven, short_end | short_rest, f.pp * f.vp > f.model.layers)
+
+
 _INTERLEAVING = RuleGroup(("vp",), None, (
     PlanRule("vp", lambda f: (f.vp > 1) & (f.pp == 1), "interleaving (vp > 1) needs pipeline parallelism (pp > 1)"),
-    PlanRule("vp", lambda f: (f.vp > 1) & (f.pp * f.vp > f.model.layers),
-             "pp*vp ({ppvp}) must be <= the layers ({layers}): every virtual stage needs a layer",
+    PlanRule("vp", _virtual_stages_short,
+             "pp*vp ({ppvp}) must be <= the layers ({layers}): every virtual stage needs a layer (with an uneven "
+             "layout, the first and last stages' chunks may hold the embedding and the loss instead: each of those "
+             "stages at least vp-1 layers, every other stage at least vp)",
              lambda f: {"ppvp": f.pp * f.vp, "layers": f.model.layers}),
 ))
 # A stated pipeline schedule; m: micro-batches per step.

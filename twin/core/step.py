@@ -30,6 +30,7 @@ import numpy as np
 from twin.core import ops
 from twin.core.compute import Device
 from twin.core.contention import DEFAULT_PATTERNS, Flow, stretches
+from twin.core.errors import SpecError
 from twin.core.interfaces import EvalContext, StageTimes, Strategy, Terms
 from twin.core.memory import (
     ActivationTerms,
@@ -163,6 +164,15 @@ def shared(plan: Any, model: Model, w: Workload, dp: Any, dev: Device, facts: An
         offload_bw = ops.where(host, ops.where(offload_bw != 0, offload_bw, facts.host_bw_Bps), offload_bw)
         pool_capacity = ops.where(host, ops.where(pool_capacity != 0, pool_capacity, facts.host_capacity_bytes),
                                   pool_capacity)
+        # An accelerator whose host link is not published (TPU v5p, Trainium: plugins/host_memory.py)
+        # has no host offload target: refused (a batch's such points are NaN, then refused one by one).
+        nowhere = ops.logical_and(host, offload_bw == 0)
+        if not ops.is_batch(nowhere):
+            if nowhere:
+                raise SpecError("plan.offload", "offloading to 'host' needs the accelerator's host link, which is "
+                                                "not published for this one (plugins/host_memory.py)")
+        elif nowhere.any():
+            offload_bw = np.where(nowhere, np.nan, offload_bw)
     states = model_states(plan, model, w, dp, params, expert, master_weights=software.master_weights)
     opt_s = optimizer_time(plan, params, expert, states.divisors, offload_bw, dev.hbm_Bps, software.master_weights)
     # Positionally (states, offload_bw, pool_capacity, optimizer_s, passes): as work().

@@ -10,7 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-MEMORY_MISS = "memory-model miss: the published plan does not fit by the twin's count (predicted as published)"
+MEMORY_MISS = ("memory-model miss: the published plan does not fit by the twin's count under any setting the case "
+               "leaves open (predicted with the one that needs the least memory)")
+# The note of a case whose plan fits only with a memory policy the reader assumed (fit_policies).
+POLICY_ASSUMED = "the plan as read does not fit in memory:"
 
 
 @dataclass
@@ -54,6 +57,7 @@ class Report:
         out = stats(self.cases)
         out["skipped"] = list(self.skipped)
         out["memory_misses"] = [r.id for r in self.cases if MEMORY_MISS in r.notes]
+        out["fit_policies_assumed"] = {r.id: n for r in self.cases for n in r.notes if n.startswith(POLICY_ASSUMED)}
         out["families"] = {f: stats(rows) for f, rows in sorted(families.items())}
         if any(r.nodes is not None for r in self.cases):
             out["multi_node"] = stats(r for r in self.cases if (r.nodes or 0) > 1)

@@ -168,7 +168,11 @@ def collective_setup(engine: Engine, case: Any) -> CollectiveSetup:
     c = _mapping(case.get("cluster"), "cluster")
     layout = _collective_layout(c, notes)
     cluster = _cluster(engine, c, notes, "cluster", num_gpus=layout.cluster_gpus)
-    scn = Scenario(cluster=cluster, model=_dummy_model(), plan=Plan(gbs=cluster.num_gpus, dp=None, tp=1))
+    # The placeholder plan only builds the hierarchy; its precision must still be one the GPU
+    # runs (a V100 has no bf16).
+    precision = "bf16" if cluster.gpu.supports("bf16") else "fp16"
+    scn = Scenario(cluster=cluster, model=_dummy_model(),
+                   plan=Plan(gbs=cluster.num_gpus, dp=None, tp=1, precision=precision))
     engine.validate(scn)  # the fabric's own rules (e.g. rails per node)
     hierarchy = engine.hierarchy(scn)
     n = layout.n

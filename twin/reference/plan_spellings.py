@@ -20,6 +20,58 @@ def _norm_precision(value: Any) -> str | None:
     return v
 
 
+# Low-precision recipes as tables spell them after the precision (Megatron-Bridge and NeMo
+# performance tables: "FP8-CS" current scaling, "FP8-MX" MXFP8, "FP8-DS" delayed scaling,
+# "FP8-SB"/"blockwise" DeepSeek-style 128x128 blocks; "NVFP4"; Transformer Engine's recipe
+# names: DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling).
+_RECIPE_SPELLINGS = (
+    (re.compile(r"nvfp4"), "nvfp4"),
+    (re.compile(r"mxfp8|fp8[-_ ]?mx\b|mx[-_ ]?fp8"), "mxfp8"),
+    (re.compile(r"fp8[-_ ]?(cs|current)\b|current[-_ ]?scaling|float8currentscaling"), "current"),
+    (re.compile(r"fp8[-_ ]?(ds|delayed)\b|delayed[-_ ]?scaling|tensorwise"), "delayed"),
+    (re.compile(r"fp8[-_ ]?(sb|bs|block(wise)?)\b|blockwise|float8blockscaling|deepseek[-_ ]style"), "blockwise"),
+)
+
+
+def _norm_recipe(value: Any) -> str | None:
+    """The low-precision recipe a published precision spelling names (``FP8-CS`` -> current,
+    ``MXFP8`` -> mxfp8, ``NVFP4`` -> nvfp4), None where it names none.
+    """
+    if value is None:
+        return None
+    v = str(value).lower()
+    for pattern, recipe in _RECIPE_SPELLINGS:
+        if pattern.search(v):
+            return recipe
+    return None
+
+
+# A precision a case's text names (its id, family, source or notes) where its plan does not:
+# FP8 named for the token exchange or the optimizer state only is not the GEMMs' precision.
+_NOT_GEMM = r"(?![-_ ]?(dispatch|combine|a2a|all-to-all|alltoall|communication|comm|gradients?|optimizer|states?|"\
+            r"cache|kv|weights? only|inference))"
+_TEXT_PRECISIONS = (
+    (re.compile(r"(?<![a-z0-9])(nv)?fp4" + _NOT_GEMM), "fp4"),
+    (re.compile(r"(?<![a-z0-9])(mx)?fp8" + _NOT_GEMM), "fp8"),
+    (re.compile(r"(?<![a-z0-9])bf16" + _NOT_GEMM), "bf16"),
+    (re.compile(r"(?<![a-z0-9])fp16" + _NOT_GEMM), "fp16"),
+)
+
+
+def precision_in_text(texts: Any) -> tuple[str, str | None, str] | None:
+    """(precision, recipe, the text's name) from the first of ``texts`` ((name, text) pairs, most
+    specific first) that names exactly one training precision; texts naming several (a table's
+    header, "BF16 and FP8 rows") are passed over. None where none names one.
+    """
+    for name, text in texts:
+        low = str(text or "").lower()
+        found = {prec for pattern, prec in _TEXT_PRECISIONS if pattern.search(low)}
+        if len(found) == 1:
+            prec = found.pop()
+            return prec, _norm_recipe(low) if prec in ("fp8", "fp4") else None, name
+    return None
+
+
 def _norm_recompute(value: Any) -> str | None:
     if value is None:
         return None

@@ -20,13 +20,16 @@ from twin.core.specs import MLA, Cluster, Hybrid, Model, MoE, Plan, Scenario, Sl
 from twin.engine import Engine
 from twin.reference.case_cluster import _cluster
 from twin.reference.case_fields import _mapping, _number
+from twin.reference.fit_policies import fit_policies
 from twin.reference.knob_choice import Knobs
 from twin.reference.plan_spellings import (
     _norm_precision,
     _norm_rank_order,
+    _norm_recipe,
     _norm_recompute,
     _norm_schedule,
     _norm_sharding,
+    precision_in_text,
 )
 from twin.reference.stack_defaults import _stack
 
@@ -126,11 +129,14 @@ def training_scenario(engine: Engine, case: Mapping[str, Any]) -> tuple[Scenario
     # The normaliser fills mbs and vp with mechanical placeholders (gbs/dp, 1) when a source
     # is silent, so those count as unstated; other assumed plan fields (recompute,
     # precision, sharding) come from the source's prose and are used as given.
-    assumed = {a.split(".", 1)[1] for a in case.get("assumed") or [] if a.startswith("plan.")} & {"mbs", "vp"}
+    assumed = {a.split(".", 1)[1] for a in case.get("assumed") or [] if a.startswith("plan.")} & {"mbs", "vp",
+                                                                                                  "recompute"}
     degrees = _degrees(case, p, model, cluster.num_gpus, notes)
     plan_kwargs = _stated_plan(case, p, degrees, cluster, notes)
     knobs = _knob_options(p, assumed, degrees, model, plan_kwargs, defaults, stack_name, notes)
     plan_kwargs.update(mbs=knobs.mbs[0], recompute=knobs.recompute[0], vp=knobs.vp[0])
+    if len(knobs.vp) == 1:
+        _embedding_loss_layout(plan_kwargs, model.layers, notes)
     plan = schema.load(Plan, plan_kwargs, "plan")
     software = resolve_software(stack, engine.catalog)
     scn = Scenario(cluster=cluster, model=model, plan=plan, name=str(cid), software=software)
@@ -208,9 +214,16 @@ def _stated_plan(case: Mapping[str, Any], p: Mapping[str, Any], d: _Degrees, clu
     not, with a note), in the twin's spelling, as keyword arguments of :class:`Plan`.
     """
     precision = _norm_precision(p.get("precision"))
+    recipe = _norm_recipe(p.get("precision"))
     if precision is None:
-        precision = "bf16" if cluster.gpu.supports("bf16") else "fp16"
-        notes.append(f"precision not published: {precision} assumed")
+        named = precision_in_text([("id", case.get("id")), ("family", case.get("family")),
+                                   ("source", case.get("source")), ("notes", case.get("notes"))])
+        if named is not None and cluster.gpu.supports(named[0]):
+            precision, recipe = named[0], named[1]
+            notes.append(f"precision not in the plan: {precision} as the case's {named[2]} names it")
+        else:
+            precision = "bf16" if cluster.gpu.supports("bf16") else "fp16"
+            notes.append(f"precision not published: {precision} assumed")
     sharding = _norm_sharding(p.get("optimizer_sharding")) or "distributed_optimizer"
     if p.get("optimizer_sharding") is None:
         notes.append("optimizer sharding not published: distributed optimizer assumed")
@@ -218,6 +231,8 @@ def _stated_plan(case: Mapping[str, Any], p: Mapping[str, Any], d: _Degrees, clu
         "gbs": d.gbs, "tp": d.tp, "pp": d.pp, "cp": d.cp, "ep": d.ep, "dp": d.dp, "precision": precision,
         "optimizer_sharding": sharding, "sequence_parallel": p.get("sequence_parallel"),
         "trainable": "lora" if case.get("kind") == "lora" else "full"}
+    if recipe is not None and p.get("recipe") is None:
+        plan_kwargs["recipe"] = recipe  # named by the precision's spelling (FP8-CS, MXFP8, NVFP4)
     if p.get("etp"):
         plan_kwargs["etp"] = _whole(p, "etp")
     if p.get("recompute_layers"):
@@ -233,6 +248,28 @@ def _stated_plan(case: Mapping[str, Any], p: Mapping[str, Any], d: _Degrees, clu
         if p.get(key) is not None:
             plan_kwargs[key] = p[key]
     return plan_kwargs
+
+
+def _embedding_loss_layout(plan_kwargs: dict[str, Any], layers: int, notes: list[str]) -> None:
+    """The uneven layout of an interleaved plan whose layers do not split over its pp*vp virtual
+    stages but do with the embedding and the loss counted as one layer each: Megatron-Core's
+    --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split (an
+    interleaved plan must otherwise split the layers evenly; Megatron-Core MoE Model Zoo,
+    best_practice/Qwen3: 94 layers in pp 32 x vp 3). The first and the last stages then hold one
+    layer fewer than the others (``pp_first_layers``, ``pp_last_layers``); set where the case
+    states no layout of its own.
+    """
+    pp, vp = plan_kwargs["pp"], plan_kwargs["vp"]
+    if vp <= 1 or plan_kwargs.get("pp_first_layers") or plan_kwargs.get("pp_last_layers"):
+        return
+    chunks = pp * vp
+    if layers % chunks == 0 or (layers + 2) % chunks:
+        return
+    ends = (layers + 2) // pp - 1
+    plan_kwargs.update(pp_first_layers=ends, pp_last_layers=ends)
+    notes.append(f"{layers} layers do not split over pp*vp = {chunks} virtual stages; with the embedding and the "
+                 f"loss counted as layers they do (Megatron-Core --account-for-embedding/loss-in-pipeline-split): "
+                 f"the first and last stages hold {ends} layers, the others {ends + 1}")
 
 
 def _knob_options(p: Mapping[str, Any], assumed: set[str], d: _Degrees, model: Model, plan_kwargs: dict[str, Any],
@@ -278,4 +315,18 @@ def _knob_options(p: Mapping[str, Any], assumed: set[str], d: _Degrees, model: M
         plan_kwargs["fsdp_reshard_after_forward"] = bool(reshard)
     reshard_opts = (False, True) if plan_kwargs["optimizer_sharding"] == "fsdp" and reshard is None else (None,)
     headroom = float(defaults.get("fit_headroom", 0.0)) if len(rc_opts) > 1 else 0.0
-    return Knobs(mbs_opts, rc_opts, vp_opts, reshard_opts, headroom=headroom)
+    recompute_open = _norm_recompute(p.get("recompute")) is None or "recompute" in assumed
+    fit = fit_policies(stack_name, model, p, recompute_open, plan_kwargs)
+    return Knobs(mbs_opts, rc_opts, vp_opts, reshard_opts, headroom=headroom, etp=_etp_options(p, d, model),
+                 fit=fit)
+
+
+def _etp_options(p: Mapping[str, Any], d: _Degrees, model: Model) -> tuple[int | None, ...]:
+    """Expert tensor parallelism of an MoE case that does not state it: Megatron-Core's default
+    (None: tp; megatron/training/arguments.py sets --expert-tensor-parallel-size to the tensor
+    parallel size) or 1, which NVIDIA's MoE recipes set (Megatron-Core MoE Model Zoo and
+    Megatron-Bridge recipes: ETP1 with TP > 1); the twin takes the fastest that fits and is valid.
+    """
+    if model.moe is None or d.tp == 1 or p.get("etp"):
+        return (None,)
+    return (None, 1)

@@ -84,16 +84,17 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
         if measured is None and throughput is not None:
             measured, note = _step_time_of_throughput(scn, *throughput)
             notes.append(note)
-        free = [k for k, opts in (("mbs", knobs.mbs), ("recompute", knobs.recompute), ("vp", knobs.vp),
-                                  ("fsdp_reshard_after_forward", knobs.reshard)) if len(opts) > 1]
+        free = knobs.free()
         if free:
             notes.append("chosen by the twin (not published): " + ", ".join(free))
         pl = chosen.plan
         results.append(CaseResult(
             id=cid, family=str(case.get("family") or case.get("kind") or "?"), predicted=predicted,
             measured=measured, metric="step_time_s", notes=notes + more,
-            plan={"tp": pl.tp, "pp": pl.pp, "vp": pl.vp, "dp": chosen.dp, "cp": pl.cp, "ep": pl.ep, "mbs": pl.mbs,
-                  "recompute": pl.recompute, "recompute_layers": pl.recompute_layers,
-                  "precision": pl.precision}))
+            plan={"tp": pl.tp, "pp": pl.pp, "vp": pl.vp, "dp": chosen.dp, "cp": pl.cp, "ep": pl.ep,
+                  "etp": pl.expert_tp, "mbs": pl.mbs, "recompute": pl.recompute,
+                  "recompute_layers": pl.recompute_layers, "recompute_modules": list(pl.recompute_modules),
+                  "offload_activations": pl.offload.activations, "grad_reduce_dtype": pl.grad_reduce_dtype,
+                  "precision": pl.precision, "recipe": pl.recipe}))
     skipped += _listed_skips(data)
     return Report(kind="training", cases=results, skipped=skipped)
