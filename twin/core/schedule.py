@@ -18,7 +18,8 @@ time to issue it (kernels x host cost per kernel, or one graph replay per captur
 sub-layer); the same holds for a stage's ends (embedding, LM head and loss kernels, the
 per-micro-batch host work and, with pipelining, the send/recv launches and their sync).
 Large layers hide the host entirely; small models, small micro-batches and high TP on
-eager stacks are host-bound (time flat in the micro-batch size).
+eager stacks are host-bound (time flat in the micro-batch size). A layer pass's host time and
+what an MoE layer's tokens-per-expert sync does to it are ``twin.core.host``'s.
 
 Written once for one scenario and for a batch (``twin.core.ops``).
 """
@@ -32,38 +33,11 @@ import numpy as np
 
 from twin.core import ops, pipelines
 from twin.core.compute import Device, gemm_fwd_time, high_precision, sublayer_times, sublayer_wgrad_time
+from twin.core.host import layer_pass_s
 from twin.core.interfaces import StageTimes
 from twin.core.memory import recomputed_layers, stage_layers
 from twin.core.specs import DEFAULT_SOFTWARE, Model, Software, default_recompute_modules, recompute_module
 from twin.core.workload import ACT_BYTES, Workload
-
-
-def host_layer_s(sw: Software, w: Workload) -> tuple[float, float]:
-    """(forward, backward) host seconds to issue one mean layer of ``w`` on ``sw``.
-
-    Each sub-layer costs its kernels x the host cost per kernel, or one graph replay when
-    the stack captures that kind in a CUDA graph. ``sw`` is shared by a batch: plain numbers.
-    """
-    key = (sw, tuple(w.counts.items()), w.layers)
-    hit = _HOST_LAYER.get(key)
-    if hit is not None:
-        return hit
-    fwd = bwd = 0.0
-    for kind, count in w.counts.items():
-        if sw.cuda_graphs and kind in sw.graphed:
-            f = b = sw.graph_launch_us
-        else:
-            f, b = sw.fwd_ops(kind) * sw.dispatch_us, sw.bwd_ops(kind) * sw.dispatch_us
-        fwd += f * count
-        bwd += b * count
-    hit = _HOST_LAYER[key] = (fwd / w.layers * 1e-6, bwd / w.layers * 1e-6)
-    if len(_HOST_LAYER) > 4096:
-        _HOST_LAYER.clear()
-    return hit
-
-
-# host_layer_s by (stack, sub-layer counts, layers): one scenario asks it on every evaluation.
-_HOST_LAYER: dict[Any, tuple[float, float]] = {}
 
 
 def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software = DEFAULT_SOFTWARE) -> StageTimes:
@@ -75,10 +49,9 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     """
     frozen = plan.trainable == "lora"
     passes = _layer_passes(dev, w, frozen, plan.moe_dispatcher)
-    fwd_l, bwd_l, attn_l, attn_bl, _, _, _, _, wgrad_l, _, gemm_f_l = passes  # the ends: the stage helpers
+    fwd_l, bwd_l, attn_l, attn_bl, _, _, _, _, wgrad_l, _, gemm_f_l, moe_f_l = passes  # the ends: the stage helpers
     L, p = model.layers, plan.pp
-    host_f, host_b = host_layer_s(sw, w)
-    t_layer_f, t_layer_b = ops.maximum(fwd_l / L, host_f), ops.maximum(bwd_l / L, host_b)
+    t_layer_f, t_layer_b = layer_pass_s(sw, w, fwd_l / L, bwd_l / L, moe_f_l / L)
     t_attn = attn_l / L
     # The weight-gradient GEMMs of a layer and of the stage ends (no longer than the pass they belong to).
     t_layer_w = ops.minimum(wgrad_l / L, t_layer_b)
@@ -88,8 +61,9 @@ def stage_times(plan: Any, model: Model, dev: Device, w: Workload, sw: Software 
     d_f: Any = 0.0
     d_b: Any = 0.0
     if ops.any_(plan.bf16_layers_start + plan.bf16_layers_end > 0):
-        d_f, d_b = _kept_passes(dev, w, frozen, plan.moe_dispatcher)
-        d_f, d_b = ops.maximum(d_f / L, host_f) - t_layer_f, ops.maximum(d_b / L, host_b) - t_layer_b
+        k_f, k_b, k_moe = _kept_passes(dev, w, frozen, plan.moe_dispatcher)
+        kept_f, kept_b = layer_pass_s(sw, w, k_f / L, k_b / L, k_moe / L)
+        d_f, d_b = kept_f - t_layer_f, kept_b - t_layer_b
     layer = (t_layer_f, t_layer_b, t_layer_w, d_f, d_b)
     piped = p > 1
     # Host work at a stage's ends per micro-batch and pass: the edge kernels (embedding,
@@ -125,7 +99,7 @@ def _piped_stage(plan: Any, L: int, piped: Any, p2p_half: Any, passes: tuple[Any
     forward and backward, ``edges``: the edge kernels' forward and backward and half the
     per-micro-batch host work).
     """
-    _, _, _, _, ef, eb, hf, hb, _, ends_w, _ = passes
+    _, _, _, _, ef, eb, hf, hb, _, ends_w, _, _ = passes
     t_layer_f, t_layer_b, t_layer_w, d_f, d_b = layer
     edge_f, edge_b, mb_half = edges
     p = plan.pp
@@ -171,7 +145,7 @@ def _piped_stage(plan: Any, L: int, piped: Any, p2p_half: Any, passes: tuple[Any
 def _single_stage(plan: Any, L: int, passes: tuple[Any, ...], layer: tuple[Any, ...],
                   edges: tuple[Any, ...]) -> tuple[Any, ...]:
     """Without pipelining, the one stage: what :func:`_piped_stage` gives (the mean stage is it)."""
-    _, _, _, _, ef, eb, hf, hb, _, ends_w, _ = passes
+    _, _, _, _, ef, eb, hf, hb, _, ends_w, _, _ = passes
     t_layer_f, t_layer_b, t_layer_w, d_f, d_b = layer
     edge_f, edge_b, mb_half = edges
     layers_1 = float(L)
@@ -227,16 +201,19 @@ def _memo_passes(key: Any, w: Workload, build: Callable[[], tuple[Any, ...]]) ->
 def _layer_passes(dev: Device, w: Workload, frozen: Any, dispatcher: Any) -> tuple[Any, ...]:
     """Summed over the layers of ``w`` and for its ends: (forward, backward, attention-core
     forward, attention-core backward, embedding forward, embedding backward, head forward,
-    head backward, layers' weight gradient, ends' weight gradient, layers' GEMM forward).
+    head backward, layers' weight gradient, ends' weight gradient, layers' GEMM forward, MoE
+    sub-layers' forward).
     """
     def build() -> tuple[Any, ...]:
-        fwd_l = bwd_l = attn_l = attn_bl = 0.0
+        fwd_l = bwd_l = attn_l = attn_bl = moe_f = 0.0
         for kind, count in w.counts.items():
             f, b, a, ab = sublayer_times(dev, w.sublayers[kind], frozen, dispatcher)
             fwd_l += f * count
             bwd_l += b * count
             attn_l += a * count
             attn_bl += ab * count
+            if kind == "moe":
+                moe_f = f * count
         ef, eb, _, _ = sublayer_times(dev, w.embedding, frozen)
         hf, hb, _, _ = sublayer_times(dev, w.head, frozen, dispatcher)   # MTP blocks hold MoE layers
         wgrad_l: Any = 0.0
@@ -244,21 +221,26 @@ def _layer_passes(dev: Device, w: Workload, frozen: Any, dispatcher: Any) -> tup
             wgrad_l = wgrad_l + sublayer_wgrad_time(dev, w.sublayers[kind], frozen) * count
         ends_w = sublayer_wgrad_time(dev, w.embedding, frozen) + sublayer_wgrad_time(dev, w.head, frozen)
         gemm_f = sum(sum(gemm_fwd_time(dev, g) for g in w.sublayers[k].gemms) * c for k, c in w.counts.items())
-        return fwd_l, bwd_l, attn_l, attn_bl, ef, eb, hf, hb, wgrad_l, ends_w, gemm_f
+        return fwd_l, bwd_l, attn_l, attn_bl, ef, eb, hf, hb, wgrad_l, ends_w, gemm_f, moe_f
     return _memo_passes(_passes_key("layers", dev, w, frozen, dispatcher), w, build)
 
 
 def _kept_passes(dev: Device, w: Workload, frozen: Any, dispatcher: Any) -> tuple[Any, ...]:
-    """(forward, backward) summed over the layers of ``w`` kept in bf16 (``high_precision``)."""
+    """(forward, backward, MoE sub-layers' forward) summed over the layers of ``w`` kept in bf16
+    (``high_precision``).
+    """
     def build() -> tuple[Any, ...]:
         d_f: Any = 0.0
         d_b: Any = 0.0
+        d_moe: Any = 0.0
         dev16 = high_precision(dev)
         for kind, count in w.counts.items():
             f, b, _, _ = sublayer_times(dev16, w.sublayers[kind], frozen, dispatcher)
             d_f += f * count
             d_b += b * count
-        return d_f, d_b
+            if kind == "moe":
+                d_moe = f * count
+        return d_f, d_b, d_moe
     return _memo_passes(_passes_key("kept", dev, w, frozen, dispatcher), w, build)
 
 

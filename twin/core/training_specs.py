@@ -357,8 +357,23 @@ class Software:
     attention_bwd_ops: int = spec_field(18, ge=0, le=100_000, doc="kernels per attention sub-layer backward")
     mlp_fwd_ops: int = spec_field(8, ge=0, le=100_000, doc="kernels per dense MLP sub-layer forward")
     mlp_bwd_ops: int = spec_field(12, ge=0, le=100_000, doc="kernels per dense MLP sub-layer backward")
-    moe_fwd_ops: int = spec_field(26, ge=0, le=100_000, doc="kernels per MoE sub-layer forward")
-    moe_bwd_ops: int = spec_field(36, ge=0, le=100_000, doc="kernels per MoE sub-layer backward")
+    moe_fwd_ops: int = spec_field(
+        46, ge=0, le=100_000, doc="kernels per MoE sub-layer forward, besides its expert-GEMM launches")
+    moe_bwd_ops: int = spec_field(
+        32, ge=0, le=100_000, doc="kernels per MoE sub-layer backward, besides its expert-GEMM launches")
+    # Expert GEMMs issued one per local expert (TE GroupedLinear's multi-stream cuBLAS, the
+    # grouped_gemm package on Hopper): launches per local expert and pass; 0 where one grouped
+    # kernel runs every expert (torch._grouped_mm, CUTLASS). twin.core.host has the sources.
+    expert_fwd_ops: int = spec_field(
+        2, ge=0, le=10_000, doc="expert-GEMM launches per local expert in an MoE sub-layer forward (fc1, fc2)")
+    expert_bwd_ops: int = spec_field(
+        4, ge=0, le=10_000, doc="expert-GEMM launches per local expert in an MoE sub-layer backward")
+    # The dropless dispatcher copies the tokens per expert to the host before its all-to-all
+    # and waits for them (Megatron-Core, DeepEP normal mode, grouped_gemm's CPU batch sizes):
+    # what the host issues after it cannot be queued ahead (twin.core.host.layer_pass_s).
+    moe_host_sync: bool = True
+    moe_post_sync_ops: int = spec_field(
+        11, ge=0, le=100_000, doc="of moe_fwd_ops, the kernels issued after the tokens-per-expert sync")
     mamba_fwd_ops: int = spec_field(14, ge=0, le=100_000, doc="kernels per Mamba-2 sub-layer forward")
     mamba_bwd_ops: int = spec_field(24, ge=0, le=100_000, doc="kernels per Mamba-2 sub-layer backward")
     edge_fwd_ops: int = spec_field(

@@ -108,6 +108,8 @@ class SubLayer:
     params: Any = 0.0                # parameters of this sub-layer on this GPU
     params_total: Any = 0.0          # parameters of this sub-layer in the whole model
     expert_params: Any = 0.0         # share of ``params`` that are expert weights
+    local_experts: Any = 0.0         # experts on this GPU (an MoE sub-layer's expert-GEMM launches, twin.core.host)
+    host_sync: bool = False          # its dispatcher syncs tokens per expert to the host (dropless; twin.core.host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,9 +281,12 @@ def _moe(model: Model, tp: int, ep: int, etp: int, sp: bool, tokens: int) -> Sub
                MemKernel(2.0 * ACT_BYTES * inner * t_sp * moe.top_k * sent, 2, 2, dispatchers=("alltoall",)),
                MemKernel(2.0 * ACT_BYTES * inner * routed, regroup, regroup, dispatchers=("alltoall",)),
                MemKernel(2.0 * ACT_BYTES * inner * routed, 2, 2, dispatchers=("deepep",)))
+    # Dropless routing syncs the tokens per expert to the host before the all-to-all; padded to
+    # capacity, the sizes are static and nothing syncs (Megatron-Core ``preprocess``, twin.core.host).
     return SubLayer(kind="moe", gemms=tuple(gemms), elementwise_bytes=elementwise, kernels=kernels,
                     model_flops=model_flops, params=params_gpu + h,
-                    params_total=params_total + h, expert_params=expert_gpu)
+                    params_total=params_total + h, expert_params=expert_gpu,
+                    local_experts=ops.maximum(1.0, local_experts), host_sync=not moe.pad_to_capacity)
 
 
 def _mamba(model: Model, tp: int, sp: bool, tokens: int) -> SubLayer:

@@ -23,12 +23,13 @@ from typing import Any
 from twin.core.collective_types import CollectiveCost
 from twin.core.conditions import NOMINAL
 from twin.core.errors import SpecError
+from twin.core.host import layer_pass_s
 from twin.core.interfaces import EvalContext, StageTimes, Strategy, Terms, stride_of
 from twin.core.memory import stage_layers
 from twin.core.pipelines import rank0_params, resolved
 from twin.core.run.driver import TwinModel
 from twin.core.run.issue_recipes import RECIPES, Call, generic_issues, issues_of
-from twin.core.schedule import _kept_passes, _layer_passes, _recompute_s, host_layer_s, stage_params
+from twin.core.schedule import _kept_passes, _layer_passes, _recompute_s, stage_params
 from twin.core.specs import Scenario
 from twin.core.step import DIMENSIONS, context, finish, strategy_terms, work
 from twin.core.step_anatomy import StageClass, StepAnatomy, StrategyPart
@@ -189,12 +190,12 @@ def _stage_classes(scenario: Scenario, dev: Any, w: Any, stage: StageTimes) -> l
     frozen = plan.trainable == "lora"
     passes = _layer_passes(dev, w, frozen, plan.moe_dispatcher)
     fwd_l, bwd_l, attn_l, attn_bl, ef, eb, hf, hb = passes[:8]
-    host_f, host_b = host_layer_s(sw, w)
-    t_f, t_b = max(fwd_l / L, host_f), max(bwd_l / L, host_b)
+    t_f, t_b = layer_pass_s(sw, w, fwd_l / L, bwd_l / L, passes[11] / L)
     d_f = d_b = 0.0
     if plan.bf16_layers_start + plan.bf16_layers_end > 0:
-        k_f, k_b = _kept_passes(dev, w, frozen, plan.moe_dispatcher)
-        d_f, d_b = max(k_f / L, host_f) - t_f, max(k_b / L, host_b) - t_b
+        k_f, k_b, k_moe = _kept_passes(dev, w, frozen, plan.moe_dispatcher)
+        kept_f, kept_b = layer_pass_s(sw, w, k_f / L, k_b / L, k_moe / L)
+        d_f, d_b = kept_f - t_f, kept_b - t_b
     edge_f, edge_b = sw.edge_fwd_ops * sw.dispatch_us * 1e-6, sw.edge_bwd_ops * sw.dispatch_us * 1e-6
     ends = 0.5e-6 * sw.microbatch_us + 0.5e-6 * sw.p2p_us
     first, middle, last = stage_layers(L, p, plan.pp_first_layers, plan.pp_last_layers)

@@ -29,6 +29,7 @@ from twin.core.contention import Flow, contended, link_loads, shares_of, traffic
 from twin.core.errors import PluginError, SpecError
 from twin.core.estimate import Breakdown, Estimate, LinkLoad
 from twin.core.facts import ClusterFacts, FabricSet
+from twin.core.host import host_layer_s
 from twin.core.interfaces import EvalContext, Fabric, StageTimes, Strategy, Terms, stride_of
 from twin.core.intervals import IntervalFactors, IntervalTable, scenario_features
 from twin.core.memory import activation_terms
@@ -47,7 +48,7 @@ from twin.core.run.columns import (
 )
 from twin.core.run.memo import DEFAULT_LIMIT, Memo, SpecTokens
 from twin.core.run.pruning import Pruner
-from twin.core.schedule import host_layer_s, stage_params, stage_times
+from twin.core.schedule import stage_params, stage_times
 from twin.core.schema import freeze
 from twin.core.specs import (
     GPU,
