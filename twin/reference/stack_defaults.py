@@ -11,16 +11,37 @@ from typing import Any
 from twin.core.errors import SpecError
 from twin.engine import Engine
 
-# The software stack of a case (one rule for every case): its own ``software`` field when
-# it has one, else the first of these that its family names (case-insensitive), else the
-# default stack (megatron-core-te: NeMo, Megatron-Core and NVIDIA's performance recipes;
-# Meta's Llama 3 stack is not public and is taken as that default too).
-_SOFTWARE_BY_FAMILY = (("automodel", "nemo-automodel"), ("torchtitan", "pytorch-fsdp2"), ("fsdp2", "pytorch-fsdp2"),
-                       ("deepspeed", "megatron-deepspeed"), ("nemo megatron", "nemo-megatron"))
-# Runs published from the Megatron-LM code base before Megatron-Core and Transformer Engine
-# (a family dated 2019-2022: Shoeybi et al. 2019, Narayanan et al. 2021, Korthikanti et al.
-# 2022, the README tables of 2020-2021) ran its eager Apex kernels: megatron-deepspeed.
-_PRE_TE_YEAR = re.compile(r"\b20(19|20|21|22)\b")
+# The software stack of a case (one rule for every case), read from what the case states of
+# its software, release and date:
+# 1. its own ``software`` field;
+# 2. a stack its text names (family, source or notes, case-insensitive; the first of
+#    ``_SOFTWARE_IN_TEXT``): NeMo AutoModel, torchtitan, Megatron-DeepSpeed / DeepSpeed (an eager
+#    fp16 Megatron-DeepSpeed run says so in its notes), NeMo Megatron; "FSDP2" only in the family
+#    (Megatron-LM also runs torch FSDP2 under its own kernels);
+# 3. the run's date, the latest year its family or source states (a year, or a release tag such
+#    as "NeMo 24.07", "v25.05", "pytorch:25.09", read as 20YY): up to 2022, the Megatron-LM code
+#    base before Megatron-Core and Transformer Engine (Shoeybi et al. 2019, Narayanan et al. 2021,
+#    Korthikanti et al. 2022, the README tables of 2020-2021) ran its eager Apex kernels:
+#    megatron-deepspeed; from 2025, or where the text names Transformer Engine 2.x or cuDNN 9, the
+#    Megatron-Core stack is Transformer Engine 2.x with cuDNN 9 (megatron-core-te2: TE 2.0 was
+#    released in 2025, and every NGC PyTorch/NeMo container of 2025 ships cuDNN 9; its fused
+#    attention at the measured cuDNN figures, "The attention kernel of a stack" in
+#    docs/fidelity.md). The 2023-2024 runs keep the fitted attention of megatron-core-te, which
+#    they reached (the same section: the cuDNN figures would put them 7-34% fast);
+# 4. else megatron-core-te (NeMo, Megatron-Core and NVIDIA's performance recipes; Meta's Llama 3
+#    stack is not public and is taken as that default too).
+_SOFTWARE_IN_TEXT = ((re.compile(r"\bauto-?model\b", re.IGNORECASE), "nemo-automodel"),
+                     (re.compile(r"\btorchtitan\b", re.IGNORECASE), "pytorch-fsdp2"),
+                     (re.compile(r"\bdeep-?speed\b", re.IGNORECASE), "megatron-deepspeed"),
+                     (re.compile(r"\bnemo[- ]megatron\b|\bbignlp\b", re.IGNORECASE), "nemo-megatron"))
+_FSDP2_FAMILY = re.compile(r"\bfsdp2\b", re.IGNORECASE)
+# A year (2019-2029) or a container/framework release tag YY.MM after NeMo / v / pytorch: / release.
+_YEAR = re.compile(r"(?<![\d.])(20[12]\d)(?!\d)")
+_RELEASE = re.compile(r"(?:\bnemo|\bv|pytorch:|\brelease|\bcontainer)[ _-]?([12]\d)\.(0[1-9]|1[0-2])\b",
+                      re.IGNORECASE)
+_TE2 = re.compile(r"transformer[ _-]?engine[ _-]?v?2\.|\bTE[ _-]?v?2\.\d|\bcudnn[ _-]?v?9\b", re.IGNORECASE)
+_PRE_TE_LAST_YEAR = 2022
+_TE2_FIRST_YEAR = 2025
 # What a stack does with a knob a source leaves unstated (its documented default; one rule
 # for every case, by the case's software preset). Two knobs have no usable default, and an
 # unstated one is the twin's choice (the fastest that fits): mbs (Megatron's
@@ -63,6 +84,15 @@ STACK_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+def run_year(case: Mapping[str, Any]) -> int | None:
+    """The latest year a case's family or source states (a year, or a release tag YY.MM as 20YY);
+    None where they state none.
+    """
+    text = f"{case.get('family') or ''} | {case.get('source') or ''}"
+    years = [int(y) for y in _YEAR.findall(text)] + [2000 + int(yy) for yy, _ in _RELEASE.findall(text)]
+    return max(years) if years else None
+
+
 def case_software(case: Mapping[str, Any]) -> str | Mapping[str, Any]:
     """The software stack of a case, by the one rule above (a preset name or a mapping)."""
     stated = case.get("software")
@@ -70,12 +100,18 @@ def case_software(case: Mapping[str, Any]) -> str | Mapping[str, Any]:
         if not isinstance(stated, str | Mapping):
             raise SpecError("software", f"must be a software preset name or a mapping (got {type(stated).__name__})")
         return stated
-    family = str(case.get("family") or "").lower()
-    for word, preset in _SOFTWARE_BY_FAMILY:
-        if word in family:
+    family = str(case.get("family") or "")
+    text = " | ".join(str(case.get(k) or "") for k in ("family", "source", "notes"))
+    for pattern, preset in _SOFTWARE_IN_TEXT:
+        if pattern.search(text):
             return preset
-    if _PRE_TE_YEAR.search(family):
+    if _FSDP2_FAMILY.search(family):
+        return "pytorch-fsdp2"
+    year = run_year(case)
+    if year is not None and year <= _PRE_TE_LAST_YEAR:
         return "megatron-deepspeed"
+    if _TE2.search(text) or (year is not None and year >= _TE2_FIRST_YEAR):
+        return "megatron-core-te2"
     return "megatron-core-te"
 
 
