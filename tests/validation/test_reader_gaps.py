@@ -197,3 +197,23 @@ def test_host_offload_where_the_host_link_is_not_published_is_refused(engine):
     batch = engine.evaluate_many([scn, off], require_fit=False)
     assert batch.reason_ix[0] < 0 and batch.reason_ix[1] >= 0
     assert "host link" in batch.refusals[batch.reason_ix[1]].message
+
+
+# ----------------------------------------------------------------------- the memory model against published figures
+def test_a_published_peak_memory_is_scored(engine):
+    case = _case(measured={"step_time_s": 1.0, "peak_memory_gib": 40.0})
+    report = validate_training(engine, _doc(case, _case(id="no-memory")))
+    with_mem, without = report.cases
+    est = engine.evaluate(best_plan(engine, *training_scenario(engine, case)[:2])[0], report=False)
+    assert with_mem.memory_measured_gib == 40.0
+    assert with_mem.memory_predicted_gib == pytest.approx(est.memory.total / 2**30)
+    assert without.memory_error_pct is None
+    mem = report.summary()["memory"]
+    assert mem["n"] == 1 and mem["median_abs_error_pct"] == pytest.approx(abs(with_mem.memory_error_pct))
+    assert report.to_dict()["cases"][0]["measured_memory_gib"] == 40.0
+
+
+def test_a_malformed_peak_memory_is_that_cases_error(engine):
+    report = validate_training(engine, _doc(_case(measured={"step_time_s": 1.0, "peak_memory_gib": "lots"})))
+    (skip,) = report.skipped
+    assert "measured.peak_memory_gib" in skip["reason"]

@@ -82,7 +82,7 @@ def test_no_case_with_a_step_time_and_complete_plan_is_skipped(training):
     # Only the runs the file itself lists (plans the twin cannot be told) are skipped.
     assert len(training.skipped) == 1
     assert all(s["reason"].startswith("skipped by the reference file") for s in training.skipped)
-    assert len(training.cases) == 170
+    assert len(training.cases) == 172
 
 
 def test_json_shape(training):

@@ -49,5 +49,14 @@ def run(args: argparse.Namespace) -> int:
     misses = s.get("memory_misses") or []
     if misses:
         out.print(f"memory-model misses ({len(misses)}: published plans that ran but do not fit by the twin's "
-                  f"count; predicted as published): {', '.join(misses)}")
+                  f"count under any setting the case leaves open; predicted with the least memory): "
+                  f"{', '.join(misses)}")
+    policies = s.get("fit_policies_assumed") or {}
+    if policies:
+        out.print(f"fitted by an assumed memory policy ({len(policies)}; each case's notes name it): "
+                  f"{', '.join(policies)}")
+    mem = s.get("memory")
+    if mem:
+        out.print(f"peak memory per GPU against the published figure ({mem['n']} runs): median "
+                  f"{mem['median_abs_error_pct']:.1f}%, p90 {mem['p90_abs_error_pct']:.1f}% absolute error")
     return 0

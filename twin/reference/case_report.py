@@ -29,6 +29,17 @@ class CaseResult:
     plan: dict[str, Any] = field(default_factory=dict)
     points: list[dict[str, Any]] = field(default_factory=list)
     nodes: int | None = None  # nodes the measured group spans (collectives); None: not recorded
+    # Peak memory per GPU, GiB: the twin's count for the chosen plan and the published figure
+    # (measured.peak_memory_gib); None where the case publishes none.
+    memory_predicted_gib: float | None = None
+    memory_measured_gib: float | None = None
+
+    @property
+    def memory_error_pct(self) -> float | None:
+        """Signed percentage error of the memory count, where the case publishes its memory."""
+        if self.memory_measured_gib is None or self.memory_predicted_gib is None:
+            return None
+        return (self.memory_predicted_gib - self.memory_measured_gib) / self.memory_measured_gib * 100.0
 
     @property
     def error_pct(self) -> float:
@@ -61,6 +72,12 @@ class Report:
         out["families"] = {f: stats(rows) for f, rows in sorted(families.items())}
         if any(r.nodes is not None for r in self.cases):
             out["multi_node"] = stats(r for r in self.cases if (r.nodes or 0) > 1)
+        mem = sorted(abs(e) for r in self.cases if (e := r.memory_error_pct) is not None)
+        if mem:
+            out["memory"] = {"n": len(mem), "median_abs_error_pct": _quantile(mem, 0.5),
+                             "p90_abs_error_pct": _quantile(mem, 0.9),
+                             "cases": {r.id: round(r.memory_error_pct or 0.0, 2) for r in self.cases
+                                       if r.memory_error_pct is not None}}
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,6 +96,9 @@ class Report:
                 row["points"] = r.points
             if r.nodes is not None:
                 row["nodes"] = r.nodes
+            if r.memory_measured_gib is not None:
+                row.update(predicted_memory_gib=r.memory_predicted_gib, measured_memory_gib=r.memory_measured_gib,
+                           memory_error_pct=r.memory_error_pct)
             cases.append(row)
         return {"kind": self.kind, "cases": cases, "summary": self.summary()}
 

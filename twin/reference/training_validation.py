@@ -10,6 +10,7 @@ from typing import Any
 
 from twin.core.errors import TwinError
 from twin.core.specs import Scenario
+from twin.core.units import GIB
 from twin.engine import Engine
 from twin.reference.case_fields import _MALFORMED, _case_id, _listed_skips, _number, _section
 from twin.reference.case_report import CaseResult, Report
@@ -54,6 +55,15 @@ def _step_time_of_throughput(scn: Scenario, key: str, value: float) -> tuple[flo
                   f"{total:,.0f} tokens/s = {step:.4g} s")
 
 
+def _measured_memory(case: Mapping[str, Any]) -> float | None:
+    """The published peak memory per GPU, GiB (``measured.peak_memory_gib``: the most a GPU of
+    the run held, as its framework reports it, e.g. torch.cuda.max_memory_reserved); None if not
+    published. A malformed value is the case's error (SpecError naming the field).
+    """
+    value = _section(case, "measured").get("peak_memory_gib")
+    return None if value is None else float(_number(value, "measured.peak_memory_gib"))
+
+
 def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
     """Score every case of a ``twin-reference-cases/v1`` document."""
     results, skipped = [], []
@@ -66,6 +76,7 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
         try:
             measured = _step_time(case)
             throughput = _throughput(case) if measured is None else None
+            memory = _measured_memory(case)
         except TwinError as err:
             skipped.append({"id": cid, "reason": f"malformed case: {err}"})
             continue
@@ -95,6 +106,9 @@ def validate_training(engine: Engine, data: Mapping[str, Any]) -> Report:
                   "etp": pl.expert_tp, "mbs": pl.mbs, "recompute": pl.recompute,
                   "recompute_layers": pl.recompute_layers, "recompute_modules": list(pl.recompute_modules),
                   "offload_activations": pl.offload.activations, "grad_reduce_dtype": pl.grad_reduce_dtype,
-                  "precision": pl.precision, "recipe": pl.recipe}))
+                  "precision": pl.precision, "recipe": pl.recipe},
+            memory_predicted_gib=None if memory is None else engine.evaluate(
+                chosen, validate=False, report=False).memory.total / GIB,
+            memory_measured_gib=memory))
     skipped += _listed_skips(data)
     return Report(kind="training", cases=results, skipped=skipped)
