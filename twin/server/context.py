@@ -52,6 +52,9 @@ class ServerContext:
     # Streaming methods with a bound of their own (full method name -> why a new call would be
     # refused now, or None): the admission interceptor refuses them as they arrive, without a worker.
     stream_limits: dict[str, Callable[[], str | None]] = field(default_factory=dict)
+    # For an extension's own gRPC server: (workers, thread name prefix) -> its pool and the load
+    # shedding interceptor over it (the main port's limits.max_queued_rpcs), set by build_server.
+    admitted_pool: Callable[[int, str], tuple[Any, Any]] | None = None
 
     @property
     def state_dir(self) -> Path:

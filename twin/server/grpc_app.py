@@ -198,8 +198,18 @@ def build_server(config: ServerConfig, engine: Engine | None = None,
     server, arrivals = CoreArrivals.around(lambda: grpc.server(
         executor, interceptors=interceptors, options=options, maximum_concurrent_rpcs=concurrent))
     admission.watch(arrivals)  # calls waiting in gRPC core count towards the bound too
-    # Extensions' own servers (the dedicated OTLP port) have their own pools: auth and tracing only.
+    # Extensions' own servers (the dedicated OTLP port) have their own pools, with auth and tracing,
+    # and their own load shedding when they ask for it (ctx.admitted_pool).
     ctx.interceptors = interceptors[1:]
+
+    def admitted_pool(workers: int, prefix: str) -> tuple[CountingExecutor, AdmissionInterceptor]:
+        pool = CountingExecutor(max_workers=workers, thread_name_prefix=prefix)
+        ctx.on_shutdown.append(lambda: pool.shutdown(wait=False, cancel_futures=True))
+        shed = AdmissionInterceptor(pool, config.limits.max_queued_rpcs)
+        ctx.on_shutdown.append(shed.shutdown)
+        return pool, shed
+
+    ctx.admitted_pool = admitted_pool
     ctx.credentials = server_credentials(config.tls) if config.tls.enabled else None
     for register in (*extensions.EXTENSIONS, *more):
         register(server, ctx)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -42,10 +43,15 @@ OTLP_HTTP_CONNECTIONS = 256
 
 def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_provider: Any = None,
            interceptors: Any = (), credentials: grpc.ServerCredentials | None = None,
-           token: str | None = None, tls: Any = None) -> tuple[TelemetryService, grpc.Server | None]:
+           token: str | None = None, tls: Any = None,
+           admitted_pool: Callable[[int, str], tuple[Any, Any]] | None = None,
+           ) -> tuple[TelemetryService, grpc.Server | None]:
     """Create the service and add its handlers to ``server`` (+ the dedicated OTLP server, started,
     with the same ``interceptors`` (token auth) and TLS ``credentials`` as the main port; the
     Prometheus ``/metrics`` endpoint with the same bearer ``token`` and ``tls`` settings).
+    ``admitted_pool(workers, prefix)``: the dedicated server's pool and load shedding (twin serve's
+    ``ServerContext.admitted_pool``: past its bound an export is refused at once instead of queued
+    without one); None: a plain pool.
     """
     service = TelemetryService(engine, config, meter_provider=meter_provider, metrics_token=token,
                                metrics_ssl=_ssl_context(tls))
@@ -53,8 +59,15 @@ def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_p
     add_to_server(service, server)
     dedicated = None
     if config.otlp_address:
-        dedicated = grpc.server(ThreadPoolExecutor(max_workers=OTLP_WORKERS, thread_name_prefix="twin-otlp"),
-                                interceptors=list(interceptors), options=server_options(config.max_receive_bytes))
+        pool: Any = None
+        shedding: list[Any] = []
+        if admitted_pool is not None:
+            pool, shed = admitted_pool(OTLP_WORKERS, "twin-otlp")
+            shedding = [shed]  # first: a refused export costs no auth check
+        else:
+            pool = ThreadPoolExecutor(max_workers=OTLP_WORKERS, thread_name_prefix="twin-otlp")
+        dedicated = grpc.server(pool, interceptors=[*shedding, *interceptors],
+                                options=server_options(config.max_receive_bytes))
         dedicated.add_generic_rpc_handlers((otlp_handler(service),))
         if credentials is not None:
             port = dedicated.add_secure_port(config.otlp_address, credentials)
@@ -101,7 +114,7 @@ def register(server: grpc.Server, ctx: Any) -> None:
     config = TelemetryConfig.from_server_config(ctx.config)
     service, dedicated = attach(server, ctx.engine, config, interceptors=getattr(ctx, "interceptors", ()),
                                 credentials=getattr(ctx, "credentials", None), token=getattr(ctx, "auth_token", None),
-                                tls=getattr(ctx.config, "tls", None))
+                                tls=getattr(ctx.config, "tls", None), admitted_pool=getattr(ctx, "admitted_pool", None))
     limits = getattr(ctx.config, "limits", None)
     try:
         http = start_http(service, config, token=getattr(ctx, "auth_token", None), tls=getattr(ctx.config, "tls", None),

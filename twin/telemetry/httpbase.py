@@ -109,6 +109,10 @@ class GuardedServer(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    # Connections the kernel queues before they are accepted: socketserver's default is 5, and a
+    # burst past it had its connections' SYNs dropped and retried 1, 2, 4 and 8 s later (a request
+    # took 18.9 s at 2x load in benchmarks/bench_overload.py); SOMAXCONN is the kernel's own cap.
+    request_queue_size = socket.SOMAXCONN
 
     def __init__(self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler],
                  max_connections: int, ssl_context: ssl.SSLContext | None) -> None:

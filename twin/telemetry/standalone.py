@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrate-interval", type=float, default=60.0, help="seconds between automatic fits (0: off)")
     p.add_argument("--max-series", type=int, default=200_000)
     p.add_argument("--max-components", type=int, default=50_000)
-    p.add_argument("--max-pending-points", type=int, default=1_000_000)
+    p.add_argument("--max-pending-points", type=int, default=TelemetryConfig.max_pending_points)
     p.add_argument("--max-receive-mib", type=int, default=64)
     p.add_argument("--self-metrics-endpoint", default=None, help="OTLP endpoint for the twin's own metrics")
     p.add_argument("--log-level", default="WARNING")

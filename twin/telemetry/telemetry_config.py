@@ -46,7 +46,11 @@ class TelemetryConfig:
 
     state_dir: Path = Path("state")
     max_receive_bytes: int = 64 * MIB
-    max_pending_points: int = 1_000_000
+    # ~0.4 s of the writer's work at the ~250,000 points/s it applies and commits on 2 cores
+    # (benchmarks/bench_ingest.py): past it an exporter is told to retry (UNAVAILABLE / 503) instead
+    # of waiting seconds for its commit (1,000,000 made accepted exports wait 2 s at 2x load,
+    # benchmarks/bench_overload.py). An empty queue takes one request of any size.
+    max_pending_points: int = 100_000
     retry_after_s: float = 1.0
     max_series: int = 200_000
     max_components: int = 50_000
