@@ -315,7 +315,8 @@ def main() -> int:
                 r = asyncio.run(run_surface(surface, listeners, args))
                 print(f"{surface}: capacity {r['capacity_per_s']:,.0f}/s; at {r['factor']:g}x "
                       f"({r['offered_per_s']:,.0f}/s offered, {r['served_per_s']:,.0f}/s served): accepted "
-                      f"{r['accepted']:,} p50 {r['accepted_p50_ms']:.1f} ms p99 {r['accepted_p99_ms']:.1f} ms max {r['accepted_max_ms']:.1f} ms (wall {r['wall_s']:.0f} s); "
+                      f"{r['accepted']:,} p50 {r['accepted_p50_ms']:.1f} ms p99 {r['accepted_p99_ms']:.1f} ms "
+                      f"max {r['accepted_max_ms']:.1f} ms (wall {r['wall_s']:.0f} s); "
                       f"refused {r['refused']:,} p50 {r['refused_p50_ms']:.1f} ms p99 {r['refused_p99_ms']:.1f} ms "
                       f"max {r['refused_max_ms']:.1f} ms; errors {r['errors']}; Health p50 {r['health_p50_ms']:.1f} "
                       f"ms p99 {r['health_p99_ms']:.1f} ms max {r['health_max_ms']:.1f} ms ({r['health_probes']} "
