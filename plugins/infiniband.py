@@ -25,6 +25,7 @@ from twin.api import (
     fat_tree_report,
     hookimpl,
     nic_efficiency,
+    read_param,
     scale_out_tiers,
 )
 
@@ -48,6 +49,13 @@ class InfiniBandFabric(ScaleOutFabric):
         check_scale_out_params(cluster, path, PARAMS, self.kind)
         so = cluster.scale_out
         assert so is not None
+        if "static_routing_efficiency" in so.params and so.adaptive_routing is not False:
+            raise SpecError(f"{path}.scale_out.params.static_routing_efficiency",
+                            "applies to static (destination-mod-k) routing only: adaptive routing (the default on "
+                            "InfiniBand, adaptive_routing unset or true) spreads flows over every uplink; set "
+                            "scale_out.adaptive_routing: false to price static routing")
+        read_param(so.params, f"{path}.scale_out.params.static_routing_efficiency", STATIC_ROUTING_EFFICIENCY,
+                   minimum=0.01, maximum=1.0)
         rail = so.topology == "rail_optimized"
         if so.nics_per_node is not None and rail and so.nics_per_node > cluster.gpus_per_node:
             raise SpecError(f"{path}.scale_out.nics_per_node",

@@ -94,6 +94,27 @@ def generation_of(cluster: Cluster) -> int:
 NVLINK_OF_GPU = {"volta": 2, "ampere": 3, "hopper": 4, "blackwell": 5}
 
 
+def _check_generation(cluster: Cluster, path: str) -> None:
+    """A stated NVLink generation must be the GPU's own: an NVIDIA GPU has one NVLink generation
+    (H100/H800 NVLink 4, B200/GB200 NVLink 5; ``NVLINK_OF_GPU``), and the twin takes the per-GPU
+    bandwidth from the GPU (``link_bandwidth_GBps``), so another generation would change only
+    NCCL's NVLS efficiency row while the links stayed the GPU's: refused, naming what to state.
+    """
+    gen = cluster.scale_up.generation
+    own = NVLINK_OF_GPU.get(cluster.gpu.generation)
+    if gen is None or own is None or gen == own:
+        return
+    raise SpecError(f"{path}.scale_up.generation",
+                    f"a {cluster.gpu.generation} GPU has NVLink {own}, not {gen} (its links are the GPU's); for a "
+                    f"what-if of faster links state scale_up.link_GBps (got {gen})")
+
+
+# One hop through an NVSwitch, the tier's latency where a hop is asked for (the failure model's
+# round trip): ~1 us port to port and back through the GPU's NVLink (the twin's figure since the
+# tier's first version). Collective steps are costed with NCCL's own NVLink step latencies.
+NVSWITCH_HOP_S = 1.0e-6
+
+
 class NVLinkFabric(ScaleUpFabric):
     """NVLink + NVSwitch: one switch hop between any two GPUs of the domain."""
 
@@ -111,6 +132,12 @@ class NVLinkFabric(ScaleUpFabric):
                             f"must be one of {sorted(GENERATIONS)} for nvlink (got {gen})")
         if cluster.scale_up.nvls and generation_of(cluster) < 4:
             raise SpecError(f"{path}.scale_up.nvls", "NVLS needs NVLink 4 / NVSwitch gen3 or later")
+        _check_generation(cluster, path)
+        if cluster.scale_up.latency_us is not None:
+            raise SpecError(f"{path}.scale_up.latency_us",
+                            "is not modelled for nvlink: NCCL's per-step NVLink latencies (hwLat NVLINK per protocol, "
+                            "twin.core.nccl_tuning) cost a switched domain's steps, as on UALink; a hop latency has no "
+                            f"place in that model (got {cluster.scale_up.latency_us!r})")
         unknown = sorted(set(cluster.scale_up.params) - {"nvswitch_chips"})
         if unknown:
             raise SpecError(f"{path}.scale_up.params.{unknown[0]}",
@@ -123,7 +150,7 @@ class NVLinkFabric(ScaleUpFabric):
         frac = up.achievable_fraction or ACHIEVABLE.get(gen, ACHIEVABLE[4])[0]
         nvls = up.nvls if up.nvls is not None else gen >= 4
         return Tier(name="nvlink", fabric=self.kind, span_gpus=max(1, min(up.domain_gpus, cluster.num_gpus)),
-                    bw_Bps=link * frac, latency_s=(up.latency_us or 1.0) * 1e-6,
+                    bw_Bps=link * frac, latency_s=NVSWITCH_HOP_S,
                     reduction="nvls" if nvls else "", nvls_bw_Bps=link * nvls_fraction(gen) if nvls else 0.0,
                     a2a_bw_Bps=link * A2A_FRACTION, nvlink_links=links_per_gpu(cluster))
 

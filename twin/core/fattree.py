@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from twin.core.errors import SpecError
 from twin.core.nic import hop_latency_s as hop_latency_s_of
 from twin.core.units import gbps_to_bytes_per_s
 
@@ -107,6 +108,22 @@ def build_fat_tree(endpoints: int, radix: int, tiers: int | None = None,
     return FatTree(radix=radix, levels=tuple(levels), endpoints=endpoints)
 
 
+def check_oversubscription(oversubscription: tuple[float, ...], tiers: int, radix: int, gpus: int,
+                           path: str = "cluster.scale_out.oversubscription") -> None:
+    """Refuse a taper the tree has no links for: entry ``i`` is the down:up ratio of tier
+    ``i+1``'s uplinks, so a tree of ``tiers`` tiers uses the first ``tiers - 1`` entries (the
+    top tier has no uplinks). A further entry other than 1 would be accepted and ignored, so it
+    is an error naming how to build the tier it describes (``tiers`` or ``tier_spans``).
+    """
+    extra = [(i, o) for i, o in enumerate(oversubscription) if i >= tiers - 1 and o != 1.0]
+    if extra:
+        i, o = extra[0]
+        raise SpecError(f"{path}[{i}]",
+                        f"tapers the uplinks of tier {i + 1}, but the fabric for {gpus} GPUs has {tiers} tier(s) "
+                        f"(radix {radix}), whose top has no uplinks; state scale_out.tiers or tier_spans to build "
+                        f"the tier above, or drop the entry (got {o:g})")
+
+
 def scale_out_tiers(cluster: Cluster, radix: int, fabric: str, efficiency: list[float] | tuple[float, ...],
                     hop_latency_s: float, reduction: str = "") -> tuple[list[Tier], FatTree]:
     """Tiers 1.. of a fat-tree scale-out fabric for ``cluster`` (helper for fabric plugins).
@@ -133,6 +150,7 @@ def scale_out_tiers(cluster: Cluster, radix: int, fabric: str, efficiency: list[
     else:
         spans = ()
     tree = build_fat_tree(endpoints, radix, so.tiers, so.oversubscription, spans)
+    check_oversubscription(so.oversubscription, tree.tiers, radix, cluster.num_gpus)
     hop_latency_s = hop_latency_s_of(cluster, hop_latency_s)
     nic_Bps = gbps_to_bytes_per_s(so.nic_gbps)
     per_gpu = nic_Bps * nics / gpn
