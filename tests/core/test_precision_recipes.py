@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from twin.core.compute import QUANT_BYTES, device_for, high_precision, sublayer_times
+from twin.core.compute import QUANT_BYTES, device_for, gemm_time, high_precision, sublayer_times
 from twin.core.errors import SpecError
 from twin.core.scenario_io import resolve_gpu, resolve_model
 from twin.core.schedule import stage_times
@@ -112,21 +112,39 @@ def test_blackwell_ultra_doubles_the_softmax_exponential_rate(engine):
     """B200 and B300 share the 16-bit peak; B300's SFU computes twice the exponentials per clock.
 
     Exponentials/s = 16-bit peak x exps per clock per SM / tensor FLOPs per clock per SM
-    (B200: 2.25e15 x 16 / 8192 = 4.39e12).
+    (B200: 2.25e15 x 16 / 8192 = 4.39e12), at the clock the SKU's power limit sustains
+    (``twin.core.power_clock``: B300's 1,100 W against B200's 1,000 W, the tensor rate too).
     """
     b200, b300 = _device(engine, "B200-SXM-180GB", "bf16"), _device(engine, "B300-SXM-270GB", "bf16")
     assert b200.exp_per_s == pytest.approx(2.25e15 * 16 / 8192)
-    assert b300.exp_per_s == pytest.approx(2 * b200.exp_per_s)
+    clock = b300.attn_peak_flops / b200.attn_peak_flops
+    assert clock == pytest.approx(1100.0 / 1000.0)
+    assert b300.exp_per_s == pytest.approx(2 * clock * b200.exp_per_s)
     # Small heads (64) at long sequences are exponential-bound on B200, not on B300.
     small = _model(engine, "llama3.1-8b", seq_len=16384, head_dim=64, heads=64, kv_heads=8)
     attn = build_workload(small, 1, 1, 1, False, 1, 1).sublayers["attention"]
     f200, f300 = sublayer_times(b200, attn)[2], sublayer_times(b300, attn)[2]
     assert f200 == pytest.approx(attn.attn_exps / b200.exp_per_s, rel=1e-12)
     assert f300 < f200
-    # Large heads (128) are matmul-bound on both: the SFU changes nothing.
+    # Large heads (128) are matmul-bound on both: the SFU changes nothing, the clock does.
     big = _model(engine, "llama3.1-70b", seq_len=16384)
     attn = build_workload(big, 8, 1, 1, True, 1, 1).sublayers["attention"]
-    assert sublayer_times(b200, attn)[2] == sublayer_times(b300, attn)[2]
+    assert sublayer_times(b200, attn)[2] == pytest.approx(clock * sublayer_times(b300, attn)[2], rel=1e-12)
+
+
+@pytest.mark.parametrize(("precision", "recipe", "in_bytes"), [
+    ("fp8", "delayed", 1.0), ("fp8", "current", 1.0),       # one scale per tensor
+    ("fp8", "mxfp8", 1.0 + 1.0 / 32),                       # an E8M0 scale per 32 elements
+    ("fp8", "blockwise", 1.0 + 4.0 / 128),                  # an FP32 scale per 128
+    ("fp4", "auto", 0.5 + 1.0 / 16),                        # NVFP4: an E4M3 scale per 16
+])
+def test_block_scaled_gemms_read_their_scales(engine, precision, recipe, in_bytes):
+    """A memory-bound GEMM (16 tokens against an 8192 x 8192 weight) reads its inputs and their
+    block scales: time = ((m k + k n) x bytes per element + m n x 2) / HBM rate."""
+    dev = _device(engine, "GB200", precision, recipe)
+    assert dev.in_bytes == pytest.approx(in_bytes)
+    m, n, k = 16, 8192, 8192
+    assert gemm_time(dev, m, n, k) == pytest.approx(((m * k + k * n) * in_bytes + m * n * 2.0) / dev.hbm_Bps)
 
 
 @pytest.mark.parametrize(("plan", "field", "words"), [

@@ -24,6 +24,7 @@ import numpy as np
 
 from twin.core import ops
 from twin.core.accelerator_generations import GENERATIONS
+from twin.core.power_clock import power_clock_factor
 from twin.core.specs import GPU, ComputeEfficiency
 from twin.core.units import BYTES_PER_ELEMENT
 from twin.core.workload import SSD_BWD_KERNELS, SSD_FWD_KERNELS, Gemm, MemKernel, SubLayer
@@ -79,6 +80,14 @@ def softmax_exp_per_s(gpu: GPU, peak16: float) -> float:
 QUANT_BYTES = {"delayed": 1.0, "current": 4.0, "blockwise": 4.0 + 8.0 / 128, "mxfp8": 4.0 + 2.0 / 32,
                "nvfp4": 2.0 + 2.0 + 1.0 + 2.0 / 16}
 
+# Scale-factor bytes each block-scaled GEMM reads beside each input element (the GEMM's own
+# HBM traffic, in its memory roofline): MXFP8 one E8M0 byte per 32 elements (OCP Microscaling
+# Formats spec v1.0, block size 32); NVFP4 one E4M3 byte per 16 (NVIDIA, "Introducing NVFP4",
+# 2025; the per-tensor FP32 scale is negligible); blockwise one FP32 scale per 128 activation
+# elements (DeepSeek-V3 report section 3.3, 1x128 tiles; its 128x128 weight blocks add ~0).
+# Tensorwise recipes carry one scale per tensor: nothing per element.
+SCALE_BYTES = {"mxfp8": 1.0 / 32, "nvfp4": 1.0 / 16, "blockwise": 4.0 / 128}
+
 
 def resolve_recipe(precision: str, recipe: str, generation: str) -> str:
     """The recipe in effect: ``auto`` is the stack's default (TE: delayed scaling on
@@ -122,16 +131,20 @@ def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 
                recipe: str = "auto", attention_kernel: str = "profile") -> Device:
     """Timing parameters of ``gpu`` for a GEMM ``precision`` and recipe (``scale``: calibration);
     ``attention_kernel``: the stack's fused-attention kernel (``Software.attention_kernel``).
+
+    The tensor cores (GEMMs, fused attention, the SFU beside them) run at the SKU's datasheet
+    peaks times the clock its power limit sustains (``twin.core.power_clock``); HBM does not slow.
     """
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
     gemm16 = eff.gemm.get(half, 0.75)
     gemm_eff = eff.gemm.get(precision) or gemm16
     sustained = eff.sustained * scale
     resolved = resolve_recipe(precision, recipe, gpu.generation)
-    peak16 = gpu.peak_tflops[half] * 1e12
+    clock = power_clock_factor(gpu, gemm16)
+    peak16 = gpu.peak_tflops[half] * 1e12 * clock
     attn_fwd, attn_bwd = eff.attention_figures(attention_kernel)
     return Device(
-        peak_flops=gpu.peak_tflops[precision] * 1e12,
+        peak_flops=gpu.peak_tflops[precision] * 1e12 * clock,
         attn_peak_flops=peak16,
         gemm_eff=min(1.0, gemm_eff * sustained),
         gemm16_eff=min(1.0, gemm16 * sustained),
@@ -143,7 +156,7 @@ def device_for(gpu: GPU, precision: str, eff: ComputeEfficiency, scale: float = 
         sm_count=gpu.sm_count,
         kernel_min_s=eff.kernel_min_us * 1e-6,
         flash=eff.flash_attention,
-        in_bytes=BYTES_PER_ELEMENT.get(precision, 2.0),
+        in_bytes=BYTES_PER_ELEMENT.get(precision, 2.0) + SCALE_BYTES.get(resolved, 0.0),
         quant_bytes=QUANT_BYTES.get(resolved, 0.0),
         # SMs x exponentials per clock x the clock of the 16-bit peak (TENSOR_FLOPS_PER_CLK_SM).
         exp_per_s=softmax_exp_per_s(gpu, peak16),
