@@ -673,8 +673,8 @@ def test_ep_case_with_a_bad_dtype_is_that_cases_error(engine):
 
 
 def test_ep_workload_fields_change_the_answer_or_are_that_cases_error(engine):
-    """Every workload field is read: an unknown one, DeepEP's low-latency kernels (not modelled)
-    and an expert count below top-k skip that case naming the field; the expert count changes the
+    """Every workload field is read: an unknown one, a kernel the twin does not price (V2's direct
+    mode) and an expert count below top-k skip that case naming the field; the expert count changes the
     prediction (top-k draws distinct experts); ``library`` is descriptive text."""
     base = {"op": "ep_dispatch", "cluster": {"gpu": "H800-SXM-80GB", "num_gpus": 64, "gpus_per_node": 8,
                                              "scale_out": {"fabric": "infiniband", "gbps_per_gpu": 400}},
@@ -684,12 +684,12 @@ def test_ep_workload_fields_change_the_answer_or_are_that_cases_error(engine):
         return {**copy.deepcopy(base), "id": cid, "workload": {"dispatch_dtype": "fp8", **workload}}
 
     report = validate_collectives(engine, {"cases": [
-        case("typo", topk=8), case("ll", kernel="low_latency"), case("few", num_experts=4),
+        case("typo", topk=8), case("ll", kernel="direct"), case("few", num_experts=4),
         case("plain", kernel="normal", library="DeepEP"), case("experts", num_experts=256)]})
     reasons = {s["id"]: s["reason"] for s in report.skipped}
     assert set(reasons) == {"typo", "ll", "few"}
     assert "workload.topk" in reasons["typo"] and "unknown field" in reasons["typo"]
-    assert "workload.kernel" in reasons["ll"] and "low-latency" in reasons["ll"]
+    assert "workload.kernel" in reasons["ll"] and "direct mode" in reasons["ll"]
     assert "workload.num_experts" in reasons["few"] and "top_k" in reasons["few"]
     got = {r.id: r.predicted for r in report.cases}
     assert got["experts"] != got["plain"]

@@ -47,12 +47,20 @@ from twin.core.collective_types import (
 from twin.core.errors import SpecError
 from twin.core.link_profiles import PATTERNS, link_profile, link_seconds_per_byte, net_seconds_per_byte
 from twin.core.moe_routing import domains_per_token
-from twin.core.p2p_collectives import DispatchStages, _all_to_all, _send_recv, dedup_dispatch_cost, dispatch_stages
+from twin.core.p2p_collectives import (
+    DispatchStages,
+    _all_to_all,
+    _send_recv,
+    dedup_dispatch_cost,
+    direct_dispatch_cost,
+    dispatch_stages,
+)
 from twin.core.topology import GroupSpan
 
 __all__ = ["ALGORITHMS", "OPS", "PATTERNS", "ZERO_COST", "AnyHierarchy", "CollectiveCost", "DispatchStages", "Option",
            "bus_factor", "collective_cost", "collective_options", "dbtree_node_traffic", "dedup_dispatch_cost",
-           "dispatch_stages", "domains_per_token", "link_profile", "link_seconds_per_byte", "net_seconds_per_byte"]
+           "direct_dispatch_cost", "dispatch_stages", "domains_per_token", "link_profile", "link_seconds_per_byte",
+           "net_seconds_per_byte"]
 
 
 def collective_cost(op: str, size_bytes: Any, span: GroupSpan, hierarchy: AnyHierarchy,

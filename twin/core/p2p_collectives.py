@@ -1,6 +1,7 @@
 """Collectives made of point-to-point sends: all-to-all on NCCL's p2p schedule
 (``twin.core.p2p``) or at the links' rates, one send to one peer (send/recv), and DeepEP's
-expert dispatch, deduplicated per destination domain (``dedup_dispatch_cost``).
+expert dispatch, deduplicated per destination domain (``dedup_dispatch_cost``) or sent
+directly per selected expert (``direct_dispatch_cost``: its low-latency kernels).
 """
 
 from __future__ import annotations
@@ -142,6 +143,32 @@ def dedup_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSp
         (dedup.time_s, dedup.algorithm, dedup.protocol, dedup.busbw_Bps, dedup.bottleneck_bw_Bps),
         (flat.time_s, flat.algorithm, flat.protocol, flat.busbw_Bps, flat.bottleneck_bw_Bps), strict=True)))
     return _zero_where(ops.logical_or(span.n <= 1, tokens <= 0), picked)
+
+
+def direct_dispatch_cost(token_bytes: Any, tokens: Any, top_k: int, span: GroupSpan,
+                         hierarchy: AnyHierarchy) -> CollectiveCost:
+    """Expert dispatch (or combine) that sends each token once per selected expert, straight to
+    the expert's rank, with no forwarding or deduplication: DeepEP's low-latency kernels
+    (deepseek-ai/DeepEP docs/legacy.md, "Low-latency kernels with pure RDMA"; its
+    tests/test_low_latency.py counts one message per (token, selected expert)). The peers in
+    the NVLink domain are written over NVLink (``allow_nvlink_for_low_latency_mode``, on by
+    default), the others over RDMA, both at the links' all-to-all rates (``_a2a_stages``).
+
+    Latency: one operation's base and one network step, without the per-peer term of NCCL-style
+    p2p (``_p2p_latency``): every (token, expert) write is issued by its own warp through
+    GPU-initiated RDMA (NVSHMEM IBGDA), so the messages to different peers are in flight together
+    rather than posted peer by peer.
+    """
+    size = token_bytes * tokens * top_k
+    if not ops.is_batch(tokens, span.n, token_bytes) and (span.n <= 1 or tokens <= 0):
+        return ZERO_COST
+    a2a_up = group_up_a2a_bw(span, hierarchy)
+    t_intra, t_inter, inter_bw = _a2a_stages(size, span, hierarchy, a2a_up)
+    net = ops.where(span.m > 1, ops.maximum(nccl.HW_LAT_NET["ring"]["Simple"], _net_latency_us(span, hierarchy)), 0.0)
+    t = ops.maximum(t_intra, t_inter) + (_P2P_BASE_US + net) * US
+    bottleneck = ops.where(ops.logical_and(t_inter >= t_intra, span.m > 1), inter_bw, a2a_up)
+    cost = CollectiveCost(t, "deepep-ll", "Simple", size * bus_factor("all_to_all", span.n) / t, bottleneck)
+    return _zero_where(ops.logical_or(span.n <= 1, tokens <= 0), cost)
 
 
 @dataclass(frozen=True, slots=True)
