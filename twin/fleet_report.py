@@ -15,6 +15,9 @@ A fleet file names the shared cluster and its jobs::
       - {name: a, gpus: 4096, model: llama3.1-70b, plan: {tp: 8, pp: 4, gbs: 1024}}
       - {name: b, gpus: 4096, first_gpu: 4096, model: llama3.1-8b, plan: {tp: 1, gbs: 2048}}
 
+A job may instead name its nodes (``nodes: [0-255:2]``) or a policy (``placement: spread``,
+``{policy: random, seed: 7}``): ``twin.core.fleet_placement``.
+
 Each job runs on its GPUs of the shared cluster (``twin.core.fleet_shares``: placement and the
 link capacity each gets). The fabric's switch sizes are the shared cluster's, so a job
 sees the same leaves and spines it would in the fleet. What a job's neighbours cost it is
@@ -35,14 +38,15 @@ from twin.core.conditions import Conditions
 from twin.core.contention import link_name
 from twin.core.errors import SpecError
 from twin.core.estimate import Estimate
-from twin.core.fleet_shares import Placement, capacity, neighbours, place_jobs
+from twin.core.fleet_shares import Placement, capacity, job_tier_spans, neighbours, placements_of
 from twin.core.scenario_io import read_mapping, resolve_cluster
 from twin.core.specs import Scenario
 from twin.core.topology import Hierarchy
 from twin.engine import Engine
 
 MAX_JOBS = 256
-_JOB_KEYS = {"name", "gpus", "first_gpu", "model", "plan", "software", "calibration", "strategies"}
+_JOB_KEYS = {"name", "gpus", "first_gpu", "nodes", "placement", "model", "plan", "software", "calibration",
+             "strategies"}
 _FLEET_KEYS = {"name", "description", "cluster", "jobs"}
 # Rounds of "each job's load under the others": the first uses the loads alone.
 ROUNDS = 2
@@ -67,6 +71,7 @@ class JobResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form."""
         return {"name": self.name, "first_gpu": self.placement.first, "gpus": self.placement.gpus,
+                "nodes": list(self.placement.nodes),
                 "step_time_own_share_s": self.own_share.step_time_s, "step_time_alone_s": self.alone.step_time_s,
                 "step_time_shared_s": self.shared.step_time_s, "slowdown": self.slowdown,
                 "contended": self.contended, "shared": self.shared.to_dict()}
@@ -124,15 +129,17 @@ def _check(data: Any) -> tuple[Mapping[str, Any], list[Mapping[str, Any]]]:
     return cluster, jobs
 
 
-def _pinned(cluster: Mapping[str, Any], gpus: int, hierarchy: Hierarchy) -> dict[str, Any]:
-    """The shared cluster's mapping for a job of ``gpus`` GPUs, its switch sizes the fleet's."""
+def _pinned(cluster: Mapping[str, Any], placement: Placement, hierarchy: Hierarchy) -> dict[str, Any]:
+    """The shared cluster's mapping for the job at ``placement``: its switch sizes the fleet's,
+    and under each switch as many of its GPUs as its placement puts there (``job_tier_spans``).
+    """
     out = dict(cluster)
+    gpus = placement.gpus
     out["num_gpus"] = gpus
     so = out.get("scale_out")
     if so is None and "scale_out" in out:
         return out
-    # Every tier but the top as the fleet sizes it; the top spans the job.
-    spans = [min(t.span_gpus, gpus) for t in hierarchy.tiers[1:-1]] + [gpus]
+    spans = job_tier_spans(hierarchy, placement)
     pinned = dict(so or {})
     pinned.update(tiers=len(spans), tier_spans=spans)
     out["scale_out"] = pinned
@@ -160,12 +167,12 @@ def evaluate_fleet(engine: Engine, source: Mapping[str, Any] | str | Path) -> Fl
     engine.check_cluster(whole)
     hierarchy = engine.hierarchy_of(whole)
     total, gpn = whole.num_gpus, whole.gpus_per_node
-    placements = place_jobs([int(j["gpus"]) for j in jobs], [j.get("first_gpu") for j in jobs], gpn, total)
+    placements = placements_of(jobs, gpn, total)
     notes: list[str] = []
     scenarios: list[Scenario] = []
     for i, job in enumerate(jobs):
         mapping = {"name": str(job.get("name") or f"job{i}"), "model": job["model"], "plan": job["plan"],
-                   "cluster": _pinned(cluster, int(job["gpus"]), hierarchy)}
+                   "cluster": _pinned(cluster, placements[i], hierarchy)}
         for key in ("software", "calibration", "strategies"):
             if job.get(key) is not None:
                 mapping[key] = job[key]

@@ -111,6 +111,18 @@ def test_fleet_prints_each_job_and_the_links_they_share():
     assert table.returncode == 0 and "Links the jobs share" in table.stdout
 
 
+def test_the_interleaved_fleet_example_shows_the_jobs_interact():
+    """The shipped example of jobs on alternate nodes: the 8B job is slowed by its neighbour
+    (in two-jobs-roce.yaml, packed apart, neither is), and the table prints the node ranges."""
+    res = twin("fleet", str(EXAMPLES / "fleets" / "interleaved-roce.yaml"), "--json")
+    assert res.returncode == 0, res.stderr
+    jobs = {j["name"]: j for j in json.loads(res.stdout)["jobs"]}
+    assert jobs["llama-8b"]["slowdown"] > 1.01
+    assert jobs["llama-70b"]["nodes"] == list(range(0, 1152, 2))
+    table = twin("fleet", str(EXAMPLES / "fleets" / "interleaved-roce.yaml"))
+    assert table.returncode == 0 and "nodes 0-1150:2" in table.stdout
+
+
 def test_fleet_bad_input_is_an_error_naming_the_field(tmp_path):
     bad = tmp_path / "fleet.yaml"
     bad.write_text("cluster: {system: DGX-H100, num_gpus: 16}\njobs:\n  - {gpus: 8, model: llama3.1-8b}\n")

@@ -198,6 +198,7 @@ def test_predict_fleet_over_grpc_matches_the_library(twin_stub, local):
     for g, w in zip(got.jobs, want.jobs, strict=True):
         assert g.step_time_shared_s == w.shared.step_time_s and g.step_time_alone_s == w.alone.step_time_s
         assert g.shared.step_time_s == w.shared.step_time_s
+        assert list(g.nodes) == list(w.placement.nodes) and g.first_gpu == w.placement.first
         assert [c.links for c in g.contended] == [c["links"] for c in w.contended]
     assert got.jobs[0].contended and dict(got.jobs[0].contended[0].shared_with)
 

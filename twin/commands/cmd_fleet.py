@@ -28,9 +28,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
         return 0
     out = console()
-    t = table(f"Fleet {report.name}", "job", "GPUs", "own share s", "alone s", "shared s", "slowdown")
+    t = table(f"Fleet {report.name}", "job", "placement", "own share s", "alone s", "shared s", "slowdown")
     for j in report.jobs:
-        t.add_row(j.name, f"{j.placement.first}..{j.placement.last - 1}", f"{j.own_share.step_time_s:.4f}",
+        t.add_row(j.name, j.placement.describe(), f"{j.own_share.step_time_s:.4f}",
                   f"{j.alone.step_time_s:.4f}", f"{j.shared.step_time_s:.4f}", f"x{j.slowdown:.3f}")
     out.print(t)
     c = table("Links the jobs share", "job", "links", "busy", "shared with", "capacity alone -> shared")

@@ -1,7 +1,7 @@
 """Several jobs on one fabric: where each sits, and the link capacity each gets.
 
-Jobs own whole nodes, placed in GPU ranges of the shared cluster (in order, unless a job
-says where it starts). Switches are aligned blocks: a tier-``t`` switch serves
+Jobs own whole nodes, anywhere on the shared cluster (``twin.core.fleet_placement``: stated
+nodes, a first GPU, or a policy: packed, spread, random). Switches are aligned blocks: a tier-``t`` switch serves
 ``span_gpus`` consecutive GPUs (the fabric's hierarchy, ``topology``), so the uplinks that
 leave a tier-``t`` subtree (link class ``t + 1``) are shared by exactly the jobs with GPUs
 in that subtree.
@@ -22,51 +22,74 @@ links (class 1) and NVLink ports (class 0) belong to one node and are never shar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from twin.core.errors import SpecError
+from twin.core.fleet_placement import node_ranges, place_nodes
 from twin.core.topology import Hierarchy
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """GPUs ``[first, first + gpus)`` of the shared cluster belong to one job."""
+    """The nodes one job holds on the shared cluster (``nodes``, ascending) and its GPU count
+    (a job smaller than a node holds that one node).
+    """
 
-    first: int
+    nodes: tuple[int, ...]
     gpus: int
+    gpus_per_node: int
+
+    @property
+    def first(self) -> int:
+        """The job's first GPU."""
+        return self.nodes[0] * self.gpus_per_node
 
     @property
     def last(self) -> int:
         """One past the job's last GPU."""
-        return self.first + self.gpus
+        return self.nodes[-1] * self.gpus_per_node + min(self.gpus, self.gpus_per_node)
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether the job's nodes are consecutive."""
+        return self.nodes[-1] - self.nodes[0] + 1 == len(self.nodes)
+
+    @property
+    def per_node(self) -> float:
+        """GPUs the job uses on each of its nodes."""
+        return self.gpus / len(self.nodes)
+
+    def describe(self) -> str:
+        """Where the job runs: its GPU range if contiguous, else its node ranges."""
+        if self.contiguous:
+            return f"{self.first}..{self.last - 1}"
+        return "nodes " + node_ranges(self.nodes)
 
 
 def place_jobs(gpus: Sequence[int], starts: Sequence[int | None], gpus_per_node: int, total: int,
                path: str = "jobs") -> list[Placement]:
-    """Where each job sits: at its stated first GPU, else right after the previous job.
-
-    Jobs own whole nodes and may not overlap or run past the cluster; errors name the job.
+    """Where each job sits: at its stated first GPU, else packed on the lowest free nodes
+    (``twin.core.fleet_placement.place_nodes`` for node lists and policies).
     """
-    out: list[Placement] = []
-    cursor = 0
-    for i, (n, start) in enumerate(zip(gpus, starts, strict=True)):
-        first = cursor if start is None else int(start)
-        if first % gpus_per_node:
-            raise SpecError(f"{path}[{i}].first_gpu",
-                            f"must start a node (a multiple of {gpus_per_node}) (got {first})")
+    jobs = [{"gpus": n, "first_gpu": s} for n, s in zip(gpus, starts, strict=True)]
+    return placements_of(jobs, gpus_per_node, total, path)
+
+
+def placements_of(jobs: Sequence[Mapping[str, Any]], gpus_per_node: int, total: int,
+                  path: str = "jobs") -> list[Placement]:
+    """Each job's :class:`Placement` from its ``gpus`` and ``nodes`` / ``first_gpu`` /
+    ``placement`` (``twin.core.fleet_placement``); ``total``: the cluster's GPUs.
+    """
+    for i, job in enumerate(jobs):
+        n = int(job["gpus"])
         if n % gpus_per_node and n > gpus_per_node:
             raise SpecError(f"{path}[{i}].gpus", f"a job owns whole nodes: a multiple of {gpus_per_node} (got {n})")
-        here = Placement(first, n)
-        if here.last > total:
-            raise SpecError(f"{path}[{i}]", f"GPUs {first}..{here.last - 1} run past the cluster's {total} GPUs")
-        for j, other in enumerate(out):
-            if here.first < other.last and other.first < here.last:
-                raise SpecError(f"{path}[{i}]", f"GPUs {first}..{here.last - 1} overlap job {j} "
-                                                f"({other.first}..{other.last - 1})")
-        out.append(here)
-        cursor = max(cursor, -(-here.last // gpus_per_node) * gpus_per_node)
-    return out
+    nodes = place_nodes(jobs, gpus_per_node, -(-total // gpus_per_node), path)
+    return [Placement(ns, int(job["gpus"]), gpus_per_node) for ns, job in zip(nodes, jobs, strict=True)]
 
 
 def neighbours(hierarchy: Hierarchy, placements: Sequence[Placement], job: int) -> list[dict[int, int]]:
@@ -74,26 +97,51 @@ def neighbours(hierarchy: Hierarchy, placements: Sequence[Placement], job: int) 
     job uses) in the tier-``(j-1)`` subtrees job ``job`` occupies. Classes 0 and 1 are empty.
     """
     me = placements[job]
+    gpn = me.gpus_per_node
+    top_nodes = -(-hierarchy.tiers[-1].span_gpus // gpn)
+    cluster_nodes = max(top_nodes, *(p.nodes[-1] + 1 for p in placements))
+    owner = np.full(cluster_nodes, -1, np.int64)
+    for k, p in enumerate(placements):
+        owner[list(p.nodes)] = k
+    per_node = np.asarray([p.per_node for p in placements] + [float(gpn)])  # index -1: an idle node's GPUs
+    mine = np.asarray(me.nodes)
     out: list[dict[int, int]] = [{}, {}]
-    total = max(p.last for p in placements)
-    cluster_gpus = max(total, hierarchy.tiers[-1].span_gpus)
     for j in range(2, len(hierarchy.tiers)):
-        span = max(1, hierarchy.tiers[j - 1].span_gpus)
-        lo = (me.first // span) * span
-        hi = min(cluster_gpus, -(-me.last // span) * span)
+        span = max(1, hierarchy.tiers[j - 1].span_gpus // gpn)  # nodes under one tier-(j-1) switch
+        subtrees = np.unique(mine // span)
+        idx = (subtrees[:, None] * span + np.arange(span)[None, :]).ravel()
+        held = owner[idx[idx < cluster_nodes]]  # a partial top subtree's missing nodes do not exist
         beside: dict[int, int] = {}
-        used = me.gpus
-        for k, other in enumerate(placements):
-            if k == job:
+        for k in np.unique(held):
+            if int(k) == job:
                 continue
-            overlap = max(0, min(hi, other.last) - max(lo, other.first))
-            if overlap:
-                beside[k] = overlap
-                used += overlap
-        if hi - lo > used:
-            beside[-1] = hi - lo - used
+            gpus = float((held == k).sum()) * per_node[int(k)]
+            if gpus:
+                beside[int(k)] = round(gpus)
         out.append(beside)
     return out
+
+
+def job_tier_spans(hierarchy: Hierarchy, placement: Placement) -> list[int]:
+    """The job's GPUs under one switch of each scale-out tier below the top, as the fleet
+    places it, then the job itself (the top). A job on consecutive nodes has the fleet's
+    switch sizes (capped at the job); a job on scattered nodes has its GPUs over the tier's
+    subtrees it occupies (a job spread over more switches crosses each tier's uplinks between
+    more of them), never fewer than the tier below nor more than the switch serves.
+    """
+    gpus = placement.gpus
+    fleet = [min(t.span_gpus, gpus) for t in hierarchy.tiers[1:-1]]
+    if placement.contiguous:
+        return [*fleet, gpus]
+    gpn = placement.gpus_per_node
+    nodes = np.asarray(placement.nodes)
+    spans: list[int] = []
+    floor = max(1, min(gpus, gpn))
+    for tier, cap in zip(hierarchy.tiers[1:-1], fleet, strict=True):
+        occupied = len(np.unique(nodes // max(1, tier.span_gpus // gpn)))
+        floor = min(cap, max(floor, gpus // occupied))
+        spans.append(floor)
+    return [*spans, gpus]
 
 
 def capacity(hierarchy: Hierarchy, placements: Sequence[Placement], job: int,

@@ -188,7 +188,7 @@ class TwinServicer:
         report = evaluate_fleet(self.engine, mapping)
         return twin_service_pb2.PredictFleetResponse(name=report.name, notes=report.notes, jobs=[
             twin_service_pb2.FleetJobEstimate(
-                name=j.name, first_gpu=j.placement.first, gpus=j.placement.gpus,
+                name=j.name, first_gpu=j.placement.first, gpus=j.placement.gpus, nodes=j.placement.nodes,
                 step_time_own_share_s=j.own_share.step_time_s, step_time_alone_s=j.alone.step_time_s,
                 step_time_shared_s=j.shared.step_time_s, slowdown=j.slowdown,
                 shared=convert.estimate_to_message(j.shared, fabric=False),
