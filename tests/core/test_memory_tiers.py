@@ -57,9 +57,10 @@ def test_activation_offload_pays_for_every_byte_the_compute_cannot_hide(engine):
     est = engine.evaluate(_scn(pool={"bandwidth_GBps_per_node": 25.6}))
     bw = 25.6e9 * 0.75 / 8
     m = est.microbatches
-    # pp 1: one micro-batch in flight, whose activations are what the pool holds; all layers but
-    # the last go out in the forward and come back in the backward.
-    moved = est.memory.offloaded * 79 / 80
+    # pp 1: one micro-batch in flight; all its layers but the last go out in the forward (what the
+    # pool holds) and come back in the backward.
+    moved = est.memory.offloaded
+    assert est.memory.activations == pytest.approx(2 * moved / 79)  # the last layer and one in transit
     assert moved > 20 * GIB
     # The link cannot move it faster than its bandwidth, and the compute hides at most itself.
     floor = m * 2 * moved / bw - (est.breakdown.compute_s + est.breakdown.recompute_s)
@@ -104,7 +105,7 @@ def test_a_full_pool_is_named_not_hbm(engine):
 
 
 def test_full_host_dram_is_named(engine):
-    # Llama 3.1 70B at 32K on one DGX A100: its activations and optimizer state need 182 GiB a GPU of
+    # Llama 3.1 70B at 32K on one DGX A100: its activations and optimizer state need 181 GiB a GPU of
     # host DRAM, where 1 TiB a node leaves 115 GiB; HBM holds the rest.
     scn = {"cluster": {"system": "DGX-A100", "num_gpus": 8}, "model": {"preset": "llama3.1-70b", "seq_len": 32768},
            "plan": {"tp": 8, "mbs": 1, "gbs": 8, "recompute": "none", "optimizer_sharding": "distributed_optimizer",
@@ -269,6 +270,17 @@ def test_more_offload_over_a_slower_tier_is_never_faster(engine):
         pool_s = engine.evaluate(_scn(offload={k: "cxl" for k in both}, **case)).step_time_s
         assert pool_s >= host_s, case
     assert checked == 12 * 2 * 4
+
+
+def test_each_microbatch_in_flight_keeps_its_last_layer_in_hbm(engine):
+    # pp 4 under 1F1B: the first stage holds 4 micro-batches of 20 layers; each keeps its last
+    # layer in HBM and one layer is in transit, the other 4 x 19 layers are in the pool.
+    est = engine.evaluate(_scn(plan={"tp": 8, "pp": 4, "gbs": 64}))
+    layer = est.memory.offloaded / (4 * 19)
+    assert est.memory.activations == pytest.approx(5 * layer)
+    kept = engine.evaluate(_scn(plan={"tp": 8, "pp": 4, "gbs": 64}, offload={}))
+    assert kept.memory.activations == pytest.approx(4 * 20 * layer)
+    assert est.memory.offloaded_pool == est.memory.offloaded
 
 
 def test_offload_stalls_every_microbatch_and_stretches_the_pipeline(engine):

@@ -399,10 +399,14 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
         layers_stage = first_stage_layers(model.layers, p, plan.pp_first_layers, plan.pp_last_layers)
         weights = ops.where(off_par, states.weight_bytes * 2 * params_gpu / ops.maximum(1.0, layers_stage), weights)
     if ops.any_(off_act):
-        offloaded = ops.where(off_act, offloaded + activations, offloaded)
-        host = ops.where(o.activations == "host", host + activations, host)
-        # In HBM: the last layer (never offloaded: twin.core.offload) and the layer being copied.
-        activations = ops.where(off_act, act.per_token * w.tokens * 2, activations)
+        # Each micro-batch in flight keeps its last layer in HBM (never offloaded: twin.core.offload)
+        # and one layer is in transit; the rest of what they saved is in the tier.
+        layer, in_flight = act.per_token * w.tokens, in_flight_microbatches(p, plan.vp, m, plan.schedule)
+        sent = ops.maximum(activations - act.recompute_live - layer * in_flight, 0.0)
+        offloaded = ops.where(off_act, offloaded + sent, offloaded)
+        host = ops.where(o.activations == "host", host + sent, host)
+        activations = ops.where(off_act, ops.minimum(activations, layer * (in_flight + 1) + act.recompute_live),
+                                activations)
     live = weights + grads + optim + activations + logits
     runtime = RUNTIME_RESERVED_BYTES + FRAGMENTATION * live
     return MemoryBreakdown(
