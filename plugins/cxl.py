@@ -6,6 +6,8 @@ Bandwidth: a CXL 2.0/3.0 x16 device on PCIe Gen5 signalling carries 64 GB/s per
 direction (CXL Consortium, CXL 2.0 specification); measured devices sustain ~70-80% of
 it (Sun et al., MICRO 2023, "Demystifying CXL Memory with Genuine CXL-Ready Systems and
 Devices"). Latency: ~170-250 ns load-to-use over local DRAM's ~100 ns (same paper).
+The pool is a tier of its own: ``plan.offload.<what>: cxl`` keeps state there, ``host``
+in host DRAM (``plugins/host_memory.py``) even when a pool exists.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from twin.api import (
-    ADAM_STATE_BYTES,
     GIB,
     Cluster,
     ComponentGroup,
@@ -29,6 +30,7 @@ from twin.api import (
     Strategy,
     Terms,
     hookimpl,
+    offload_terms,
     ops,
 )
 
@@ -38,17 +40,14 @@ from twin.api import (
 # their link rate (Sun et al., MICRO 2023, "Demystifying CXL Memory"); no GPU-to-CXL-pool
 # training measurement is in validation/reference to fit it.
 SUSTAINED_FRACTION = 0.75
-# Traffic per parameter of an offloaded Adam step: read and write master weights, m and v
-# (24 B), read the fp32 gradient (4 B), write the 16-bit weight back (2 B).
-OFFLOAD_OPTIMIZER_BYTES_PER_PARAM = 2 * ADAM_STATE_BYTES + 4.0 + 2.0
-# Fraction of a micro-batch's compute that prefetch/offload streams can hide behind
-# (copy engines run concurrently with kernels; the first layer's fetch is exposed).
-OVERLAP_FRACTION = 0.9
 DEVICE_GBPS_LIMIT = 64.0  # one x16 device, per direction
 
 
 class CXLPool(MemoryFabric):
-    """A CXL memory pool shared by the GPUs of a node."""
+    """A CXL memory pool shared by the GPUs of a node, reached over each GPU's host link
+    (``twin.api.MemoryTiers``: the pool's path is the slower of its share and the link, its
+    latency the link's round trip with the pool's ``latency_ns`` in place of local DRAM's).
+    """
 
     kind = "cxl"
     summary = "CXL memory pool: capacity, bandwidth, latency; offload target for optimizer/params/activations"
@@ -70,6 +69,9 @@ class CXLPool(MemoryFabric):
         return pool.bandwidth_GBps_per_node * 1e9 * SUSTAINED_FRACTION / cluster.gpus_per_node
 
     def latency_s(self, cluster: Cluster) -> float:
+        """The pool's load-to-use latency (``memory_pool.latency_ns``): charged once per copy and
+        bounding the rate of reads from the pool (``twin.api.offload_terms``).
+        """
         pool = cluster.memory_pool
         assert pool is not None
         return pool.latency_ns * 1e-9
@@ -88,53 +90,28 @@ class CXLPool(MemoryFabric):
 
 
 class OffloadStrategy(Strategy):
-    """Charges offloaded state's traffic to the step: the optimizer step streams its
-    states over the pool link; parameters and activations are prefetched per micro-batch
-    and hidden behind compute up to the link's bandwidth.
+    """Charges offloaded state's traffic to the step, each kind on the tier its target names
+    (``host``: host DRAM over PCIe or NVLink-C2C; ``cxl``: the pool): activations written out in
+    the forward and read back in the backward, parameters fetched per pass, each hidden behind
+    that pass's compute as far as the schedule allows; the optimizer state streamed once a step.
+    The model is ``twin.api.offload_terms`` (sources there).
     """
 
     name = "offload"
     dimension = "offload"
     phase = "step"
-    # Its traffic goes to the memory pool over PCIe/CXL, not over the network.
+    # Its traffic goes to host memory or the pool over the host link, not over the network.
     traffic = ()
-    # DMA over the pool link (copy engines), not SM work.
+    # DMA over the host link (copy engines), not SM work.
     interferes = False
-    summary = "Offload of optimizer state / parameters / activations to a CXL pool or host memory"
+    summary = "Offload of optimizer state / parameters / activations to host DRAM or a CXL pool"
 
     def active(self, ctx: EvalContext) -> Any:
         o = ctx.plan.offload
         return ops.logical_or(ops.logical_or(o.optimizer != "none", o.params != "none"), o.activations != "none")
 
     def evaluate(self, ctx: EvalContext) -> Terms:
-        o, plan = ctx.plan.offload, ctx.plan
-        bw = ctx.offload_bw_Bps
-        m = ctx.microbatches
-        compute_mb = ctx.stage.total_s
-        exposed: Any = 0.0
-        issued: Any = 0.0
-        nbytes: Any = 0.0
-        optimizer = ops.logical_and(o.optimizer != "none", plan.trainable == "full")
-        if ops.any_(optimizer):
-            shard = ops.where(plan.optimizer_sharding != "none", ctx.dp * plan.cp, 1)
-            b = ctx.params_per_gpu / shard * OFFLOAD_OPTIMIZER_BYTES_PER_PARAM
-            t = b / bw
-            exposed, issued = ops.where(optimizer, exposed + t, exposed), ops.where(optimizer, issued + t, issued)
-            nbytes = ops.where(optimizer, nbytes + b, nbytes)
-        params = o.params != "none"
-        if ops.any_(params):
-            b = 2.0 * ctx.params_per_gpu * 2.0  # fetch 16-bit weights for forward and backward
-            t = b / bw
-            exposed = ops.where(params, exposed + m * ops.maximum(0.0, t - OVERLAP_FRACTION * compute_mb), exposed)
-            issued, nbytes = ops.where(params, issued + m * t, issued), ops.where(params, nbytes + m * b, nbytes)
-        acts = o.activations != "none"
-        if ops.any_(acts):
-            b = 2.0 * ctx.activation_bytes_per_microbatch  # written during forward, read back in backward
-            t = b / bw
-            exposed = ops.where(acts, exposed + m * ops.maximum(0.0, t - OVERLAP_FRACTION * compute_mb), exposed)
-            issued, nbytes = ops.where(acts, issued + m * t, issued), ops.where(acts, nbytes + m * b, nbytes)
-        details = {} if ctx.batch else {"bandwidth_GBps": bw / 1e9}
-        return Terms(exposed_per_step_s=exposed, issued_per_step_s=issued, bytes_per_step=nbytes, details=details)
+        return offload_terms(ctx)
 
 
 @hookimpl

@@ -12,6 +12,9 @@ What that costs is the GPU's link to its CPU and the memory behind it:
   between one Grace and its GPUs (one on GH200, two on GB200/GB300), in front of up to
   480 GB of LPDDR5X at up to 512 GB/s (NVIDIA Grace Hopper / GB200 NVL72 datasheets); a GPU
   gets the smaller of its share of the C2C direction and its share of the LPDDR5X.
+
+Host DRAM is a tier of its own: ``offload: host`` keeps state here even when the cluster has a
+CXL pool (``plugins/cxl.py``), whose traffic crosses the same host link.
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ GRACE_LPDDR_GB = 480.0
 GPUS_PER_GRACE = {"GH200": 1, "GB200": 2, "GB300": 2}
 # DRAM the host keeps for itself (OS, page cache, data loader workers): an assumption.
 HOST_RESERVED_FRACTION = 0.1
+# A device's DMA read round trip to host DRAM over PCIe: 0.5-1 us measured on Xeon servers
+# (Neugebauer et al., SIGCOMM 2018, "Understanding PCIe performance for end host networking",
+# pcie-bench); the upper end, as a GPU's reads cross a PCIe switch on HGX boards. Over NVLink-C2C
+# half of it: an assumption (NVIDIA publishes C2C bandwidth, not its latency).
+PCIE_ROUND_TRIP_S = 1.0e-6
+C2C_ROUND_TRIP_S = 0.5e-6
 
 
 def _grace(cluster: Cluster) -> int:
@@ -68,8 +77,10 @@ class HostMemory(MemoryFabric):
         return PCIE_X16_GBPS.get(cluster.gpu.generation, 0.0) * PCIE_DMA_EFFICIENCY * 1e9  # 0: not published
 
     def latency_s(self, cluster: Cluster) -> float:
-        # One DMA round trip: ~1 us over PCIe, less over C2C (PCIe read latency ~0.5-1 us).
-        return 0.5e-6 if _grace(cluster) else 1.0e-6
+        """One DMA round trip to host DRAM: charged once per copy and bounding the rate of reads
+        (``twin.api.offload_terms``).
+        """
+        return C2C_ROUND_TRIP_S if _grace(cluster) else PCIE_ROUND_TRIP_S
 
     def capacity_per_gpu_bytes(self, cluster: Cluster) -> float:
         per_grace = _grace(cluster)

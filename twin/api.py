@@ -57,6 +57,11 @@ Index (each group in the order of ``__all__``):
   module), ``dedup_dispatch_cost``, ``dispatch_fanout`` (distinct ranks and
   domains a token's expert dispatch reaches), ``resolved_schedule`` (the pipeline
   schedule one plan runs: ``plan.schedule`` with "auto" resolved by vp).
+- Memory tiers outside HBM: ``MemoryTiers`` and ``TierPath`` (host DRAM and the CXL pool as
+  one GPU reaches them: ``EvalContext.memory_tiers``), ``offload_terms`` (the built-in model of
+  offload traffic: each kind on its tier, hidden as far as the schedule allows) and
+  ``transfer_s`` (one transfer's time for its access pattern: a round trip per copy, reads
+  bounded by the outstanding-request window).
 
 The conformance kit is ``twin.testing`` (``assert_scale_out_fabric_conforms``,
 ``assert_scale_up_fabric_conforms``, ``assert_strategy_conforms``, ``engine_with``). It is
@@ -109,6 +114,7 @@ from twin.core.interfaces import (
 from twin.core.memory import ADAM_STATE_BYTES, lora_trainable_fraction, weights_sharded
 from twin.core.moe_routing import dispatch_fanout
 from twin.core.nic import NIC_EFFICIENCY, hop_latency_s, nic_efficiency
+from twin.core.offload import MemoryTiers, TierPath, offload_terms, transfer_s
 from twin.core.pipelines import resolved as resolved_schedule
 from twin.core.point_set import PlanColumns
 from twin.core.scale_up_tiers import mesh_tier, torus_tier
@@ -151,4 +157,6 @@ __all__ = [  # noqa: RUF022
     "Strategy", "Terms", "EvalContext", "StageTimes", "Workload", "PlanColumns", "ops", "ACT_BYTES",
     "ADAM_STATE_BYTES", "lora_trainable_fraction", "weights_sharded", "recompute_module", "dedup_dispatch_cost",
     "dispatch_fanout", "resolved_schedule",
+    # memory tiers outside HBM
+    "MemoryTiers", "TierPath", "offload_terms", "transfer_s",
 ]

@@ -77,13 +77,14 @@ def test_the_optimizer_step_streams_what_the_states_hold():
     """Fused Adam per local parameter: 34 B with an fp32 master (read master, m, v, grad;
     write master, m, v, the bf16 weight; the clip read), 16 B on pure bf16 states."""
     from twin.core.memory import StateDivisors
+    from twin.core.offload import NO_TIERS
     from twin.core.step import optimizer_time
 
     d = StateDivisors(1.0, 1.0, 8.0, 1.0, 1.0, 8.0)
     plan = Plan(gbs=8)
     hbm = 3.0e12
-    assert optimizer_time(plan, 8e9, 0.0, d, 0.0, hbm) == pytest.approx(1e9 * 34 / hbm)
-    assert optimizer_time(plan, 8e9, 0.0, d, 0.0, hbm, master_weights=False) == pytest.approx(1e9 * 16 / hbm)
+    assert optimizer_time(plan, 8e9, 0.0, d, NO_TIERS, hbm) == pytest.approx(1e9 * 34 / hbm)
+    assert optimizer_time(plan, 8e9, 0.0, d, NO_TIERS, hbm, master_weights=False) == pytest.approx(1e9 * 16 / hbm)
 
 
 def test_master_weights_is_a_stack_field_on_the_wire_and_in_batches(engine):

@@ -15,19 +15,19 @@ from twin.engine import Engine
 def test_eval_context_fields_are_in_the_order_context_passes_them():
     assert [f.name for f in dataclasses.fields(EvalContext)] == [
         "plan", "model", "cluster", "calibration", "dp", "microbatches", "device", "workload", "hierarchy", "spans",
-        "stage", "params_per_gpu", "expert_params_per_gpu", "tp_overlap", "cost_fn", "offload_bw_Bps",
+        "stage", "params_per_gpu", "expert_params_per_gpu", "tp_overlap", "cost_fn", "memory_tiers",
         "activation_bytes", "points", "scenario", "notes", "software"]
 
 
 def test_work_fields_are_in_the_order_work_passes_them():
     assert [f.name for f in dataclasses.fields(step.Work)] == [
         "plan", "dp", "m", "dev", "w", "stage", "params", "expert", "act", "mem", "divisors", "optimizer_s", "flops",
-        "capacity", "offload_bw", "pool_capacity", "tp_overlap_default", "half_peak", "prec_peak", "num_gpus"]
+        "capacity", "tiers", "tp_overlap_default", "half_peak", "prec_peak", "num_gpus"]
 
 
 def test_shared_fields_are_in_the_order_shared_passes_them():
     assert [f.name for f in dataclasses.fields(step.Shared)] == [
-        "states", "offload_bw", "pool_capacity", "optimizer_s", "passes"]
+        "states", "tiers", "optimizer_s", "passes"]
 
 
 def test_a_context_built_for_one_scenario_holds_what_it_was_given():

@@ -37,8 +37,10 @@ def test_offloading_the_optimizer_costs_its_traffic_over_the_host_link(engine):
 
     h100, gb200 = offload_s("DGX-H100", 64, 64), offload_s("GB200-NVL72", 72, 72)
     assert h100 > 0 and gb200 > 0
-    # Same bytes per GPU (dp 8 vs 9 shards the states): time goes with 1 / (link x shards).
-    assert h100 / gb200 == pytest.approx((128e9 * 9) / (63e9 * 0.85 * 8), rel=1e-6)
+    # Same bytes per GPU (dp 8 vs 9 shards the states): time goes with 1 / (link x shards), but for
+    # the round trip each of the three state copies pays (1 us over PCIe, 0.5 over C2C: a few
+    # microseconds on transfers of about a second).
+    assert h100 / gb200 == pytest.approx((128e9 * 9) / (63e9 * 0.85 * 8), rel=1e-5)
 
 
 def test_host_is_not_a_pool(engine):

@@ -129,6 +129,22 @@ def test_infeasible_plan_is_failed_precondition(twin_stub):
     assert isinstance(error_from_rpc(err), InfeasibleError)
 
 
+def test_a_full_offload_tier_is_named_not_hbm(twin_stub):
+    # Llama 3.1 70B's activations in a CXL pool of 1 GiB a node: HBM holds the rest, the pool does not.
+    pool = {"fabric": "cxl", "capacity_gib_per_node": 1, "bandwidth_GBps_per_node": 256, "latency_ns": 250,
+            "devices_per_node": 4}
+    scn = {"cluster": {"system": "HGX-H200", "num_gpus": 64, "memory_pool": pool}, "model": "llama3.1-70b",
+           "plan": {"tp": 8, "gbs": 64, "recompute": "selective", "offload": {"activations": "cxl"}}}
+    mem = twin_stub.Predict(t.PredictRequest(scenario=scenario_from_mapping(scn)), timeout=30).estimate.memory
+    assert mem.fits is False and mem.total_gib <= mem.capacity_gib
+    assert mem.offload_capacity_gib == pytest.approx(1 / 8) and mem.offloaded_host_gib == 0
+    assert mem.host_capacity_gib == pytest.approx(2048 / 8 * 0.9)  # HGX H200: 2 TiB a node, 10% kept
+    err = predict(twin_stub, scn, require_fit=True)
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"does not fit: {mem.offloaded_gib:.1f} GiB needed of 0.1 GiB the CXL pool" in err.details()
+    assert "HBM" not in err.details()
+
+
 def test_too_large_is_resource_exhausted(twin_stub, sweep_stub):
     huge = {"cluster": {"system": "DGX-H100", "num_gpus": 10**12}, "model": "llama3.1-8b",
             "plan": {"tp": 8, "gbs": 125_000_000_000}}

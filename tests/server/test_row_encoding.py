@@ -46,6 +46,31 @@ def test_block_rows_are_the_rows_built_field_by_field(blocks):
     assert {r.estimate.HasField("cost") for rows in slow for r in rows if r.HasField("estimate")} == {True, False}
 
 
+def test_offload_rows_carry_each_tier_byte_for_byte():
+    # Host DRAM and the CXL pool as separate tiers: the host columns and the fit of each tier
+    # (a pool of 64 GiB a node holds the 70B optimizer shard at pp 4, not its activations).
+    pool = {"fabric": "cxl", "capacity_gib_per_node": 64, "bandwidth_GBps_per_node": 256, "latency_ns": 250,
+            "devices_per_node": 4}
+    spec = {"name": "tiers", "base": {**PRICED, "cluster": {**PRICED["cluster"], "memory_pool": pool}},
+            "keep_rows": True, "axes": [
+                {"path": "plan.offload.activations", "values": ["none", "host", "cxl"]},
+                {"path": "plan.offload.optimizer", "values": ["none", "host", "cxl"]},
+                {"path": "cluster.memory_pool.latency_ns", "values": [250, 25_000]}]}
+    runner = EngineRunner(Engine(autoload=False), max_points=10_000, executor="inline")
+    blocks = [e for e in runner(spec, lambda: False) if isinstance(e, sweep_events.RowBlock)]
+    fast = [r for b in blocks for r in sw.SweepRows.FromString(b"".join(block_rows(b))).rows]
+    slow = [_row_message(r) for b in blocks for r in b.rows()]
+    assert len(fast) == 18 and [r.SerializeToString(deterministic=True) for r in fast] == \
+        [r.SerializeToString(deterministic=True) for r in slow]
+    mems = [r.estimate.memory for r in slow if r.HasField("estimate")]
+    assert any(m.offloaded_host_gib > 0 for m in mems) and all(m.host_capacity_gib > 0 for m in mems)
+    refused = {str(r.error) for r in slow if r.HasField("error")}
+    assert refused and all("does not fit in the CXL pool" in e for e in refused), refused
+    assert len(mems) == 12  # activations in the pool never fit
+    steps = {r.estimate.step_time_s for r in slow if r.HasField("estimate")}
+    assert len(steps) == 8  # the pool's latency moves the 4 optimizer-in-the-pool points, not the others
+
+
 def test_a_row_is_what_its_scenario_gives_alone(blocks):
     engine = Engine(autoload=False)
     block = blocks[0]

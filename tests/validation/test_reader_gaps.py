@@ -168,6 +168,23 @@ def test_a_stated_recompute_is_never_changed(engine):
     assert chosen.plan.recompute == "none"
 
 
+def test_activation_offload_is_assumed_only_where_megatron_core_allows_it(engine):
+    # Megatron-Core refuses --cpu-offloading with pp > 1 and with recomputation
+    # (TransformerConfig.__post_init__): a run with either cannot have used it.
+    def offload_policies(**plan):
+        case = _case(plan={"tp": 2, "pp": 1, "gbs": 256, "mbs": 1, **plan})
+        _, knobs, _ = training_scenario(engine, case)
+        return [f for f in knobs.fit if "offload" in f.changes]
+
+    unstated = offload_policies()  # recompute unstated: offload, with no recomputation (alone, and with bf16 grads)
+    assert len(unstated) == 2 and all(f.changes["offload"].activations == "host" for f in unstated)
+    assert all(f.changes["recompute"] == "none" for f in unstated)
+    stated_none = offload_policies(recompute="none")
+    assert stated_none[0].changes == {"offload": Offload(activations="host")}
+    assert offload_policies(recompute="selective") == []
+    assert offload_policies(pp=2) == []
+
+
 def test_when_nothing_fits_the_least_memory_setting_is_taken_not_the_fastest(engine):
     # 405B on 8 GPUs: nothing fits; of the free micro-batch sizes the twin takes the one that
     # needs the least memory (mbs 1), where the fastest would be the largest.

@@ -42,10 +42,12 @@ def render(est: Estimate) -> None:
     out.print(f"Memory per GPU: {m['total_gib']:.1f} of {m['capacity_gib']:.0f} GiB -> "
               f"{'fits' if est.fits else 'DOES NOT FIT'}")
     mt = table("", "category", "GiB")
-    for key in ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "runtime_gib",
-                "offloaded_gib"):
-        if m[key] > 0:
-            mt.add_row(key.removesuffix("_gib"), f"{m[key]:.2f}")
+    pool_gib = m["offloaded_gib"] - m["offloaded_host_gib"]
+    for key, gib in (*((k, m[k]) for k in ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib",
+                                            "logits_gib", "runtime_gib")),
+                     ("offloaded to host DRAM", m["offloaded_host_gib"]), ("offloaded to the CXL pool", pool_gib)):
+        if gib > 0:
+            mt.add_row(key.removesuffix("_gib"), f"{gib:.2f}")
     out.print(mt)
     st = table("Throughput", "metric", "value")
     st.add_row("tokens/s", f"{est.tokens_per_s:,.0f}")

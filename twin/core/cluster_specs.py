@@ -153,12 +153,18 @@ class Optics:
 
 @dataclass(frozen=True, slots=True)
 class MemoryPool:
-    """A CXL-attached memory pool shared by the GPUs of a node."""
+    """A CXL-attached memory pool shared by the GPUs of a node, reached over each GPU's host
+    link: a tier of its own, apart from host DRAM (``plan.offload.<what>: cxl``; ``twin.core.offload``).
+    """
 
     fabric: str = "cxl"
-    capacity_gib_per_node: float = spec_field(1024.0, ge=0.001, le=1e7)
-    bandwidth_GBps_per_node: float = spec_field(256.0, ge=0.001, le=1e6)
-    latency_ns: float = spec_field(250.0, ge=0, le=1e9)
+    capacity_gib_per_node: float = spec_field(1024.0, ge=0.001, le=1e7, doc="pool capacity per node, GiB")
+    bandwidth_GBps_per_node: float = spec_field(256.0, ge=0.001, le=1e6,
+                                                doc="pool bandwidth per node and direction, GB/s")
+    latency_ns: float = spec_field(
+        250.0, ge=0, le=1e9, doc="load-to-use latency of the pool's memory, ns (CXL 2.0 devices: 170-250; Sun et "
+                                 "al., MICRO 2023): paid once per copy, and reads run at no more than the "
+                                 "outstanding-request window over the round trip")
     devices_per_node: int = spec_field(4, ge=1, le=1024)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -30,6 +30,7 @@ from twin.core.nccl_tuning import (
     collnet_direct_bw,
     p2p_channels,
 )
+from twin.core.offload import NO_TIERS, MemoryTiers, TierPath, path_to_pool
 from twin.core.specs import GPU, Calibration, Cluster, ComputeEfficiency
 from twin.core.topology import Hierarchy, Tier
 from twin.core.units import GIB
@@ -75,10 +76,14 @@ class ClusterFacts:
     """What the step model needs of a cluster besides its hierarchy (one per cluster)."""
 
     capacity_bytes: float
-    offload_bw_Bps: float
+    # The tiers outside HBM as one GPU reaches them (``twin.core.offload``): host memory (the
+    # "host" memory fabric) and a CXL pool over the host link (0 bandwidth: none).
+    pool_bw_Bps: float
     pool_capacity_bytes: float
-    host_bw_Bps: float          # host memory as an offload target (the "host" memory fabric)
+    pool_latency_s: float
+    host_bw_Bps: float
     host_capacity_bytes: float
+    host_latency_s: float
     tp_overlap_default: bool
     half_peak_tflops: float
     peak_tflops: dict[str, float]
@@ -213,22 +218,33 @@ def power_facts(fabrics: FabricSet, cluster: Cluster, hierarchy: Hierarchy) -> e
     return energy_model.power_facts(cluster, fabric_reports(fabrics, cluster, hierarchy, ("scale_out", "optics")))
 
 
-def cluster_facts(fabrics: FabricSet, cluster: Cluster) -> ClusterFacts:
-    """Capacity, offload bandwidth (a memory pool's, and host memory's) and peaks of ``cluster``."""
-    offload_bw = pool_capacity = 0.0
+def memory_tiers(fabrics: FabricSet, cluster: Cluster) -> MemoryTiers:
+    """Host memory (the "host" memory fabric, when registered) and the cluster's memory pool as
+    one GPU reaches them: the pool through the host link (``offload.path_to_pool``).
+    """
+    host = NO_TIERS.host
+    fab = fabrics.by_role.get("memory", {}).get("host")
+    if isinstance(fab, MemoryFabric):
+        host = TierPath(fab.bandwidth_per_gpu_Bps(cluster), fab.latency_s(cluster), fab.capacity_per_gpu_bytes(cluster))
+    pool = NO_TIERS.pool
     if cluster.memory_pool is not None:
         mem_fab = fabrics.get("memory", cluster.memory_pool.fabric, "cluster.memory_pool.fabric")
         assert isinstance(mem_fab, MemoryFabric)
-        offload_bw = mem_fab.bandwidth_per_gpu_Bps(cluster)
-        pool_capacity = mem_fab.capacity_per_gpu_bytes(cluster)
-    host_bw = host_capacity = 0.0
-    host = fabrics.by_role.get("memory", {}).get("host")
-    if isinstance(host, MemoryFabric):
-        host_bw, host_capacity = host.bandwidth_per_gpu_Bps(cluster), host.capacity_per_gpu_bytes(cluster)
+        pool = path_to_pool(mem_fab.bandwidth_per_gpu_Bps(cluster), mem_fab.latency_s(cluster),
+                            mem_fab.capacity_per_gpu_bytes(cluster), host)
+    return MemoryTiers(host, pool)
+
+
+def cluster_facts(fabrics: FabricSet, cluster: Cluster) -> ClusterFacts:
+    """Capacity, the memory tiers outside HBM (``memory_tiers``) and peaks of ``cluster``."""
+    tiers = memory_tiers(fabrics, cluster)
+    host, pool = tiers.host, tiers.pool
     gpu = cluster.gpu
     half = "bf16" if "bf16" in gpu.peak_tflops else "fp16"
-    return ClusterFacts(capacity_bytes=gpu.hbm_gib * GIB, offload_bw_Bps=offload_bw,
-                        pool_capacity_bytes=pool_capacity, host_bw_Bps=host_bw, host_capacity_bytes=host_capacity,
+    return ClusterFacts(capacity_bytes=gpu.hbm_gib * GIB, pool_bw_Bps=pool.bw_Bps,
+                        pool_capacity_bytes=pool.capacity_bytes, pool_latency_s=pool.latency_s,
+                        host_bw_Bps=host.bw_Bps, host_capacity_bytes=host.capacity_bytes,
+                        host_latency_s=host.latency_s,
                         tp_overlap_default=generation_facts(gpu.generation).tp_comm_overlap,
                         half_peak_tflops=gpu.peak_tflops[half], peak_tflops=dict(gpu.peak_tflops))
 

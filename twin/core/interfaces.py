@@ -94,16 +94,24 @@ class OpticsModel(Fabric):
 
 
 class MemoryFabric(Fabric):
-    """A memory tier outside HBM (CXL pool) that plans can offload to."""
+    """A memory tier outside HBM (host DRAM, a CXL pool) that plans can offload to.
+
+    The core prices offload traffic from these figures (``twin.core.offload``): a pool is
+    reached over the GPU's host link, so its path is the slower of the two and its latency the
+    link's round trip with the pool's latency in place of local DRAM's.
+    """
 
     role: ClassVar[str] = "memory"
 
     def bandwidth_per_gpu_Bps(self, cluster: Cluster) -> float:
-        """Sustained bandwidth one GPU gets to the pool, per direction."""
+        """Sustained bandwidth one GPU gets to the tier, per direction."""
         raise NotImplementedError
 
     def latency_s(self, cluster: Cluster) -> float:
-        """Load-to-use latency of the pool."""
+        """Latency of one access: the host link's DMA round trip (host memory), the memory's
+        load-to-use latency (a pool). Charged once per copy and bounding a read stream's rate
+        (``twin.core.offload``).
+        """
         raise NotImplementedError
 
     def capacity_per_gpu_bytes(self, cluster: Cluster) -> float:
@@ -201,7 +209,7 @@ class EvalContext:
     expert_params_per_gpu: Any
     tp_overlap: Any
     cost_fn: CostFn
-    offload_bw_Bps: Any = 0.0
+    memory_tiers: Any = None         # twin.core.offload.MemoryTiers: host DRAM and the CXL pool
     activation_bytes: Any = 0.0      # a value, or a function giving it (computed when first read)
     points: int = 0
     scenario: Scenario | None = None
@@ -210,7 +218,9 @@ class EvalContext:
 
     @property
     def activation_bytes_per_microbatch(self) -> Any:
-        """Activation bytes one micro-batch keeps in HBM on the first stage."""
+        """Activation bytes one micro-batch saves for its backward on the first stage (all its
+        layers; what activation offload moves, whether or not it is offloaded).
+        """
         v = self.activation_bytes
         if callable(v):
             v = self.activation_bytes = v()

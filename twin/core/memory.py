@@ -52,9 +52,18 @@ def lora_trainable_fraction(model: Model, plan: Any) -> Any:
     return ops.minimum(1.0, 2.0 * plan.lora_rank / model.hidden)
 
 
+# The memory tiers a plan's state may not fit in, in the order a verdict names them.
+TIERS = ("HBM", "host DRAM", "the CXL pool")
+
+
 @dataclass(slots=True)  # a result object: see estimate.py on why not frozen
 class MemoryBreakdown:
-    """Bytes per GPU by category, the capacity and the verdict (arrays for a batch)."""
+    """Bytes per GPU by category, the capacities and the verdict (arrays for a batch).
+
+    ``offloaded``: bytes kept off HBM, in both tiers; ``offloaded_host`` of them in host DRAM
+    (``host_capacity`` of it available to this GPU), the rest in the CXL pool
+    (``pool_capacity``; 0: none).
+    """
 
     weights: Any
     gradients: Any
@@ -65,6 +74,8 @@ class MemoryBreakdown:
     offloaded: Any
     capacity: Any
     pool_capacity: Any
+    offloaded_host: Any = 0.0
+    host_capacity: Any = 0.0
 
     @property
     def total(self) -> Any:
@@ -72,15 +83,42 @@ class MemoryBreakdown:
         return self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.runtime
 
     @property
+    def offloaded_pool(self) -> Any:
+        """Bytes kept in the CXL pool."""
+        return self.offloaded - self.offloaded_host
+
+    def tier_fits(self) -> tuple[Any, Any, Any]:
+        """Whether HBM, host DRAM and the pool (``TIERS``) each hold what is kept there."""
+        return (self.total <= self.capacity, self.offloaded_host <= self.host_capacity,
+                self.offloaded_pool <= self.pool_capacity)
+
+    @property
     def fits(self) -> Any:
-        """HBM holds it, and the offload target holds what was sent there."""
-        return ops.logical_and(self.total <= self.capacity, self.offloaded <= self.pool_capacity)
+        """Every tier holds what is kept there."""
+        hbm, host, pool = self.tier_fits()
+        return ops.logical_and(hbm, ops.logical_and(host, pool))
 
     def fits_leaving(self, headroom: float | None) -> Any:
         """It fits, leaving ``headroom`` (a share of HBM; 0 or None: none) free."""
         if not headroom:
             return self.fits
         return ops.logical_and(self.fits, self.total <= self.capacity * (1.0 - headroom))
+
+    def full_tiers(self) -> list[str]:
+        """The tiers (one scenario's) that do not hold what is kept there, HBM first."""
+        return [name for name, ok in zip(TIERS, self.tier_fits(), strict=True) if not ok]
+
+    def verdict(self) -> str:
+        """One scenario's out-of-memory note naming each full tier with its need and capacity
+        ("" when it fits).
+        """
+        needs = {"HBM": (self.total, self.capacity), "host DRAM": (self.offloaded_host, self.host_capacity),
+                 "the CXL pool": (self.offloaded_pool, self.pool_capacity)}
+        full = self.full_tiers()
+        if not full:
+            return ""
+        return "does not fit: " + "; ".join(f"{needs[t][0] / GIB:.1f} GiB needed of {needs[t][1] / GIB:.1f} GiB {t}"
+                                            for t in full)
 
     def as_gib(self) -> dict[str, float]:
         """Each category in GiB."""
@@ -89,7 +127,8 @@ class MemoryBreakdown:
             "optimizer_gib": self.optimizer / GIB, "activations_gib": self.activations / GIB,
             "logits_gib": self.logits / GIB, "runtime_gib": self.runtime / GIB,
             "total_gib": self.total / GIB, "capacity_gib": self.capacity / GIB,
-            "offloaded_gib": self.offloaded / GIB,
+            "offloaded_gib": self.offloaded / GIB, "offloaded_host_gib": self.offloaded_host / GIB,
+            "host_capacity_gib": self.host_capacity / GIB,
         }
 
 
@@ -311,11 +350,14 @@ def model_states(plan: Any, model: Model, w: Workload, dp: Any, params_gpu: Any,
 
 def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params_gpu: Any,
                    expert_params_gpu: Any, capacity: Any, pool_capacity: Any, flash: Any,
-                   act: ActivationTerms | None = None, states: ModelStates | None = None) -> MemoryBreakdown:
+                   act: ActivationTerms | None = None, states: ModelStates | None = None,
+                   host_capacity: Any = 0.0) -> MemoryBreakdown:
     """Memory of the most loaded GPU (first or last pipeline stage).
 
     ``act`` and ``states``: the activation terms and model states when already known
-    (neither depends on m or v).
+    (neither depends on m or v). ``capacity``, ``host_capacity`` and ``pool_capacity``: what
+    HBM, host DRAM and the CXL pool hold for this GPU; each offloaded state is counted in the
+    tier its ``plan.offload`` target names.
     """
     p = plan.pp
     if states is None:
@@ -344,23 +386,33 @@ def memory_per_gpu(plan: Any, model: Model, w: Workload, dp: Any, m: Any, params
             activations = ops.where(last_heavier, last, activations)
             logits = ops.where(ops.logical_or(p == 1, last_heavier), logits, 0.0)
     offloaded: Any = 0.0
+    host: Any = 0.0
     o = plan.offload
     off_opt, off_par, off_act = o.optimizer != "none", o.params != "none", o.activations != "none"
     if ops.any_(off_opt):
         offloaded = ops.where(off_opt, offloaded + optim, offloaded)
+        host = ops.where(o.optimizer == "host", host + optim, host)
         optim = ops.where(off_opt, 0.0, optim)
     if ops.any_(off_par):
         offloaded = ops.where(off_par, offloaded + weights, offloaded)
+        host = ops.where(o.params == "host", host + weights, host)
         layers_stage = first_stage_layers(model.layers, p, plan.pp_first_layers, plan.pp_last_layers)
         weights = ops.where(off_par, states.weight_bytes * 2 * params_gpu / ops.maximum(1.0, layers_stage), weights)
     if ops.any_(off_act):
-        offloaded = ops.where(off_act, offloaded + activations, offloaded)
-        activations = ops.where(off_act, act.per_token * w.tokens * 2, activations)  # two layers staged in HBM
+        # Each micro-batch in flight keeps its last layer in HBM (never offloaded: twin.core.offload)
+        # and one layer is in transit; the rest of what they saved is in the tier.
+        layer, in_flight = act.per_token * w.tokens, in_flight_microbatches(p, plan.vp, m, plan.schedule)
+        sent = ops.maximum(activations - act.recompute_live - layer * in_flight, 0.0)
+        offloaded = ops.where(off_act, offloaded + sent, offloaded)
+        host = ops.where(o.activations == "host", host + sent, host)
+        activations = ops.where(off_act, ops.minimum(activations, layer * (in_flight + 1) + act.recompute_live),
+                                activations)
     live = weights + grads + optim + activations + logits
     runtime = RUNTIME_RESERVED_BYTES + FRAGMENTATION * live
     return MemoryBreakdown(
         weights=weights, gradients=grads, optimizer=optim, activations=activations, logits=logits,
-        runtime=runtime, offloaded=offloaded, capacity=capacity, pool_capacity=pool_capacity)
+        runtime=runtime, offloaded=offloaded, capacity=capacity, pool_capacity=pool_capacity, offloaded_host=host,
+        host_capacity=host_capacity)
 
 
 def recomputed_layers(recompute: Any, requested: Any, layers_stage: Any) -> Any:

@@ -84,6 +84,21 @@ class Refusal:
 
 MEMORY = Refusal("memory", "does not fit in HBM", INFEASIBLE)
 MEMORY_REASON = MEMORY.message
+# What is offloaded does not fit its tier (``MemoryBreakdown.tier_fits``), in TIERS' order after HBM.
+MEMORY_HOST = Refusal("memory", "what is offloaded to host does not fit in host DRAM", INFEASIBLE)
+MEMORY_POOL = Refusal("memory", "what is offloaded to cxl does not fit in the CXL pool", INFEASIBLE)
+MEMORY_REFUSALS = (MEMORY, MEMORY_HOST, MEMORY_POOL)
+
+
+def full_tier(mem: MemoryBreakdown, headroom: float | None) -> Any:
+    """Per point, the index in ``MEMORY_REFUSALS`` of the first tier that does not hold what is
+    kept there (HBM leaving ``headroom`` of it free, host DRAM, the CXL pool); -1 where all do.
+    """
+    hbm, host, pool = mem.tier_fits()
+    if headroom:
+        hbm = ops.logical_and(hbm, mem.total <= mem.capacity * (1.0 - headroom))
+    return ops.where(ops.logical_not(hbm), 0, ops.where(ops.logical_not(host), 1,
+                                                        ops.where(ops.logical_not(pool), 2, -1)))
 PRUNED = Refusal("", "pruned: its step without communication already exceeds the best plans' step time", PRUNED)
 PRUNED_REASON = PRUNED.message
 # A point whose numbers leave the computable range (the arithmetic error's name is appended).
@@ -123,7 +138,8 @@ INTERVAL_COLUMNS = ("step_time_p80_low_s", "step_time_p80_high_s", "step_time_p9
 # The memory categories a batch keeps as columns (``memory_<name>_bytes``: bytes, so that a row is
 # exact), in MemoryBreakdown's order.
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "runtime", "offloaded", "capacity",
-                "pool_capacity")
+                "pool_capacity", "offloaded_host", "host_capacity")
+_HOST_PARTS = ("offloaded_host", "host_capacity")
 
 
 @dataclass
@@ -305,7 +321,9 @@ def estimate_of_row(row: dict[str, float], microbatches: int, dp: int, scenario:
     breakdown = Breakdown(compute_s=row["compute_s"], recompute_s=row["recompute_s"],
                           exposed_comm_s=exposed, bubble_s=row["bubble_s"], optimizer_s=row["optimizer_s"],
                           offload_s=row["offload_s"], overlap_interference_s=row["interference_s"])
-    mem = MemoryBreakdown(*(row.get(f"memory_{p}_bytes", math.nan) for p in MEMORY_PARTS))
+    # Rows written before host DRAM was a tier of its own hold no host columns: nothing there.
+    mem = MemoryBreakdown(*(row.get(f"memory_{p}_bytes", 0.0 if p in _HOST_PARTS else math.nan)
+                            for p in MEMORY_PARTS))
     energy, cost = energy_model.from_columns(row)
     bounds = [row.get(name, math.nan) for name in INTERVAL_COLUMNS]
     interval = None if any(math.isnan(b) for b in bounds) else StepInterval(*bounds)
@@ -358,6 +376,7 @@ def zero_missing_exposed(out: PointResults) -> None:
             col[ok & np.isnan(col)] = 0.0
 
 
-__all__ = ["ARITHMETIC_REASON", "INFEASIBLE", "INVALID", "MEMORY", "MEMORY_PARTS", "MEMORY_REASON", "PRUNED",
-           "PRUNED_REASON", "Cost", "Energy", "PointResults", "Refusal", "Refusals", "arithmetic", "energy_values",
-           "estimate_columns", "estimate_of_row", "zero_missing_exposed"]
+__all__ = ["ARITHMETIC_REASON", "INFEASIBLE", "INVALID", "MEMORY", "MEMORY_HOST", "MEMORY_PARTS", "MEMORY_POOL",
+           "MEMORY_REASON", "MEMORY_REFUSALS", "PRUNED", "PRUNED_REASON", "Cost", "Energy", "PointResults", "Refusal",
+           "Refusals", "arithmetic", "energy_values", "estimate_columns", "estimate_of_row", "full_tier",
+           "zero_missing_exposed"]

@@ -38,10 +38,10 @@ from twin.core.memory import (
     ModelStates,
     StateDivisors,
     activation_terms,
-    in_flight_microbatches,
     memory_per_gpu,
     model_states,
 )
+from twin.core.offload import MemoryTiers, TierPath, tier_of
 from twin.core.pipelines import rank0_params
 from twin.core.schedule import pipeline_time, stage_params
 from twin.core.specs import DEFAULT_SOFTWARE, Model, Scenario, Software
@@ -94,8 +94,7 @@ class Work:
     optimizer_s: Any
     flops: Any            # model FLOPs of the step
     capacity: Any
-    offload_bw: Any
-    pool_capacity: Any
+    tiers: MemoryTiers    # host DRAM and the CXL pool (``twin.core.offload``)
     tp_overlap_default: Any
     half_peak: Any
     prec_peak: Any
@@ -105,12 +104,11 @@ class Work:
 @dataclass(slots=True)
 class Shared:
     """What the points of a group (the same everything but gbs and vp) share before the
-    strategies: model states, the offload link and pool, the optimizer step, the passes.
+    strategies: model states, the memory tiers outside HBM, the optimizer step, the passes.
     """
 
     states: ModelStates
-    offload_bw: Any
-    pool_capacity: Any
+    tiers: MemoryTiers
     optimizer_s: Any
     passes: Any           # 3 (forward, data grad, weight grad); 2 for LoRA's frozen base
 
@@ -139,44 +137,45 @@ class Step:
 
 
 # ------------------------------------------------------------------ the work of a point
-def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, divisors: StateDivisors, offload_bw: Any,
+def optimizer_time(plan: Any, params_gpu: Any, expert_gpu: Any, divisors: StateDivisors, tiers: MemoryTiers,
                    hbm_Bps: Any, master_weights: bool = True) -> Any:
     """The optimizer step: the local (sharded) optimizer state streamed through HBM once.
 
     Zero for LoRA's frozen base (the adapters are negligible) and when the optimizer state
-    lives in a memory pool (the offload strategy charges that step against the pool link).
+    lives off HBM (the offload strategy charges that step against the tier's path).
     ``divisors``: how the states are sharded (``memory.state_divisors``).
     """
     local = (params_gpu - expert_gpu) / divisors.optimizer + expert_gpu / divisors.expert_optimizer
     t = local * (OPTIMIZER_BYTES_PER_PARAM if master_weights else PURE_16BIT_OPTIMIZER_BYTES_PER_PARAM) / hbm_Bps
-    offloaded = ops.logical_and(plan.offload.optimizer != "none", offload_bw > 0)
+    target = plan.offload.optimizer
+    offloaded = ops.logical_and(target != "none", tier_of(tiers, target)[0] > 0)
     return ops.where(ops.logical_or(plan.trainable == "lora", offloaded), 0.0, t)
 
 
 def shared(plan: Any, model: Model, w: Workload, dp: Any, dev: Device, facts: Any, params: Any, expert: Any,
            software: Software = DEFAULT_SOFTWARE) -> Shared:
-    """:class:`Shared` of one scenario or of a batch (``facts``: see :func:`work`)."""
-    offload_bw, pool_capacity = facts.offload_bw_Bps, facts.pool_capacity_bytes
+    """:class:`Shared` of one scenario or of a batch (``facts``: see :func:`work`): host memory
+    and the pool are separate tiers, each target priced on its own.
+    """
+    host_bw = facts.host_bw_Bps
     o = plan.offload
     host = ops.logical_or(ops.logical_or(o.optimizer == "host", o.params == "host"), o.activations == "host")
     if ops.any_(host):
-        # Host DRAM (the "host" memory fabric) when no pool is attached (a pool's own figures win).
-        offload_bw = ops.where(host, ops.where(offload_bw != 0, offload_bw, facts.host_bw_Bps), offload_bw)
-        pool_capacity = ops.where(host, ops.where(pool_capacity != 0, pool_capacity, facts.host_capacity_bytes),
-                                  pool_capacity)
         # An accelerator whose host link is not published (TPU v5p, Trainium: plugins/host_memory.py)
         # has no host offload target: refused (a batch's such points are NaN, then refused one by one).
-        nowhere = ops.logical_and(host, offload_bw == 0)
+        nowhere = ops.logical_and(host, host_bw == 0)
         if not ops.is_batch(nowhere):
             if nowhere:
                 raise SpecError("plan.offload", "offloading to 'host' needs the accelerator's host link, which is "
                                                 "not published for this one (plugins/host_memory.py)")
         elif nowhere.any():
-            offload_bw = np.where(nowhere, np.nan, offload_bw)
+            host_bw = np.where(nowhere, np.nan, host_bw)
+    tiers = MemoryTiers(TierPath(host_bw, facts.host_latency_s, facts.host_capacity_bytes),
+                        TierPath(facts.pool_bw_Bps, facts.pool_latency_s, facts.pool_capacity_bytes))
     states = model_states(plan, model, w, dp, params, expert, master_weights=software.master_weights)
-    opt_s = optimizer_time(plan, params, expert, states.divisors, offload_bw, dev.hbm_Bps, software.master_weights)
-    # Positionally (states, offload_bw, pool_capacity, optimizer_s, passes): as work().
-    return Shared(states, offload_bw, pool_capacity, opt_s, ops.where(plan.trainable == "lora", 2.0, 3.0))
+    opt_s = optimizer_time(plan, params, expert, states.divisors, tiers, dev.hbm_Bps, software.master_weights)
+    # Positionally (states, tiers, optimizer_s, passes): as work().
+    return Shared(states, tiers, opt_s, ops.where(plan.trainable == "lora", 2.0, 3.0))
 
 
 def work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: StageTimes, facts: Any,
@@ -196,13 +195,14 @@ def work(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, stage: Stag
     if group is None:
         group = shared(plan, model, w, dp, dev, facts, params, expert, software)
     states = group.states
-    mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, group.pool_capacity,
-                         dev.flash, act, states)
+    tiers = group.tiers
+    mem = memory_per_gpu(plan, model, w, dp, m, params, expert, facts.capacity_bytes, tiers.pool.capacity_bytes,
+                         dev.flash, act, states, tiers.host.capacity_bytes)
     # Positionally, in Work's field order: keywords cost about twice as much (timeit), and
     # every evaluation builds one.
     return Work(plan, dp, m, dev, w, stage, params, expert, act, mem, states.divisors, group.optimizer_s,
-                group.passes * fwd_flops * plan.gbs, facts.capacity_bytes, group.offload_bw, group.pool_capacity,
-                facts.tp_overlap_default, facts.half_peak_tflops, prec_peak, num_gpus)
+                group.passes * fwd_flops * plan.gbs, facts.capacity_bytes, tiers, facts.tp_overlap_default,
+                facts.half_peak_tflops, prec_peak, num_gpus)
 
 
 def group_shared(plan: Any, model: Model, dp: Any, dev: Device, w: Workload, facts: Any, params: Any, expert: Any,
@@ -248,19 +248,16 @@ def context(wk: Work, model: Model, cluster: Any, calibration: Any, hierarchy: H
         tp_overlap = np.where(tp_comm < 0, default, tp_comm == 1)
     else:
         tp_overlap = default if tp_comm is None else tp_comm
-    # The activations one micro-batch keeps in HBM (offloaded activations: the two staged layers).
+    # The activations one micro-batch saves for its backward (what activation offload moves).
     act = wk.act
     if schedule:
-        def in_hbm() -> Any:
-            return ops.where(plan.offload.activations != "none", act.per_token * wk.w.tokens * 2,
-                             act.per_microbatch * in_flight_microbatches(plan.pp, plan.vp, 1, plan.schedule)
-                             + act.recompute_live)
+        saved = act.per_microbatch
         m = wk.m
     else:
-        plan, in_hbm, m = dataclasses.replace(plan, gbs=None, vp=None), None, None
+        plan, saved, m = dataclasses.replace(plan, gbs=None, vp=None), None, None
     # Positionally, in EvalContext's field order (notes: a fresh list, as its default): as Work.
     return EvalContext(plan, model, cluster, calibration, wk.dp, m, wk.dev, wk.w, hierarchy, spans, wk.stage,
-                       wk.params, wk.expert, tp_overlap, cost_fn, wk.offload_bw, in_hbm, points, scenario, [],
+                       wk.params, wk.expert, tp_overlap, cost_fn, wk.tiers, saved, points, scenario, [],
                        software)
 
 
@@ -375,23 +372,27 @@ def finish(ctx: EvalContext, wk: Work, parts: Sequence[tuple[Strategy, Terms]], 
     # syncs, optimizer launches: Software.step_us), which it overlaps.
     opt_s = ops.maximum(wk.optimizer_s, stage.host_step_s)
     if not breakdown:
-        offload_s, per_step, interference = _step_terms(parts, m)
-        return pipe + per_step + opt_s + offload_s + interference
+        offload_step, per_step, interference = _step_terms(parts, m)
+        return pipe + per_step + opt_s + offload_step + interference
     exposed, issued, nbytes, algorithms, details, sums = _dimensions(parts, m, ctx.batch)
-    offload_s, per_step, interference = sums
-    step = pipe + per_step + opt_s + offload_s + interference
+    offload_s, offload_step, per_step, interference = sums
+    # The offload stalls of the micro-batches are in ``pipe`` already (their t_mb); the breakdown
+    # reports them under offload_s, the step adds only the per-step part.
+    step = pipe + per_step + opt_s + offload_step + interference
     return Step(step, m * (stage.fwd_s + stage.bwd_s), m * stage.recompute_s, exposed, issued, nbytes, bubble,
                 opt_s, offload_s, interference, algorithms, list(ctx.notes), flow_set, details)
 
 
 def _step_terms(parts: Sequence[tuple[Strategy, Terms]], m: Any) -> tuple[Any, Any, Any]:
-    """(offload, per-step exposed communication, interference) of the strategies' terms."""
+    """(offload's per-step stall, per-step exposed communication, interference) of the strategies'
+    terms (the per-micro-batch stalls are in the pipeline's time).
+    """
     offload_s: Any = 0.0
     per_step: Any = 0.0
     hidden: Any = 0.0
     for strat, t in parts:
         if strat.dimension == "offload":
-            offload_s = offload_s + (t.exposed_per_microbatch_s * m + t.exposed_per_step_s)
+            offload_s = offload_s + t.exposed_per_step_s
         else:
             per_step = per_step + t.exposed_per_step_s
         if strat.interferes:
@@ -402,7 +403,8 @@ def _step_terms(parts: Sequence[tuple[Strategy, Terms]], m: Any) -> tuple[Any, A
 
 def _dimensions(parts: Sequence[tuple[Strategy, Terms]], m: Any, batch: bool) -> tuple[Any, ...]:
     """Per dimension: exposed, issued, bytes (one scenario only), algorithms and details (one
-    scenario only); and (offload, per-step exposed, interference) as :func:`_step_terms`.
+    scenario only); and (offload's whole stall, its per-step part, per-step exposed, interference),
+    the last three as :func:`_step_terms`.
     """
     exposed: dict[str, Any] = {}
     issued: dict[str, Any] = {}
@@ -410,12 +412,14 @@ def _dimensions(parts: Sequence[tuple[Strategy, Terms]], m: Any, batch: bool) ->
     algorithms: dict[str, str] = {}
     details: dict[str, dict[str, Any]] = {}
     offload_s: Any = 0.0
+    offload_step: Any = 0.0
     per_step: Any = 0.0
     hidden: Any = 0.0
     for strat, t in parts:
         dim = strat.dimension
         if dim == "offload":
             offload_s = offload_s + (t.exposed_per_microbatch_s * m + t.exposed_per_step_s)
+            offload_step = offload_step + t.exposed_per_step_s
         else:
             e = t.exposed_per_microbatch_s * m + t.exposed_per_step_s
             if batch or e > 0 or dim not in exposed:
@@ -432,7 +436,8 @@ def _dimensions(parts: Sequence[tuple[Strategy, Terms]], m: Any, batch: bool) ->
             per_step = per_step + t.exposed_per_step_s
         if strat.interferes:
             hidden = hidden + ops.maximum(0.0, total - t.exposed_per_microbatch_s * m - t.exposed_per_step_s)
-    return exposed, issued, nbytes, algorithms, details, (offload_s, per_step, OVERLAP_INTERFERENCE * hidden)
+    return exposed, issued, nbytes, algorithms, details, (offload_s, offload_step, per_step,
+                                                          OVERLAP_INTERFERENCE * hidden)
 
 
 def step_lower_bound(plan: Any, m: Any, stage: StageTimes, optimizer_s: Any) -> Any:

@@ -14,7 +14,11 @@ The policies (each with the switch that turns it on in its stack):
   activation, MLA's up-projections, the dense MLP (Megatron-Core ``--recompute-modules
   layernorm moe_act mla_up_proj mlp``; NVIDIA's Megatron-Core MoE Model Zoo recipes use them to fit);
 - activation offload to host memory (Megatron-Core / Transformer Engine ``--cpu-offloading``
-  with ``--cpu-offloading-num-layers``; ``plan.offload.activations: host``);
+  with ``--cpu-offloading-num-layers``; ``plan.offload.activations: host``), only where the run
+  could have used it: Megatron-Core refuses it with pipeline parallelism and with activation
+  recomputation (``TransformerConfig.__post_init__``, megatron/core/transformer/transformer_config.py:
+  "Currently there is no support for Pipeline parallelism with CPU offloading", "CPU offloading
+  does not work when activation recomputation is enabled"), so it is tried at pp 1 without it;
 - a bf16 gradient buffer (Megatron-Core ``--grad-reduce-in-bf16``; NeMo's
   ``optim.grad_sync_dtype: bf16``, set by NVIDIA's own H100 GPT-3 20B performance example,
   NeMo-Framework-Launcher ``examples/training/gpt/h100/20b_fp8_1node.sh``);
@@ -33,6 +37,7 @@ from typing import Any
 
 from twin.core.specs import Model
 from twin.core.training_specs import DEFAULT_RECOMPUTE_MODULES, Offload
+from twin.reference.plan_spellings import _norm_recompute
 
 # The stacks whose runs are Megatron-Core or NeMo (the whole list of policies); others: PyTorch.
 _MEGATRON_STACKS = ("megatron-core-te", "megatron-core-te2", "megatron-core-te-cudagraphs", "nemo-megatron",
@@ -78,8 +83,12 @@ def fit_policies(stack: str, model: Model, p: Mapping[str, Any], recompute_open:
             out.append(FitPolicy(f"selective recomputation ({', '.join(mods)})",
                                  {"recompute": "selective", "recompute_modules": mods}))
     no_offload = p.get("offload") is None and plan_kwargs.get("offload") is None
-    if megatron and no_offload:
-        out.append(FitPolicy("activation offload to host memory", {"offload": Offload(activations="host")}))
+    # Megatron-Core's --cpu-offloading: pp 1 and no recomputation only (module docstring).
+    offload_ok = plan_kwargs.get("pp", 1) == 1 and (recompute_open or _norm_recompute(p.get("recompute")) == "none")
+    if megatron and no_offload and offload_ok:
+        no_recompute = {"recompute": "none"} if recompute_open else {}  # a stated one is "none" already
+        out.append(FitPolicy("activation offload to host memory", {"offload": Offload(activations="host"),
+                                                                   **no_recompute}))
     grads_open = p.get("grad_reduce_dtype") is None and plan_kwargs.get("optimizer_sharding") != "fsdp"
     if megatron and grads_open and plan_kwargs.get("precision") != "fp32":
         out.append(FitPolicy("bf16 gradient buffer", {"grad_reduce_dtype": "bf16"}))

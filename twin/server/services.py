@@ -151,9 +151,8 @@ class TwinServicer:
         predict = self._predict_cached if len(key) <= CACHE_KEY_MAX else self._predict
         est, response = predict(source, key, not request.omit_fabric_report)
         if request.require_fit and not est.fits:
-            mem = est.memory.as_gib()
-            raise InfeasibleError("plan", f"does not fit in memory: needs {mem['total_gib']:.1f} GiB per GPU, "
-                                          f"{mem['capacity_gib']:.1f} GiB available")
+            # The verdict names each full tier (HBM, host DRAM, the CXL pool) with need and capacity.
+            raise InfeasibleError("plan", f"{est.memory.verdict()} per GPU")
         # The same message may go to several callers at once: gRPC only serializes it.
         return response
 

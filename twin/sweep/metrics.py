@@ -45,8 +45,8 @@ DETAIL_COLUMNS = (
     "issued_tp_s", "issued_cp_s", "issued_ep_s", "issued_dp_s", "issued_pp_s", "issued_other_s",
     "memory_weights_bytes", "memory_gradients_bytes", "memory_optimizer_bytes", "memory_activations_bytes",
     "memory_logits_bytes", "memory_runtime_bytes", "memory_offloaded_bytes", "memory_capacity_bytes",
-    "memory_pool_capacity_bytes", "model_flops_per_step", "average_power_w", "gpu_busy_s", "gpu_wait_s", "pue",
-    "hardware_usd", "electricity_usd",
+    "memory_pool_capacity_bytes", "memory_offloaded_host_bytes", "memory_host_capacity_bytes",
+    "model_flops_per_step", "average_power_w", "gpu_busy_s", "gpu_wait_s", "pue", "hardware_usd", "electricity_usd",
 )
 # Exposed-communication dimensions with their own column; any other goes to exposed_other_s.
 EXPOSED_DIMS = ("tp", "cp", "ep", "dp", "pp")

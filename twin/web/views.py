@@ -112,7 +112,7 @@ def row_of(index: int, assignment: Mapping[str, Any], estimate: Estimate | None,
     mem = estimate.memory.as_gib()
     power = estimate.energy.average_power_w if estimate.energy is not None else None
     gpus = estimate.tokens_per_s / estimate.tokens_per_s_per_gpu if estimate.tokens_per_s_per_gpu else None
-    row.update({"feasible": bool(estimate.fits), "reason": "" if estimate.fits else "does not fit in HBM",
+    row.update({"feasible": bool(estimate.fits), "reason": estimate.memory.verdict(),
                 "num_gpus": round(gpus) if gpus else None,
                 "step_time_s": estimate.step_time_s, "tokens_per_s": estimate.tokens_per_s, "mfu": estimate.mfu,
                 "memory_gib": mem.get("total_gib"), "power_kw": power / 1e3 if power else None,

@@ -518,7 +518,8 @@ def estimate_from_message(msg: estimate_pb2.Estimate) -> Estimate:
                              optimizer=m.optimizer_gib * GIB, activations=m.activations_gib * GIB,
                              logits=m.logits_gib * GIB, runtime=m.runtime_gib * GIB,
                              offloaded=m.offloaded_gib * GIB, capacity=m.capacity_gib * GIB,
-                             pool_capacity=m.offload_capacity_gib * GIB)
+                             pool_capacity=m.offload_capacity_gib * GIB,
+                             offloaded_host=m.offloaded_host_gib * GIB, host_capacity=m.host_capacity_gib * GIB)
     return Estimate(scenario=msg.scenario_name, step_time_s=msg.step_time_s, breakdown=breakdown, memory=memory,
                     tokens_per_s=msg.tokens_per_s, tokens_per_s_per_gpu=msg.tokens_per_s_per_gpu,
                     model_tflops_per_gpu=msg.model_tflops_per_gpu, mfu=msg.mfu,

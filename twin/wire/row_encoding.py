@@ -169,7 +169,7 @@ def _estimate_layout(priced: bool, interval: bool) -> Layout:
         breakdown.double(_number(b, name), column)
     memory = Layout()
     for name in (*(f"{p}_gib" for p in _MEMORY_PARTS), "total_gib", "capacity_gib", "offloaded_gib",
-                 "offload_capacity_gib"):
+                 "offload_capacity_gib", "offloaded_host_gib", "host_capacity_gib"):
         memory.double(_number(m, name), f"@{name}")
     memory.boolean(_number(m, "fits"), "@fits")
     energy = Layout()
@@ -222,8 +222,12 @@ def _derived(rows: Mapping[str, np.ndarray], idx: np.ndarray) -> dict[str, np.nd
     cols["@capacity_gib"] = cols["memory_capacity_bytes"] / GIB
     cols["@offloaded_gib"] = cols["memory_offloaded_bytes"] / GIB
     cols["@offload_capacity_gib"] = cols["memory_pool_capacity_bytes"] / GIB
-    cols["@fits"] = (total <= cols["memory_capacity_bytes"]) & (cols["memory_offloaded_bytes"]
-                                                               <= cols["memory_pool_capacity_bytes"])
+    host = cols["memory_offloaded_host_bytes"]
+    cols["@offloaded_host_gib"] = host / GIB
+    cols["@host_capacity_gib"] = cols["memory_host_capacity_bytes"] / GIB
+    # MemoryBreakdown.fits: HBM, host DRAM and the CXL pool (what is offloaded but not to host).
+    cols["@fits"] = ((total <= cols["memory_capacity_bytes"]) & (host <= cols["memory_host_capacity_bytes"])
+                     & (cols["memory_offloaded_bytes"] - host <= cols["memory_pool_capacity_bytes"]))
     exposed = [cols[f"exposed_{d}_s"].tolist() for d in ROW_DIMS]
     # Breakdown.total_s: the exposed communication summed exactly (math.fsum), then the rest in order.
     fsum = np.asarray([math.fsum(v) for v in zip(*exposed, strict=True)], np.float64) if len(idx) else np.zeros(0)

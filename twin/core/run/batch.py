@@ -29,14 +29,15 @@ from twin.core.pipelines import pairs_end_stages, rank0_params
 from twin.core.point_set import ColumnView, PointSet, model_rows
 from twin.core.results import (
     INTERVAL_COLUMNS,
-    MEMORY,
     MEMORY_PARTS,
+    MEMORY_REFUSALS,
     PRUNED,
     PointResults,
     Refusal,
     Refusals,
     arithmetic,
     estimate_columns,
+    full_tier,
     zero_missing_exposed,
 )
 from twin.core.run.columns import (
@@ -181,7 +182,11 @@ def _evaluate(model: Driver, ps: PointSet, headroom: float | None, validate: boo
     if headroom is None:
         fits = ~odd
     else:
-        out.reason_ix[idx[~fits & ~odd]] = coded.code(MEMORY)
+        tier = full_tier(wk.mem, headroom)  # the refusal names the tier that is full
+        for k, refusal in enumerate(MEMORY_REFUSALS):
+            where = ~fits & ~odd & (tier == k)
+            if where.any():
+                out.reason_ix[idx[where]] = coded.code(refusal)
     keep = np.flatnonzero(fits)
     if len(keep) == 0:
         return
@@ -476,7 +481,7 @@ def _per_point(model: Driver, ps: PointSet, idx: np.ndarray, coded: Refusals, ou
         fits = bool(est.memory.fits_leaving(headroom))
         out.fits[j] = fits
         if not fits and headroom is not None:
-            out.reason_ix[j] = coded.code(MEMORY)
+            out.reason_ix[j] = coded.code(MEMORY_REFUSALS[int(full_tier(est.memory, headroom))])
             continue
         out.reason_ix[j] = -1
         for name, v in estimate_columns(est).items():
@@ -574,9 +579,10 @@ def batch_work(model: Driver, ps: PointSet, facts: Sequence[ClusterFacts | None]
     def fact(attr: str) -> np.ndarray:
         return np.asarray([getattr(f if f is not None else proto, attr) for f in facts])[cix]
 
-    cluster_facts = FactColumns(capacity_bytes=fact("capacity_bytes"), offload_bw_Bps=fact("offload_bw_Bps"),
-                                pool_capacity_bytes=fact("pool_capacity_bytes"), host_bw_Bps=fact("host_bw_Bps"),
-                                host_capacity_bytes=fact("host_capacity_bytes"),
+    cluster_facts = FactColumns(capacity_bytes=fact("capacity_bytes"), pool_bw_Bps=fact("pool_bw_Bps"),
+                                pool_capacity_bytes=fact("pool_capacity_bytes"), pool_latency_s=fact("pool_latency_s"),
+                                host_bw_Bps=fact("host_bw_Bps"), host_capacity_bytes=fact("host_capacity_bytes"),
+                                host_latency_s=fact("host_latency_s"),
                                 tp_overlap_default=fact("tp_overlap_default"),
                                 half_peak_tflops=fact("half_peak_tflops"))
     peaks = np.asarray([[(f or proto).peak_tflops.get(str(p), np.nan) for p in precs] for f in facts])

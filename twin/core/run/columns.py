@@ -39,10 +39,12 @@ class FactColumns:
     """:class:`ClusterFacts` per point (the fields a batch's work needs)."""
 
     capacity_bytes: np.ndarray
-    offload_bw_Bps: np.ndarray
+    pool_bw_Bps: np.ndarray
     pool_capacity_bytes: np.ndarray
+    pool_latency_s: np.ndarray
     host_bw_Bps: np.ndarray
     host_capacity_bytes: np.ndarray
+    host_latency_s: np.ndarray
     tp_overlap_default: np.ndarray
     half_peak_tflops: np.ndarray
 
@@ -161,7 +163,7 @@ def rows_context(ctx: EvalContext, rows: np.ndarray, hierarchy: HierarchyBatch,
                        device=take(ctx.device), workload=take(ctx.workload), hierarchy=hierarchy,
                        spans={dim: ops.TakeView(v, rows) for dim, v in ctx.spans.items()}, stage=take(ctx.stage),
                        params_per_gpu=take(ctx.params_per_gpu), expert_params_per_gpu=take(ctx.expert_params_per_gpu),
-                       tp_overlap=take(ctx.tp_overlap), cost_fn=cost_fn, offload_bw_Bps=take(ctx.offload_bw_Bps),
+                       tp_overlap=take(ctx.tp_overlap), cost_fn=cost_fn, memory_tiers=take(ctx.memory_tiers),
                        activation_bytes=None, points=len(rows), scenario=None, software=ctx.software)
 
 
@@ -274,7 +276,7 @@ def point_context(ctx: EvalContext, i: int, cost_for: CostFor) -> EvalContext:
                        spans=spans, stage=take_tree(ctx.stage, i), params_per_gpu=take_tree(ctx.params_per_gpu, i),
                        expert_params_per_gpu=take_tree(ctx.expert_params_per_gpu, i),
                        tp_overlap=bool(take_tree(ctx.tp_overlap, i)), cost_fn=cost_for(scenario, h),
-                       offload_bw_Bps=take_tree(ctx.offload_bw_Bps, i),
+                       memory_tiers=take_tree(ctx.memory_tiers, i),
                        activation_bytes=take_tree(ctx.activation_bytes_per_microbatch, i),
                        points=0, scenario=scenario, software=ctx.software)
 

@@ -717,7 +717,7 @@ def _notes(scenario: Scenario, wk: Work) -> list[str]:
     kernel_note = attention_kernel_note(scenario, wk.stage)
     if kernel_note:
         notes.append(kernel_note)
-    mem = wk.mem
-    if not mem.fits:
-        notes.append(f"does not fit: {mem.total / 2**30:.1f} GiB needed of {mem.capacity / 2**30:.1f} GiB HBM")
+    verdict = wk.mem.verdict()  # names each full tier: HBM, host DRAM, the CXL pool
+    if verdict:
+        notes.append(verdict)
     return notes
