@@ -84,6 +84,9 @@ class Refusal:
 
 MEMORY = Refusal("memory", "does not fit in HBM", INFEASIBLE)
 MEMORY_REASON = MEMORY.message
+# Fits in HBM, but not leaving the share of it a search or sweep asked to keep free (memory_headroom).
+HEADROOM = Refusal("memory", "fits in HBM but leaves less than the memory headroom free", INFEASIBLE)
+HEADROOM_REASON = HEADROOM.message
 PRUNED = Refusal("", "pruned: its step without communication already exceeds the best plans' step time", PRUNED)
 PRUNED_REASON = PRUNED.message
 # A point whose numbers leave the computable range (the arithmetic error's name is appended).
@@ -358,6 +361,6 @@ def zero_missing_exposed(out: PointResults) -> None:
             col[ok & np.isnan(col)] = 0.0
 
 
-__all__ = ["ARITHMETIC_REASON", "INFEASIBLE", "INVALID", "MEMORY", "MEMORY_PARTS", "MEMORY_REASON", "PRUNED",
-           "PRUNED_REASON", "Cost", "Energy", "PointResults", "Refusal", "Refusals", "arithmetic", "energy_values",
-           "estimate_columns", "estimate_of_row", "zero_missing_exposed"]
+__all__ = ["ARITHMETIC_REASON", "HEADROOM", "HEADROOM_REASON", "INFEASIBLE", "INVALID", "MEMORY", "MEMORY_PARTS",
+           "MEMORY_REASON", "PRUNED", "PRUNED_REASON", "Cost", "Energy", "PointResults", "Refusal", "Refusals",
+           "arithmetic", "energy_values", "estimate_columns", "estimate_of_row", "zero_missing_exposed"]

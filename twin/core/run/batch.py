@@ -28,6 +28,7 @@ from twin.core.interfaces import EvalContext, stride_of
 from twin.core.pipelines import pairs_end_stages, rank0_params
 from twin.core.point_set import ColumnView, PointSet, model_rows
 from twin.core.results import (
+    HEADROOM,
     INTERVAL_COLUMNS,
     MEMORY,
     MEMORY_PARTS,
@@ -181,7 +182,9 @@ def _evaluate(model: Driver, ps: PointSet, headroom: float | None, validate: boo
     if headroom is None:
         fits = ~odd
     else:
-        out.reason_ix[idx[~fits & ~odd]] = coded.code(MEMORY)
+        tight = ~fits & ~odd & wk.mem.fits  # fits in HBM, but not leaving the headroom free
+        out.reason_ix[idx[~fits & ~odd & ~tight]] = coded.code(MEMORY)
+        out.reason_ix[idx[tight]] = coded.code(HEADROOM)
     keep = np.flatnonzero(fits)
     if len(keep) == 0:
         return
@@ -476,7 +479,7 @@ def _per_point(model: Driver, ps: PointSet, idx: np.ndarray, coded: Refusals, ou
         fits = bool(est.memory.fits_leaving(headroom))
         out.fits[j] = fits
         if not fits and headroom is not None:
-            out.reason_ix[j] = coded.code(MEMORY)
+            out.reason_ix[j] = coded.code(HEADROOM if est.memory.fits else MEMORY)
             continue
         out.reason_ix[j] = -1
         for name, v in estimate_columns(est).items():
