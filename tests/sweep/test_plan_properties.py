@@ -142,3 +142,19 @@ def test_plan_cli_shows_the_headroom_and_each_plans_risk():
     assert ("TIGHT" in out.stdout) == bool(tight)
     bad = cli("--memory-headroom", "1.5")
     assert bad.returncode == 2 and "memory_headroom" in bad.stderr
+
+
+def test_explain_gives_the_memory_by_term_and_its_risk():
+    """Issue 37 item 4: --explain sets the two plans' memory side by side, term by term."""
+    out = subprocess.run([sys.executable, "-m", "twin.cli", "plan", "--model", "llama3.1-8b", "--system", "DGX-H100",
+                          "--gpus", "16", "--gbs", "32", "--seq-len", "4096", "--top", "2", "--explain", "--json"],
+                         check=False, capture_output=True, text=True, timeout=300,
+                         env={"TWIN_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ex, (best, second) = doc["explain"], doc["top"][:2]
+    terms = ex["memory_terms_gib"]
+    assert {t["term"] for t in terms} == {"weights", "gradients", "optimizer", "activations", "logits", "runtime"}
+    assert sum(t["best"] for t in terms) == pytest.approx(best["estimate"]["memory"]["total_gib"])
+    assert sum(t["runner_up"] for t in terms) == pytest.approx(second["estimate"]["memory"]["total_gib"])
+    assert ex["memory_risk"]["best"] == best["memory_risk"]

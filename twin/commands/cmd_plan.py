@@ -150,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# The terms of a plan's HBM (MemoryBreakdown.as_gib), which add up to its total_gib.
+MEMORY_TERMS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "runtime_gib")
 PLAN_KEYS = ("schedule", "tp", "pp", "vp", "cp", "ep", "etp", "mbs", "recompute", "sharding", "precision")
 
 
@@ -235,6 +237,9 @@ def explain(plans: list[dict[str, Any]]) -> dict[str, Any]:
     return {"step_time_s": {"best": b["step_time_s"], "runner_up": s["step_time_s"],
                             "difference": s["step_time_s"] - b["step_time_s"]},
             "memory_gib": {"best": b["memory"]["total_gib"], "runner_up": s["memory"]["total_gib"]},
+            "memory_terms_gib": [{"term": t.removesuffix("_gib"), "best": b["memory"][t], "runner_up": s["memory"][t]}
+                                 for t in MEMORY_TERMS],
+            "memory_risk": {"best": best.get("memory_risk"), "runner_up": second.get("memory_risk")},
             "plan_differences": {k: {"best": best.get(k), "runner_up": second.get(k)} for k in PLAN_KEYS
                                  if best.get(k) != second.get(k)},
             "parts_s": [{"part": name, "runner_up_minus_best": d} for name, d in diffs if d != 0.0]}
@@ -257,4 +262,12 @@ def render_explain(ex: dict[str, Any]) -> None:
     t = table("Where #2 loses (+) or gains (-) time", "part", "#2 - #1, s")
     for row in ex["parts_s"]:
         t.add_row(row["part"], f"{row['runner_up_minus_best']:+.4f}")
+    out.print(t)
+    t = table("Memory by term (GiB per GPU)", "term", "#1", "#2")
+    for row in ex["memory_terms_gib"]:
+        t.add_row(row["term"], f"{row['best']:.2f}", f"{row['runner_up']:.2f}")
+    risk = ex["memory_risk"]
+    if risk["best"] and risk["runner_up"]:
+        t.add_row("share of HBM", f"{100 * risk['best']['hbm_share']:.0f}% ({risk['best']['risk']})",
+                  f"{100 * risk['runner_up']['hbm_share']:.0f}% ({risk['runner_up']['risk']})")
     out.print(t)
