@@ -8,7 +8,9 @@ tp, pp, vp, dp, cp, ep, mbs, recompute, optimizer sharding). It reports how ofte
 published plan is within 5% of the twin's best, and for the others which plan the twin
 prefers and where the time goes (the parts of the step that differ most).
 
-    python validation/plan_search_vs_published.py [--json OUT.json] [--cases ID,ID] [--max-gpus N]
+    python validation/plan_search_vs_published.py [--json OUT.json] [--cases ID,ID] [--max-gpus N] [--headroom H]
+
+The twin's plans must leave ``--headroom`` of HBM free, ``twin plan``'s default (10%).
 
 This measures the twin as much as the publishers: a large gap means either a better plan
 exists or the twin mis-prices something the publishers knew (read the reasons).
@@ -26,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from twin.core.errors import TwinError
-from twin.core.results import PRUNED_REASON
 from twin.engine import Engine
 from twin.reference import best_plan, training_scenario
-from twin.sweep.plansearch import SHARDINGS, build_space, plan_scenario, search_plans
+from twin.sweep.plansearch import DEFAULT_MEMORY_HEADROOM, SHARDINGS, build_space, plan_scenario, search_plans
 from twin.sweep.reduce import nrows, row_dict
 
 HERE = Path(__file__).resolve().parent
@@ -88,9 +89,11 @@ def compare_case(engine: Engine, case: dict[str, Any], headroom: float = 0.0,
     res = search_plans(engine, space, top=1, memory_headroom=headroom)
     row: dict[str, Any] = {"id": cid, "family": case.get("family"), "gpus": published.cluster.num_gpus,
                            "plans_searched": res.result.done,
-                           "fit": res.result.feasible + res.result.counts.get(PRUNED_REASON, 0),
+                           "fit": res.result.feasible + res.pruned,
                            "search_s": round(res.seconds, 2), "published_plan": _plan_dict(published),
-                           "published_s": pub_time, "published_fits": pub_est["memory"]["fits"]}
+                           "published_s": pub_time, "published_fits": pub_est["memory"]["fits"],
+                           "published_leaves_headroom": pub_est["memory"]["total_gib"]
+                           <= (1.0 - headroom) * pub_est["memory"]["capacity_gib"]}
     if pub_notes:
         row["notes"] = pub_notes
     if nrows(res.result.top) == 0:
@@ -115,8 +118,9 @@ def main() -> int:
     ap.add_argument("--hold", default="",
                     help="comma-separated fields kept at the published value: sharding, cp, ep (features a "
                          "publisher may not have had)")
-    ap.add_argument("--headroom", type=float, default=0.0,
-                    help="fraction of HBM the twin's plans must leave free (sensitivity to the memory model)")
+    ap.add_argument("--headroom", type=float, default=DEFAULT_MEMORY_HEADROOM,
+                    help=f"fraction of HBM the twin's plans must leave free (default {DEFAULT_MEMORY_HEADROOM:g}, "
+                         "twin plan's; 0: up to the last byte of HBM)")
     args = ap.parse_args()
     import yaml
 
@@ -154,8 +158,10 @@ def main() -> int:
         "within_5pct": len(within), "share_within_5pct": len(within) / len(ranked) if ranked else None,
         "median_ratio": statistics.median(r["ratio"] for r in ranked) if ranked else None,
         "plans_searched": sum(r["plans_searched"] for r in rows), "seconds": time.perf_counter() - t0,
-        # Plans that ran but do not fit by the twin's memory model (why the default headroom is 0).
+        # Plans that ran but do not fit by the twin's memory model (its count's own error), and those
+        # that fit but leave less than the headroom free (what ran inside the band the search leaves out).
         "published_not_fitting": sum(1 for r in rows if not r["published_fits"]),
+        "published_inside_headroom": sum(1 for r in rows if r["published_fits"] and not r["published_leaves_headroom"]),
     }
     print(f"\n## Published plan vs the twin's best ({summary['compared']} cases compared, "
           f"{len(skipped)} skipped; memory headroom {100 * args.headroom:.0f}%; held at the published value: "
@@ -163,7 +169,8 @@ def main() -> int:
     print(f"- within 5% of the twin's best: {summary['within_5pct']} of {summary['compared']} "
           f"({100 * (summary['share_within_5pct'] or 0):.0f}%); median published/best {summary['median_ratio']:.3f}")
     print(f"- plans searched: {summary['plans_searched']:,} in {summary['seconds']:.0f} s")
-    print(f"- published plans that do not fit by the twin's memory model: {summary['published_not_fitting']}\n")
+    print(f"- published plans that do not fit by the twin's memory model: {summary['published_not_fitting']}; "
+          f"that fit but leave less than the headroom free: {summary['published_inside_headroom']}\n")
     families: dict[str, list[dict[str, Any]]] = {}
     for r in ranked:
         families.setdefault(str(r["family"]), []).append(r)

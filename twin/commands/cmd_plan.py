@@ -12,7 +12,14 @@ from twin.core.errors import SpecError
 from twin.core.results import PRUNED_REASON
 from twin.core.specs import Schedule
 from twin.sweep.job import EngineSettings
-from twin.sweep.plansearch import RECOMPUTE, SHARDINGS, PlanSearchResult, search_plans, space_for
+from twin.sweep.plansearch import (
+    DEFAULT_MEMORY_HEADROOM,
+    RECOMPUTE,
+    SHARDINGS,
+    PlanSearchResult,
+    search_plans,
+    space_for,
+)
 from twin.sweep.runner import EXECUTORS
 
 
@@ -51,10 +58,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "and the best of all are ranked together (default auto: interleaved when vp > 1)")
     p.add_argument("--software", default=None,
                    help="framework stack preset (default megatron-core-te; see twin plugins)")
-    p.add_argument("--memory-headroom", type=float, default=0.0,
-                   help="fraction of HBM a plan must leave free to count as fitting (default 0: the twin's memory "
-                        "model over-counts, so published plans that ran already do not all fit by it; a margin "
-                        "would drop plans that run; docs/sweeps.md, Memory headroom)")
+    p.add_argument("--memory-headroom", type=float, default=DEFAULT_MEMORY_HEADROOM,
+                   help=f"fraction of HBM a plan must leave free to count as fitting (default "
+                        f"{DEFAULT_MEMORY_HEADROOM:g}: what runs lose beyond the twin's count, allocator "
+                        "fragmentation and cached blocks, workspaces; vLLM's gpu_memory_utilization 0.9; 0 ranks "
+                        "plans up to the last byte of HBM, each flagged 'tight'; docs/sweeps.md, Memory headroom)")
     p.add_argument("--no-prune", action="store_true",
                    help="cost every plan in full (default: skip plans that cannot beat the best found even "
                         "without communication; the best plans are the same)")
@@ -110,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     r = res.result
     head = table(f"Plan search: {space.name}, gbs {space.base.gbs}, seq {space.model.seq_len}", "", "value")
     head.add_row("plans searched", f"{r.done:,} ({len(space.groups):,} groups x interleaving depths)")
-    pruned = r.counts.get(PRUNED_REASON, 0)
+    pruned = res.pruned
     # Pruned plans fit in memory; they are slower than the best found, so not costed in full.
     head.add_row("fit in memory", f"{r.feasible + pruned:,}")
     if pruned:
@@ -119,10 +127,11 @@ def run(args: argparse.Namespace) -> int:
     for reason, n in sorted(r.counts.items(), key=lambda kv: -kv[1]):
         if reason != PRUNED_REASON:
             head.add_row(f"  {reason}", f"{n:,}")
+    head.add_row("memory headroom", f"{100 * res.memory_headroom:g}% of HBM left free by every plan ranked")
     head.add_row("time", f"{res.seconds:.2f} s ({r.done / max(res.seconds, 1e-9):,.0f} plans/s, {r.executor})")
     out.print(head)
     if not res.plans():
-        out.print("no plan fits in memory")
+        out.print(f"no plan fits in memory leaving {100 * args.memory_headroom:g}% of HBM free")
         return 0
     out.print(top_table(r.top, "step_time_s", f"Fastest {len(res.plans())} plans that fit"))
     for i, plan in enumerate(res.plans(), 1):
@@ -130,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"\n#{i}: tp{plan['tp']} pp{plan['pp']} vp{plan['vp']} dp{est['dp']} cp{plan['cp']} ep{plan['ep']} "
                   f"mbs{plan['mbs']} recompute={plan['recompute']} sharding={plan['sharding']}"
                   f"{'' if args.schedule is None else ' schedule=' + space.base.schedule}: "
-                  f"{est['step_time_s']:.3f} s, MFU {100 * est['mfu']:.1f}%, {est['memory']['total_gib']:.1f} GiB")
+                  f"{est['step_time_s']:.3f} s, MFU {100 * est['mfu']:.1f}%, {_memory_text(plan)}")
         t = table("", "part", "seconds", "share")
         for name, v in _parts(est).items():
             if v > 0 or name == "compute":
@@ -141,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# The terms of a plan's HBM (MemoryBreakdown.as_gib), which add up to its total_gib.
+MEMORY_TERMS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "runtime_gib")
 PLAN_KEYS = ("schedule", "tp", "pp", "vp", "cp", "ep", "etp", "mbs", "recompute", "sharding", "precision")
 
 
@@ -174,19 +185,31 @@ def _render_many(searches: list[PlanSearchResult], args: argparse.Namespace, top
                      f"{r.seconds:.2f}")
     out.print(head)
     if not plans:
-        out.print("no plan fits in memory")
+        out.print(f"no plan fits in memory leaving {100 * args.memory_headroom:g}% of HBM free")
         return 0
     t = table(f"Fastest {len(plans)} plans that fit, over every schedule", "#", "schedule", "tp", "pp", "vp", "cp",
-              "ep", "mbs", "recompute", "sharding", "step s", "MFU", "GiB")
+              "ep", "mbs", "recompute", "sharding", "step s", "MFU", "GiB", "HBM", "risk")
     for i, plan in enumerate(plans, 1):
         est = plan["estimate"]
         t.add_row(str(i), plan["schedule"], *(str(plan[k]) for k in ("tp", "pp", "vp", "cp", "ep", "mbs")),
                   str(plan["recompute"]), str(plan["sharding"]), f"{est['step_time_s']:.3f}",
-                  f"{100 * est['mfu']:.1f}%", f"{est['memory']['total_gib']:.1f}")
+                  f"{100 * est['mfu']:.1f}%", f"{est['memory']['total_gib']:.1f}",
+                  f"{100 * plan['memory_risk']['hbm_share']:.0f}%", plan["memory_risk"]["risk"])
     out.print(t)
     if args.explain:
         render_explain(explain(plans))
     return 0
+
+
+def _memory_text(plan: dict[str, Any]) -> str:
+    """A plan's memory with its risk: GiB, share of HBM, GiB free, and a warning when tight."""
+    est, risk = plan["estimate"], plan["memory_risk"]
+    text = (f"{est['memory']['total_gib']:.1f} GiB ({100 * risk['hbm_share']:.0f}% of HBM, "
+            f"{risk['free_gib']:.1f} GiB free)")
+    if risk["risk"] == "tight":
+        text += (f"; TIGHT: leaves less than {100 * risk['headroom']:g}% of HBM free, what runs lose beyond "
+                 "the twin's count")
+    return text
 
 
 def _parts(est: dict[str, Any]) -> dict[str, float]:
@@ -214,6 +237,9 @@ def explain(plans: list[dict[str, Any]]) -> dict[str, Any]:
     return {"step_time_s": {"best": b["step_time_s"], "runner_up": s["step_time_s"],
                             "difference": s["step_time_s"] - b["step_time_s"]},
             "memory_gib": {"best": b["memory"]["total_gib"], "runner_up": s["memory"]["total_gib"]},
+            "memory_terms_gib": [{"term": t.removesuffix("_gib"), "best": b["memory"][t], "runner_up": s["memory"][t]}
+                                 for t in MEMORY_TERMS],
+            "memory_risk": {"best": best.get("memory_risk"), "runner_up": second.get("memory_risk")},
             "plan_differences": {k: {"best": best.get(k), "runner_up": second.get(k)} for k in PLAN_KEYS
                                  if best.get(k) != second.get(k)},
             "parts_s": [{"part": name, "runner_up_minus_best": d} for name, d in diffs if d != 0.0]}
@@ -236,4 +262,12 @@ def render_explain(ex: dict[str, Any]) -> None:
     t = table("Where #2 loses (+) or gains (-) time", "part", "#2 - #1, s")
     for row in ex["parts_s"]:
         t.add_row(row["part"], f"{row['runner_up_minus_best']:+.4f}")
+    out.print(t)
+    t = table("Memory by term (GiB per GPU)", "term", "#1", "#2")
+    for row in ex["memory_terms_gib"]:
+        t.add_row(row["term"], f"{row['best']:.2f}", f"{row['runner_up']:.2f}")
+    risk = ex["memory_risk"]
+    if risk["best"] and risk["runner_up"]:
+        t.add_row("share of HBM", f"{100 * risk['best']['hbm_share']:.0f}% ({risk['best']['risk']})",
+                  f"{100 * risk['runner_up']['hbm_share']:.0f}% ({risk['runner_up']['risk']})")
     out.print(t)

@@ -99,6 +99,11 @@ def full_tier(mem: MemoryBreakdown, headroom: float | None) -> Any:
         hbm = ops.logical_and(hbm, mem.total <= mem.capacity * (1.0 - headroom))
     return ops.where(ops.logical_not(hbm), 0, ops.where(ops.logical_not(host), 1,
                                                         ops.where(ops.logical_not(pool), 2, -1)))
+
+
+# Fits in HBM, but not leaving the share of it a search or sweep asked to keep free (memory_headroom).
+HEADROOM = Refusal("memory", "fits in HBM but leaves less than the memory headroom free", INFEASIBLE)
+HEADROOM_REASON = HEADROOM.message
 PRUNED = Refusal("", "pruned: its step without communication already exceeds the best plans' step time", PRUNED)
 PRUNED_REASON = PRUNED.message
 # A point whose numbers leave the computable range (the arithmetic error's name is appended).
@@ -376,7 +381,7 @@ def zero_missing_exposed(out: PointResults) -> None:
             col[ok & np.isnan(col)] = 0.0
 
 
-__all__ = ["ARITHMETIC_REASON", "INFEASIBLE", "INVALID", "MEMORY", "MEMORY_HOST", "MEMORY_PARTS", "MEMORY_POOL",
-           "MEMORY_REASON", "MEMORY_REFUSALS", "PRUNED", "PRUNED_REASON", "Cost", "Energy", "PointResults", "Refusal",
-           "Refusals", "arithmetic", "energy_values", "estimate_columns", "estimate_of_row", "full_tier",
-           "zero_missing_exposed"]
+__all__ = ["ARITHMETIC_REASON", "HEADROOM", "HEADROOM_REASON", "INFEASIBLE", "INVALID", "MEMORY", "MEMORY_HOST",
+           "MEMORY_PARTS", "MEMORY_POOL", "MEMORY_REASON", "MEMORY_REFUSALS", "PRUNED", "PRUNED_REASON", "Cost",
+           "Energy", "PointResults", "Refusal", "Refusals", "arithmetic", "energy_values", "estimate_columns",
+           "estimate_of_row", "full_tier", "zero_missing_exposed"]

@@ -69,6 +69,18 @@ def hybrid_shard(tp: Any, cp: Any, dp: Any, domain_gpus: int) -> Any:
     k = np.maximum(domain_gpus // np.asarray(tp), 1)
     dpcp = np.asarray(dp) * np.asarray(cp)
     return np.where((k > 1) & (k < dpcp) & (dpcp % k == 0), k, 0)
+
+
+# The share of HBM a plan twin plan ranks must leave free by default (--memory-headroom): what the
+# twin's count of a step's memory leaves out, which real runs lose: the caching allocator's cached
+# and fragmented blocks (ZeRO, Rajbhandari et al. SC'20 §3.2 and §6: fragmentation fails
+# allocations "with over 30% of memory still available" in extreme cases; torchtitan's Llama 3.1
+# 70B reserves 32-36% more than the twin counts, validation/reference torchtitan case, commit 7a24876),
+# transient workspaces and NCCL buffers beyond its figures. 10%: vLLM's published default
+# (gpu_memory_utilization 0.9, vLLM engine arguments, docs.vllm.ai: the rest kept for what its
+# own count leaves out), the figure NeMo AutoModel's runs leave free by the twin's count
+# (twin/reference/stack_defaults.py, fit_headroom), and no tuning here.
+DEFAULT_MEMORY_HEADROOM = 0.10
 # Tokens per step when no global batch is given: 4 Mi tokens, the order of magnitude of
 # published large-model runs (GPT-3 3.2M, Llama 2 4M; Llama 3 405B 16M at 8K).
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20
@@ -318,6 +330,17 @@ def space_for(engine: Engine, model: Any, system: Any, gpus: int, *, gbs: int | 
     return build_space(c, m, base, name=name, software=stack, **options)
 
 
+def memory_risk(memory: Mapping[str, Any], headroom: float = DEFAULT_MEMORY_HEADROOM) -> dict[str, Any]:
+    """How near a plan's memory (an estimate's ``memory`` in GiB) is to HBM: the share used, the
+    GiB left free and its risk: ``tight`` where it leaves less than ``headroom`` of HBM free
+    (what runs lose beyond the twin's count: :data:`DEFAULT_MEMORY_HEADROOM`), else ``ok``.
+    """
+    total, capacity = float(memory["total_gib"]), float(memory["capacity_gib"])
+    share = total / capacity if capacity > 0 else float("inf")
+    return {"hbm_share": share, "free_gib": capacity - total, "headroom": headroom,
+            "risk": "ok" if share <= 1.0 - headroom else "tight"}
+
+
 def plan_job(space: PlanSpace, *, top: int = 5, metric: str = "step_time_s", order: str = "min",
              settings: EngineSettings | None = None, keep_rows: bool = False, memory_headroom: float = 0.0,
              prune: bool = True) -> Job:
@@ -341,6 +364,12 @@ class PlanSearchResult:
     result: SweepResult
     estimates: list[dict[str, Any]]
     seconds: float
+    memory_headroom: float = 0.0     # the share of HBM the search's plans had to leave free
+
+    @property
+    def pruned(self) -> int:
+        """Plans that fit but were not costed in full (slower than the best even without communication)."""
+        return self.result.counts.get(PRUNED_REASON, 0)
 
     def plans(self) -> list[dict[str, Any]]:
         """The best plans (rows) with their full estimates attached."""
@@ -348,6 +377,9 @@ class PlanSearchResult:
         for i in range(nrows(self.result.top)):
             row = row_dict(self.result.top, i)
             row["estimate"] = self.estimates[i] if i < len(self.estimates) else None
+            if row["estimate"] is not None:  # judged against the default headroom too when the search asked less
+                row["memory_risk"] = memory_risk(row["estimate"]["memory"],
+                                                 max(self.memory_headroom, DEFAULT_MEMORY_HEADROOM))
             out.append(row)
         return out
 
@@ -356,7 +388,8 @@ class PlanSearchResult:
         r = self.result
         return {"search": self.space.name, "num_gpus": self.space.cluster.num_gpus, "gbs": self.space.base.gbs,
                 "seq_len": self.space.model.seq_len, "plans_searched": r.done, "plans_total": r.total,
-                "feasible": r.feasible, "pruned": r.counts.get(PRUNED_REASON, 0),
+                "feasible": r.feasible, "pruned": self.pruned,
+                "memory_headroom": self.memory_headroom,
                 "infeasible_by_reason": dict(sorted(r.counts.items(), key=lambda kv: -kv[1])),
                 "seconds": self.seconds, "cancelled": r.cancelled, "executor": r.executor,
                 "top": self.plans()}
@@ -402,4 +435,5 @@ def search_plans(engine: Engine, space: PlanSpace, *, top: int = 5, executor: An
         result = run_job(job, engine=engine, executor=executor, ray_address=ray_address, cancel=cancel)
     estimates = [engine.evaluate(plan_scenario(space, row_dict(result.top, i))).to_dict()
                  for i in range(nrows(result.top))]
-    return PlanSearchResult(space=space, result=result, estimates=estimates, seconds=time.perf_counter() - t0)
+    return PlanSearchResult(space=space, result=result, estimates=estimates, seconds=time.perf_counter() - t0,
+                            memory_headroom=float(memory_headroom))

@@ -28,6 +28,7 @@ from twin.core.interfaces import EvalContext, stride_of
 from twin.core.pipelines import pairs_end_stages, rank0_params
 from twin.core.point_set import ColumnView, PointSet, model_rows
 from twin.core.results import (
+    HEADROOM,
     INTERVAL_COLUMNS,
     MEMORY_PARTS,
     MEMORY_REFUSALS,
@@ -182,11 +183,16 @@ def _evaluate(model: Driver, ps: PointSet, headroom: float | None, validate: boo
     if headroom is None:
         fits = ~odd
     else:
-        tier = full_tier(wk.mem, headroom)  # the refusal names the tier that is full
+        # The refusal names the tier that is full; one that fits every tier but not the headroom
+        # left free is refused for the headroom.
+        tier = full_tier(wk.mem, None)
         for k, refusal in enumerate(MEMORY_REFUSALS):
             where = ~fits & ~odd & (tier == k)
             if where.any():
                 out.reason_ix[idx[where]] = coded.code(refusal)
+        tight = ~fits & ~odd & (tier < 0)
+        if tight.any():
+            out.reason_ix[idx[tight]] = coded.code(HEADROOM)
     keep = np.flatnonzero(fits)
     if len(keep) == 0:
         return
@@ -481,7 +487,8 @@ def _per_point(model: Driver, ps: PointSet, idx: np.ndarray, coded: Refusals, ou
         fits = bool(est.memory.fits_leaving(headroom))
         out.fits[j] = fits
         if not fits and headroom is not None:
-            out.reason_ix[j] = coded.code(MEMORY_REFUSALS[int(full_tier(est.memory, headroom))])
+            tier = int(full_tier(est.memory, None))
+            out.reason_ix[j] = coded.code(HEADROOM if tier < 0 else MEMORY_REFUSALS[tier])
             continue
         out.reason_ix[j] = -1
         for name, v in estimate_columns(est).items():
