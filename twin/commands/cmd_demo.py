@@ -20,6 +20,7 @@ from pathlib import Path
 
 from twin.commands.cmd_render import console, table
 from twin.core.extras import needs_extra
+from twin.core.units import human, signal_unit
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "gpt3-175b-dgx-h100-ib.yaml"
 
@@ -133,7 +134,7 @@ def _show(out, pb, api, title: str) -> None:  # noqa: ANN001 - generated proto m
             out.print(f"  {state:8} {c.id} (capacity {100 * c.capacity_fraction:.0f}%)")
             for e in c.evidence:
                 if e.severity != "info":
-                    out.print(f"           {e.signal}={e.value:.4g} {e.rule}: {e.why}")
+                    out.print(f"           {e.signal}={human(e.value, signal_unit(e.signal))} {e.rule}: {e.why}")
     p = api.PredictLive(pb.PredictLiveRequest(job="demo-job"), timeout=60)
     div = {j.job: j for j in api.GetDivergence(pb.GetDivergenceRequest(), timeout=60).jobs}.get("demo-job")
     out.print(f"  predicted step: as designed {p.designed_step_time_s:.3f} s, as the cluster is now "

@@ -131,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
                   f"mbs{plan['mbs']} recompute={plan['recompute']} sharding={plan['sharding']}"
                   f"{'' if args.schedule is None else ' schedule=' + space.base.schedule}: "
                   f"{est['step_time_s']:.3f} s, MFU {100 * est['mfu']:.1f}%, {est['memory']['total_gib']:.1f} GiB")
+        if risk := hbm_risk(est["memory"]):
+            out.print(f"  [yellow]{risk}[/yellow]")
         t = table("", "part", "seconds", "share")
         for name, v in _parts(est).items():
             if v > 0 or name == "compute":
@@ -139,6 +141,30 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         render_explain(explain(res.plans()))
     return 0
+
+
+# A plan above this share of HBM is shown with its risk (the ranking is the search's; this only says it).
+# 0.90: the 10% headroom a stack's plan reader keeps (twin.reference.stack_defaults, nemo-automodel's
+# fit_headroom, set from six AutoModel runs) and the one the plan search offers (--memory-headroom 0.1).
+TIGHT_HBM_SHARE = 0.90
+
+
+def hbm_risk(memory: dict[str, Any]) -> str:
+    """The out-of-memory risk of a plan from its estimate's ``memory`` (GiB), as text; "" when there is room.
+
+    The twin's count leaves out what it cannot see (the caching allocator's cached blocks, a stack's
+    own buffers: ``twin validate`` scores it against the cases of validation/reference that publish
+    ``measured.peak_memory_gib``, 32-36% under PyTorch's max reserved on torchtitan's Llama 3.1 70B),
+    so a plan within 10% of HBM may not run as counted.
+    """
+    total, capacity = memory.get("total_gib"), memory.get("capacity_gib")
+    if not total or not capacity:
+        return ""
+    share = total / capacity
+    if share < TIGHT_HBM_SHARE:
+        return ""
+    return (f"OOM risk: {share:.0%} of HBM ({total:.1f} of {capacity:.0f} GiB), under the 10% headroom a stack "
+            f"keeps for what the count leaves out (--memory-headroom 0.1 requires it)")
 
 
 PLAN_KEYS = ("schedule", "tp", "pp", "vp", "cp", "ep", "etp", "mbs", "recompute", "sharding", "precision")
@@ -178,12 +204,18 @@ def _render_many(searches: list[PlanSearchResult], args: argparse.Namespace, top
         return 0
     t = table(f"Fastest {len(plans)} plans that fit, over every schedule", "#", "schedule", "tp", "pp", "vp", "cp",
               "ep", "mbs", "recompute", "sharding", "step s", "MFU", "GiB")
+    risks = []
     for i, plan in enumerate(plans, 1):
         est = plan["estimate"]
+        risk = hbm_risk(est["memory"])
         t.add_row(str(i), plan["schedule"], *(str(plan[k]) for k in ("tp", "pp", "vp", "cp", "ep", "mbs")),
                   str(plan["recompute"]), str(plan["sharding"]), f"{est['step_time_s']:.3f}",
-                  f"{100 * est['mfu']:.1f}%", f"{est['memory']['total_gib']:.1f}")
+                  f"{100 * est['mfu']:.1f}%", f"{est['memory']['total_gib']:.1f}" + (" !" if risk else ""))
+        if risk:
+            risks.append(f"#{i}: {risk}")
     out.print(t)
+    for line in risks:
+        out.print(f"  [yellow]{line}[/yellow]")
     if args.explain:
         render_explain(explain(plans))
     return 0

@@ -132,6 +132,11 @@ def render_summary(result: SweepResult) -> None:
         out.print("no feasible point")
 
 
+# Headers that wrap at spaces and read as units (the rows keep their column names: --out, --json).
+HEADERS = {"step_time_s": "step s", "tokens_per_s_per_gpu": "tokens/s per GPU", "tokens_per_s": "tokens/s",
+           "mfu": "MFU", "memory_gib": "GiB per GPU", "num_gpus": "GPUs", "power_kw": "kW"}
+
+
 def top_table(rows: Any, metric: str, title: str) -> Any:
     """A table of ranked rows: the metric, the plan and the main throughput figures."""
     records = [row_dict(rows, i) for i in range(nrows(rows))]
@@ -145,7 +150,7 @@ def top_table(rows: Any, metric: str, title: str) -> Any:
     for c in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib"):
         if c != metric and c in first:
             cols.append(c)
-    t = table(title, *cols)
+    t = table(title, *(HEADERS.get(c, c) for c in cols), compact=True)
     if same:
         t.caption = "all: " + ", ".join(f"{c}={_fmt(first.get(c))}" for c in same)
         t.caption_justify = "left"

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from twin.core.units import human, signal_unit
+
 ComponentState = Literal["up", "degraded", "down"]
 Severity = Literal["down", "degraded", "info"]
 # Tiers a component belongs to: the scenario factor its capacity scales (see
@@ -152,4 +154,4 @@ class Evidence:
 
     def text(self) -> str:
         """One readable line."""
-        return f"{self.signal}={self.value:.6g} {self.rule}: {self.why}"
+        return f"{self.signal}={human(self.value, signal_unit(self.signal))} {self.rule}: {self.why}"

@@ -86,8 +86,10 @@ class TwinCollector(Collector):
     def collect(self) -> Iterator[Any]:
         """The metric families (a failing part is logged and left out, never a failed scrape)."""
         svc = self.service
-        step = GaugeMetricFamily("twin_job_step_seconds", "Predicted training step time", labels=["training_job", "basis"])
-        observed = GaugeMetricFamily("twin_job_observed_step_seconds", "Reported training step time", labels=["training_job"])
+        step = GaugeMetricFamily("twin_job_step_seconds", "Predicted training step time",
+                                 labels=["training_job", "basis"])
+        observed = GaugeMetricFamily("twin_job_observed_step_seconds", "Reported training step time",
+                                     labels=["training_job"])
         div = GaugeMetricFamily("twin_job_divergence_ratio", "Observed / predicted step time - 1",
                                 labels=["training_job", "basis"])
         try:

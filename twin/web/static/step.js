@@ -3,7 +3,7 @@
 (() => {
   const state = { job: twin.params.get("job") || "", data: null, charts: {} };
   window.twinStep = state;
-  const s = (x) => (x === null || x === undefined ? "–" : twin.fmt(x, 4) + " s");
+  const s = (x) => twin.unit(x, "s", 4);
   // How sure the twin is (twin.core.intervals): the 80% and 95% ranges and what they rest on.
   const range = (iv) => (iv ? `80%: ${twin.fmt(iv.p80_low_s, 3)}–${twin.fmt(iv.p80_high_s, 3)} s, ` +
     `95%: ${twin.fmt(iv.p95_low_s, 3)}–${twin.fmt(iv.p95_high_s, 3)} s (${iv.basis}` +

@@ -53,9 +53,25 @@ const twin = (() => {
     if (x === null || x === undefined || x === "") return "–";
     if (typeof x !== "number") return String(x);
     const d = digits === undefined ? 3 : digits;
-    if (Math.abs(x) >= 1e6) return x.toExponential(2);
+    // Never an exponent (issue 34): large numbers with separators, rates through unit() below.
     if (Math.abs(x) >= 1000) return x.toLocaleString("en-US", { maximumFractionDigits: 0 });
     return Number(x.toPrecision(Math.max(1, d))).toString();
+  }
+  // A quantity with an SI prefix that keeps it between 1 and 1000 (twin.core.units.human):
+  // unit(2.5e10, "B/s") -> "25 GB/s", unit(0.0421, "s") -> "42.1 ms"; decimal prefixes, as rates are quoted.
+  const PREFIXED = {
+    "B/s": [[1e12, "TB/s"], [1e9, "GB/s"], [1e6, "MB/s"], [1e3, "kB/s"], [1, "B/s"]],
+    "Gb/s": [[1e3, "Tb/s"], [1, "Gb/s"], [1e-3, "Mb/s"]],
+    "GB/s": [[1e3, "TB/s"], [1, "GB/s"], [1e-3, "MB/s"]],
+    "s": [[1, "s"], [1e-3, "ms"], [1e-6, "µs"]],
+  };
+  function unit(x, u, digits) {
+    if (x === null || x === undefined || x === "") return "–";
+    const scales = PREFIXED[u];
+    if (typeof x !== "number" || !scales || x === 0 || !isFinite(x)) return fmt(x, digits) + (u ? " " + u : "");
+    for (const [f, name] of scales) if (Math.abs(x) >= f * 0.9995) return fmt(x / f, digits) + " " + name;
+    const [f, name] = scales[scales.length - 1];
+    return fmt(x / f, digits) + " " + name;
   }
   function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%"; }
 
@@ -129,5 +145,5 @@ const twin = (() => {
     return run;
   }
 
-  return { api, on, serial, fmt, pct, el, table, badge, params, jobSelect, showError };
+  return { api, on, serial, fmt, unit, pct, el, table, badge, params, jobSelect, showError };
 })();
