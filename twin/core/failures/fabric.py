@@ -170,7 +170,8 @@ def _switch_down_note(tree: FatTree, level: int, pods: int, lost: float, up_belo
     under = max(1, math.ceil(tree.levels[level - 1].switches / max(1, pods)))
     tree_of = "its rail's tree" if rail else ("its pod" if pods > 1 else "the fabric")
     left = max(0.0, 1.0 - max(1.0, lost) / up_below) if up_below > 0 else 0.0
-    return (f"one {upper} down of the {per_tree} in {tree_of}: each of the {under} {lower}s under it loses "
+    lowers = "leaves" if lower == "leaf" else f"{lower}s"
+    return (f"one {upper} down of the {per_tree} in {tree_of}: each of the {under} {lowers} under it loses "
             f"{max(1.0, lost):g} of its {up_below:g} uplinks ({left:.0%} of its up-capacity left)")
 
 
