@@ -107,8 +107,18 @@ const twin = (() => {
       body.append(tr);
     }
     t.append(body);
+    target.classList.add("table-box");  // wider than its card: it scrolls there, never the page
     target.replaceChildren(t);
     return t;
+  }
+
+  // A value for a reader (the evidence panel): numbers formatted, lists and mappings as words, never JSON.
+  function readable(v) {
+    if (v === null || v === undefined) return "–";
+    if (typeof v === "number") return fmt(v);
+    if (Array.isArray(v)) return v.map(readable).join(", ");
+    if (typeof v === "object") return Object.entries(v).map(([k, x]) => `${k.replace(/_/g, " ")} ${readable(x)}`).join("; ");
+    return String(v);
   }
 
   function badge(state) { return el("span", { class: "badge " + state }, state); }
@@ -145,5 +155,5 @@ const twin = (() => {
     return run;
   }
 
-  return { api, on, serial, fmt, unit, pct, el, table, badge, params, jobSelect, showError };
+  return { api, on, serial, fmt, unit, readable, pct, el, table, badge, params, jobSelect, showError };
 })();
