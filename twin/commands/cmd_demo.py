@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import subprocess
 import tempfile
 import time
@@ -67,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="twin-demo-")
     proc = None
     endpoint = args.endpoint
+    # SIGTERM (a service manager, `kill`) ends the demo as Ctrl-C does: through the finally below, which
+    # stops the twin it started (Python's default SIGTERM ends the process at once and orphaned it).
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if endpoint is None:
             proc, endpoint, url = _start_server(tmp.name)
@@ -103,11 +107,22 @@ def run(args: argparse.Namespace) -> int:
         finally:
             sim.shutdown()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM during the phases
+        return 130
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if proc is not None:
             proc.terminate()
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # stuck: it must not outlive the demo
+                proc.kill()
+                proc.wait(timeout=10)
         tmp.cleanup()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _show(out, pb, api, title: str) -> None:  # noqa: ANN001 - generated proto modules
