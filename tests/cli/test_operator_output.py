@@ -118,5 +118,13 @@ def test_the_pareto_plot_tells_fabrics_apart():
     assert plots(numeric_only)["pareto"]["group"] is None  # a numeric axis is the x of its own plot
 
 
+def test_a_rule_reads_without_exponent():
+    from twin.core.telemetry_vocab import Condition
+
+    assert Condition("degraded", ">", 10 / 3600, "x").describe() == "> 0.00278"  # ten an hour, per second
+    assert Condition("down", "not_in", (4.0, 5.0), "x").describe() == "not_in {4, 5}"
+    assert Condition("degraded", ">", 1e9, "x").describe() == "> 1,000,000,000"
+
+
 def test_plain_keeps_digits_without_exponent():
     assert plain(12345.6) == "12,346" and plain(0.5) == "0.5"

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from twin.core.units import human, signal_unit
+from twin.core.units import human, plain, signal_unit
 
 ComponentState = Literal["up", "degraded", "down"]
 Severity = Literal["down", "degraded", "info"]
@@ -59,8 +59,8 @@ class Condition:
     def describe(self) -> str:
         """The rule as text, e.g. ``> 100``."""
         if isinstance(self.value, tuple):
-            return f"{self.op} {{{', '.join(f'{x:g}' for x in self.value)}}}"
-        return f"{self.op} {self.value:g}" if self.op != "mask" else f"& {int(self.value):#x}"
+            return f"{self.op} {{{', '.join(plain(x, 6) for x in self.value)}}}"
+        return f"{self.op} {plain(self.value)}" if self.op != "mask" else f"& {int(self.value):#x}"
 
 
 @dataclass(frozen=True, slots=True)
