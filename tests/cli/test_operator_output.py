@@ -128,3 +128,11 @@ def test_a_rule_reads_without_exponent():
 
 def test_plain_keeps_digits_without_exponent():
     assert plain(12345.6) == "12,346" and plain(0.5) == "0.5"
+
+
+def test_strategy_details_read_in_their_units():
+    from twin.commands.cmd_predict import _detail
+
+    assert _detail("kv_block_bytes", 8388608.0) == "8.389 MB"
+    assert _detail("param_gather_exposed_s", 9.925e-05) == "99.25 µs"
+    assert _detail("chunks", 3.0) == "3" and _detail("comm_type", "p2p") == "p2p"

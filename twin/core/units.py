@@ -35,6 +35,7 @@ _SUFFIX_UNITS = (("_Bps", "B/s"), ("_GBps", "GB/s"), ("_TBps", "TB/s"), ("_gbps"
 # (unit, the base unit's multiple of 1 for each prefix, highest first): decimal prefixes, as link and
 # bus rates are quoted (1 GB/s = 1e9 B/s, 1 Gb/s = 1e9 bit/s; nccl-tests and vendor datasheets).
 _PREFIXED = {
+    "B": ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B")),
     "B/s": ((1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"), (1.0, "B/s")),
     "Gb/s": ((1e3, "Tb/s"), (1.0, "Gb/s"), (1e-3, "Mb/s")),
     "GB/s": ((1e3, "TB/s"), (1.0, "GB/s"), (1e-3, "MB/s")),
