@@ -63,6 +63,8 @@ class LiveTwin:
                                       "telemetry": {"calibrate_interval_s": 0, **self.telemetry}}))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.tmp), "PYTHONUNBUFFERED": "1",
                "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        if "PYTHONPATH" in os.environ:  # the checkout the tests import, where it is not the installed one
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         if self.token:
             env["TWIN_AUTH_TOKEN"] = self.token
         self.proc, self.serving = start_serve(["--config", str(config)], env=env, cwd=ROOT)
