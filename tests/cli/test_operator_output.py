@@ -77,6 +77,7 @@ def test_sweep_top_table_headers_are_whole_at_80_columns():
     t = top_table(rows, "step_time_s", "Best 2 by step_time_s (min)")
     text = _render(t)
     _headers_whole(text, [str(c.header) for c in t.columns])
+    assert "45.1%" in text and "41.0%" in text and "e+" not in text  # MFU as a share of peak
 
 
 def test_the_console_takes_an_80_column_terminal_as_it_is(monkeypatch):
