@@ -207,7 +207,9 @@ def test_the_readme_installs_real_extras_and_names_each():
     assert named == set(project()["optional-dependencies"]) - {"bench", "test"}
 
 
-def test_setup_installs_every_extra_the_tests_use():
+def test_setup_installs_every_extra_the_tests_use_and_serving_only_what_it_needs():
     text = (ROOT / "scripts" / "setup.sh").read_text()
-    installed = set(re.search(r"pip install -q -e '\.\[([a-z,]+)\]'", text).group(1).split(","))
+    installed = set(re.search(r"test\) VENV=\.venv; EXTRAS=([a-z,]+) ;;", text).group(1).split(","))
     assert installed == set(project()["optional-dependencies"]) - {"bench"}  # bench: a benchmark only
+    serving = set(re.search(r"serve\) VENV=\.venv-serve; EXTRAS=([a-z,]+) ;;", text).group(1).split(","))
+    assert serving == {"server", "telemetry", "web"}  # twin serve, its telemetry and its web view

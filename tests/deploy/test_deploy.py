@@ -80,8 +80,11 @@ def test_default_render(tmp_path):
     (c,) = pod["containers"]
     assert c["image"] == "fabric-twin:0.1.0"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):
         assert c[probe]["grpc"]["port"] == ports["health"] == 8081  # native gRPC probes
+    # The web view ships on by default: its port, and liveness through its login page.
+    assert ports["web"] == 8080
+    assert c["livenessProbe"]["httpGet"] == {"path": "/login", "port": "web", "scheme": "HTTP"}
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     svc = objs["Service"]
@@ -92,6 +95,8 @@ def test_default_render(tmp_path):
     cfg_file.write_text(objs["ConfigMap"]["data"]["twin.yaml"])
     cfg = load_config(cfg_file, env={})
     assert (cfg.host, cfg.port, cfg.health_port, cfg.drain_s) == ("0.0.0.0", 50051, 8081, 5)
+    assert cfg.web.enabled and cfg.web_bind == ("0.0.0.0", 8080)
+    assert {"name": "web", "port": 8080, "targetPort": "web", "appProtocol": "http"} in svc["spec"]["ports"]
     assert not cfg.tls.enabled and not cfg.auth.token_file
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
     assert "/etc/twin/config" in mounts and cfg.state_dir in mounts
@@ -119,8 +124,37 @@ def test_render_with_auth_and_mutual_tls(tmp_path):
     cfg = load_config(cfg_file, env={})
     assert cfg.tls.mutual and cfg.tls.cert_file.startswith(mounts["tls"])
     assert cfg.auth.token_file.startswith(mounts["auth"])
-    # Probes keep using the plaintext health port while the main port needs mTLS.
-    assert c["readinessProbe"]["grpc"]["port"] == cfg.health_port
+    # Probes keep using the plaintext health port while the main port needs mTLS (the kubelet has no
+    # client certificate for the web view either).
+    assert c["readinessProbe"]["grpc"]["port"] == c["livenessProbe"]["grpc"]["port"] == cfg.health_port
+    assert cfg.web.enabled and cfg.web_bind == ("0.0.0.0", 8080)  # the web view has the token and mTLS too
+
+
+def test_the_web_view_ships_with_its_port_probe_and_auth_and_can_be_turned_off(tmp_path):
+    secured = render(values(auth={"enabled": True, "token": "t0k", "existingSecret": ""},
+                            tls={"enabled": True, "mutual": False, "cert": "C", "key": "K", "clientCA": "",
+                                 "existingSecret": ""},
+                            web={"enabled": True, "port": 9000, "allowedHosts": ["twin.example.org"]}))
+    (c,) = secured["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert {"name": "web", "containerPort": 9000} in c["ports"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/login", "port": "web", "scheme": "HTTPS"}
+    ports = {p["name"]: p for p in secured["Service"]["spec"]["ports"]}
+    assert ports["web"]["port"] == 9000 and ports["web"]["appProtocol"] == "https"
+    cfg_file = tmp_path / "web.yaml"
+    cfg_file.write_text(secured["ConfigMap"]["data"]["twin.yaml"])
+    cfg = load_config(cfg_file, env={})
+    assert cfg.web_bind == ("0.0.0.0", 9000) and cfg.web.allowed_hosts == ("twin.example.org",)
+    assert cfg.auth.token_file and cfg.tls.enabled  # the web view serves with the main port's token and TLS
+
+    off = render(values(web={"enabled": False, "port": 8080, "allowedHosts": []}))
+    (c,) = off["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert "web" not in {p["name"] for p in c["ports"]} and c["livenessProbe"]["grpc"]["port"] == 8081
+    assert "web" not in {p["name"] for p in off["Service"]["spec"]["ports"]}
+    cfg_file.write_text(off["ConfigMap"]["data"]["twin.yaml"])
+    assert not load_config(cfg_file, env={}).web.enabled
+    for bad in (values(web={"enabled": True, "port": 0}), values(config__web={"enabled": True})):
+        with pytest.raises(jsonschema.ValidationError):
+            render(bad)
 
 
 def test_existing_secrets_skip_the_chart_secret():
@@ -138,7 +172,8 @@ def test_dockerfile_runs_unprivileged_with_grpc_health_check():
     health = re.search(r"^HEALTHCHECK.*\n\s*CMD (.*)$", text, re.M)
     assert health and "twin.server.healthcheck" in health.group(1)
     assert re.search(r'^ENTRYPOINT \["twin", "serve"\]', text, re.M)
-    assert "EXPOSE 50051" in text
+    assert re.search(r"^EXPOSE 50051 8080$", text, re.M)  # gRPC and the web view
+    assert "TWIN_WEB_ENABLED" not in re.sub(r"#.*", "", text)  # the web view is on in the image
     for src in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M):
         for path in src.split():
             assert (ROOT / path).exists(), path
@@ -176,7 +211,7 @@ def test_otel_collector_pipeline_forwards_to_the_twin():
 
 def test_otlp_http_port_is_off_by_default_and_exposed_when_set():
     off = render(values())
-    assert [p["name"] for p in off["Service"]["spec"]["ports"]] == ["grpc"]
+    assert "otlp-http" not in [p["name"] for p in off["Service"]["spec"]["ports"]]
     on = render(values(otlpHttpPort=4318))
     container = on["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "otlp-http", "containerPort": 4318} in container["ports"]
@@ -192,7 +227,7 @@ def test_image_is_pinned_and_carries_the_ray_of_the_kuberay_cluster():
     text = (DEPLOY / "Dockerfile").read_text()
     bases = re.findall(r"^FROM (\S+)", text, re.M)
     assert bases and all(re.fullmatch(r"python:3\.11\.\d+-slim-\w+", b) for b in bases), bases
-    assert '"fabric-twin[server,telemetry,ray]"' in text and "-c /constraints.txt" in text
+    assert '"fabric-twin[server,telemetry,web,ray]"' in text and "-c /constraints.txt" in text
     pins = {}
     for line in (DEPLOY / "constraints.txt").read_text().splitlines():
         if line and not line.startswith("#"):
@@ -205,7 +240,7 @@ def test_image_is_pinned_and_carries_the_ray_of_the_kuberay_cluster():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    deps = [*project["dependencies"], *extras["server"], *extras["telemetry"], *extras["ray"]]
+    deps = [*project["dependencies"], *extras["server"], *extras["telemetry"], *extras["web"], *extras["ray"]]
     from packaging.requirements import Requirement
 
     for dep in deps:
@@ -253,7 +288,7 @@ def test_metrics_port_off_by_default_then_served_annotated_and_monitored(tmp_pat
     from twin.telemetry.telemetry_config import TelemetryConfig
 
     off = render(values())
-    assert "ServiceMonitor" not in off and [p["name"] for p in off["Service"]["spec"]["ports"]] == ["grpc"]
+    assert "ServiceMonitor" not in off and [p["name"] for p in off["Service"]["spec"]["ports"]] == ["grpc", "web"]
     assert "annotations" not in off["Deployment"]["spec"]["template"]["metadata"]
     cfg_file = tmp_path / "off.yaml"
     cfg_file.write_text(off["ConfigMap"]["data"]["twin.yaml"])

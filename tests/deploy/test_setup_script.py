@@ -1,6 +1,8 @@
 """The set-up script installs once and then starts in no time: it re-installs only when a
 file the install depends on changed (no package registry on a second start). It never installs
-the example plugin into .venv (the serving environment) and removes one an older setup left."""
+the example plugin and removes one an older setup left. The serving environment (``serve``,
+scripts/run.sh) gets the server, telemetry and web extras only and never runs apt, even as root;
+the test environment (``test``, scripts/test.sh) gets every extra, the test tools and the browser."""
 
 from __future__ import annotations
 
@@ -22,22 +24,58 @@ def _project(tmp: Path) -> Path:
     (tmp / "proto" / "a.proto").write_text('syntax = "proto3";\n')
     (tmp / "tests" / "example_plugin").mkdir(parents=True)
     (tmp / "tests" / "example_plugin" / "pyproject.toml").write_text("[project]\nname = 'twin-example-dragonfly'\n")
-    bin_dir = tmp / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    for name, body in (("python", f'#!/bin/sh\necho "$@" >> "{tmp}/calls.log"\n'), ("twin", "#!/bin/sh\n")):
-        path = bin_dir / name
-        path.write_text(body)
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    for venv in (".venv", ".venv-serve"):
+        bin_dir = tmp / venv / "bin"
+        bin_dir.mkdir(parents=True)
+        for name, body in (("python", f'#!/bin/sh\necho "$@" >> "{tmp}/calls.log"\n'), ("twin", "#!/bin/sh\n")):
+            _script(bin_dir / name, body)
+    # apt-get on the PATH only records that it was asked (and a browser that is missing).
+    _script(tmp / "fakebin" / "apt-get", f'#!/bin/sh\necho "$@" >> "{tmp}/apt.log"\n')
     return tmp
 
 
-def _run(project: Path) -> list[str]:
+def _script(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def _run(project: Path, *mode: str) -> list[str]:
     log = project / "calls.log"
     before = log.read_text().splitlines() if log.exists() else []
-    subprocess.run(["bash", str(project / "scripts" / "setup.sh")], check=True, timeout=60,
-                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    subprocess.run(["bash", str(project / "scripts" / "setup.sh"), *mode], check=True, timeout=60,
+                   env={"PATH": f"{project / 'fakebin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                        "TWIN_CHROMIUM": str(project / "no-chromium")})
     after = log.read_text().splitlines() if log.exists() else []
     return after[len(before):]
+
+
+def test_the_serving_environment_has_the_serving_extras_and_never_runs_apt(tmp_path):
+    project = _project(tmp_path)
+    calls = _run(project, "serve")
+    (install,) = [c for c in calls if "pip install" in c and "-e" in c]
+    assert install.endswith(".[server,telemetry,web]"), install  # no test tools, no ray, plot, parquet
+    assert not (project / "apt.log").exists()  # however privileged the user: no apt, no browser
+    assert (project / ".venv-serve" / ".fabric-twin-setup").exists()
+    assert not (project / ".venv" / ".fabric-twin-setup").exists()  # the test environment untouched
+    assert _run(project, "serve") == []
+
+
+def test_the_test_environment_has_every_extra_and_the_test_tools(tmp_path):
+    project = _project(tmp_path)
+    (install,) = [c for c in _run(project, "test") if "pip install" in c and "-e" in c]
+    assert "test" in install and "web" in install and "ray" in install
+    if os.getuid() == 0:  # root installs the missing browser (as CI runs); best effort
+        assert "install -y -qq chromium" in (project / "apt.log").read_text()
+    assert _run(project) == []  # no argument: the test environment, as scripts/test.sh asks
+
+
+def test_an_unknown_mode_is_refused(tmp_path):
+    project = _project(tmp_path)
+    out = subprocess.run(["bash", str(project / "scripts" / "setup.sh"), "prod"], capture_output=True, text=True,
+                         check=False,
+                         timeout=60)
+    assert out.returncode == 2 and "unknown mode 'prod'" in out.stderr
 
 
 def test_installs_once_then_only_when_an_input_changes(tmp_path):

@@ -257,3 +257,28 @@ def test_every_software_switch_crosses_the_wire(twin_stub, local):
         assert msg.step_time_s == local.evaluate(scn).step_time_s
         steps.add(msg.step_time_s)
     assert len(steps) == 3  # each switch changes the answer
+
+
+def test_the_readmes_grpc_predict_example_fits_and_json_shows_fits_false_when_false(twin_stub):
+    """README's grpcurl Predict example, sent as written: the plan fits; and with the defaults emitted
+    (grpcurl -emit-defaults) a plan that does not fit reads ``"fits": false`` (proto3 JSON hides it otherwise).
+    """
+    import re
+
+    from google.protobuf import json_format
+
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"grpcurl -plaintext -emit-defaults -d '(.*?)' \\\n\s+127\.0\.0\.1:50051 "
+                      r"twin\.rpc\.v1\.TwinService/Predict", readme, re.S)
+    assert block, "README's grpcurl Predict example (with -emit-defaults) not found"
+    request = json_format.Parse(block.group(1), t.PredictRequest())
+    est = twin_stub.Predict(request, timeout=10).estimate
+    assert est.memory.fits and est.memory.total_gib < est.memory.capacity_gib
+    tight = t.PredictRequest()
+    tight.CopyFrom(request)
+    tight.scenario.plan.tp = 4  # README: "tp: 4 would need 82.0 GiB and does not"
+    over = twin_stub.Predict(tight, timeout=10).estimate
+    assert not over.memory.fits
+    assert '"fits"' not in json_format.MessageToJson(over)  # what grpcurl prints without -emit-defaults
+    shown = json.loads(json_format.MessageToJson(over, always_print_fields_with_no_presence=True))
+    assert shown["memory"]["fits"] is False

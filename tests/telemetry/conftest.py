@@ -93,6 +93,7 @@ class Server:
 
 
 _FLAGS = {"--calibrate-interval": ("calibrate_interval_s", float), "--max-series": ("max_series", int),
+          "--history-interval": ("history_interval_s", float),
           "--max-receive-bytes": ("max_receive_bytes", int),
           "--max-components": ("max_components", int), "--max-pending-points": ("max_pending_points", int)}
 

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from twin.engine import Engine
 from twin.telemetry.otlpbuild import request
-from twin.telemetry.promexport import FAMILIES
+from twin.telemetry.promexport import FAMILIES, RESERVED_LABELS
 from twin.telemetry.service import TelemetryService
 from twin.telemetry.telemetry_config import TelemetryConfig
 
@@ -54,6 +54,17 @@ def test_metrics_parse_and_carry_predictions_state_and_what_is_ignored(tmp_path)
     assert ignored[0].labels == {"metric": "DCGM_FI_DEV_FB_USED", "exporter": "dcgm-exporter"}
     for name in FAMILIES:
         assert name in samples, name
+
+
+def test_no_label_clashes_with_prometheus_target_labels(tmp_path):
+    """A scraped ``job`` or ``instance`` is renamed ``exported_*`` by Prometheus: the job is ``training_job``."""
+    text, _ = _scrape(tmp_path)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    labels = {k for f in families.values() for s in f.samples for k in s.labels}
+    assert not labels & set(RESERVED_LABELS), labels
+    steps = {s.labels["basis"]: s.labels["training_job"] for s in families["twin_job_step_seconds"].samples}
+    assert steps == {"designed": "gpt", "now": "gpt"}
+    assert [s.labels["training_job"] for s in families["twin_job_observed_step_seconds"].samples] == ["gpt"]
 
 
 def test_dashboards_query_only_metrics_the_twin_exports(tmp_path):

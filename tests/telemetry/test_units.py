@@ -163,7 +163,7 @@ def test_divergence_is_an_otel_metric(tmp_path) -> None:
                 for m in sm.metrics:
                     for dp in m.data.data_points:
                         got[(m.name, tuple(sorted(dp.attributes.items())))] = dp.value
-        assert got[("twin.prediction.divergence", (("basis", "designed"), ("job", "j")))] == pytest.approx(0.2)
+        assert got[("twin.prediction.divergence", (("basis", "designed"), ("training_job", "j")))] == pytest.approx(0.2)
         assert got[("twin.calibration.factor", (("factor", "compute_efficiency"),))] == 1.0
     finally:
         svc.close()

@@ -54,14 +54,17 @@ class LiveTwin:
     proc: subprocess.Popen | None = None
     serving: dict[str, Any] = field(default_factory=dict)
     sim: Any = None
+    telemetry: dict[str, Any] = field(default_factory=dict)  # more `telemetry:` settings of twin serve
 
     def start(self, nodes: int = 2, simulate: bool = True) -> LiveTwin:
         config = self.tmp / "serve.json"
         config.write_text(json.dumps({"host": "127.0.0.1", "port": 0, "state_dir": str(self.tmp / "state"),
                                       "web": {"address": "127.0.0.1:0"},
-                                      "telemetry": {"calibrate_interval_s": 0}}))
+                                      "telemetry": {"calibrate_interval_s": 0, **self.telemetry}}))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.tmp), "PYTHONUNBUFFERED": "1",
                "TWIN_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        if "PYTHONPATH" in os.environ:  # the checkout the tests import, where it is not the installed one
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         if self.token:
             env["TWIN_AUTH_TOKEN"] = self.token
         self.proc, self.serving = start_serve(["--config", str(config)], env=env, cwd=ROOT)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import subprocess
 import tempfile
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from twin.commands.cmd_render import console, table
 from twin.core.extras import needs_extra
+from twin.core.units import human, signal_unit
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "gpt3-175b-dgx-h100-ib.yaml"
 
@@ -66,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="twin-demo-")
     proc = None
     endpoint = args.endpoint
+    # SIGTERM (a service manager, `kill`) ends the demo as Ctrl-C does: through the finally below, which
+    # stops the twin it started (Python's default SIGTERM ends the process at once and orphaned it).
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if endpoint is None:
             proc, endpoint, url = _start_server(tmp.name)
@@ -102,11 +107,22 @@ def run(args: argparse.Namespace) -> int:
         finally:
             sim.shutdown()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM during the phases
+        return 130
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if proc is not None:
             proc.terminate()
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # stuck: it must not outlive the demo
+                proc.kill()
+                proc.wait(timeout=10)
         tmp.cleanup()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _show(out, pb, api, title: str) -> None:  # noqa: ANN001 - generated proto modules
@@ -133,7 +149,7 @@ def _show(out, pb, api, title: str) -> None:  # noqa: ANN001 - generated proto m
             out.print(f"  {state:8} {c.id} (capacity {100 * c.capacity_fraction:.0f}%)")
             for e in c.evidence:
                 if e.severity != "info":
-                    out.print(f"           {e.signal}={e.value:.4g} {e.rule}: {e.why}")
+                    out.print(f"           {e.signal}={human(e.value, signal_unit(e.signal))} {e.rule}: {e.why}")
     p = api.PredictLive(pb.PredictLiveRequest(job="demo-job"), timeout=60)
     div = {j.job: j for j in api.GetDivergence(pb.GetDivergenceRequest(), timeout=60).jobs}.get("demo-job")
     out.print(f"  predicted step: as designed {p.designed_step_time_s:.3f} s, as the cluster is now "

@@ -20,7 +20,7 @@ from twin.core import schema
 from twin.core.errors import SpecError
 from twin.core.failures.analysis import FailureReport
 from twin.core.failures.failure_spec import INJECT_KINDS, MonteCarloSpec, parse_injection
-from twin.core.units import HOUR_S
+from twin.core.units import HOUR_S, human, plain
 from twin.engine import Engine
 from twin.failure_analyzer import FailureAnalyzer
 
@@ -62,6 +62,12 @@ def _h(seconds: float) -> str:
     return f"{seconds:.1f} s"
 
 
+def _per_day(hours: float) -> str:
+    """Expected hours lost a day, in the unit that reads (a tiny cost in ms, not 5.05e-06 h)."""
+    seconds = hours * HOUR_S
+    return _h(seconds) if seconds >= 1.0 else human(seconds, "s", 2)
+
+
 def render(rep: FailureReport) -> None:
     """Human-readable tables of a failure report."""
     out = console()
@@ -99,21 +105,23 @@ def render(rep: FailureReport) -> None:
             extra += f"; switch up-capacity {100 * inj['uplink_capacity_fraction']:.0f}%"
         out.print(extra)
     if rep.ranking is not None:
-        rt = table("Criticality (expected cost)", "#", "component", "count", "events/day", "cost/event", "h/day",
-                   "share", "outcome", "slowdown")
+        rt = table("Criticality (expected cost), ranked", "#", "component", "count", "events per day",
+                   "cost per event", "cost per day", "share", "outcome", "slowdown", compact=True)
         for r in rep.ranking:
             rt.add_row(str(r["rank"]), r["component"], f"{r['count']:,}",
-                       "n/a" if r["events_per_day"] is None else f"{r['events_per_day']:.3g}",
+                       "n/a" if r["events_per_day"] is None else plain(r["events_per_day"], 2),
                        _h(r["cost_per_event_s"]),
-                       "n/a" if r["expected_cost_h_per_day"] is None else f"{r['expected_cost_h_per_day']:.3g}",
-                       "" if r["share_pct"] is None else f"{r['share_pct']:.1f}%", r["outcome"], f"{r['slowdown']:.3f}")
+                       "n/a" if r["expected_cost_h_per_day"] is None else _per_day(r["expected_cost_h_per_day"]),
+                       "" if r["share_pct"] is None else f"{r['share_pct']:.1f}%", r["outcome"].replace("_", "\n"),
+                       f"{r['slowdown']:.3f}")
         out.print(rt)
     if rep.pairs:
-        pt = table("Pairs (same place, worst case)", "pair", "slowdown", "alone", "overlaps/yr", "extra h/day")
+        pt = table("Pairs (same place, worst case)", "pair", "slowdown", "alone", "overlaps per year",
+                   "extra h per day")
         for p in rep.pairs:
             alone = " / ".join(f"{s:.3f}" for s in p["slowdowns_alone"])
-            pt.add_row(" + ".join(p["pair"]), f"{p['slowdown']:.3f}", alone, f"{p['overlaps_per_year']:.3g}",
-                       f"{p['expected_extra_cost_h_per_day']:.3g}")
+            pt.add_row(" + ".join(p["pair"]), f"{p['slowdown']:.3f}", alone, plain(p["overlaps_per_year"]),
+                       plain(p["expected_extra_cost_h_per_day"]))
         out.print(pt)
     if rep.redundancy:
         vt = table("Redundancy: what it buys", "variant", "ETT", "d ETT", "goodput", "per GPU owned", "cost")

@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
 
 # The terms of a plan's HBM (MemoryBreakdown.as_gib), which add up to its total_gib.
 MEMORY_TERMS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "runtime_gib")
+
 PLAN_KEYS = ("schedule", "tp", "pp", "vp", "cp", "ep", "etp", "mbs", "recompute", "sharding", "precision")
 
 

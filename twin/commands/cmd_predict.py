@@ -9,6 +9,7 @@ import argparse
 from twin.commands.cmd_remote import add_client_args, client_from_args
 from twin.commands.cmd_render import console, print_json, table
 from twin.core.estimate import Estimate
+from twin.core.units import human, signal_unit
 from twin.engine import Engine
 
 
@@ -82,13 +83,16 @@ def render_strategies(est: Estimate) -> None:
     t = table("Strategies", "dimension", "algorithm", "details")
     for dim in dims:
         t.add_row(dim, est.algorithms.get(dim, "-"),
-                  ", ".join(f"{k}={_detail(v)}" for k, v in est.details.get(dim, {}).items()) or "-")
+                  ", ".join(f"{k}={_detail(k, v)}" for k, v in est.details.get(dim, {}).items()) or "-")
     console().print(t)
 
 
-def _detail(value: object) -> str:
+def _detail(key: str, value: object) -> str:
+    """A strategy's detail in the unit its name carries (``_s`` in ms/µs, ``_bytes`` in MB), never an exponent."""
     if isinstance(value, float):
-        return f"{value:.4g}"
+        if key.endswith("_bytes"):
+            return human(value, "B", 4)
+        return human(value, signal_unit(key), 4)
     return str(value)
 
 

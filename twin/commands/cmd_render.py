@@ -7,6 +7,7 @@ import math
 import sys
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -28,13 +29,22 @@ def print_json(data: Any) -> None:
 
 
 def console() -> Console:
-    """A console for human-readable output (no colour when not a terminal)."""
-    return Console(highlight=False, soft_wrap=False, width=max(100, Console().width))
+    """A console for human-readable output (no colour when not a terminal): a terminal's own width
+    (an 80-column one gets 80: tables wrap their cells rather than the terminal wrapping their
+    lines), 100 columns when the output goes to a file or a pipe.
+    """
+    probe = Console()
+    return Console(highlight=False, soft_wrap=False, width=probe.width if probe.is_terminal else max(100, probe.width))
 
 
-def table(title: str, *columns: str) -> Table:
-    """A plain table with left-aligned first column."""
-    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+def table(title: str, *columns: str, compact: bool = False) -> Table:
+    """A plain table with left-aligned first column. No header is ever cut: a column is at least as
+    wide as its header's longest word (headers wrap at spaces), and cells fold rather than end in "…".
+    ``compact``: columns apart by two spaces rather than a rule (a wide table that must fit 80 columns).
+    """
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False,
+              **({"box": box.SIMPLE_HEAD, "collapse_padding": True} if compact else {}))
     for i, col in enumerate(columns):
-        t.add_column(col, justify="left" if i == 0 else "right")
+        t.add_column(col, justify="left" if i == 0 else "right", overflow="fold",
+                     min_width=max((len(w) for w in col.split()), default=0))
     return t

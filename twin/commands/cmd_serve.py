@@ -41,7 +41,10 @@ def run(args: argparse.Namespace) -> int:
     with needs_extra("server", "twin serve"):
         from twin.server.grpc_app import serve
         from twin.server.observability import configure_logging
+        from twin.server.process import exit_with_parent
         from twin.server.server_config import load_config
+
+    exit_with_parent()  # started by another twin process (twin demo, a test): never outlive it
 
     overrides = {"host": args.host, "port": args.port, "health_port": args.health_port,
                  "otlp_http_port": args.otlp_http_port,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import signal
 import sys
 import threading
@@ -15,6 +16,7 @@ from rich.console import Console
 
 from twin.commands.cmd_render import console, print_json, table
 from twin.core.errors import SpecError
+from twin.core.units import plain
 from twin.engine import Engine
 from twin.sweep.job import EngineSettings
 from twin.sweep.reduce import SAME_AS_DESCRIPTOR, SweepResult, nrows, row_dict
@@ -132,6 +134,11 @@ def render_summary(result: SweepResult) -> None:
         out.print("no feasible point")
 
 
+# Headers that wrap at spaces and read as units (the rows keep their column names: --out, --json).
+HEADERS = {"step_time_s": "step s", "tokens_per_s_per_gpu": "tokens/s per GPU", "tokens_per_s": "tokens/s",
+           "mfu": "MFU", "memory_gib": "GiB per GPU", "num_gpus": "GPUs", "power_kw": "kW"}
+
+
 def top_table(rows: Any, metric: str, title: str) -> Any:
     """A table of ranked rows: the metric, the plan and the main throughput figures."""
     records = [row_dict(rows, i) for i in range(nrows(rows))]
@@ -145,18 +152,20 @@ def top_table(rows: Any, metric: str, title: str) -> Any:
     for c in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib"):
         if c != metric and c in first:
             cols.append(c)
-    t = table(title, *cols)
+    t = table(title, *(HEADERS.get(c, c) for c in cols), compact=True)
     if same:
         t.caption = "all: " + ", ".join(f"{c}={_fmt(first.get(c))}" for c in same)
         t.caption_justify = "left"
     for i, r in enumerate(records):
-        t.add_row(str(i + 1), *[_fmt(r.get(c)) for c in cols[1:]])
+        t.add_row(str(i + 1), *[_fmt(r.get(c), c) for c in cols[1:]])
     return t
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: Any, column: str = "") -> str:
     if isinstance(v, float):
-        return f"{v:.4g}"
+        if column.startswith("mfu") and math.isfinite(v):
+            return f"{100 * v:.1f}%"  # a share of peak, read as a percentage
+        return plain(v, 4)
     if isinstance(v, str) and v.startswith(("{", "[")):
         try:
             return json.dumps(json.loads(v), separators=(",", ":"))

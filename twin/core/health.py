@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from twin.core.telemetry_vocab import ComponentState, Evidence, MetricMapping
+from twin.core.units import human, signal_unit
 
 _RANK = {"up": 0, "degraded": 1, "down": 2}
 # A downed scale-out port whose GPU's traffic fails over to a sibling NIC in the same
@@ -66,8 +67,9 @@ def assess(signals: Mapping[str, float], mappings: Mapping[str, MetricMapping],
                 frac = max(0.0, value / peak)
                 capacity = min(capacity, frac)
                 if frac < 0.99:
-                    evidence.append(Evidence(sig, value, f"< peak {peak:.6g}", "degraded",
-                                             f"running at {100 * frac:.0f}% of the {peak:.6g} it has shown",
+                    shown = human(peak, m.unit or signal_unit(sig))
+                    evidence.append(Evidence(sig, value, f"< peak {shown}", "degraded",
+                                             f"running at {100 * frac:.0f}% of the {shown} it has shown",
                                              m.names[0]))
                     if state == "up":
                         state = "degraded"

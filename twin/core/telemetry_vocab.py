@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from twin.core.units import human, plain, signal_unit
+
 ComponentState = Literal["up", "degraded", "down"]
 Severity = Literal["down", "degraded", "info"]
 # Tiers a component belongs to: the scenario factor its capacity scales (see
@@ -57,8 +59,8 @@ class Condition:
     def describe(self) -> str:
         """The rule as text, e.g. ``> 100``."""
         if isinstance(self.value, tuple):
-            return f"{self.op} {{{', '.join(f'{x:g}' for x in self.value)}}}"
-        return f"{self.op} {self.value:g}" if self.op != "mask" else f"& {int(self.value):#x}"
+            return f"{self.op} {{{', '.join(plain(x, 6) for x in self.value)}}}"
+        return f"{self.op} {plain(self.value)}" if self.op != "mask" else f"& {int(self.value):#x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,4 +154,4 @@ class Evidence:
 
     def text(self) -> str:
         """One readable line."""
-        return f"{self.signal}={self.value:.6g} {self.rule}: {self.why}"
+        return f"{self.signal}={human(self.value, signal_unit(self.signal))} {self.rule}: {self.why}"

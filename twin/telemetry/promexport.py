@@ -12,10 +12,15 @@ scrapes are served at once. Names follow the OpenMetrics / Prometheus naming con
 (``_seconds``, ``_ratio``), ``_total`` for counters. Every value is read from the telemetry
 service when scraped:
 
-- ``twin_job_step_seconds{job,basis}``: predicted step time, ``basis`` = ``designed`` (the
+- ``twin_job_step_seconds{training_job,basis}``: predicted step time, ``basis`` = ``designed`` (the
   scenario as specified) or ``now`` (the live cluster's capacities and the fitted calibration);
-- ``twin_job_observed_step_seconds{job}``: the job's reported step time (mean of the window);
-- ``twin_job_divergence_ratio{job,basis}``: observed / predicted - 1;
+- ``twin_job_observed_step_seconds{training_job}``: the job's reported step time (mean of the window);
+- ``twin_job_divergence_ratio{training_job,basis}``: observed / predicted - 1;
+
+The training job's label is ``training_job``, not ``job``: Prometheus attaches its own ``job``
+and ``instance`` target labels to every scraped series, and a scraped ``job`` is renamed
+``exported_job`` (``honor_labels: false``, the default), so ``{job="..."}`` would find nothing.
+No exported label is named ``job`` or ``instance`` (``RESERVED_LABELS``; a test).
 - ``twin_calibration_factor{factor}``: the fitted factors (1 = as designed);
 - ``twin_components{kind,state}``: monitored components by kind and state;
 - ``twin_component_capacity_ratio{component,kind,tier}``: usable capacity of every component
@@ -63,6 +68,9 @@ class Scraped(Protocol):
 
     def ignored_metrics(self) -> list[dict[str, Any]]: ...
 
+# Prometheus' own target labels (https://prometheus.io/docs/concepts/jobs_instances/): never exported.
+RESERVED_LABELS = ("job", "instance")
+
 # Every metric family the endpoint exports (the Grafana dashboards may query only these).
 FAMILIES = ("twin_job_step_seconds", "twin_job_observed_step_seconds", "twin_job_divergence_ratio",
             "twin_calibration_factor", "twin_components", "twin_component_capacity_ratio",
@@ -78,10 +86,12 @@ class TwinCollector(Collector):
     def collect(self) -> Iterator[Any]:
         """The metric families (a failing part is logged and left out, never a failed scrape)."""
         svc = self.service
-        step = GaugeMetricFamily("twin_job_step_seconds", "Predicted training step time", labels=["job", "basis"])
-        observed = GaugeMetricFamily("twin_job_observed_step_seconds", "Reported training step time", labels=["job"])
+        step = GaugeMetricFamily("twin_job_step_seconds", "Predicted training step time",
+                                 labels=["training_job", "basis"])
+        observed = GaugeMetricFamily("twin_job_observed_step_seconds", "Reported training step time",
+                                     labels=["training_job"])
         div = GaugeMetricFamily("twin_job_divergence_ratio", "Observed / predicted step time - 1",
-                                labels=["job", "basis"])
+                                labels=["training_job", "basis"])
         try:
             for v in svc.divergence():
                 step.add_metric([v["job"], "designed"], v["predicted_designed_s"])

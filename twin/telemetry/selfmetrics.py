@@ -1,7 +1,8 @@
 """The twin's own metrics through the OpenTelemetry SDK: divergence, calibration, ingest.
 
-- ``twin.prediction.divergence`` (gauge, ratio): observed / predicted - 1 per job, with
-  attribute ``basis`` = ``now`` or ``designed``;
+- ``twin.prediction.divergence`` (gauge, ratio): observed / predicted - 1 per job
+  (attribute ``training_job``: a ``job`` attribute would clash with Prometheus' target label
+  where these reach a Prometheus) and ``basis`` = ``now`` or ``designed``;
 - ``twin.calibration.factor`` (gauge): each fitted factor (attribute ``factor``);
 - ``twin.telemetry.components`` (gauge): components per ``state``;
 - ``twin.telemetry.points`` (counter): points per ``outcome`` (accepted, rejected, duplicate).
@@ -74,8 +75,8 @@ class SelfMetrics:
         out = []
         for v in views:
             if v["observations"]:
-                out.append(Observation(v["divergence_now"], {"job": v["job"], "basis": "now"}))
-                out.append(Observation(v["divergence_designed"], {"job": v["job"], "basis": "designed"}))
+                out.append(Observation(v["divergence_now"], {"training_job": v["job"], "basis": "now"}))
+                out.append(Observation(v["divergence_designed"], {"training_job": v["job"], "basis": "designed"}))
         return out
 
     def _factors(self, options: CallbackOptions) -> Iterable[Observation]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -28,7 +29,7 @@ from twin.telemetry.decode import Decoder, summarize
 from twin.telemetry.ingest import DecodeSlots, IngestQueue, Item, Overloaded
 from twin.telemetry.mapping import MetricCatalog
 from twin.telemetry.state import ApplyResult, Dirty, LiveState, Undo
-from twin.telemetry.store import Store
+from twin.telemetry.store import HISTORY_PER_JOB, Store
 from twin.telemetry.telemetry_config import TelemetryConfig
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,15 @@ class TelemetryService:
         self.queue = IngestQueue(self._apply_batch, config.max_pending_points, config.retry_after_s)
         self.slots = DecodeSlots(DECODE_SLOTS, MAX_DECODE_WAITING, config.retry_after_s)
         self._stop = threading.Event()
+        # Each job's last stored history sample (designed, now, observed), so a sample is stored only
+        # when one of them moved; from the store, so a restart does not repeat the last one.
+        self._history_lock = threading.Lock()
+        self._history_last = {job: (rows[-1]["designed_s"], rows[-1]["now_s"], rows[-1]["observed_s"])
+                              for job, rows in self.store.load_history(limit=1).items()}
+        self._historian: threading.Thread | None = None
+        if config.history_interval_s > 0:
+            self._historian = threading.Thread(target=self._history_loop, name="twin-telemetry-history", daemon=True)
+            self._historian.start()
         self._calibrator: threading.Thread | None = None
         if config.calibrate_interval_s > 0:
             self._calibrator = threading.Thread(target=self._calibrate_loop, name="twin-telemetry-calibrate",
@@ -359,6 +369,40 @@ class TelemetryService:
         self._divergence_cache = (key, rows)
         return [dict(row) for row in rows]
 
+    # ---------------------------------------------------------------- history
+    def record_history(self) -> int:
+        """Store each job's predicted (designed, now) and observed step time now, for the jobs where one
+        moved since its last stored sample; how many samples were stored.
+        """
+        rows = self.divergence()
+        now = time.time_ns()
+        with self._history_lock:
+            new = []
+            for r in rows:
+                point = (r["predicted_designed_s"], r["predicted_now_s"],
+                         r["observed_step_time_s"] if r.get("observations") else None)
+                if all(v is None or math.isfinite(v) for v in point) and self._history_last.get(r["job"]) != point:
+                    new.append((r["job"], now, *point))
+            self.store.save_history(new)
+            for job, _, *point in new:
+                self._history_last[job] = tuple(point)
+        return len(new)
+
+    def history(self, job: str | None = None, limit: int = HISTORY_PER_JOB) -> dict[str, list[dict[str, Any]]]:
+        """The stored step-time history (``Store.load_history``): the latest ``limit`` samples a job."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= HISTORY_PER_JOB:
+            raise SpecError("history_points", f"must be a whole number in [0, {HISTORY_PER_JOB}] (got {limit!r})")
+        return self.store.load_history(job, limit) if limit else {}
+
+    def _history_loop(self) -> None:
+        while not self._stop.wait(self.config.history_interval_s):
+            try:
+                self.record_history()
+            except TwinError as err:
+                log.warning("step-time history sample skipped: %s", err)
+            except Exception:  # keep the loop alive; the next period samples again
+                log.exception("step-time history sample failed")
+
     # ---------------------------------------------------------------- calibration
     def calibrate(self) -> dict[str, Any]:
         """Fit the calibration to the current observations; persist the change and its reasons."""
@@ -400,6 +444,8 @@ class TelemetryService:
     def close(self) -> None:
         """Apply what is queued, stop the threads, close the store."""
         self._stop.set()
+        if self._historian is not None:  # a sample in flight writes before the store closes
+            self._historian.join(timeout=30)
         self.scraper.close()
         self.queue.close()
         with self.lock:

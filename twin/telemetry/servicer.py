@@ -57,12 +57,15 @@ def _cal(c: dict[str, Any]) -> scenario_pb2.Calibration:
     return scenario_pb2.Calibration(**c)
 
 
-def _job(j: dict[str, Any]) -> pb.JobDivergence:
+def _job(j: dict[str, Any], history: Any = ()) -> pb.JobDivergence:
     return pb.JobDivergence(job=j["job"], observed_step_time_s=j["observed_step_time_s"],
                             observations=j.get("observations", 0),
                             predicted_designed_s=j.get("predicted_designed_s", 0),
                             predicted_now_s=j["predicted_now_s"], divergence_designed=j.get("divergence_designed", 0),
-                            divergence_now=j["divergence_now"])
+                            divergence_now=j["divergence_now"],
+                            history=[pb.StepSample(time_unix_nano=h["time_ns"], predicted_designed_s=h["designed_s"],
+                                                   predicted_now_s=h["now_s"], observed_step_time_s=h["observed_s"])
+                                     for h in history])
 
 
 def _adjustment(a: dict[str, Any]) -> pb.Adjustment:
@@ -118,7 +121,12 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
 
     def GetDivergence(self, request: pb.GetDivergenceRequest,
                       context: grpc.ServicerContext) -> pb.GetDivergenceResponse:
-        return pb.GetDivergenceResponse(jobs=[_job(j) for j in _call(context, self.service.divergence)])
+        def answer() -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+            rows = self.service.divergence()
+            return rows, self.service.history(None, request.history_points) if request.history_points else {}
+
+        rows, history = _call(context, answer)
+        return pb.GetDivergenceResponse(jobs=[_job(j, history.get(j["job"], ())) for j in rows])
 
     def Calibrate(self, request: pb.CalibrateRequest, context: grpc.ServicerContext) -> pb.CalibrateResponse:
         out = _call(context, self.service.calibrate)

@@ -91,7 +91,14 @@ CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, scenario TEXT NOT NULL, u
 CREATE TABLE IF NOT EXISTS calibration (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS calibration_history (seq INTEGER PRIMARY KEY AUTOINCREMENT, time_ns INTEGER,
                                                 factor TEXT, old REAL, new REAL, reason TEXT);
+CREATE TABLE IF NOT EXISTS step_history (job TEXT, time_ns INTEGER, designed_s REAL, now_s REAL, observed_s REAL,
+                                         PRIMARY KEY (job, time_ns));
 """
+# Step-time samples kept per job (predicted as designed and now, observed): the oldest go first.
+# 10,000: at the default sampling period (telemetry.history_interval_s, 15 s) 41 hours of a job whose
+# numbers move at every sample, longer when they hold still (a sample is stored only when one moved);
+# ~40 bytes a row, 0.4 MB a job.
+HISTORY_PER_JOB = 10_000
 
 
 class Store:
@@ -227,6 +234,27 @@ class Store:
                 db.execute("ROLLBACK")
                 raise
 
+    def save_history(self, rows: Iterable[tuple[str, int, float, float, float | None]]) -> None:
+        """Step-time samples ``(job, time_ns, designed_s, now_s, observed_s or None)``, keeping the latest
+        ``HISTORY_PER_JOB`` of each job.
+        """
+        rows = list(rows)
+        if not rows:
+            return
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.executemany("INSERT OR REPLACE INTO step_history VALUES (?,?,?,?,?)", rows)
+                for job in {r[0] for r in rows}:
+                    db.execute("DELETE FROM step_history WHERE job = ? AND time_ns < (SELECT time_ns FROM "
+                               "step_history WHERE job = ? ORDER BY time_ns DESC LIMIT 1 OFFSET ?)",
+                               (job, job, HISTORY_PER_JOB - 1))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
     # ---------------------------------------------------------------- reads
     # Reading back: a row this version cannot use (written by another version, edited by
     # hand, a value out of range) is skipped and reported in ``skipped`` (table, key, why),
@@ -321,6 +349,27 @@ class Store:
             mapping = self._json_mapping("jobs", j, text, "not a scenario mapping")
             if mapping is not None:
                 out[j] = mapping
+        return out
+
+    def load_history(self, job: str | None = None, limit: int = HISTORY_PER_JOB) -> dict[str, list[dict[str, Any]]]:
+        """The latest ``limit`` step-time samples of ``job`` (None: of every job), oldest first, by job:
+        ``{time_ns, designed_s, now_s, observed_s}`` (``observed_s`` None before the job reported a step).
+        """
+        query = ("SELECT job, time_ns, designed_s, now_s, observed_s FROM (SELECT *, ROW_NUMBER() OVER "
+                 "(PARTITION BY job ORDER BY time_ns DESC) AS n FROM step_history" + (" WHERE job = ?" if job else "")
+                 + ") WHERE n <= ? ORDER BY job, time_ns")
+        with self._lock:
+            rows = self._db.execute(query, (job, limit) if job else (limit,)).fetchall()
+        out: dict[str, list[dict[str, Any]]] = {}
+        for j, t, d, n, o in rows:
+            try:
+                if not isinstance(j, str):
+                    raise TypeError("job must be text")
+                out.setdefault(j, []).append({"time_ns": stored_ns(t), "designed_s": stored_float(d),
+                                              "now_s": stored_float(n),
+                                              "observed_s": None if o is None else stored_float(o)})
+            except (ValueError, TypeError) as err:
+                self._skip("step_history", (j, t), err)
         return out
 
     def load_calibration(self) -> tuple[Calibration | None, list[dict[str, Any]]]:

@@ -30,6 +30,10 @@ class TelemetryConfig:
     ``series_checkpoint_s``: how often counter baselines are written (component state is
     written with every batch).
     ``calibrate_interval_s``: automatic calibration period (0: only when asked).
+    ``history_interval_s``: how often each job's predicted (designed, now) and observed step times are
+    sampled into the stored history (``Store.save_history``; a sample only when one of them moved),
+    whether or not anyone is looking; 0: only when a page or ``GetDivergence`` asks. 15 s: the
+    default period of the twin's own metrics (``self_metrics_interval_s``), a Prometheus scrape's order.
     ``self_metrics_endpoint``: OTLP endpoint for the twin's own metrics (divergence,
     calibration factors, ingest counters); None: not exported.
     ``scrape``: Prometheus exposition endpoints to read directly (``twin.telemetry.scrape``):
@@ -58,6 +62,7 @@ class TelemetryConfig:
     otlp_http_host: str = "127.0.0.1"
     otlp_http_port: int | None = None
     calibrate_interval_s: float = 60.0
+    history_interval_s: float = 15.0
     min_observations: int = 3
     synchronous: str = "NORMAL"
     series_checkpoint_s: float = 5.0
@@ -82,8 +87,10 @@ class TelemetryConfig:
                 raise SpecError(f"telemetry.{name}", f"must be >= 1 (got {getattr(self, name)})")
         if self.retry_after_s <= 0:
             raise SpecError("telemetry.retry_after_s", f"must be > 0 (got {self.retry_after_s})")
-        if self.calibrate_interval_s < 0:
-            raise SpecError("telemetry.calibrate_interval_s", f"must be >= 0 (got {self.calibrate_interval_s})")
+        for name in ("calibrate_interval_s", "history_interval_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                raise SpecError(f"telemetry.{name}", f"must be a number of seconds >= 0 (got {value!r})")
         from twin.telemetry.scrape import scrape_targets
 
         scrape_targets(list(self.scrape))

@@ -1,5 +1,5 @@
 """What the web view reads from the running twin, in one place: the telemetry service's live state,
-its jobs and predictions, the failure analyzer, and a short history of predictions over time.
+its jobs and predictions and their stored history over time, the failure analyzer.
 
 Every method here is synchronous and may evaluate the model: the routes call them in worker
 threads (``starlette.concurrency.run_in_threadpool``), never on the event loop. The telemetry
@@ -10,21 +10,16 @@ so the page and ``twin telemetry status`` always agree.
 from __future__ import annotations
 
 import threading
-import time
-from collections import deque
-from collections.abc import Mapping
 from typing import Any
 
 from twin.core.errors import NotFoundError, SpecError
 from twin.engine import Engine
 from twin.failure_analyzer import FailureAnalyzer
-from twin.telemetry.state import OBSERVATIONS_PER_JOB
 from twin.web import fabric_picture, views
 
-# Prediction samples kept per job for the divergence chart: as many as the twin keeps
-# observations per job (twin.telemetry.state.OBSERVATIONS_PER_JOB), so the two series cover
-# about the same stretch of time.
-HISTORY = OBSERVATIONS_PER_JOB
+# Samples the Step page draws per job (the latest of the stored history, twin.telemetry.store.HISTORY_PER_JOB):
+# 1,000 points, a chart's worth (4 h at the 15 s default period while the numbers move).
+HISTORY = 1000
 
 
 class Live:
@@ -35,7 +30,6 @@ class Live:
         self.telemetry = telemetry
         self.analyzer = FailureAnalyzer(engine)
         self._lock = threading.Lock()
-        self._history: dict[str, deque[dict[str, Any]]] = {}
         self._failures: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._fabric: dict[str, tuple[Any, fabric_picture.Layout]] = {}
 
@@ -111,33 +105,24 @@ class Live:
                                          "rails by the number their device or GPU label ends with"})
 
     def step(self, job: str) -> dict[str, Any]:
-        """The Step page for ``job``."""
+        """The Step page for ``job``: its history is the telemetry service's stored one (sampled every
+        ``telemetry.history_interval_s`` and when the page looks; it survives a restart).
+        """
         t = self._require()
         name, _ = self.job(job)
         predicted = t.predict(job=name)
         divergence = t.divergence()
-        self.sample(divergence)
-        with self._lock:
-            history = list(self._history.get(name, ()))
+        t.record_history()
+        history = [{"t": h["time_ns"] / 1e9, "observed_s": h["observed_s"], "now_s": h["now_s"],
+                    "designed_s": h["designed_s"]} for h in t.history(name, HISTORY).get(name, ())]
         out = views.step_view(predicted, divergence, name, t.calibration_state(), history)
         out["jobs"] = self.jobs()
         return out
 
-    def sample(self, divergence: list[Mapping[str, Any]] | None = None) -> None:
-        """Record each job's predictions and last observation now, when they moved since the last sample."""
-        t = self.telemetry
-        if t is None:
-            return
-        rows = divergence if divergence is not None else t.divergence()
-        now = time.time()
-        with self._lock:
-            for r in rows:
-                hist = self._history.setdefault(str(r["job"]), deque(maxlen=HISTORY))
-                point = {"t": now, "observed_s": r.get("observed_step_time_s") or None,
-                         "now_s": r.get("predicted_now_s"), "designed_s": r.get("predicted_designed_s")}
-                last = hist[-1] if hist else None
-                if last is None or any(last[k] != point[k] for k in ("observed_s", "now_s", "designed_s")):
-                    hist.append(point)
+    def sample(self) -> None:
+        """Store each job's predictions and last observation now, where they moved since the last sample."""
+        if self.telemetry is not None:
+            self.telemetry.record_history()
 
     def failures(self, job: str) -> dict[str, Any]:
         """The Failures page for ``job``'s scenario (analysed once per scenario)."""

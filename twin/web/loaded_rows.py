@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from twin.sweep.reduce import PARETO
-from twin.web.views import STEP_PARTS, clean
+from twin.web.views import STEP_PARTS, clean, pareto_group, pareto_label
 
 
 def _sort_key(v: Any) -> tuple[int, Any]:
@@ -116,8 +116,12 @@ class LoadedRows:
                 if _number(xs[i]):
                     scaling[xs[i]] = max(scaling.get(xs[i], -math.inf), y[i])
         parts = {k: self.values(k) for k, _ in STEP_PARTS}
+        axes = {f"axis:{a}": self.values(f"axis:{a}") for a in self.axes}
+        group = pareto_group([{k: v[i] for k, v in axes.items()} for i in pts])
         return clean({
-            "pareto": {"x": PARETO[1], "y": PARETO[0], "points": [[x[i], y[i], ids[i]] for i in pts], "front": front},
+            "pareto": {"x": PARETO[1], "y": PARETO[0], "group": group,
+                       "points": [[x[i], y[i], ids[i], pareto_label(axes[group][i]) if group else ""] for i in pts],
+                       "front": front},
             "breakdown": {"parts": [{"key": k, "label": label} for k, label in STEP_PARTS],
                           "points": [{"point_id": ids[i], **{k: _part(parts[k][i], k in self.others)
                                                              for k, _ in STEP_PARTS}} for i in ranked]},

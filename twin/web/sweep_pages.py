@@ -42,6 +42,19 @@ ROW_BYTES = 2048
 SORTABLE = ("point_id", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "power_kw", "num_gpus")
 
 
+def row_error(err: Exception | None) -> str:
+    """A row's "infeasible because": the field named once (an error with a ``rule`` is ``field: rule``;
+    any other, an InfeasibleError among them, already names its field in its text: "memory: ...").
+    """
+    if err is None:
+        return ""
+    rule = getattr(err, "rule", None)
+    if rule is None:
+        return str(err)
+    field = getattr(err, "field", "")
+    return f"{field}: {rule}" if field else str(rule)
+
+
 @dataclass
 class SweepJob:
     """One sweep (running or done) or one loaded results file, as the page sees it."""
@@ -201,8 +214,7 @@ class WebSweeps:
                 self._apply(job, row)
             return
         elif isinstance(ev, Row):
-            error = f"{getattr(ev.error, 'field', '')}: {getattr(ev.error, 'rule', ev.error)}" if ev.error else ""
-            job.rows.append(row_of(ev.index, ev.assignment, ev.estimate, error.lstrip(": ")))
+            job.rows.append(row_of(ev.index, ev.assignment, ev.estimate, row_error(ev.error)))
             return  # progress follows; one touch per batch
         elif isinstance(ev, Progress):
             job.done, job.failed, job.elapsed_s = ev.done, ev.failed, ev.elapsed_s

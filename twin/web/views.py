@@ -8,6 +8,7 @@ other way to say) computed from what the gRPC services compute: the telemetry se
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -132,6 +133,27 @@ def rows_from_columns(rows: Mapping[str, np.ndarray], axes: Sequence[str]) -> li
     return out
 
 
+# Series a scatter can still tell apart by colour and marker (the page's palette has 12 colours).
+MAX_GROUPS = 12
+
+
+def pareto_label(value: Any) -> str:
+    """A group's name on the Pareto plot: the axis value as text."""
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, dict | list) else str(value)
+
+
+def pareto_group(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The axis the Pareto plot colours its points by: the first axis whose values are not numbers
+    (a fabric, a system, a schedule) with 2 to ``MAX_GROUPS`` values; None when there is none.
+    """
+    for key in (k for r in rows[:1] for k in r if k.startswith("axis:")):
+        values = {pareto_label(r.get(key)) for r in rows}
+        numeric = all(isinstance(r.get(key), int | float) and not isinstance(r.get(key), bool) for r in rows)
+        if not numeric and 2 <= len(values) <= MAX_GROUPS:
+            return key
+    return None
+
+
 def plots(rows: Sequence[Mapping[str, Any]], metric: str = "step_time_s") -> dict[str, Any]:
     """What the three sweep plots draw: Pareto (throughput vs power, the front marked), the step
     parts of the ten best points, and scaling (best throughput per GPU count, or per the first
@@ -158,9 +180,11 @@ def plots(rows: Sequence[Mapping[str, Any]], metric: str = "step_time_s") -> dic
             x = r.get(x_key)
             if isinstance(x, int | float):
                 scaling[x] = max(scaling.get(x, -math.inf), r[PARETO[0]])
+    group = pareto_group(pts)
     return clean({
-        "pareto": {"x": PARETO[1], "y": PARETO[0], "points": [[r.get(PARETO[1]), r[PARETO[0]], r["point_id"]]
-                                                             for r in pts], "front": front},
+        "pareto": {"x": PARETO[1], "y": PARETO[0], "group": group,
+                   "points": [[r.get(PARETO[1]), r[PARETO[0]], r["point_id"],
+                               pareto_label(r.get(group)) if group else ""] for r in pts], "front": front},
         "breakdown": {"parts": [{"key": k, "label": label} for k, label in STEP_PARTS],
                       "points": [{"point_id": r["point_id"], **{k: r.get(k, 0.0) for k, _ in STEP_PARTS}}
                                  for r in ranked]},

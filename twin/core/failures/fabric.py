@@ -146,7 +146,7 @@ def fat_tree_failure_modes(component: ComponentGroup, scenario: Scenario, hierar
         impact = Impact(uplinks=(UplinkLoss(tier=level + 1, uplinks=up_below, lost=max(1.0, lost),
                                             hashed_flows=hashed_flows_per_uplink * up_below),),
                         stall_s=REROUTE_STALL_S,
-                        note=f"each {LEVEL_NAMES[level - 1]} below loses {max(1.0, lost):g} of {up_below:g} uplinks")
+                        note=_switch_down_note(tree, level, pods, lost, up_below, rail))
         return [FailureMode(name, "down", "down", per_switch, net_src, interrupts=False, degraded=impact,
                             detection_s=DETECTION_CRASH_S, repair_h=REPAIR_H["switch"], repair_source=REPAIR_SOURCE,
                             description=f"{LEVEL_NAMES[level]} switch fails: traffic re-routes over the others")]
@@ -159,6 +159,20 @@ def fat_tree_failure_modes(component: ComponentGroup, scenario: Scenario, hierar
                             detection_s=DETECTION_CRASH_S, repair_h=repair, repair_source=REPAIR_SOURCE,
                             description="switch-to-switch cable or transceiver fails: re-routed")]
     return []
+
+
+def _switch_down_note(tree: FatTree, level: int, pods: int, lost: float, up_below: float, rail: bool) -> str:
+    """What one switch of ``level`` down means, read the way the fabric is built: the count is of one
+    tree (a rail-optimised fabric has a tree per rail, so "one of 16 spines" is one of a rail's 2).
+    """
+    upper, lower = LEVEL_NAMES[level], LEVEL_NAMES[level - 1]
+    per_tree = tree.levels[level].switches
+    under = max(1, math.ceil(tree.levels[level - 1].switches / max(1, pods)))
+    tree_of = "its rail's tree" if rail else ("its pod" if pods > 1 else "the fabric")
+    left = max(0.0, 1.0 - max(1.0, lost) / up_below) if up_below > 0 else 0.0
+    lowers = "leaves" if lower == "leaf" else f"{lower}s"
+    return (f"one {upper} down of the {per_tree} in {tree_of}: each of the {under} {lowers} under it loses "
+            f"{max(1.0, lost):g} of its {up_below:g} uplinks ({left:.0%} of its up-capacity left)")
 
 
 def link_degraded_impact(component: ComponentGroup, hierarchy: Hierarchy, factor: float,

@@ -62,7 +62,7 @@
     if (data.detail) {
       for (const [k, v] of Object.entries(data.detail)) {
         if (v === null || v === undefined || (typeof v === "object" && !Object.keys(v).length)) continue;
-        parts.push(twin.el("div", { class: "muted" }, `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`));
+        parts.push(twin.el("div", { class: "muted" }, `${k.replace(/_/g, " ")}: ${twin.readable(v)}`));
       }
     }
     for (const id of data.components || []) {

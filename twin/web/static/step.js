@@ -3,7 +3,7 @@
 (() => {
   const state = { job: twin.params.get("job") || "", data: null, charts: {} };
   window.twinStep = state;
-  const s = (x) => (x === null || x === undefined ? "–" : twin.fmt(x, 4) + " s");
+  const s = (x) => twin.unit(x, "s", 4);
   // How sure the twin is (twin.core.intervals): the 80% and 95% ranges and what they rest on.
   const range = (iv) => (iv ? `80%: ${twin.fmt(iv.p80_low_s, 3)}–${twin.fmt(iv.p80_high_s, 3)} s, ` +
     `95%: ${twin.fmt(iv.p95_low_s, 3)}–${twin.fmt(iv.p95_high_s, 3)} s (${iv.basis}` +
@@ -28,8 +28,11 @@
   }
 
   function historyChart(data) {
+    // The stored history spans restarts and hours: minutes on the axis past ten of them.
     const t0 = data.history.length ? data.history[0].t : 0;
-    const series = (key) => data.history.filter((h) => h[key] !== null).map((h) => ({ x: h.t - t0, y: h[key] }));
+    const span = data.history.length ? data.history[data.history.length - 1].t - t0 : 0;
+    const [scale, unit] = span > 600 ? [60, "minutes"] : [1, "seconds"];
+    const series = (key) => data.history.filter((h) => h[key] !== null).map((h) => ({ x: (h.t - t0) / scale, y: h[key] }));
     const datasets = [
       { label: "observed", data: series("observed_s"), borderColor: "#1f2328", backgroundColor: "#1f2328", showLine: true },
       { label: "predicted now", data: series("now_s"), borderColor: "#d62728", backgroundColor: "#d62728", showLine: true, stepped: true },
@@ -37,13 +40,14 @@
     ];
     if (state.charts.history) {
       state.charts.history.data.datasets = datasets;
+      state.charts.history.options.scales.x.title.text = `${unit} since the first sample`;
       state.charts.history.update("none");
       return;
     }
     state.charts.history = new Chart(document.getElementById("history-chart"), {
       type: "scatter", data: { datasets },
       options: { animation: false, maintainAspectRatio: false,
-        scales: { x: { title: { display: true, text: "seconds since the first sample" } },
+        scales: { x: { title: { display: true, text: `${unit} since the first sample` } },
           y: { title: { display: true, text: "step time (s)" } } } },
     });
   }

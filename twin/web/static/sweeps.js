@@ -40,13 +40,28 @@ objective: {metric: step_time_s, top: 5}
     state.charts[id] = new Chart(document.getElementById(id), config);
   }
 
+  // Pareto: one series per value of the sweep's first non-numeric axis (a fabric, a system: the server's
+  // pareto.group), each its own colour and marker, and the front as a line over them.
+  const MARKERS = ["circle", "triangle", "rect", "rectRot", "star", "crossRot", "cross", "rectRounded", "line", "dash"];
+  function paretoSeries(p, front) {
+    const pts = p.pareto.points.map(([x, y, id, g]) => ({ x, y, id, g }));
+    const groups = [...new Set(pts.map((q) => q.g))];
+    const name = p.pareto.group ? p.pareto.group.replace(/^axis:/, "") : "";
+    const series = groups.map((g, i) => ({
+      label: name ? `${name} = ${g}` : "feasible points", data: pts.filter((q) => q.g === g),
+      backgroundColor: name ? PALETTE[i % PALETTE.length] : "rgba(9,105,218,0.35)",
+      borderColor: name ? PALETTE[i % PALETTE.length] : "rgba(9,105,218,0.35)",
+      pointStyle: MARKERS[i % MARKERS.length], pointRadius: 4 }));
+    series.push({ label: "Pareto front", data: pts.filter((q) => front.has(q.id)).sort((a, b) => a.x - b.x),
+      borderColor: "#1f2328", backgroundColor: "rgba(0,0,0,0)", pointRadius: 7, pointStyle: "circle", showLine: true });
+    return series;
+  }
+  const PALETTE = ["#0969da", "#d62728", "#2e9d4a", "#ff7f0e", "#8250df", "#bf8700", "#54aeff", "#a475f9",
+    "#57606a", "#e69500", "#6e7781", "#cf222e"];
+
   function plots(p) {
     const front = new Set(p.pareto.front);
-    const pts = p.pareto.points.map(([x, y, id]) => ({ x, y, id }));
-    chart("pareto", { type: "scatter", data: { datasets: [
-      { label: "feasible points", data: pts.filter((q) => !front.has(q.id)), backgroundColor: "rgba(9,105,218,0.35)" },
-      { label: "Pareto front", data: pts.filter((q) => front.has(q.id)).sort((a, b) => a.x - b.x), backgroundColor: "#d62728",
-        borderColor: "#d62728", showLine: true }] },
+    chart("pareto", { type: "scatter", data: { datasets: paretoSeries(p, front) },
       options: { animation: false, maintainAspectRatio: false, scales: {
         x: { title: { display: true, text: "average power (kW)" } }, y: { title: { display: true, text: "tokens/s" } } } } });
     const palette = ["#0969da", "#54aeff", "#d62728", "#ff7f0e", "#e69500", "#bf8700", "#8250df", "#a475f9", "#57606a",

@@ -53,9 +53,25 @@ const twin = (() => {
     if (x === null || x === undefined || x === "") return "–";
     if (typeof x !== "number") return String(x);
     const d = digits === undefined ? 3 : digits;
-    if (Math.abs(x) >= 1e6) return x.toExponential(2);
+    // Never an exponent (issue 34): large numbers with separators, rates through unit() below.
     if (Math.abs(x) >= 1000) return x.toLocaleString("en-US", { maximumFractionDigits: 0 });
     return Number(x.toPrecision(Math.max(1, d))).toString();
+  }
+  // A quantity with an SI prefix that keeps it between 1 and 1000 (twin.core.units.human):
+  // unit(2.5e10, "B/s") -> "25 GB/s", unit(0.0421, "s") -> "42.1 ms"; decimal prefixes, as rates are quoted.
+  const PREFIXED = {
+    "B/s": [[1e12, "TB/s"], [1e9, "GB/s"], [1e6, "MB/s"], [1e3, "kB/s"], [1, "B/s"]],
+    "Gb/s": [[1e3, "Tb/s"], [1, "Gb/s"], [1e-3, "Mb/s"]],
+    "GB/s": [[1e3, "TB/s"], [1, "GB/s"], [1e-3, "MB/s"]],
+    "s": [[1, "s"], [1e-3, "ms"], [1e-6, "µs"]],
+  };
+  function unit(x, u, digits) {
+    if (x === null || x === undefined || x === "") return "–";
+    const scales = PREFIXED[u];
+    if (typeof x !== "number" || !scales || x === 0 || !isFinite(x)) return fmt(x, digits) + (u ? " " + u : "");
+    for (const [f, name] of scales) if (Math.abs(x) >= f * 0.9995) return fmt(x / f, digits) + " " + name;
+    const [f, name] = scales[scales.length - 1];
+    return fmt(x / f, digits) + " " + name;
   }
   function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%"; }
 
@@ -91,8 +107,18 @@ const twin = (() => {
       body.append(tr);
     }
     t.append(body);
+    target.classList.add("table-box");  // wider than its card: it scrolls there, never the page
     target.replaceChildren(t);
     return t;
+  }
+
+  // A value for a reader (the evidence panel): numbers formatted, lists and mappings as words, never JSON.
+  function readable(v) {
+    if (v === null || v === undefined) return "–";
+    if (typeof v === "number") return fmt(v);
+    if (Array.isArray(v)) return v.map(readable).join(", ");
+    if (typeof v === "object") return Object.entries(v).map(([k, x]) => `${k.replace(/_/g, " ")} ${readable(x)}`).join("; ");
+    return String(v);
   }
 
   function badge(state) { return el("span", { class: "badge " + state }, state); }
@@ -129,5 +155,5 @@ const twin = (() => {
     return run;
   }
 
-  return { api, on, serial, fmt, pct, el, table, badge, params, jobSelect, showError };
+  return { api, on, serial, fmt, unit, readable, pct, el, table, badge, params, jobSelect, showError };
 })();
