@@ -78,13 +78,21 @@ def test_two_jobs_faults_on_a_never_move_b(start_server) -> None:
         assert pa.interrupted and pa.now_step_time_s == pytest.approx(designed, rel=1e-9)
         (fault,) = [f for f in pa.faults if f.consequence == "interruption"]
         assert fault.component == "a-1/gpu:3" and fault.evidence == "xid=79" and "XID" in fault.source
+        assert (fault.node_rank, fault.gpu_rank) == (0, 3)  # a-1 is node 0 (natural order of the names)
         cost = fault.interruption
         # Half the 1 h fallback interval + detection 30 s + rescheduling 300 s + init 120 s + load.
         assert cost.lost_work_s == pytest.approx(1800.0)
         assert cost.restart_s > 450.0 and cost.cost_s == pytest.approx(cost.lost_work_s + cost.restart_s)
         assert cost.gpu_hours == pytest.approx(cost.cost_s * 1024 / 3600)
         assert pa.interruption_cost_s == pytest.approx(cost.cost_s)
+        assert any(n.startswith("interruption: ") and "GPU-hours" in n for n in pa.notes)
         assert any("a-1/gpu:3: xid=79 -> interruption" in n for n in pa.notes)
+        # The fit does not learn from A while its own GPU is gone; the reason is in A's answer.
+        skipped = {j.job: j.reason for j in api.Calibrate(pb.CalibrateRequest()).skipped}
+        assert skipped["A"] == "its own parts are not healthy: a-1/gpu:3"
+        pa = api.PredictLive(pb.PredictLiveRequest(job="A"))
+        assert pa.calibration_skipped == skipped["A"] and any(n.startswith("calibration: ") for n in pa.notes)
+        assert api.GetCalibration(pb.GetCalibrationRequest()).calibration.compute_efficiency == 1.0
         sa.set_gpu(0, 3, xid=0)
         _push(sims, 3)  # recovery is confirmed after 3 assessments (telemetry.recover_after)
         assert not api.PredictLive(pb.PredictLiveRequest(job="A")).interrupted
@@ -97,6 +105,7 @@ def test_two_jobs_faults_on_a_never_move_b(start_server) -> None:
         (slow,) = [f for f in pa.faults if f.consequence == "straggler"]
         frac = round(1980 * 0.56) / 1980
         assert slow.component == "a-2/gpu:5" and slow.factor == pytest.approx(frac)
+        assert (slow.node_rank, slow.gpu_rank) == (1, 13)
         assert pa.now_step_time_s == pytest.approx(_now(engine, scn, compute=frac), rel=1e-9)
         now_bd = json.loads(pa.now_estimate_json)["breakdown"]
         designed_bd = json.loads(pa.designed_estimate_json)["breakdown"]

@@ -360,7 +360,7 @@ class TelemetryService:
         out: dict[str, Any] = {"tiers": [_tier_dict(t) for t in tiers.values()],
                                "down_components": list(live.down), "degraded_components": list(live.degraded),
                                "notes": [*live.notes, f"placement: {live.ranked_by}"],
-                               "faults": [_fault_dict(f, scn, spec) for f in live.faults],
+                               "faults": [_fault_dict(f, scn, spec, live.hosts) for f in live.faults],
                                "placement": {**(where.to_dict() if where is not None else {}),
                                              "known": live.placement_known, "ranked_hosts": list(live.hosts),
                                              "ranked_by": live.ranked_by, "parts": live.parts,
@@ -370,6 +370,12 @@ class TelemetryService:
         out["interrupted"] = bool(costs)
         out["interruption_cost_s"] = sum(c["cost_s"] for c in costs)
         out["goodput_lost_gpu_hours"] = sum(c["gpu_hours"] for c in costs)
+        for c in costs[:1]:
+            out["notes"].append(f"interruption: {c['cost_s']:.0f} s lost per restart ({c['lost_work_s']:.0f} s of work "
+                                f"since the checkpoint + {c['restart_s']:.0f} s restart), {c['gpu_hours']:.0f} "
+                                f"GPU-hours; {c['formula']}")
+        if skipped:
+            out["notes"].append(f"calibration: this job's steps are not learned from now: {skipped}")
         cond = live_predict.now_conditions(scn, fitted, live)
         now_cal = cond.calibration
         out["now_calibration"] = _cal_dict(now_cal)
@@ -489,9 +495,16 @@ def _tier_dict(t: TierStatus) -> dict[str, Any]:
             "degraded": list(t.degraded), "notes": list(t.notes)}
 
 
-def _fault_dict(f: Fault, scn: Scenario, spec: FailureSpec) -> dict[str, Any]:
+def _fault_dict(f: Fault, scn: Scenario, spec: FailureSpec, hosts: tuple[str, ...]) -> dict[str, Any]:
+    """A fault as plain data, with its node rank (the placement's; -1 without one) and, for a GPU
+    named by its index, its global rank (node rank x GPUs per node + index); an interruption's cost.
+    """
+    node = hosts.index(f.host) if f.host in hosts else -1
+    index = f.component.rsplit(":", 1)[-1]
+    gpu = node * scn.cluster.gpus_per_node + int(index) if f.kind == "gpu" and node >= 0 and index.isdigit() else -1
     out = {"component": f.component, "host": f.host, "kind": f.kind, "consequence": f.consequence,
-           "evidence": f.evidence, "factor": f.factor, "why": f.what, "source": f.source}
+           "evidence": f.evidence, "factor": f.factor, "why": f.what, "source": f.source, "node_rank": node,
+           "gpu_rank": gpu}
     if f.consequence == "interruption":
         out["interruption"] = interruption_cost(scn, spec, f.restart_in_place)
     return out

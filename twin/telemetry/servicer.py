@@ -69,6 +69,7 @@ def _fault(f: dict[str, Any]) -> pb.LiveFault:
     cost = f.get("interruption")
     return pb.LiveFault(component=f["component"], host=f["host"], kind=f["kind"], consequence=f["consequence"],
                         evidence=f["evidence"], factor=f["factor"], why=f["why"], source=f["source"],
+                        node_rank=f["node_rank"], gpu_rank=f["gpu_rank"],
                         interruption=pb.InterruptionCost(**cost) if cost else None)
 
 
