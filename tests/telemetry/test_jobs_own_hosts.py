@@ -151,3 +151,37 @@ def test_bad_placement_is_refused_naming_the_field(start_server, placement, fiel
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in err.value.details()
     assert api.GetLiveState(pb.GetLiveStateRequest(), timeout=30).ingest.requests == 0  # still serving
+
+
+def test_a_host_that_changes_jobs_moves_with_its_attributes_and_survives_a_restart(tmp_path) -> None:
+    """Placement attributes are kept on the components, follow the scheduler when a host is
+    given to another job, and are stored: after a restart the job still owns the same parts.
+    """
+    from twin.telemetry.otlpbuild import request
+    from twin.telemetry.service import TelemetryService
+    from twin.telemetry.telemetry_config import TelemetryConfig
+
+    def gpu_point(job: str) -> object:
+        return request({"host.name": "h1", "k8s.job.name": job}, [
+            ("DCGM_FI_DEV_GPU_TEMP", "gauge", [({"gpu": "0"}, 0, time.time_ns(), 60.0)])])
+
+    def open_service() -> TelemetryService:
+        return TelemetryService(Engine(autoload=False), TelemetryConfig(state_dir=tmp_path, calibrate_interval_s=0))
+
+    svc = open_service()
+    try:
+        svc.register_job("X", SCENARIO, {"selector": {"k8s.job.name": "x-*"}})
+        svc.ingest(gpu_point("x-1"))
+        assert svc.predict("X", basis="designed")["placement"]["parts"] == 1 and svc.unplaced_hosts() == []
+        svc.ingest(gpu_point("y-1"))  # the scheduler gives h1 to another job
+        assert svc.predict("X", basis="designed")["placement"]["parts"] == 0 and svc.unplaced_hosts() == ["h1"]
+        svc.ingest(gpu_point("x-2"))
+    finally:
+        svc.close()
+    again = open_service()
+    try:
+        out = again.predict("X", basis="designed")["placement"]
+        assert out["parts"] == 1 and out["ranked_hosts"] == ["h1"] and out["selector"] == {"k8s.job.name": "x-*"}
+        assert again.state.components["h1/gpu:0"].labels["k8s.job.name"] == "x-2"
+    finally:
+        again.close()

@@ -89,28 +89,57 @@ def _tier_guess(cid: str) -> str:
     return "compute" if kind == "gpu" else ("scale_up" if kind == "nvlink" else "scale_out")
 
 
-def job_parts(components: Iterable[Component], placement: Placement | None) -> tuple[list[Component], int]:
-    """The components a job owns (all, without a placement) and how many others there are."""
-    mine, outside = [], 0
+@dataclass(frozen=True, slots=True)
+class PartIndex:
+    """The live components (jobs' own step-time components left out) grouped by host and
+    placement attributes, built once per read so that placing many jobs costs a match per
+    group (about one per host), not per component.
+    """
+
+    groups: Mapping[tuple[str, tuple[tuple[str, str], ...]], list[Component]]
+    by_host: Mapping[str, list[tuple[str, tuple[tuple[str, str], ...]]]]
+    total: int
+
+
+def index_parts(components: Iterable[Component]) -> PartIndex:
+    """Group ``components`` by (host, their placement attributes)."""
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[Component]] = {}
+    by_host: dict[str, list[tuple[str, tuple[tuple[str, str], ...]]]] = {}
+    total = 0
     for c in components:
         if c.kind == "job":
             continue
-        if placement is None or placement.matches(c.host, c.labels):
-            mine.append(c)
-        else:
-            outside += 1
-    return mine, outside
+        key = (c.host, c.attrs)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = []
+            by_host.setdefault(c.host, []).append(key)
+        group.append(c)
+        total += 1
+    return PartIndex(groups, by_host, total)
 
 
-def host_attributes(components: Iterable[Component]) -> dict[str, dict[str, str]]:
-    """Host -> the attributes its components carry (the first seen of each)."""
+def job_parts(index: PartIndex, placement: Placement | None) -> tuple[list[Component], int]:
+    """The components a job owns (all, without a placement) and how many others there are."""
+    if placement is None:
+        return [c for group in index.groups.values() for c in group], 0
+    if placement.hosts:
+        keys = [k for h in placement.hosts for k in index.by_host.get(h, ())]
+    else:
+        keys = [k for k in index.groups if placement.matches(k[0], dict(k[1]))]
+    mine = [c for k in keys for c in index.groups[k]]
+    return mine, index.total - len(mine)
+
+
+def host_attributes(index: PartIndex) -> dict[str, dict[str, str]]:
+    """Host -> the placement attributes its components carry (the first seen of each)."""
     out: dict[str, dict[str, str]] = {}
-    for c in components:
-        if c.kind == "job" or not c.host:
+    for host, attrs in index.groups:
+        if not host:
             continue
-        attrs = out.setdefault(c.host, {})
-        for k, v in c.labels.items():
-            attrs.setdefault(k, v)
+        merged = out.setdefault(host, {})
+        for k, v in attrs:
+            merged.setdefault(k, v)
     return out
 
 
@@ -133,7 +162,11 @@ def job_live(parts: list[Component], outside: int, placement: Placement | None, 
     hosts: list[str] = []
     ranked_by = "no placement: every part the twin sees counts (register the job with a placement)"
     if placement is not None:
-        hosts, ranked_by = placement.ranked(host_attributes(parts))
+        attrs: dict[str, dict[str, str]] = {}
+        for c in parts:
+            if c.host and c.host not in attrs:
+                attrs[c.host] = dict(c.attrs)
+        hosts, ranked_by = placement.ranked(attrs)
     notes = [f.why() for f in faults if f.consequence != "none"]
     if placement is not None and not parts:
         notes.append(f"no telemetry yet from the job's placement ({placement.describe()})")

@@ -28,7 +28,15 @@ from twin.engine import Engine
 from twin.telemetry import live_predict
 from twin.telemetry.decode import Decoder, summarize
 from twin.telemetry.ingest import DecodeSlots, IngestQueue, Item, Overloaded
-from twin.telemetry.job_live import JobLive, host_attributes, interruption_cost, job_live, job_parts
+from twin.telemetry.job_live import (
+    JobLive,
+    PartIndex,
+    host_attributes,
+    index_parts,
+    interruption_cost,
+    job_live,
+    job_parts,
+)
 from twin.telemetry.mapping import MetricCatalog
 from twin.telemetry.placement import Placement, parse_placement, unplaced
 from twin.telemetry.state import ApplyResult, Dirty, LiveState, Undo
@@ -312,10 +320,12 @@ class TelemetryService:
             self.failure_specs[job] = spec
         return step
 
-    def job_live(self, placement: Placement | None, scn: Scenario) -> JobLive:
-        """The conditions of a job placed at ``placement`` (None: every part) running ``scn``."""
+    def job_live(self, placement: Placement | None, scn: Scenario, index: PartIndex | None = None) -> JobLive:
+        """The conditions of a job placed at ``placement`` (None: every part) running ``scn``
+        (``index``: the parts grouped once for several jobs, taken under the lock).
+        """
         with self.lock:
-            parts, outside = job_parts(self.state.components.values(), placement)
+            parts, outside = job_parts(index or index_parts(self.state.components.values()), placement)
             return job_live(parts, outside, placement, scn)
 
     def ranked_hosts(self, job: str) -> list[str]:
@@ -324,12 +334,12 @@ class TelemetryService:
             where = self.placements.get(job)
             if where is None:
                 return []
-            return where.ranked(host_attributes(self.state.components.values()))[0]
+            return where.ranked(host_attributes(index_parts(self.state.components.values())))[0]
 
     def unplaced_hosts(self) -> list[str]:
         """Hosts reporting parts that no registered job's placement owns."""
         with self.lock:
-            attrs = host_attributes(self.state.components.values())
+            attrs = host_attributes(index_parts(self.state.components.values()))
             placements = [p for p in self.placements.values() if p is not None]
         return unplaced(attrs, placements, attrs)
 
@@ -407,7 +417,8 @@ class TelemetryService:
         with self.lock:
             jobs, fitted, where = dict(self.jobs), self.calibration, dict(self.placements)
             obs = {j: list(self.state.observations.get(j, ())) for j in jobs}
-        lives = {j: self.job_live(where.get(j), scn) for j, scn in jobs.items()}
+            index = index_parts(self.state.components.values())
+            lives = {j: self.job_live(where.get(j), scn, index) for j, scn in jobs.items()}
         key = (tuple(sorted(jobs.items(), key=lambda kv: kv[0])),
                tuple((j, len(o), o[-1] if o else None) for j, o in sorted(obs.items())), fitted,
                tuple((j, lv.key()) for j, lv in sorted(lives.items())))

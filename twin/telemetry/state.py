@@ -22,6 +22,7 @@ from twin.core.counter_rates import SeriesPoint, update_counter
 from twin.core.health import ComponentView, assess
 from twin.core.telemetry_vocab import STEP_TIME_SIGNAL, Evidence, MetricMapping
 from twin.telemetry.mapping import MetricCatalog, Resolved
+from twin.telemetry.placement import PLACEMENT_KEYS
 
 OBSERVATIONS_PER_JOB = 256
 # A signal's value from its series' values (MetricMapping.aggregate).
@@ -119,7 +120,8 @@ def _restored_component(cid: str, rec: dict[str, Any]) -> Component:
         {_text(k, "label"): _text(v, "label value") for k, v in labels.items()}, switch=bool(rec.get("switch")),
         peaks={_text(k, "peak"): stored_float(v, "peak", 0.0) for k, v in peaks.items()}, state=state,
         evidence=tuple(evidence), capacity=stored_float(rec["capacity"], "capacity", 0.0, 1.0),
-        last_seen_ns=stored_ns(rec["last_seen_ns"], "last_seen_ns"), since_ns=stored_ns(rec["since_ns"], "since_ns"))
+        last_seen_ns=stored_ns(rec["last_seen_ns"], "last_seen_ns"), since_ns=stored_ns(rec["since_ns"], "since_ns"),
+        attrs=tuple((k, labels[k]) for k in PLACEMENT_KEYS if k in labels and k != "host.name"))
 
 
 def series_key_parse(text: str) -> SeriesKey:
