@@ -185,3 +185,12 @@ def test_a_host_that_changes_jobs_moves_with_its_attributes_and_survives_a_resta
         assert again.state.components["h1/gpu:0"].labels["k8s.job.name"] == "x-2"
     finally:
         again.close()
+
+
+def test_standalone_job_hosts_must_name_a_job(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "twin.telemetry.standalone", "--state-dir", str(tmp_path), "--port",
+                          "0", "--job-hosts", "nojob=h1,h2"], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2 and "--job-hosts: no --job named 'nojob'" in out.stderr
