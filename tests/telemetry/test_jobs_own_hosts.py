@@ -127,6 +127,9 @@ def test_two_jobs_faults_on_a_never_move_b(start_server) -> None:
         assert pa.now_step_time_s == pytest.approx(_now(engine, scn, scale_out=7 / 8), rel=1e-9)
         assert pa.now_step_time_s > designed and not pa.interrupted
         assert pa.down_components == ["a-1/ib_port:mlx5_2/1"]
+        tiers = {t.tier: t for t in pa.tiers}
+        assert list(tiers["scale_out"].down) == ["a-1/ib_port:mlx5_2/1"]
+        assert tiers["scale_out"].capacity_fraction == pytest.approx(7 / 8) and tiers["compute"].capacity_fraction == 1
         assert all(d.startswith("a-") for d in pa.down_components)
     finally:
         for sim in sims:

@@ -51,6 +51,8 @@ class JobLive:
     unsettled: tuple[str, ...]
     healthy_since_ns: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # The tier of every part that is not up or has a fault (for the per-tier lists).
+    part_tiers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def interruptions(self) -> tuple[Fault, ...]:
@@ -73,20 +75,12 @@ class JobLive:
         caps = {"compute": self.compute, **self.bandwidth}
         out = {}
         for tier in sorted(set(caps) | {"compute", "scale_up", "scale_out"}):
-            notes = tuple(f.why() for f in self.faults if _tier_of(f) == tier)
+            of = self.part_tiers.get
+            notes = tuple(f.why() for f in self.faults if of(f.component) == tier)
             out[tier] = TierStatus(tier, caps.get(tier, 1.0), self.limited_by.get(tier, ""),
-                                   tuple(d for d in self.down if _tier_guess(d) == tier),
-                                   tuple(d for d in self.degraded if _tier_guess(d) == tier), notes)
+                                   tuple(d for d in self.down if of(d) == tier),
+                                   tuple(d for d in self.degraded if of(d) == tier), notes)
         return out
-
-
-def _tier_of(f: Fault) -> str:
-    return "compute" if f.kind == "gpu" else ("scale_up" if f.kind == "nvlink" else "scale_out")
-
-
-def _tier_guess(cid: str) -> str:
-    kind = cid.rsplit("/", 1)[-1].split(":", 1)[0]
-    return "compute" if kind == "gpu" else ("scale_up" if kind == "nvlink" else "scale_out")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +145,14 @@ def job_live(parts: list[Component], outside: int, placement: Placement | None, 
                                     tuple((e.signal, e.value, e.severity) for e in c.evidence))))
     faults = _priced(faults, parts, scn)
     faults.extend(_clock_stragglers(parts, faults))
+    flagged = {f.component for f in faults}
+    part_tiers = {c.id: c.tier for c in parts if c.state != "up" or c.id in flagged}
     compute, bandwidth, limited = 1.0, {"scale_up": 1.0, "scale_out": 1.0}, {}
     for f in faults:
         if f.consequence == "straggler" and f.factor < compute:
             compute, limited["compute"] = f.factor, f.component
         elif f.consequence == "bandwidth":
-            tier = _tier_of(f)
+            tier = part_tiers[f.component]
             if f.factor < bandwidth.get(tier, 1.0):
                 bandwidth[tier], limited[tier] = f.factor, f.component
     hosts: list[str] = []
@@ -174,7 +170,7 @@ def job_live(parts: list[Component], outside: int, placement: Placement | None, 
                    bandwidth, limited, tuple(sorted(c.id for c in parts if c.state == "down")),
                    tuple(sorted(c.id for c in parts if c.state == "degraded")),
                    tuple(sorted(c.id for c in parts if c.pending)),
-                   max((c.since_ns for c in parts), default=0), tuple(notes))
+                   max((c.since_ns for c in parts), default=0), tuple(notes), part_tiers)
 
 
 def _priced(faults: list[Fault], parts: list[Component], scn: Scenario) -> list[Fault]:
