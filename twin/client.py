@@ -170,6 +170,14 @@ class TwinClient:
             if not token:
                 return counts
 
+    def unplaced_hosts(self) -> list[str]:
+        """Hosts reporting telemetry that no registered job's placement owns."""
+        from twin.rpc.v1 import telemetry_pb2, telemetry_pb2_grpc
+
+        stub = telemetry_pb2_grpc.TelemetryServiceStub(self.channel)
+        page = self._call(stub.GetLiveState, telemetry_pb2.GetLiveStateRequest(max_events=0, page_size=1))
+        return list(page.unplaced_hosts)
+
     def health(self, service: str = "", timeout_s: float = 5.0) -> str:
         """The server's health status name for ``service`` ("" = the whole server)."""
         from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -18,6 +18,7 @@ def test_demo_runs_end_to_end() -> None:
     text = out.stdout
     assert "DEGRADED node-1/ib_port:mlx5_3/1 (capacity 50%)" in text
     assert "DOWN     node-2/ib_port:mlx5_5/1" in text
-    assert "reported; priced as failover" in text
+    assert "BANDWIDTH node-2/ib_port:mlx5_5/1 (state=1): the NIC is down: NCCL runs on the node's remaining NICs" \
+        in text
     assert "as the cluster is now" in text
     assert re.search(r"web view: http://127\.0\.0\.1:\d+/ ", text), text[:500]  # the twin it started serves one

@@ -60,6 +60,7 @@ def test_twin_telemetry_status_lists_them_from_a_running_server(start_server):
     assert data["ignored_metrics"][0]["name"] == "DCGM_FI_DEV_FB_USED"
     assert data["ignored_metrics"][0]["exporter"] == "dcgm-exporter"
     assert data["components"].get("up", 0) >= 1
+    assert data["unplaced_hosts"] == ["node-1"]  # no job is registered: its host is shown as unplaced
     no_server = subprocess.run([sys.executable, "-m", "twin.cli", "telemetry", "status"], capture_output=True,
                                text=True, timeout=60, check=False)
     assert no_server.returncode == 2 and "--server" in no_server.stderr

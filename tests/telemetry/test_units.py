@@ -197,7 +197,9 @@ def test_divergence_and_fit_are_recomputed_only_when_their_inputs_change(tmp_pat
                                                                    min_observations=1))
     try:
         text = (EXAMPLES / "gpt3-175b-dgx-h100-ib.yaml").read_text()
-        designed = svc.register_job("j", text)
+        designed = svc.register_job("j", text, {"hosts": ["node-1"]})
+        svc.ingest(request({"host.name": "node-1"}, [
+            ("DCGM_FI_DEV_GPU_TEMP", "gauge", [({"gpu": "0"}, 0, _time.time_ns(), 60.0)])]))  # its parts: healthy
         first = svc.divergence()
         first[0]["job"] = "mutated by the caller"
         assert svc.divergence()[0]["job"] == "j" and calls["views"] == 1      # cached, and a copy
@@ -220,7 +222,7 @@ def test_divergence_and_fit_are_recomputed_only_when_their_inputs_change(tmp_pat
         svc.divergence()
         svc.divergence()
         assert calls["views"] == views_before + 1
-        # A tier's state changes: a NIC port goes down.
+        # A part of the job changes state: a NIC port of its host goes down.
         svc.ingest(request({"host.name": "node-1"}, [
             ("node_infiniband_state_id", "gauge", [({"device": "mlx5_0", "port": "1"}, 0, _time.time_ns(), 1.0)])]))
         svc.divergence()

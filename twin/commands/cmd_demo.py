@@ -78,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
             if url:
                 out.print(f"web view: {url}  (Fabric, Step, Failures, Sweeps; live as the phases run)")
         api = pbg.TelemetryServiceStub(grpc.insecure_channel(endpoint))
+        # The simulated job runs on the simulator's two nodes: its placement (issue 34).
         designed = api.RegisterJob(pb.RegisterJobRequest(job="demo-job",
-                                                         scenario_yaml=Path(args.scenario).read_text()),
+                                                         scenario_yaml=Path(args.scenario).read_text(),
+                                                         placement=pb.JobPlacement(hosts=["node-1", "node-2"])),
                                    timeout=60).predicted_step_time_s
         out.print(f"job 'demo-job' runs {Path(args.scenario).name}: designed step {designed:.3f} s")
         sim = SimulatedCluster(endpoint, nodes=2, gpus_per_node=8, job="demo-job", step_time_s=designed * 1.08)
@@ -157,5 +159,8 @@ def _show(out, pb, api, title: str) -> None:  # noqa: ANN001 - generated proto m
     if div is not None and div.observations:
         out.print(f"  observed step {div.observed_step_time_s:.3f} s: divergence from 'now' "
                   f"{100 * div.divergence_now:+.1f}%, from 'designed' {100 * div.divergence_designed:+.1f}%")
-    for d in p.down_components:
-        out.print(f"  [red]DOWN[/red] {d}: reported; priced as failover to a sibling NIC")
+    for f in p.faults:
+        if f.consequence != "none":
+            out.print(f"  [red]{f.consequence.upper()}[/red] {f.component} ({f.evidence}): {f.why}")
+    if p.calibration_skipped:
+        out.print(f"  calibration skips this job: {p.calibration_skipped}")

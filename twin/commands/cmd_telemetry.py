@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Ask a running `twin serve` (--server) how many components it tracks in each "
                                    "state and which received metrics it does not read (unknown names, unsupported "
                                    "types), per name and exporter.")
-    p.add_argument("what", choices=["status"], help="status: component counts and ignored metrics")
+    p.add_argument("what", choices=["status"], help="status: component counts, unplaced hosts, ignored metrics")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_client_args(p)
     p.set_defaults(func=run)
@@ -28,11 +28,15 @@ def run(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         states = client.component_states()
         rows = client.ignored_metrics()
+        unplaced = client.unplaced_hosts()
     if args.json:
-        print_json({"components": dict(states), "ignored_metrics": rows})
+        print_json({"components": dict(states), "ignored_metrics": rows, "unplaced_hosts": unplaced})
         return 0
     out = console()
     out.print("components: " + (", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none yet"))
+    if unplaced:
+        out.print(f"hosts no registered job's placement owns ({len(unplaced)}): " + ", ".join(unplaced[:20])
+                  + (" ..." if len(unplaced) > 20 else ""))
     t = table("Metrics received and not read", "metric", "exporter", "points", "why")
     for r in rows:
         t.add_row(r["name"], r["exporter"] or "?", f"{r['points']:,}", r["reason"])

@@ -23,10 +23,10 @@ from twin.core.telemetry_vocab import ComponentState, Evidence, MetricMapping
 from twin.core.units import human, signal_unit
 
 _RANK = {"up": 0, "degraded": 1, "down": 2}
-# A downed scale-out port whose GPU's traffic fails over to a sibling NIC in the same
-# node (NCCL with several HCAs, or an HCA bond): that NIC now carries two GPUs' traffic,
-# so the rings through it run at half the per-GPU bandwidth. Modelling assumption; a
-# single-NIC design would instead stop the job, which the report says.
+# The fleet view (GetLiveState tiers) of a downed scale-out port whose GPU's traffic fails
+# over to a sibling NIC in the same node: that NIC carries two GPUs' traffic, half the
+# per-GPU bandwidth. Modelling assumption for the fleet roll-up only: a job's "now" prices its
+# own parts by kind (twin.core.fault_kinds: the node's remaining NICs).
 DOWN_FAILOVER_CAPACITY = 0.5
 # A downed NVLink port of an 18-link (NVLink 4/5) GPU leaves 17/18 of its bandwidth
 # (NVLink links are striped; NVIDIA H100/B200 datasheets: 18 links per GPU).
@@ -120,8 +120,13 @@ def tier_status(components: Iterable[ComponentView]) -> dict[str, TierStatus]:
         cap = c.capacity
         if c.state == "down":
             t.down.append(c.id)
-            cap = down_capacity(c.kind)
-            t.notes.append(f"{c.id} is down: priced as failover at {100 * cap:.0f}% of the tier bandwidth")
+            if c.kind == "gpu":  # a GPU that is gone stops its job (twin.core.fault_kinds), it does not slow a tier
+                cap = 1.0
+                t.notes.append(f"{c.id} is down: an interruption of the job that owns it (PredictLive.faults)")
+            else:
+                cap = down_capacity(c.kind)
+                t.notes.append(f"{c.id} is down: the fleet view counts {100 * cap:.0f}% of the tier bandwidth; "
+                               "each job prices its own parts by kind (PredictLive.faults)")
         elif c.state == "degraded":
             t.degraded.append(c.id)
         if cap < t.capacity:

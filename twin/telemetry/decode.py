@@ -25,6 +25,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from twin.telemetry.mapping import MetricCatalog, Resolved
+from twin.telemetry.placement import attributes_of
 from twin.telemetry.state import Block, SeriesId, series_id
 
 # Where the host name comes from, in order (OTel resource semantic conventions first,
@@ -170,7 +171,7 @@ class Decoder:
         detail = tuple(_first(attrs, res, alts) or "" for alts in resolved.detail)
         sw = _first(attrs, res, SWITCH_KEYS)
         host = sw or _first(attrs, {}, HOST_KEYS) or res_host
-        return series_id(resolved, host, sw is not None, tuple(ident), detail)
+        return series_id(resolved, host, sw is not None, tuple(ident), detail, attributes_of(attrs, res))
 
     def decode(self, request: ExportMetricsServiceRequest, deadline: float | None = None) -> Decoded:
         """Map every data point of ``request``; refused points are counted by reason.

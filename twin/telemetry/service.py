@@ -20,6 +20,8 @@ from twin.core import calibration as calib
 from twin.core.docload import parse_document
 from twin.core.errors import NotFoundError, SpecError, TooLargeError, TwinError
 from twin.core.extras import needs_extra
+from twin.core.failures.failure_spec import FailureSpec, load_failure_spec
+from twin.core.fault_kinds import Fault
 from twin.core.health import TierStatus, tier_status
 from twin.core.intervals import narrowed
 from twin.core.specs import Calibration, Scenario
@@ -27,7 +29,17 @@ from twin.engine import Engine
 from twin.telemetry import live_predict
 from twin.telemetry.decode import Decoder, summarize
 from twin.telemetry.ingest import DecodeSlots, IngestQueue, Item, Overloaded
+from twin.telemetry.job_live import (
+    JobLive,
+    PartIndex,
+    host_attributes,
+    index_parts,
+    interruption_cost,
+    job_live,
+    job_parts,
+)
 from twin.telemetry.mapping import MetricCatalog
+from twin.telemetry.placement import Placement, parse_placement, unplaced
 from twin.telemetry.state import ApplyResult, Dirty, LiveState, Undo
 from twin.telemetry.store import HISTORY_PER_JOB, Store
 from twin.telemetry.telemetry_config import TelemetryConfig
@@ -40,6 +52,8 @@ MAX_IGNORED = 10_000
 # Jobs a twin tracks, and how long a job name may be (each registered job is re-evaluated by
 # GetDivergence and Calibrate: the bound keeps those calls bounded too).
 MAX_JOBS = 1000
+# Where a job's placement is kept in its stored scenario mapping (taken out before the scenario loads).
+PLACEMENT_KEY = "twin.placement"
 MAX_JOB_NAME = 256
 # Requests decoding at once, and waiting for that: see twin.telemetry.ingest.DecodeSlots. Two: one
 # decodes while the other's thread is between its reads and writes (as limits.model_workers does
@@ -78,11 +92,19 @@ class TelemetryService:
         cal, _ = self.store.load_calibration()
         self.calibration = cal or Calibration(source="as designed")
         self.jobs: dict[str, Scenario] = {}
+        # Each job's placement (None: registered without one) and failures section.
+        self.placements: dict[str, Placement | None] = {}
+        self.failure_specs: dict[str, FailureSpec] = {}
         for job, mapping in self.store.load_jobs().items():
             try:
+                placement = parse_placement(mapping.pop(PLACEMENT_KEY, None))
                 self.jobs[job] = engine.scenario(mapping)
+                self.placements[job] = placement
+                self.failure_specs[job] = load_failure_spec(mapping.get("failures"))
             except TwinError as err:  # a plugin went missing since it was registered
                 log.warning("registered job %r no longer evaluates: %s", job, err)
+        # Why each job's steps were last kept out of the fit (job -> reason; absent: used).
+        self.skipped: dict[str, str] = self.store.load_skipped()
         skipped = self.store.skipped + self.state.skipped
         if skipped:
             log.warning("telemetry state: %d stored rows could not be used and were skipped (kept in %s)",
@@ -128,7 +150,7 @@ class TelemetryService:
         # The last answer of divergence() / the last fit inputs of calibrate(), with the key of
         # what they were computed from (see _inputs): polling clients do not re-evaluate every job.
         self._divergence_cache: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None
-        self._fit_cache: tuple[tuple[Any, ...], list[Any]] | None = None
+        self._fit_cache: tuple[tuple[Any, ...], tuple[list[Any], dict[str, str], float]] | None = None
         self.otlp_grpc_address: str | None = None  # the dedicated OTLP/gRPC port, once bound (extension.attach)
         if config.metrics_address:
             with needs_extra("telemetry", "Prometheus /metrics out", field="telemetry.metrics_address"):
@@ -271,7 +293,7 @@ class TelemetryService:
             events = list(self.state.events)[-max_events:] if max_events > 0 else []
             stats = dict(self.stats, requests_refused_overloaded=self.queue.refused,
                          series=len(self.state.series), components=len(self.state.components))
-        return {"components": comps, "switches": switches,
+        return {"components": comps, "switches": switches, "unplaced_hosts": self.unplaced_hosts(),
                 "tiers": [_tier_dict(t) for t in self.tiers().values()],
                 "events": [{"time_ns": t, "component": c, "old": o, "new": n, "why": w} for t, c, o, n, w in events],
                 "ingest": stats}
@@ -284,8 +306,10 @@ class TelemetryService:
             raise SpecError(field, "must be a scenario mapping (cluster, model, plan)")
         return self.engine.scenario(data), data
 
-    def register_job(self, job: str, text: str) -> float:
-        """Remember which scenario ``job`` runs; returns its designed step time."""
+    def register_job(self, job: str, text: str, placement: Any = None) -> float:
+        """Remember which scenario ``job`` runs and where (``placement``: plain data for
+        :func:`twin.telemetry.placement.parse_placement`, None: unknown); returns its designed step time.
+        """
         if not job.strip():
             raise SpecError("job", "must not be empty")
         if len(job) > MAX_JOB_NAME or not job.isprintable():
@@ -294,43 +318,93 @@ class TelemetryService:
             full = job not in self.jobs and len(self.jobs) >= MAX_JOBS
         if full:
             raise TooLargeError("job", f"{MAX_JOBS:,} jobs are registered already; re-register an existing name")
+        where = parse_placement(placement)
         scn, data = self.parse_scenario(text)
+        spec = load_failure_spec(data.get("failures"), "scenario_yaml.failures")
         step = self.engine.evaluate(scn, validate=False, report=False).step_time_s
-        self.store.save_job(job, data, time.time_ns())
+        stored = {**data, PLACEMENT_KEY: where.to_dict()} if where is not None else data
+        self.store.save_job(job, stored, time.time_ns())
         with self.lock:
             self.jobs[job] = scn
+            self.placements[job] = where
+            self.failure_specs[job] = spec
         return step
 
-    def _scenario_for(self, job: str, text: str) -> Scenario:
+    def job_live(self, placement: Placement | None, scn: Scenario, index: PartIndex | None = None) -> JobLive:
+        """The conditions of a job placed at ``placement`` (None: every part) running ``scn``
+        (``index``: the parts grouped once for several jobs, taken under the lock).
+        """
+        with self.lock:
+            parts, outside = job_parts(index or index_parts(self.state.components.values()), placement)
+            return job_live(parts, outside, placement, scn)
+
+    def ranked_hosts(self, job: str) -> list[str]:
+        """A registered job's hosts the twin has telemetry from, in rank order ([] without a placement)."""
+        with self.lock:
+            where = self.placements.get(job)
+            if where is None:
+                return []
+            return where.ranked(host_attributes(index_parts(self.state.components.values())))[0]
+
+    def unplaced_hosts(self) -> list[str]:
+        """Hosts reporting parts that no registered job's placement owns."""
+        with self.lock:
+            attrs = host_attributes(index_parts(self.state.components.values()))
+            placements = [p for p in self.placements.values() if p is not None]
+        return unplaced(attrs, placements, attrs)
+
+    def _scenario_for(self, job: str, text: str) -> tuple[Scenario, Placement | None, FailureSpec]:
         if job:
             with self.lock:
                 scn = self.jobs.get(job)
                 known = sorted(self.jobs)
+                where, spec = self.placements.get(job), self.failure_specs.get(job, FailureSpec())
             if scn is None:
                 raise NotFoundError("job", job, known)
-            return scn
+            return scn, where, spec
         if not text.strip():
             raise SpecError("job", "give a registered job or scenario_yaml")
-        return self.parse_scenario(text)[0]
+        scn, data = self.parse_scenario(text)
+        return scn, None, load_failure_spec(data.get("failures"), "scenario_yaml.failures")
 
     def predict(self, job: str = "", text: str = "", basis: str = "both") -> dict[str, Any]:
-        """Step time as designed and/or now, with what the "now" factors came from."""
-        scn = self._scenario_for(job, text)
-        tiers = self.tiers()
+        """Step time as designed and/or now from the job's own parts, with its faults by kind,
+        interruptions and their goodput cost, its placement, and whether the fit uses its steps.
+        """
+        scn, where, spec = self._scenario_for(job, text)
+        live = self.job_live(where, scn)
+        tiers = live.tiers()
         with self.lock:
             fitted = self.calibration
+            skipped = self.skipped.get(job, "") if job else "not a registered job"
         out: dict[str, Any] = {"tiers": [_tier_dict(t) for t in tiers.values()],
-                               "down_components": sorted(d for t in tiers.values() for d in t.down),
-                               "degraded_components": sorted(d for t in tiers.values() for d in t.degraded),
-                               "notes": [n for t in tiers.values() for n in t.notes]}
-        now_cal = live_predict.now_calibration(scn, fitted, tiers)
+                               "down_components": list(live.down), "degraded_components": list(live.degraded),
+                               "notes": [*live.notes, f"placement: {live.ranked_by}"],
+                               "faults": [_fault_dict(f, scn, spec, live.hosts) for f in live.faults],
+                               "placement": {**(where.to_dict() if where is not None else {}),
+                                             "known": live.placement_known, "ranked_hosts": list(live.hosts),
+                                             "ranked_by": live.ranked_by, "parts": live.parts,
+                                             "parts_outside": live.outside},
+                               "calibration_skipped": skipped}
+        costs = [f["interruption"] for f in out["faults"] if f.get("interruption")]
+        out["interrupted"] = bool(costs)
+        out["interruption_cost_s"] = sum(c["cost_s"] for c in costs)
+        out["goodput_lost_gpu_hours"] = sum(c["gpu_hours"] for c in costs)
+        for c in costs[:1]:
+            out["notes"].append(f"interruption: {c['cost_s']:.0f} s lost per restart ({c['lost_work_s']:.0f} s of work "
+                                f"since the checkpoint + {c['restart_s']:.0f} s restart), {c['gpu_hours']:.0f} "
+                                f"GPU-hours; {c['formula']}")
+        if skipped:
+            out["notes"].append(f"calibration: this job's steps are not learned from now: {skipped}")
+        cond = live_predict.now_conditions(scn, fitted, live)
+        now_cal = cond.calibration
         out["now_calibration"] = _cal_dict(now_cal)
         if basis in ("both", "designed"):
             est = self.engine.evaluate(scn, validate=False)
             out["designed"] = est.to_dict()
             out["designed_step_time_s"] = est.step_time_s
         if basis in ("both", "now"):
-            est = live_predict.evaluate_with(self.engine, scn, now_cal)
+            est = live_predict.evaluate_with(self.engine, scn, cond)
             if job and est.interval is not None:  # the job's own steps narrow how sure "now" is
                 with self.lock:
                     seen = [v for _, v in list(self.state.observations.get(job, ()))[-live_predict.WINDOW:]]
@@ -342,30 +416,33 @@ class TelemetryService:
         return out
 
     def _inputs(self) -> tuple[dict[str, Scenario], dict[str, list[tuple[int, float]]], Calibration,
-                               dict[str, TierStatus], tuple[Any, ...]]:
-        """Jobs, observations, fitted calibration and tiers now, and a key that changes with any of them.
+                               dict[str, JobLive], tuple[Any, ...]]:
+        """Jobs, observations, fitted calibration and each job's live conditions, and a key that
+        changes with any of them.
 
         The key holds the scenario objects themselves (so an id is never reused while the key
         lives) and each job's observation count and last point (observations only grow at
         the end); comparing it to the last one is an identity check per job when nothing moved.
         """
-        tiers = self.tiers()
         with self.lock:
-            jobs, fitted = dict(self.jobs), self.calibration
+            jobs, fitted, where = dict(self.jobs), self.calibration, dict(self.placements)
             obs = {j: list(self.state.observations.get(j, ())) for j in jobs}
+            index = index_parts(self.state.components.values())
+            lives = {j: self.job_live(where.get(j), scn, index) for j, scn in jobs.items()}
         key = (tuple(sorted(jobs.items(), key=lambda kv: kv[0])),
-               tuple((j, len(o), o[-1] if o else None) for j, o in sorted(obs.items())), fitted, tiers)
-        return jobs, obs, fitted, tiers, key
+               tuple((j, len(o), o[-1] if o else None) for j, o in sorted(obs.items())), fitted,
+               tuple((j, lv.key()) for j, lv in sorted(lives.items())))
+        return jobs, obs, fitted, lives, key
 
     def divergence(self) -> list[dict[str, Any]]:
         """Observed vs predicted step time of every registered job (re-evaluated only when a job,
         an observation, the calibration or a tier's state changed since the last call).
         """
-        jobs, obs, fitted, tiers, key = self._inputs()
+        jobs, obs, fitted, lives, key = self._inputs()
         cached = self._divergence_cache
         if cached is not None and cached[0] == key:
             return [dict(row) for row in cached[1]]
-        rows = [v.to_dict() for v in live_predict.job_views(self.engine, jobs, obs, fitted, tiers)]
+        rows = [v.to_dict() for v in live_predict.job_views(self.engine, jobs, obs, fitted, lives)]
         self._divergence_cache = (key, rows)
         return [dict(row) for row in rows]
 
@@ -405,15 +482,22 @@ class TelemetryService:
 
     # ---------------------------------------------------------------- calibration
     def calibrate(self) -> dict[str, Any]:
-        """Fit the calibration to the current observations; persist the change and its reasons."""
-        jobs, obs, fitted, tiers, key = self._inputs()
+        """Fit the calibration to the observations of jobs whose own parts are healthy and placed;
+        persist the change and its reasons; record why each other job was skipped.
+        """
+        jobs, obs, fitted, lives, key = self._inputs()
         cached = self._fit_cache
         if cached is not None and cached[0] == key:
-            inputs = cached[1]
+            inputs, skipped, ceiling = cached[1]
         else:
-            inputs = live_predict.fit_inputs(self.engine, jobs, obs, fitted, tiers, self.config.min_observations)
-            self._fit_cache = (key, inputs)
-        new, adjustments = calib.fit(fitted, inputs, self.config.fit)
+            inputs, skipped, ceiling = live_predict.fit_inputs(self.engine, jobs, obs, fitted, lives,
+                                                               self.config.min_observations)
+            self._fit_cache = (key, (inputs, skipped, ceiling))
+        with self.lock:
+            changed, self.skipped = skipped != self.skipped, dict(skipped)
+        if changed:
+            self.store.save_skipped(skipped)
+        new, adjustments = calib.fit(fitted, inputs, self.config.fit, {"compute_efficiency": ceiling})
         now = time.time_ns()
         if adjustments:
             self.store.save_calibration(new, adjustments, now)
@@ -421,7 +505,8 @@ class TelemetryService:
                 self.calibration = new
         _, history = self.store.load_calibration()
         made = history[len(history) - len(adjustments):] if adjustments else []
-        return {"calibration": _cal_dict(new), "adjustments": made,
+        return {"calibration": _cal_dict(new), "adjustments": made, "compute_ceiling": ceiling,
+                "skipped": [{"job": j, "reason": r} for j, r in sorted(skipped.items())],
                 "jobs": [{"job": o.job, "observed_step_time_s": o.observed_s, "predicted_now_s": o.predicted_s,
                           "divergence_now": o.observed_s / o.predicted_s - 1, "sensitivity": dict(o.sensitivity)}
                          for o in inputs]}
@@ -429,7 +514,10 @@ class TelemetryService:
     def calibration_state(self) -> dict[str, Any]:
         """The current calibration and its whole history."""
         cal, history = self.store.load_calibration()
-        return {"calibration": _cal_dict(cal or self.calibration), "history": history}
+        with self.lock:
+            skipped = sorted(self.skipped.items())
+        return {"calibration": _cal_dict(cal or self.calibration), "history": history,
+                "skipped": [{"job": j, "reason": r} for j, r in skipped]}
 
     def _calibrate_loop(self) -> None:
         while not self._stop.wait(self.config.calibrate_interval_s):
@@ -462,6 +550,21 @@ class TelemetryService:
 def _tier_dict(t: TierStatus) -> dict[str, Any]:
     return {"tier": t.tier, "capacity": t.capacity, "limited_by": t.limited_by, "down": list(t.down),
             "degraded": list(t.degraded), "notes": list(t.notes)}
+
+
+def _fault_dict(f: Fault, scn: Scenario, spec: FailureSpec, hosts: tuple[str, ...]) -> dict[str, Any]:
+    """A fault as plain data, with its node rank (the placement's; -1 without one) and, for a GPU
+    named by its index, its global rank (node rank x GPUs per node + index); an interruption's cost.
+    """
+    node = hosts.index(f.host) if f.host in hosts else -1
+    index = f.component.rsplit(":", 1)[-1]
+    gpu = node * scn.cluster.gpus_per_node + int(index) if f.kind == "gpu" and node >= 0 and index.isdigit() else -1
+    out = {"component": f.component, "host": f.host, "kind": f.kind, "consequence": f.consequence,
+           "evidence": f.evidence, "factor": f.factor, "why": f.what, "source": f.source, "node_rank": node,
+           "gpu_rank": gpu}
+    if f.consequence == "interruption":
+        out["interruption"] = interruption_cost(scn, spec, f.restart_in_place)
+    return out
 
 
 def _cal_dict(c: Calibration) -> dict[str, Any]:

@@ -68,6 +68,21 @@ def _job(j: dict[str, Any], history: Any = ()) -> pb.JobDivergence:
                                      for h in history])
 
 
+def _fault(f: dict[str, Any]) -> pb.LiveFault:
+    cost = f.get("interruption")
+    return pb.LiveFault(component=f["component"], host=f["host"], kind=f["kind"], consequence=f["consequence"],
+                        evidence=f["evidence"], factor=f["factor"], why=f["why"], source=f["source"],
+                        node_rank=f["node_rank"], gpu_rank=f["gpu_rank"],
+                        interruption=pb.InterruptionCost(**cost) if cost else None)
+
+
+def _placement(p: dict[str, Any]) -> pb.PlacementStatus:
+    return pb.PlacementStatus(known=p["known"], ranked_hosts=p["ranked_hosts"], ranked_by=p["ranked_by"],
+                              parts=p["parts"], parts_outside=p["parts_outside"],
+                              placement=pb.JobPlacement(hosts=p.get("hosts", []), selector=p.get("selector", {}),
+                                                        rank_attribute=p.get("rank_attribute", "")))
+
+
 def _adjustment(a: dict[str, Any]) -> pb.Adjustment:
     return pb.Adjustment(seq=a["seq"], time_unix_nano=a["time_ns"], factor=a["factor"], old_value=a["old"],
                          new_value=a["new"], reason=a["reason"])
@@ -101,11 +116,16 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
                                   old_state=STATE.get(e["old"], 0), new_state=STATE.get(e["new"], 0), why=e["why"])
                     for e in st["events"]],
             ingest=pb.IngestStats(**{k: int(v) for k, v in ing.items()}),
-            database_moved_aside=str(self.service.store.moved_aside or ""))
+            database_moved_aside=str(self.service.store.moved_aside or ""), unplaced_hosts=st["unplaced_hosts"])
 
     def RegisterJob(self, request: pb.RegisterJobRequest, context: grpc.ServicerContext) -> pb.RegisterJobResponse:
-        step = _call(context, lambda: self.service.register_job(request.job, request.scenario_yaml))
-        return pb.RegisterJobResponse(job=request.job, predicted_step_time_s=step)
+        placement = None
+        if request.HasField("placement"):
+            p = request.placement
+            placement = {"hosts": list(p.hosts), "selector": dict(p.selector), "rank_attribute": p.rank_attribute}
+        step = _call(context, lambda: self.service.register_job(request.job, request.scenario_yaml, placement))
+        hosts = _call(context, lambda: self.service.ranked_hosts(request.job))
+        return pb.RegisterJobResponse(job=request.job, predicted_step_time_s=step, ranked_hosts=hosts)
 
     def PredictLive(self, request: pb.PredictLiveRequest, context: grpc.ServicerContext) -> pb.PredictLiveResponse:
         out = _call(context, lambda: self.service.predict(request.job, request.scenario_yaml,
@@ -117,7 +137,10 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
             degraded_components=out["degraded_components"],
             designed_estimate_json=json.dumps(out["designed"]) if "designed" in out else "",
             now_estimate_json=json.dumps(out["now"]) if "now" in out else "", notes=out["notes"],
-            designed_interval=_interval(out.get("designed")), now_interval=_interval(out.get("now")))
+            designed_interval=_interval(out.get("designed")), now_interval=_interval(out.get("now")),
+            faults=[_fault(f) for f in out["faults"]], placement=_placement(out["placement"]),
+            interrupted=out["interrupted"], interruption_cost_s=out["interruption_cost_s"],
+            goodput_lost_gpu_hours=out["goodput_lost_gpu_hours"], calibration_skipped=out["calibration_skipped"])
 
     def GetDivergence(self, request: pb.GetDivergenceRequest,
                       context: grpc.ServicerContext) -> pb.GetDivergenceResponse:
@@ -132,13 +155,16 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
         out = _call(context, self.service.calibrate)
         return pb.CalibrateResponse(calibration=_cal(out["calibration"]),
                                     adjustments=[_adjustment(a) for a in out["adjustments"]],
-                                    jobs=[_job(j) for j in out["jobs"]])
+                                    jobs=[_job(j) for j in out["jobs"]],
+                                    skipped=[pb.SkippedJob(**s) for s in out["skipped"]],
+                                    compute_ceiling=out["compute_ceiling"])
 
     def GetCalibration(self, request: pb.GetCalibrationRequest,
                        context: grpc.ServicerContext) -> pb.GetCalibrationResponse:
         out = _call(context, self.service.calibration_state)
         return pb.GetCalibrationResponse(calibration=_cal(out["calibration"]),
-                                         history=[_adjustment(a) for a in out["history"]])
+                                         history=[_adjustment(a) for a in out["history"]],
+                                         skipped=[pb.SkippedJob(**s) for s in out["skipped"]])
 
     def GetIgnoredMetrics(self, request: pb.GetIgnoredMetricsRequest,
                           context: grpc.ServicerContext) -> pb.GetIgnoredMetricsResponse:

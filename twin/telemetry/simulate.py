@@ -29,6 +29,8 @@ from opentelemetry.sdk.resources import Resource
 NDR_BYTES_PER_S = 50e9
 # H100 SXM NVLink 4: 450 GB/s per direction (NVIDIA H100 datasheet).
 NVLINK_BYTES_PER_S = 450e9
+# H100 SXM maximum SM clock, 1,980 MHz (NVIDIA H100 datasheet boost clock).
+SM_CLOCK_MHZ = 1980.0
 
 
 @dataclass
@@ -59,6 +61,10 @@ class Node:
     gpus: int = 8
     ports: list[Port] = field(default_factory=list)
     last: float = field(default_factory=time.time)
+    # Per GPU index: SM clock as a fraction of SM_CLOCK_MHZ, last XID, clock event reasons bitmask.
+    clock: dict[int, float] = field(default_factory=dict)
+    xid: dict[int, int] = field(default_factory=dict)
+    reasons: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.ports:
@@ -69,9 +75,13 @@ class SimulatedCluster:
     """Nodes + a training job, exporting through one OTLPMetricExporter per node."""
 
     def __init__(self, endpoint: str, nodes: int = 2, gpus_per_node: int = 8, job: str = "demo-job",
-                 step_time_s: float = 1.0, compression: Any = None) -> None:
+                 step_time_s: float = 1.0, compression: Any = None, prefix: str = "node-",
+                 resource: dict[str, str] | None = None) -> None:
+        """``prefix``: host names are prefix + 1, 2, ...; ``resource``: more resource attributes of
+        every node's exporters (a scheduler's, e.g. ``k8s.job.name``).
+        """
         self.endpoint = endpoint
-        self.nodes = [Node(f"node-{i + 1}", gpus_per_node) for i in range(nodes)]
+        self.nodes = [Node(f"{prefix}{i + 1}", gpus_per_node) for i in range(nodes)]
         self.job = job
         self.step_time_s = step_time_s
         self.utilization_busy = 0.92
@@ -79,7 +89,7 @@ class SimulatedCluster:
         for node in self.nodes:
             reader = InMemoryMetricReader()
             provider = MeterProvider(metric_readers=[reader], resource=Resource.create(
-                {"host.name": node.name, "service.name": "node-exporters"}))
+                {"host.name": node.name, "service.name": "node-exporters", **(resource or {})}))
             self._instruments(provider, node)
             exporter = OTLPMetricExporter(endpoint=endpoint, insecure=True, compression=compression, timeout=30)
             self._providers.append((provider, reader, exporter))
@@ -127,7 +137,9 @@ class SimulatedCluster:
         # dcgm-exporter
         gauge("DCGM_FI_DEV_GPU_TEMP", gpus(lambda i: 62.0 + i))
         gauge("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpus(lambda i: self.utilization_busy))
-        gauge("DCGM_FI_DEV_XID_ERRORS", gpus(lambda i: 0))
+        gauge("DCGM_FI_DEV_XID_ERRORS", gpus(lambda i: node.xid.get(i, 0)))
+        gauge("DCGM_FI_DEV_SM_CLOCK", gpus(lambda i: round(SM_CLOCK_MHZ * node.clock.get(i, 1.0))))
+        gauge("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpus(lambda i: node.reasons.get(i, 0)))
         gauge("DCGM_FI_PROF_NVLINK_TX_BYTES", gpus(lambda i: 0.35 * NVLINK_BYTES_PER_S))
         counter("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", gpus(lambda i: 0))
 
@@ -135,6 +147,14 @@ class SimulatedCluster:
     def port(self, node: int, index: int) -> Port:
         """Port ``index`` of node ``node`` (0-based)."""
         return self.nodes[node].ports[index]
+
+    def set_gpu(self, node: int, index: int, *, clock: float | None = None, xid: int | None = None,
+                reasons: int | None = None) -> None:
+        """Set GPU ``index`` of node ``node``: SM clock fraction, last XID, clock event reasons bitmask."""
+        n = self.nodes[node]
+        for table, value in ((n.clock, clock), (n.xid, xid), (n.reasons, reasons)):
+            if value is not None:
+                table[index] = value  # type: ignore[index]
 
     def set_port(self, node: int, index: int, state: str) -> None:
         """Degrade (trains down to half rate, errors, low receive power) or take down a port."""
@@ -157,7 +177,9 @@ class SimulatedCluster:
             if p.state == "degraded":
                 p.symbol_errors += 50 * dt
                 p.fec_uncorrectable += 5 * dt
-            p.pause_us += 1e6 * dt * (0.005 if p.state == "up" else 0.2)
+            # A healthy port is paused ~0.5% of the time, a degraded one 20%; a port that is down
+            # carries nothing and is paused never.
+            p.pause_us += 1e6 * dt * {"up": 0.005, "degraded": 0.2, "down": 0.0}[p.state]
             p.ecn_marked += 1000 * dt
 
     def collect(self) -> list[tuple[OTLPMetricExporter, MetricsData]]:

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "/api/v1/write) on this port (4318 is the OTLP/HTTP default; 0: any free; default off)")
     p.add_argument("--job", action="append", default=[], metavar="NAME=SCENARIO",
                    help="register a job's scenario file (repeatable)")
+    p.add_argument("--job-hosts", action="append", default=[], metavar="NAME=HOST[,HOST...]",
+                   help="a --job's placement: its hosts in rank order (without it every host counts for it)")
     p.add_argument("--calibrate-interval", type=float, default=60.0, help="seconds between automatic fits (0: off)")
     p.add_argument("--max-series", type=int, default=200_000)
     p.add_argument("--max-components", type=int, default=50_000)
@@ -67,12 +69,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                              options=server_options(config.max_receive_bytes))
         service, _ = attach(server, engine, config)
         http = start_http(service, config)
+        hosts = dict(spec.partition("=")[::2] for spec in args.job_hosts)
+        unknown = sorted(set(hosts) - {spec.partition("=")[0] for spec in args.job})
+        if unknown:
+            print(f"twin-telemetry: error: --job-hosts: no --job named {unknown[0]!r}", file=sys.stderr)
+            return 2
         for spec in args.job:
             name, sep, path = spec.partition("=")
             if not sep:
                 print(f"twin-telemetry: error: --job: expected NAME=SCENARIO (got {spec!r})", file=sys.stderr)
                 return 2
-            service.register_job(name, Path(path).read_text())
+            placement = {"hosts": hosts[name].split(",")} if name in hosts else None
+            service.register_job(name, Path(path).read_text(), placement)
     except (TwinError, OSError) as err:
         print(f"twin-telemetry: error: {err}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from twin.core.counter_rates import SeriesPoint, update_counter
 from twin.core.health import ComponentView, assess
 from twin.core.telemetry_vocab import STEP_TIME_SIGNAL, Evidence, MetricMapping
 from twin.telemetry.mapping import MetricCatalog, Resolved
+from twin.telemetry.placement import PLACEMENT_KEYS
 
 OBSERVATIONS_PER_JOB = 256
 # A signal's value from its series' values (MetricMapping.aggregate).
@@ -50,17 +51,18 @@ class SeriesId:
     cid: str
     mapping: MetricMapping
     counter: bool
+    placement: tuple[tuple[str, str], ...] = ()
 
 
 def series_id(resolved: Resolved, host: str, switch: bool, identity: tuple[str, ...],
-              detail: tuple[str, ...]) -> SeriesId:
+              detail: tuple[str, ...], placement: tuple[tuple[str, str], ...] = ()) -> SeriesId:
     """The id of the series of ``resolved``'s metric for one component and detail."""
     m = resolved.mapping
     cid = f"job:{identity[0]}" if m.component == "job" else f"{host}/{m.component}:{'/'.join(identity)}"
     key = (resolved.key, cid, detail)
     labels = tuple(zip((alts[0] for alts in resolved.identity), identity, strict=False))
     return SeriesId(key, series_key_text(key), resolved, host if m.component != "job" else "", switch, labels,
-                    cid, m, m.kind == "counter")
+                    cid, m, m.kind == "counter", placement)
 
 
 def series_key_text(key: SeriesKey) -> str:
@@ -118,7 +120,8 @@ def _restored_component(cid: str, rec: dict[str, Any]) -> Component:
         {_text(k, "label"): _text(v, "label value") for k, v in labels.items()}, switch=bool(rec.get("switch")),
         peaks={_text(k, "peak"): stored_float(v, "peak", 0.0) for k, v in peaks.items()}, state=state,
         evidence=tuple(evidence), capacity=stored_float(rec["capacity"], "capacity", 0.0, 1.0),
-        last_seen_ns=stored_ns(rec["last_seen_ns"], "last_seen_ns"), since_ns=stored_ns(rec["since_ns"], "since_ns"))
+        last_seen_ns=stored_ns(rec["last_seen_ns"], "last_seen_ns"), since_ns=stored_ns(rec["since_ns"], "since_ns"),
+        attrs=tuple((k, labels[k]) for k in PLACEMENT_KEYS if k in labels and k != "host.name"))
 
 
 def series_key_parse(text: str) -> SeriesKey:
@@ -176,6 +179,8 @@ class Component:
     # signals whose rules decide health: derived from ``series`` and ``mappings``, kept
     # because every batch needs them (None: work them out again, after a signal was added).
     plan: tuple[tuple[tuple[str, dict[str, float], Aggregate], ...], tuple[str, ...]] | None = None
+    # The placement attributes (twin.telemetry.placement) last merged into ``labels``.
+    attrs: tuple[tuple[str, str], ...] = ()
 
     def view(self) -> ComponentView:
         """What the tier roll-up needs."""
@@ -235,7 +240,7 @@ class Dirty:
 # A component's fields a batch may reassign (their old values are kept by reference: each is
 # replaced, never changed in place, apart from the dicts kept apart in Undo.dicts).
 _COMPONENT_FIELDS = ("last_seen_ns", "signals", "state", "evidence", "capacity", "since_ns", "ruled", "pending",
-                     "pending_n", "plan")
+                     "pending_n", "plan", "labels", "attrs")
 _SERIES_STRIDE = 8  # Undo.series: text, slot, start_ns, time_ns, value, derived, per, comp
 _COMPONENT_STRIDE = 1 + len(_COMPONENT_FIELDS)
 
@@ -281,6 +286,14 @@ class _Series(SeriesPoint):
 
     comp: Component | None = None
     per: dict[str, float] | None = None
+
+
+def _labels(sid: SeriesId) -> dict[str, str]:
+    """A new component's labels: its identifying attributes first, then its placement attributes."""
+    labels = dict(sid.labels)
+    for k, v in sid.placement:
+        labels.setdefault(k, v)
+    return labels
 
 
 # Which states are worse than which (hysteresis turns worse and better at different paces).
@@ -355,8 +368,9 @@ class LiveState:
                         result.reject(f"component limit ({max_components}) reached")
                         continue
                     m = sid.mapping
-                    comp = components[cid] = Component(cid, m.component, sid.host, m.tier, dict(sid.labels),
-                                                       switch=sid.switch, since_ns=now_ns)
+                    comp = components[cid] = Component(cid, m.component, sid.host, m.tier,
+                                                       _labels(sid),
+                                                       switch=sid.switch, since_ns=now_ns, attrs=sid.placement)
                     undo.new_components.append(cid)
                     kept.add(cid)  # created by this batch: removed, not restored
                     dirty.records.add(cid)
@@ -387,6 +401,13 @@ class LiveState:
             if cid not in touched and cid not in kept:
                 kept.add(cid)
                 undo.components.extend((comp, *[getattr(comp, f) for f in _COMPONENT_FIELDS]))
+            placed = sid.placement
+            if placed and placed is not comp.attrs:
+                if placed != comp.attrs:  # the host's scheduler attributes changed (a new job on it)
+                    old = dict(comp.attrs)
+                    comp.labels = {**{k: v for k, v in comp.labels.items() if k not in old}, **dict(placed)}
+                    dirty.records.add(cid)
+                comp.attrs = placed
             derived = slot.derived
             if derived is not None:
                 per = slot.per
@@ -405,7 +426,7 @@ class LiveState:
             dirty_series.add(text)
             touched[cid] = comp
             if sid.mapping.signal == STEP_TIME_SIGNAL:
-                job = comp.labels[next(iter(comp.labels))]
+                job = sid.labels[0][1] if sid.labels else comp.labels[next(iter(comp.labels))]
                 if job not in undo.observations:
                     window = self.observations.get(job)
                     undo.observations[job] = list(window) if window is not None else None

@@ -255,6 +255,24 @@ class Store:
                 db.execute("ROLLBACK")
                 raise
 
+    def save_skipped(self, skipped: dict[str, str]) -> None:
+        """Why each job was last kept out of the calibration fit (job -> reason)."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('calibration_skipped', ?)", (json.dumps(skipped),))
+
+    def load_skipped(self) -> dict[str, str]:
+        """What :meth:`save_skipped` last wrote ({} when nothing, or a row this version cannot read)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'calibration_skipped'").fetchone()
+        try:
+            data = json.loads(row[0]) if row else {}
+            if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+                raise TypeError("not a mapping of job -> reason")
+            return {str(k): v for k, v in data.items()}
+        except (ValueError, TypeError) as err:
+            self._skip("meta", "calibration_skipped", err)
+            return {}
+
     # ---------------------------------------------------------------- reads
     # Reading back: a row this version cannot use (written by another version, edited by
     # hand, a value out of range) is skipped and reported in ``skipped`` (table, key, why),
