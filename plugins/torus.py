@@ -18,7 +18,9 @@ dimension of size k runs both ways at once (two rings in opposite directions, ea
 half the data), so a node moves 2 x L x b per direction, L links of b per neighbour.
 A collective over m dimensions runs them concurrently on different parts of the data
 (each part reduced dimension by dimension in a different order), keeping all 2 m links
-busy: 2 m L b per node. That is the bucket algorithm of Jain & Sabharwal, ICS 2010
+busy: 2 m L b per node (the tiers are ``nested``: tier i's bandwidth holds the rings of
+dimensions 1..i, so the core does not bound such a group by dimension 1's ring). That is
+the bucket algorithm of Jain & Sabharwal, ICS 2010
 ("Optimal bucket algorithms for large MPI collectives on torus interconnects"), and the
 2-D all-reduce of TPU pods (Ying et al. 2018, arXiv:1811.06992, "Image classification at
 supercomputer scale", §3). Without wraparound a dimension is a line: the ring embedded in
@@ -158,7 +160,7 @@ class TorusFabric(ScaleOutFabric):
             ring_bw = ring * used * link
             tiers.append(Tier(name=f"torus-{axis}", fabric=self.kind, span_gpus=span * gpn, bw_Bps=ring_bw / gpn,
                               latency_s=hop * max(1.0, hops),
-                              a2a_bw_Bps=min(ring_bw, cut * link / kmax) / gpn))
+                              a2a_bw_Bps=min(ring_bw, cut * link / kmax) / gpn, nested=True))
         if not tiers:  # one node: a tier that spans it, never crossed
             tiers.append(Tier(name="torus", fabric=self.kind, span_gpus=max(cluster.num_gpus, gpn),
                               bw_Bps=gbps_to_bytes_per_s(so.nic_gbps) * nic_efficiency(cluster), latency_s=0.0))

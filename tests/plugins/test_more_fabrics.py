@@ -230,6 +230,33 @@ def test_torus_tiers_follow_the_dimensions(engine):
     assert [t.bw_Bps for t in mesh[1:]] == pytest.approx([t.bw_Bps / 2 for t in tiers[1:]])
 
 
+def _torus_layout(dims: str) -> dict:
+    data = yaml.safe_load((EXAMPLES / "torus-3d.yaml").read_text())
+    data["cluster"]["scale_out"]["params"]["dims"] = dims
+    return data
+
+
+def test_a_group_over_several_torus_dimensions_runs_on_all_their_rings(engine):
+    """Issue 36: a torus's rings over several dimensions run at once (its tiers are nested), so a
+    group over two dimensions moves its bytes at both rings' rate, not one dimension's. The
+    example's data-parallel groups are 8 consecutive nodes: inside the 16-node rows of 16x4 (one
+    ring), across two 4-node rows of 4x16 and 4x4x4 (two rings)."""
+    one_dim = engine.evaluate(_torus_layout("16x4")).comm_issued_s["dp"]
+    two_dims = engine.evaluate(_torus_layout("4x16")).comm_issued_s["dp"]
+    assert engine.hierarchy(engine.scenario(_torus_layout("4x16"))).tiers[2].nested
+    assert 0.4 < two_dims / one_dim < 0.6  # twice the ring bandwidth, less the fixed latency
+    assert engine.evaluate(_torus_layout("4x4x4")).comm_issued_s["dp"] == pytest.approx(two_dims, rel=1e-9)
+
+
+def test_torus_layouts_cost_the_same_on_the_batch_path(engine):
+    layouts = ["16x4", "4x16", "4x4x4", "64"]
+    batch = engine.evaluate_many([_torus_layout(d) for d in layouts])
+    for i, d in enumerate(layouts):
+        assert batch.estimate(i).step_time_s == pytest.approx(engine.evaluate(_torus_layout(d)).step_time_s,
+                                                              rel=1e-12)
+    assert len({round(batch.estimate(i).step_time_s, 6) for i in range(len(layouts))}) == len(layouts)
+
+
 def test_torus_example_and_ports(engine):
     data = yaml.safe_load((EXAMPLES / "torus-3d.yaml").read_text())
     est = engine.evaluate(data)

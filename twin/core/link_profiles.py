@@ -78,6 +78,8 @@ def _uplink_fixed(span: GroupSpan, h: Any, pattern: str) -> Any:
 
 def _net_seconds(span: GroupSpan, h: AnyHierarchy, pattern: str) -> Any:
     coeff, bw, uplinks = _fixed("net", pattern, span, h, _net_fixed)
+    if span.top >= 1 and h.nested_at(span.top):  # a direct network: the top tier holds them all
+        return coeff / (h.bw_at(span.top) * h.share_at(span.top))
     nic = coeff / (bw * h.share_at(1))
     return max(nic, *[a / (b * h.share_at(j)) for j, a, b in uplinks], 0.0)
 
@@ -98,6 +100,11 @@ def _net_seconds_batch(span: GroupSpan, h: HierarchyBatch, pattern: str) -> Any:
     got = _nic_seconds(span, h, pattern)
     if h.width > 2 and ops.any_(np.asarray(span.top) >= 2):
         got = np.maximum(got, ops.row_max(_uplink_seconds(span, h, pattern)))
+    top = np.asarray(span.top)
+    nested = h.nested_at(top) & (top >= 1)
+    if nested.any():  # a direct network's top tier holds the links below it (_net_seconds)
+        coeff, _ = _fixed("nic", pattern, span, h, _nic_fixed)
+        got = np.where(nested, coeff / (h.bw_at(top) * h.share_at(top)), got)
     return got
 
 

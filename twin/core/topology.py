@@ -61,6 +61,10 @@ class Tier:
     direction of its ring carries, whether it wraps round). Either way a group gets only the
     links that join its members, and ``latency_s`` is one hop's; such a domain leaves
     ``a2a_bw_Bps`` unset (its shape bounds all-to-all).
+    ``nested``: a direct network's tier whose ``bw_Bps`` already holds the links of the tiers
+    below it (a torus's tier i: the rings of dimensions 1..i, run concurrently; Jain &
+    Sabharwal, ICS 2010): a group whose top is this tier runs on all of them at once, so no tier
+    below bounds it (in a switched tree each tier's uplinks are separate links, and do).
     """
 
     name: str
@@ -76,6 +80,7 @@ class Tier:
     nvlink_links: int = 0
     mesh_peer_share: float = 0.0
     torus_axes: tuple[tuple[int, float, bool], ...] = ()
+    nested: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +211,10 @@ class Hierarchy:
         """Whether a scale-out tier up to ``tier`` (inclusive) reduces in the network (SHARP)."""
         return any(t.reduction == "sharp" for t in self.tiers[1:tier + 1])
 
+    def nested_at(self, tier: Any) -> Any:
+        """Whether ``tier`` holds the links of the tiers below it (``Tier.nested``)."""
+        return self.tiers[tier].nested
+
     def simple_only_through(self, tier: Any) -> Any:
         """Whether a scale-out tier up to ``tier`` (inclusive) carries only NCCL's Simple protocol."""
         for t in self.tiers[1:tier + 1]:  # noqa: SIM110 - a loop: this runs on every scalar call
@@ -287,6 +296,7 @@ class HierarchyBatch:
         # Cumulative "some tier in 1..i reduces in the network" / "carries only Simple".
         self._sharp = self._cumulative(lambda t: t.reduction == "sharp", width)
         self._simple_only = self._cumulative(lambda t: t.simple_only, width)
+        self._nested = table("nested", False, bool)
         self._last = np.asarray([len(h.tiers) - 1 for h in self.hierarchies], np.int64)
         for name, dtype in _PER_POINT:  # each point's hierarchy's figure (up_bw from the table above)
             setattr(self, name, self._bw[rows, 0] if name == "up_bw" else
@@ -364,6 +374,10 @@ class HierarchyBatch:
     def sharp_through(self, tier: Any) -> np.ndarray:
         """In-network reduction in a scale-out tier up to ``tier``, per point."""
         return self._sharp[self.rows, tier]
+
+    def nested_at(self, tier: Any) -> np.ndarray:
+        """Whether ``tier`` holds the links of the tiers below it (``Tier.nested``), per point."""
+        return self._nested[self.rows, tier]
 
     def simple_only_through(self, tier: Any) -> np.ndarray:
         """A scale-out tier up to ``tier`` carries only NCCL's Simple protocol, per point."""
