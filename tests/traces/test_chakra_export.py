@@ -195,6 +195,9 @@ def test_cli_exports_and_prints_the_check(tmp_path):
     data = json.loads(out.stdout)
     assert len(data["files"]) == 16
     assert all(abs(row["diff"]) < 0.01 for row in data["check"]["totals"])
+    table = twin("export", "chakra", str(LLAMA), str(tmp_path / "et2"))
+    assert table.returncode == 0, table.stderr
+    assert "GB" in table.stdout and " ms " in table.stdout and "e+" not in table.stdout  # units, no exponents
     refused = twin("export", "chakra", str(EXAMPLES / "deepseek-v3-h800-dualpipe.yaml"), str(tmp_path / "x"))
     assert refused.returncode == 2 and "plan.schedule" in refused.stderr and "Traceback" not in refused.stderr
     big = twin("export", "chakra", str(LLAMA), str(tmp_path / "y"), "--all-ranks")

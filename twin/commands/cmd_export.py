@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.commands.cmd_render import console, print_json, table
+from twin.core.units import human
 from twin.engine import Engine
 from twin.traces.chakra_export import export
 from twin.traces.chakra_import import load_groups, replay, trace_totals
@@ -71,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     t = table(f"Read back: {checked['file']} (the bottleneck stage) against the estimate", "per step", "trace",
               "estimate", "diff")
     for row in checked["totals"]:
-        t.add_row(row["what"], f"{row['trace']:.6g}", f"{row['estimate']:.6g}", f"{row['diff']:+.3%}")
+        unit = "B" if row["what"].endswith("bytes sent") else "s"  # every other row is in seconds
+        t.add_row(row["what"].removesuffix(" s"), human(row["trace"], unit, 6), human(row["estimate"], unit, 6),
+                  f"{row['diff']:+.3%}")
     out.print(t)
     out.print("nodes: " + ", ".join(f"{k} {v}" for k, v in sorted(checked["nodes"].items())))
     rep = checked["replay"]
