@@ -10,6 +10,7 @@ from tests.server.conftest import ServerProcess
 
 def test_a_segfault_dumps_the_python_stacks_of_every_thread_to_the_log(tmp_path):
     srv = ServerProcess(tmp_path)
+    srv.wait_log(lambda r: r.get("msg") == "serving")  # a fault mid-import dumps the importer's frames only
     srv.proc.send_signal(signal.SIGSEGV)  # what a fault in a C extension raises
     assert srv.proc.wait(30) == -signal.SIGSEGV
     text = _stderr_after_exit(srv)

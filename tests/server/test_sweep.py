@@ -238,20 +238,23 @@ def test_sigterm_past_the_grace_ends_a_sweep_with_a_final_event_and_exits(start_
 
     from twin.rpc.v1 import sweep_service_pb2_grpc as swg
 
-    srv = start_server(env={"TWIN_GRACE_S": "2"})
-    gbs = {"path": "plan.gbs", "range": {"start": 256, "stop": 256 * 3001, "step": 256}}
+    srv = start_server(env={"TWIN_GRACE_S": "2", "TWIN_LIMITS_MAX_SWEEP_POINTS": "1000000"})
+    # 900,000 points: ~10 s on a quiet 2-core machine (90,000 ran out in ~1 s there, before the
+    # SIGTERM reached the sweep), so the sweep is still running when the signal lands.
+    gbs = {"path": "plan.gbs", "range": {"start": 256, "stop": 256 * 30001, "step": 256}}
     spec = {**BIG, "name": "long", "axes": [gbs, *BIG["axes"][1:3], {"path": "plan.pp", "values": [1, 2, 4, 5, 8]}]}
     ch = grpc.insecure_channel(srv.address)
     try:
         stream = swg.SweepServiceStub(ch).Sweep(sw.SweepRequest(spec_document=json.dumps(spec)), timeout=120)
-        assert next(stream).started.total_points == 90_000
+        assert next(stream).started.total_points == 900_000
         t0 = _time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         last = None
         for ev in stream:
             last = ev
         assert last is not None and last.WhichOneof("event") == "finished"
-        assert last.finished.stopped == "shutdown" and last.finished.done_points < 90_000
+        assert last.finished.stopped == "shutdown" and last.finished.done_points < 900_000, \
+            (last.finished.stopped, last.finished.done_points)
         assert srv.proc.wait(timeout=30) == 0
         assert _time.monotonic() - t0 < 10
     finally:
