@@ -213,6 +213,8 @@ def _contended(hierarchy: Hierarchy, placements: list[Placement], job: int, est:
                util: list[list[float]], names: list[str]) -> list[dict[str, Any]]:
     """The link classes job ``job`` loads that other jobs load too, and who they are."""
     mine = _utilisation(est, len(hierarchy.tiers))
+    # Each a walk over the job's subtrees: once per job, not once per contended link class.
+    alone, shared = capacity(hierarchy, placements, job), capacity(hierarchy, placements, job, util)
     out = []
     for j, beside in enumerate(neighbours(hierarchy, placements, job)):
         if mine[j] <= 0:
@@ -220,6 +222,5 @@ def _contended(hierarchy: Hierarchy, placements: list[Placement], job: int, est:
         others = {names[k]: util[k][j] for k in beside if k >= 0 and util[k][j] > 0}
         if others:
             out.append({"tier": j, "links": link_name(hierarchy, j), "busy": mine[j], "shared_with": others,
-                        "capacity_alone": capacity(hierarchy, placements, job)[j],
-                        "capacity_shared": capacity(hierarchy, placements, job, util)[j]})
+                        "capacity_alone": alone[j], "capacity_shared": shared[j]})
     return out
