@@ -13,7 +13,10 @@ write; no token), then for each surface:
    omission). Accepted requests (OK, 200/204) and refusals (RESOURCE_EXHAUSTED or UNAVAILABLE;
    429 or 503) are counted and timed apart; anything else is an error;
 3. meanwhile a probe of its own (another process, so the load's client does not delay it)
-   sends ``grpc.health.v1.Health/Check`` to the main port every 20 ms, timed the same way.
+   sends ``grpc.health.v1.Health/Check`` to the main port and to the Health-only port
+   (``health_port``, what a kubelet probes) every 20 ms each, open loop and timed the
+   same way (a prober that waited for each answer before the next would fall behind whenever
+   answers take longer than 20 ms, and count its own backlog as Health's latency).
 
 Surfaces: ``predict`` (TwinService/Predict, distinct scenarios), ``otlp_grpc`` (MetricsService/
 Export on the dedicated port), ``otlp_http`` (POST /v1/metrics, protobuf), ``remote_write``
@@ -30,6 +33,7 @@ import argparse
 import asyncio
 import gc
 import json
+import socket
 import subprocess
 import sys
 import tempfile
@@ -58,6 +62,7 @@ HEALTH_EVERY_S = 0.02  # a Health probe every 20 ms
 MAX_CONNECTIONS = 200  # HTTP connections the client opens at most (the server's bound is 256)
 GRPC_REFUSED = {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}
 HTTP_REFUSED = {429, 503}
+ERRORS: dict[str, int] = {}  # what came back that was neither accepted nor a refusal: how many, by status
 
 
 def predict_bodies(n: int) -> list[bytes]:
@@ -161,6 +166,13 @@ class HttpPool:
             self.free.notify()
 
 
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (the Health-only port takes no 0)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def pct(values: list[float], q: float) -> float:
     """The ``q`` quantile of ``values`` in ms (NaN when empty)."""
     if not values:
@@ -186,31 +198,42 @@ async def closed_loop(send: Callable[[int], Awaitable[str]], clients: int, secon
     return accepted / (time.perf_counter() - t0)
 
 
-def probe(address: str, seconds: float) -> None:
-    """The Health prober (its own process): Check every HEALTH_EVERY_S for ``seconds``, each timed
-    from its scheduled time; prints the latencies (s) as JSON."""
-    with grpc.insecure_channel(address) as ch:
-        check = ch.unary_unary("/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None)
-        body = health_pb2.HealthCheckRequest().SerializeToString()
-        check(body, timeout=30)
-        print("ready", flush=True)
-        out = []
-        t0 = time.perf_counter()
-        k = 0
-        while time.perf_counter() < t0 + seconds:
-            scheduled = t0 + k * HEALTH_EVERY_S
-            time.sleep(max(0.0, scheduled - time.perf_counter()))
-            check(body, timeout=30)
-            out.append(time.perf_counter() - scheduled)
-            k += 1
+def probe(addresses: list[str], seconds: float) -> None:
+    """The Health prober (its own process): a Check to each address every HEALTH_EVERY_S for
+    ``seconds``, open loop (each sent at its time whatever is outstanding, so one slow answer
+    does not delay the next probe), each timed from its scheduled time; prints the latencies (s)
+    per address as JSON."""
+    asyncio.run(_probe(addresses, seconds))
+
+
+async def _probe(addresses: list[str], seconds: float) -> None:
+    channels = [grpc.aio.insecure_channel(a) for a in addresses]
+    checks = [ch.unary_unary("/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None)
+              for ch in channels]
+    body = health_pb2.HealthCheckRequest().SerializeToString()
+    for check in checks:
+        await check(body, timeout=30)
+    print("ready", flush=True)
+    t0 = time.perf_counter()
+
+    async def one(check: Any, k: int) -> float:
+        scheduled = t0 + k * HEALTH_EVERY_S
+        await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+        await check(body, timeout=30)
+        return time.perf_counter() - scheduled
+
+    n = int(seconds / HEALTH_EVERY_S)
+    out = await asyncio.gather(*(asyncio.gather(*(one(check, k) for k in range(n))) for check in checks))
+    for ch in channels:
+        await ch.close()
     print(json.dumps(out), flush=True)
 
 
-async def open_loop(send: Callable[[int], Awaitable[str]], rate: float, seconds: float, main: str
+async def open_loop(send: Callable[[int], Awaitable[str]], rate: float, seconds: float, health: list[str]
                     ) -> dict[str, Any]:
     """Requests at ``rate``/s for ``seconds``, each timed from its scheduled time; Health probed meanwhile."""
     results: dict[str, list[float]] = {"accepted": [], "refused": [], "error": []}
-    prober = subprocess.Popen([sys.executable, __file__, "--probe", main, str(seconds)], stdout=subprocess.PIPE,
+    prober = subprocess.Popen([sys.executable, __file__, "--probe", str(seconds), *health], stdout=subprocess.PIPE,
                               text=True)
     assert prober.stdout is not None
     prober.stdout.readline()  # ready
@@ -232,8 +255,7 @@ async def open_loop(send: Callable[[int], Awaitable[str]], rate: float, seconds:
             "accepted_p50_ms": pct(results["accepted"], 0.5), "accepted_p99_ms": pct(results["accepted"], 0.99),
             "refused_p50_ms": pct(results["refused"], 0.5), "refused_p99_ms": pct(results["refused"], 0.99),
             "refused_max_ms": pct(results["refused"], 1.0), "accepted_max_ms": pct(results["accepted"], 1.0),
-            "wall_s": wall, "health_p50_ms": pct(probes, 0.5),
-            "health_p99_ms": pct(probes, 0.99), "health_max_ms": pct(probes, 1.0), "health_probes": len(probes)}
+            "wall_s": wall, "health": [(pct(p, 0.5), pct(p, 0.99), pct(p, 1.0), len(p)) for p in probes]}
 
 
 def grpc_sender(channel: grpc.aio.Channel, method: str, bodies: list[bytes]) -> Callable[[int], Awaitable[str]]:
@@ -244,7 +266,10 @@ def grpc_sender(channel: grpc.aio.Channel, method: str, bodies: list[bytes]) -> 
             await call(bodies[k % len(bodies)], timeout=30)
             return "accepted"
         except grpc.aio.AioRpcError as err:
-            return "refused" if err.code().name in GRPC_REFUSED else "error"
+            if err.code().name in GRPC_REFUSED:
+                return "refused"
+            ERRORS[err.code().name] = ERRORS.get(err.code().name, 0) + 1
+            return "error"
 
     return send
 
@@ -253,7 +278,12 @@ def http_sender(pool: HttpPool, path: str, bodies: list[bytes], headers: dict[st
                 ) -> Callable[[int], Awaitable[str]]:
     async def send(k: int) -> str:
         status = await pool.post(path, bodies[k % len(bodies)], headers)
-        return "accepted" if 200 <= status < 300 else "refused" if status in HTTP_REFUSED else "error"
+        if 200 <= status < 300:
+            return "accepted"
+        if status in HTTP_REFUSED:
+            return "refused"
+        ERRORS[str(status)] = ERRORS.get(str(status), 0) + 1
+        return "error"
 
     return send
 
@@ -279,7 +309,8 @@ async def run_surface(surface: str, listeners: dict[str, str], args: argparse.Na
         await send(k)
     capacity = await closed_loop(send, args.clients, args.capacity_seconds)
     await asyncio.sleep(1.0)  # the queues drain
-    result = await open_loop(send, max(1.0, args.factor * capacity), args.seconds, listeners["main"])
+    result = await open_loop(send, max(1.0, args.factor * capacity), args.seconds,
+                             [listeners["main"], listeners["health"]])
     for ch in channels:
         await ch.close()
     return {"surface": surface, "capacity_per_s": capacity, "factor": args.factor, **result}
@@ -287,7 +318,7 @@ async def run_surface(surface: str, listeners: dict[str, str], args: argparse.Na
 
 def main() -> int:
     if sys.argv[1:2] == ["--probe"]:
-        probe(sys.argv[2], float(sys.argv[3]))
+        probe(sys.argv[3:], float(sys.argv[2]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--surfaces", default=",".join(SURFACES))
@@ -305,22 +336,27 @@ def main() -> int:
         directory = Path(tmp)
         config = directory / "serve.json"
         config.write_text(json.dumps({"host": "127.0.0.1", "otlp_http_port": 0, "log_format": "json",
+                                      "health_port": free_port(),
                                       "telemetry": {"otlp_address": "127.0.0.1:0", "calibrate_interval_s": 0}}))
         srv = ServerProcess(directory, "--config", str(config), "--no-web")
         serving = srv.wait_log(lambda r: r.get("msg") == "serving")
-        listeners = {"main": serving["address"], **serving["listeners"]}
+        listeners = {"main": serving["address"], **serving["listeners"],
+                     "health": f"127.0.0.1:{serving['health_port']}"}
         gc.disable()  # the client's own collector would stall its sends (as in bench_server.py)
         try:
             for surface in surfaces:
+                ERRORS.clear()
                 r = asyncio.run(run_surface(surface, listeners, args))
                 print(f"{surface}: capacity {r['capacity_per_s']:,.0f}/s; at {r['factor']:g}x "
                       f"({r['offered_per_s']:,.0f}/s offered, {r['served_per_s']:,.0f}/s served): accepted "
                       f"{r['accepted']:,} p50 {r['accepted_p50_ms']:.1f} ms p99 {r['accepted_p99_ms']:.1f} ms "
                       f"max {r['accepted_max_ms']:.1f} ms (wall {r['wall_s']:.0f} s); "
                       f"refused {r['refused']:,} p50 {r['refused_p50_ms']:.1f} ms p99 {r['refused_p99_ms']:.1f} ms "
-                      f"max {r['refused_max_ms']:.1f} ms; errors {r['errors']}; Health p50 {r['health_p50_ms']:.1f} "
-                      f"ms p99 {r['health_p99_ms']:.1f} ms max {r['health_max_ms']:.1f} ms ({r['health_probes']} "
-                      "probes)", flush=True)
+                      f"max {r['refused_max_ms']:.1f} ms; errors {r['errors']} {ERRORS or ''}; "
+                      + "; ".join(f"Health on the {where} port p50 {p50:.1f} ms p99 {p99:.1f} ms max {top:.1f} ms "
+                                  f"({n} probes)"
+                                  for where, (p50, p99, top, n) in zip(("main", "health"), r["health"], strict=True)),
+                      flush=True)
         finally:
             gc.enable()
             errors = [rec for rec in srv.records if str(rec.get("level", "")).lower() in ("error", "critical")]

@@ -79,7 +79,9 @@ class LimitsConfig:
     max_queued_rpcs: int = spec_field(
         32, ge=1, le=100_000, doc="unary calls waiting for a worker or, in gRPC core, to be accepted; more "
                                   "get RESOURCE_EXHAUSTED with RetryInfo at once, and every unary call does "
-                                  "until the queue is down to a quarter (Health and reflection are never refused)")
+                                  "until the queue is down to a quarter (Health and reflection are never refused); "
+                                  "also the OTLP/HTTP and remote-write requests waiting for one of `workers` "
+                                  "(more get 503 with Retry-After at once)")
     # The model's work is Python under one GIL: more threads only make the accepting thread wait
     # longer for the GIL, which is what a refusal past capacity costs (twin.server.admission).
     model_workers: int = spec_field(
@@ -122,7 +124,8 @@ class ServerConfig:
         None, ge=0, le=65535, doc=f"OTLP/HTTP receiver (POST /v1/metrics) on host:this port, e.g. {OTLP_HTTP_PORT} "
                                   "(the OTLP default); 0: a free port; unset: off")
     state_dir: str = spec_field("state", doc="local state (calibration, telemetry); created if missing")
-    workers: int = spec_field(8, ge=1, le=1024, doc="RPC worker threads")
+    workers: int = spec_field(8, ge=1, le=1024, doc="RPC worker threads; also the OTLP/HTTP and remote-write "
+                                                    "requests served at once")
     grace_s: float = spec_field(10.0, ge=0, doc="time in-flight calls get to finish on shutdown")
     drain_s: float = spec_field(0.0, ge=0, doc="NOT_SERVING before the listener closes (probes notice)")
     log_level: str = "INFO"

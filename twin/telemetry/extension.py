@@ -81,15 +81,18 @@ def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_p
 
 
 def start_http(service: TelemetryService, config: TelemetryConfig, token: str | None = None, tls: Any = None,
-               max_connections: int = OTLP_HTTP_CONNECTIONS) -> OtlpHttpReceiver | None:
+               max_connections: int = OTLP_HTTP_CONNECTIONS, workers: int = HttpSettings.workers,
+               max_queued: int = HttpSettings.max_queued) -> OtlpHttpReceiver | None:
     """The OTLP/HTTP receiver on ``config.otlp_http_host:otlp_http_port``, started (None when off),
     with the main port's bearer ``token`` and TLS settings (``tls``: cert_file, key_file,
-    client_ca_file, enabled) and the gRPC receive limit.
+    client_ca_file, enabled), the gRPC receive limit, and the gRPC server's bounds on connections,
+    calls served at once (``workers``) and calls waiting (``max_queued``).
     """
     if config.otlp_http_port is None:
         return None
     context = _ssl_context(tls)
-    settings = HttpSettings(max_receive_bytes=config.max_receive_bytes, token=token, max_connections=max_connections)
+    settings = HttpSettings(max_receive_bytes=config.max_receive_bytes, token=token, max_connections=max_connections,
+                            workers=workers, max_queued=max_queued)
     try:
         receiver = OtlpHttpReceiver(service, config.otlp_http_host, config.otlp_http_port, settings, context)
     except OSError as err:
@@ -118,7 +121,9 @@ def register(server: grpc.Server, ctx: Any) -> None:
     limits = getattr(ctx.config, "limits", None)
     try:
         http = start_http(service, config, token=getattr(ctx, "auth_token", None), tls=getattr(ctx.config, "tls", None),
-                          max_connections=getattr(limits, "max_concurrent_rpcs", OTLP_HTTP_CONNECTIONS))
+                          max_connections=getattr(limits, "max_concurrent_rpcs", OTLP_HTTP_CONNECTIONS),
+                          workers=getattr(ctx.config, "workers", HttpSettings.workers),
+                          max_queued=getattr(limits, "max_queued_rpcs", HttpSettings.max_queued))
     except Exception:
         if dedicated is not None:
             dedicated.stop(0)

@@ -42,9 +42,10 @@ class DecodeSlots:
     transport (OTLP/gRPC on either port, OTLP/HTTP, remote write).
     """
 
-    def __init__(self, slots: int, max_waiting: int, retry_after_s: float) -> None:
+    def __init__(self, slots: int, max_waiting: int, retry_after_s: float, waiting_for: str = "to be decoded") -> None:
         self._sem = threading.BoundedSemaphore(slots)
         self.max_waiting = max_waiting
+        self.waiting_for = waiting_for  # what a waiting request waits for, for the refusal's message
         self.retry_after_s = retry_after_s
         self._lock = threading.Lock()
         self._waiting = 0
@@ -61,7 +62,7 @@ class DecodeSlots:
         with self._lock:
             if self._waiting >= self.max_waiting:
                 self.refused += 1
-                raise Overloaded(0, self.retry_after_s, f"{self._waiting} requests wait to be decoded")
+                raise Overloaded(0, self.retry_after_s, f"{self._waiting} requests wait {self.waiting_for}")
             self._waiting += 1
         try:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -72,7 +73,7 @@ class DecodeSlots:
         if not got:
             with self._lock:
                 self.refused += 1
-            raise Overloaded(0, self.retry_after_s, "no decoding slot freed before the request's deadline")
+            raise Overloaded(0, self.retry_after_s, f"no slot freed before the request's deadline ({self.waiting_for})")
         try:
             yield
         finally:

@@ -53,7 +53,7 @@ from twin.telemetry.httpbase import (
     authorize,
     retry_after,
 )
-from twin.telemetry.ingest import Overloaded
+from twin.telemetry.ingest import DecodeSlots, Overloaded
 from twin.telemetry.otlp import ExportOutcome, Request, export
 from twin.telemetry.service import TelemetryService
 
@@ -91,6 +91,10 @@ INFLATE_FIRST_FEED = 256  # a member's first feed: small, so a tiny member copie
 # bench_ingest's, 2,000 ports: 0.64 s of CPU), so 8 MiB is ~1.5 s of one core; a Collector's
 # default batch (batch processor send_batch_size 8192 points) is ~3.3 MB of OTLP/JSON.
 MAX_JSON_BYTES = 8 * 1024 * 1024
+# A refused request's body is read and dropped when at most this large, so the connection stays
+# open for the retry (a reconnect costs the server an accept and a thread); a larger one is left
+# unread and its connection closed. 1 MiB is ~0.1 ms of loopback reads.
+DRAIN_BYTES = 1 << 20
 
 # HTTP status -> google.rpc.Code for the Status body of errors raised here.
 _RPC_CODE = {HTTPStatus.BAD_REQUEST: code_pb2.INVALID_ARGUMENT, HTTPStatus.UNAUTHORIZED: code_pb2.UNAUTHENTICATED,
@@ -171,14 +175,17 @@ INFLIGHT_BODIES = 4
 
 @dataclass(frozen=True)
 class HttpSettings:
-    """What the receiver enforces: body limit, bearer token (None: open), concurrent requests,
-    and bytes of requests held at once (None: ``INFLIGHT_BODIES`` receive limits).
+    """What the receiver enforces: body limit, bearer token (None: open), open connections,
+    bytes of requests held at once (None: ``INFLIGHT_BODIES`` receive limits), requests served
+    at once (``workers``) and waiting for that (``max_queued``; more are refused with 503 at once).
     """
 
     max_receive_bytes: int
     token: str | None = None
     max_connections: int = 256
     max_inflight_bytes: int | None = None
+    workers: int = 8
+    max_queued: int = 32
 
     @property
     def inflight_bytes(self) -> int:
@@ -207,19 +214,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.consumed = False
         self.deadline = time.monotonic() + INGEST_TIMEOUT_S
         try:
-            if self._route("POST") == remote_write.PATH:
-                self._remote_write()
-                return
-            self.media_type = self._content_type()
-            body = self._read_body()
-            self.consumed = True
-            if self.media_type == JSON:  # JSON parses in Python: a decoding slot, as ingest's own
-                with self.server.service.slots.hold(self.deadline):
+            path = self._route("POST")
+            # At most `workers` requests run at once (and `max_queued` wait, off the GIL); past
+            # that a request is refused before its body is read, as a shed gRPC call is.
+            with self.server.gate.hold(self.deadline):
+                if path == remote_write.PATH:
+                    self._remote_write()
+                    return
+                self.media_type = self._content_type()
+                body = self._read_body()
+                self.consumed = True
+                if self.media_type == JSON:  # JSON parses in Python: a decoding slot, as ingest's own
+                    with self.server.service.slots.hold(self.deadline):
+                        request = decode(body, self.media_type)
+                else:
                     request = decode(body, self.media_type)
-            else:
-                request = decode(body, self.media_type)
-            outcome = export(self.server.service, request, self._left())
+                outcome = export(self.server.service, request, self._left())
         except Overloaded as err:
+            self._discard_small_body()
             self._fail(HTTPStatus.SERVICE_UNAVAILABLE, str(err), {"Retry-After": retry_after(err.retry_after_s)})
             return
         except HttpError as err:
@@ -232,6 +244,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             self._release()
         self._answer(outcome)
+
+    def _discard_small_body(self) -> None:
+        """Read and drop the unread body of a refused request when it is small (at most
+        ``DRAIN_BYTES``, by its Content-Length), so the connection stays open for the client's
+        retry; a larger or chunked one is left unread and the connection closed after the answer.
+        """
+        if self.consumed or "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or "0")
+        except ValueError:
+            return
+        if 0 <= length <= DRAIN_BYTES and len(self.rfile.read(length)) == length:
+            self.consumed = True
 
     def _left(self) -> float:
         """Seconds left of this request's time (its deadline, from when it began)."""
@@ -421,6 +447,8 @@ class _Server(GuardedServer):
         self.service = service
         self.settings = settings
         self.budget = ByteBudget(settings.inflight_bytes)
+        self.gate = DecodeSlots(settings.workers, settings.max_queued, service.config.retry_after_s,
+                                waiting_for="for a receiver worker")
         super().__init__(address, _Handler, settings.max_connections, ssl_context)
 
 
