@@ -345,3 +345,33 @@ def test_while_shedding_a_call_is_still_served_when_the_workers_are_out_of_work(
             release.set()
     finally:
         executor.shutdown()
+
+
+def test_the_dedicated_otlp_port_counts_the_calls_waiting_in_its_core_queue(tmp_path):
+    """The dedicated OTLP/gRPC server sheds with the calls in its own core queue counted, as the
+    main port does: without that count its pool bound was blind to the queue in core, which grew
+    to gRPC's own bound (983 exports CANCELLED at 2x load, refusals after 0.6 s at p50; issue 39)."""
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+
+    from twin.telemetry.extension import attach
+    from twin.telemetry.telemetry_config import TelemetryConfig
+
+    pool = CountingExecutor(max_workers=2, thread_name_prefix="test-otlp")
+    shed = AdmissionInterceptor(pool, max_queued=8)
+    main = grpc.server(futures.ThreadPoolExecutor(1))
+    service, dedicated = attach(main, Engine(autoload=False),
+                                TelemetryConfig(state_dir=tmp_path, otlp_address="127.0.0.1:0", calibrate_interval_s=0),
+                                admitted_pool=lambda workers, prefix: (pool, shed))
+    try:
+        assert dedicated is not None and shed.gate._arrivals is not None
+        before = shed.gate._arrivals()
+        with grpc.insecure_channel(service.otlp_grpc_address) as channel:
+            export = channel.unary_unary("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+                                         request_serializer=None, response_deserializer=None)
+            for _ in range(3):
+                export(metrics_service_pb2.ExportMetricsServiceRequest().SerializeToString(), timeout=20)
+        assert shed.gate._arrivals() == before + 3  # the dedicated server's own count, not the main one's
+    finally:
+        dedicated.stop(0)
+        service.close()
+        pool.shutdown(wait=False)

@@ -35,7 +35,6 @@ from twin.server.context import ServerContext
 from twin.server.heap import freeze_startup_heap
 from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
 from twin.server.server_config import ServerConfig, TlsConfig
-from twin.server.shedding import CoreArrivals
 from twin.server.token_auth import TokenAuthInterceptor, load_token
 from twin.wire.method_handlers import method_handler, refuse_malformed, safe_parser
 
@@ -195,9 +194,9 @@ def build_server(config: ServerConfig, engine: Engine | None = None,
         ("grpc.so_reuseport", 0),
     ]
     concurrent = config.limits.max_concurrent_rpcs
-    server, arrivals = CoreArrivals.around(lambda: grpc.server(
+    # Calls waiting in gRPC core count towards the bound too.
+    server = admission.watching(lambda: grpc.server(
         executor, interceptors=interceptors, options=options, maximum_concurrent_rpcs=concurrent))
-    admission.watch(arrivals)  # calls waiting in gRPC core count towards the bound too
     # Extensions' own servers (the dedicated OTLP port) have their own pools, with auth and tracing,
     # and their own load shedding when they ask for it (ctx.admitted_pool).
     ctx.interceptors = interceptors[1:]

@@ -66,8 +66,12 @@ def attach(server: grpc.Server, engine: Engine, config: TelemetryConfig, meter_p
             shedding = [shed]  # first: a refused export costs no auth check
         else:
             pool = ThreadPoolExecutor(max_workers=OTLP_WORKERS, thread_name_prefix="twin-otlp")
-        dedicated = grpc.server(pool, interceptors=[*shedding, *interceptors],
-                                options=server_options(config.max_receive_bytes))
+        def make() -> grpc.Server:
+            return grpc.server(pool, interceptors=[*shedding, *interceptors],
+                               options=server_options(config.max_receive_bytes))
+
+        # With shedding, the calls waiting in the dedicated server's core queue are counted too.
+        dedicated = shedding[0].watching(make) if shedding else make()
         dedicated.add_generic_rpc_handlers((otlp_handler(service),))
         if credentials is not None:
             port = dedicated.add_secure_port(config.otlp_address, credentials)

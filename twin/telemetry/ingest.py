@@ -110,6 +110,17 @@ class IngestQueue:
         """Points queued and not yet applied."""
         return self._pending
 
+    def check_room(self) -> None:
+        """Raise :class:`Overloaded` when the queue is at its bound already, so a request that
+        :meth:`submit` would refuse after its decoding is refused before it, without the decoding
+        (past capacity the writer is the bottleneck, and each such decode took CPU from it and
+        made the refusal wait its turn for a decoding slot).
+        """
+        with self._cv:
+            if self._stop or self._pending >= self.max_pending:
+                self.refused += 1
+                raise Overloaded(self._pending, self.retry_after_s)
+
     def submit(self, points: list[Block], count: int) -> Future[ApplyResult]:
         """Queue ``points`` (``count`` of them); raises :class:`Overloaded` when the bound would be exceeded."""
         fut: Future[ApplyResult] = Future()

@@ -275,6 +275,7 @@ def write(service: Any, raw: bytes, timeout: float | None) -> Answer:
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
+        service.queue.check_room()  # a full writer queue refuses before the conversion, as ingest does
         with service.slots.hold(deadline):
             converted = convert(parse(raw), service.catalog.lookup, deadline)
     except Overloaded as err:

@@ -169,6 +169,7 @@ class TelemetryService:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         future = None
+        self.queue.check_room()
         with self.slots.hold(deadline):  # the commit is waited for outside: it takes no CPU here
             decoded = self.decoder.decode(request, deadline)
             if decoded.ignored:
