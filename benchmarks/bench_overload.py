@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import gc
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -219,7 +220,11 @@ async def _probe(addresses: list[str], seconds: float) -> None:
     async def one(check: Any, k: int) -> float:
         scheduled = t0 + k * HEALTH_EVERY_S
         await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
-        await check(body, timeout=30)
+        try:
+            await check(body, timeout=30)
+        except grpc.aio.AioRpcError as err:  # a failed probe counts as never answered
+            print(f"Health probe failed: {err.code().name} {err.details()}", file=sys.stderr, flush=True)
+            return math.inf
         return time.perf_counter() - scheduled
 
     n = int(seconds / HEALTH_EVERY_S)

@@ -21,6 +21,8 @@ def test_start_serve_returns_the_address_of_a_serving_server(tmp_path):
         # twin serve froze its startup heap (twin.server.heap): tens of thousands of objects,
         # never fewer than the modules and presets alone hold.
         assert serving["gc_frozen_objects"] > 20_000
+        # and shortened its GIL switch interval (twin.server.gil): Health past capacity
+        assert serving["switch_interval_s"] == pytest.approx(0.001)
         with grpc.insecure_channel(serving["address"]) as ch:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=30)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -32,6 +32,7 @@ from twin.engine import Engine
 from twin.server import extensions
 from twin.server.admission import HEALTH_WORKERS, AdmissionInterceptor, CountingExecutor
 from twin.server.context import ServerContext
+from twin.server.gil import shorten_switch_interval
 from twin.server.heap import freeze_startup_heap
 from twin.server.observability import Otel, TelemetryInterceptor, otel_requested, setup_otel
 from twin.server.server_config import ServerConfig, TlsConfig
@@ -246,7 +247,8 @@ def start(running: RunningServer) -> None:
         "listeners": dict(running.ctx.listeners),
         "tls": cfg.tls.enabled, "mtls": cfg.tls.mutual, "auth": running.auth, "otel": running.otel is not None,
         "state_dir": str(cfg.state_path.resolve()), "services": list(running.ctx.service_names),
-        "workers": cfg.workers, "gc_frozen_objects": running.frozen_objects, "version": __version__})
+        "workers": cfg.workers, "gc_frozen_objects": running.frozen_objects,
+        "switch_interval_s": sys.getswitchinterval(), "version": __version__})
 
 
 SHUTDOWN_MARGIN_S = 1.0
@@ -288,6 +290,7 @@ def serve(config: ServerConfig, engine: Engine | None = None, more: Sequence[ext
     running = build_server(config, engine, more)
     # This process only serves from here on: what it holds now lives as long as it does.
     running.frozen_objects = freeze_startup_heap()
+    shorten_switch_interval()  # Health and refusals past capacity (twin.server.gil)
     stop_requested = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
