@@ -21,6 +21,7 @@ from twin.core.fault_kinds import Part, classify
 from twin.core.specs import Calibration
 from twin.engine import Engine
 from twin.telemetry import live_predict
+from twin.telemetry import service as service_module
 from twin.telemetry.otlpbuild import request
 from twin.telemetry.service import TelemetryService
 from twin.telemetry.telemetry_config import TelemetryConfig
@@ -162,10 +163,21 @@ def test_jobs_on_one_placement_share_one_pass_over_the_parts(tmp_path, monkeypat
     for i in range(6):
         svc.register_job(f"open{i}", SCENARIO.read_text())
     svc.register_job("placed", SCENARIO.read_text(), {"hosts": list(HOSTS)})
-    calls = []
-    real = svc.job_live
-    monkeypatch.setattr(svc, "job_live", lambda place, scn, index=None: calls.append(place) or real(place, scn, index))
+    calls, indexed = [], []
+    real_live, real_index = service_module.job_live, service_module.index_parts
+    monkeypatch.setattr(service_module, "job_live", lambda parts, outside, place, scn: calls.append(place)
+                        or real_live(parts, outside, place, scn))
+    monkeypatch.setattr(service_module, "index_parts", lambda comps: indexed.append(1) or real_index(comps))
     _jobs, _obs, _fitted, lives, _key = svc._inputs()
-    assert len(calls) == 2 and calls.count(None) == 1
+    assert len(calls) == 2 and calls.count(None) == 1 and len(indexed) == 1
     assert lives["open0"] is lives["open5"] and lives["placed"] is not lives["open0"]
     assert lives["placed"].placement_known and not lives["open3"].placement_known
+    # Read again with no component changed: no pass at all (the fuzz's reads slowed it 2.6x).
+    again = svc._inputs()[3]
+    assert len(calls) == 2 and len(indexed) == 1 and again["placed"] is lives["placed"]
+    # A point that changes a part: one index and a pass per placement again, with the new state.
+    svc.ingest(request({"host.name": HOSTS[0]}, [("node_infiniband_state_id", "gauge",
+                                                  [({"device": "mlx5_0", "port": "1"}, 0, time.time_ns(), 1.0)])]))
+    moved = svc._inputs()[3]
+    assert len(calls) == 4 and len(indexed) == 2 and moved["placed"] is not lives["placed"]
+    assert moved["placed"].key() != lives["placed"].key()

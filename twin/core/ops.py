@@ -264,6 +264,52 @@ def _per_distinct(fn: Callable[..., float], *args: Any) -> Any:
     return vals[inv.reshape(-1)].reshape(arrays[0].shape)
 
 
+def _value_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
+    """(how many distinct values, each point's number among them) of a 1-D array: a constant
+    array is one value, whole numbers in a small range go through :func:`unique_ints` (no sort),
+    anything else through ``np.unique``.
+    """
+    lo, hi = values.min(), values.max()
+    if lo == hi:
+        return 1, np.zeros(len(values), np.intp)
+    if lo >= 0 and hi < 16 * len(values) + 4096:
+        whole = values if values.dtype.kind in "iu" else values.astype(np.int64)
+        if whole is values or np.array_equal(whole, values):
+            distinct, codes = unique_ints(whole, int(hi) + 1)
+            return len(distinct), codes
+    distinct, codes = np.unique(values, return_inverse=True)
+    return len(distinct), codes
+
+
+def on_distinct_rows(fn: Callable[..., Any], *args: Any, min_points: int = 2048) -> Any:
+    """``fn(*args)`` (a numpy function, point by point) computed once per distinct row of its
+    array arguments and spread back over the batch: the same values, from far fewer points when
+    the rows repeat (a plan search's GEMM shapes take a few dozen values over 10^5 plans).
+
+    Scalars and batches under ``min_points`` points go straight to ``fn``. Each array's
+    distinct values are numbered (``np.unique``), the numbers combined into one int key per
+    point and that key's distinct values found by :func:`unique_ints`; keys that would not fit
+    in 62 bits (too many distinct values at once) fall back to ``fn`` on every point.
+    """
+    arrays = [a for a in args if type(a) is ndarray and a.size > 1]
+    if not arrays or max(a.size for a in arrays) < min_points:
+        return fn(*args)
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    key = np.zeros(shape, np.int64).ravel()
+    bound = 1
+    for a in arrays:
+        width, codes = _value_codes(np.broadcast_to(a, shape).ravel())
+        if width == 1:
+            continue
+        if bound * width >= 1 << 62:
+            return fn(*args)
+        key = key * width + codes
+        bound *= width
+    _, first, inverse = unique_ints(key, bound, first=True)
+    rows = [np.broadcast_to(a, shape).ravel()[first] if type(a) is ndarray and a.size > 1 else a for a in args]
+    return np.asarray(fn(*rows))[inverse].reshape(shape)
+
+
 def log2(x: Any) -> Any:
     """``math.log2`` per point (bit-identical between one point and a batch)."""
     return _per_distinct(math.log2, x)

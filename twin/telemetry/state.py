@@ -317,6 +317,9 @@ class LiveState:
         self.events: deque[tuple[int, str, str, str, str]] = deque(maxlen=EVENTS_KEPT)
         #: Persisted records :meth:`restore` could not use: (table, key, why).
         self.skipped: list[tuple[str, str, str]] = []
+        #: Bumped whenever a component may have changed (an apply that touched one, a rollback, a
+        #: restore): what readers derived from the components stays valid while it is the same.
+        self.parts_version = 0
 
     # ---------------------------------------------------------------- ingest
     def apply(self, blocks: Iterable[Block], now_ns: int, result: ApplyResult, dirty: Dirty,
@@ -335,6 +338,8 @@ class LiveState:
             if self._reassess(comp, now_ns, dirty, undo):
                 dirty.records.add(comp.id)
         dirty.components.update(touched)
+        if touched:
+            self.parts_version += 1
 
     def _apply_block(self, block: Block, now_ns: int, result: ApplyResult, dirty: Dirty,
                      touched: dict[str, Component], undo: Undo) -> tuple[int, int, int]:
@@ -484,6 +489,7 @@ class LiveState:
 
     def rollback(self, undo: Undo) -> None:
         """Take back everything the batches recorded in ``undo`` changed (their commit failed)."""
+        self.parts_version += 1
         series = self.series
         for text in undo.new_series:
             slot = series.pop(text, None)
@@ -527,6 +533,7 @@ class LiveState:
                 components: Iterable[tuple[str, dict[str, Any]]], observations: Iterable[tuple[str, int, float]],
                 events: Iterable[tuple[int, str, str, str, str]]) -> None:
         """Rebuild the state from what the store persisted (no reassessment: identical state)."""
+        self.parts_version += 1
         records = {}
         for cid, rec in components:
             try:
