@@ -300,7 +300,6 @@ class _BlockingService:
     """A service whose ingest waits until released: requests stay in flight as long as a test wants."""
 
     def __init__(self) -> None:
-        self.config = type("C", (), {"retry_after_s": 2.0})()
         self.release = threading.Event()
         self.entered = threading.Semaphore(0)
 
@@ -316,7 +315,7 @@ def test_requests_past_the_workers_and_their_queue_are_refused_before_their_body
     refused at once with 503 and Retry-After, and its connection stays open for the retry."""
     service = _BlockingService()
     receiver = OtlpHttpReceiver(service, "127.0.0.1", 0,
-                                HttpSettings(max_receive_bytes=1 << 20, workers=1, max_queued=1))
+                                HttpSettings(max_receive_bytes=1 << 20, workers=1, max_queued=1, retry_after_s=2.0))
     body = ib_request().SerializeToString()
     try:
         with ThreadPoolExecutor(2) as pool:

@@ -96,7 +96,7 @@ def start_http(service: TelemetryService, config: TelemetryConfig, token: str | 
         return None
     context = _ssl_context(tls)
     settings = HttpSettings(max_receive_bytes=config.max_receive_bytes, token=token, max_connections=max_connections,
-                            workers=workers, max_queued=max_queued)
+                            workers=workers, max_queued=max_queued, retry_after_s=config.retry_after_s)
     try:
         receiver = OtlpHttpReceiver(service, config.otlp_http_host, config.otlp_http_port, settings, context)
     except OSError as err:

@@ -186,6 +186,7 @@ class HttpSettings:
     max_inflight_bytes: int | None = None
     workers: int = 8
     max_queued: int = 32
+    retry_after_s: float = 1.0  # the Retry-After of a request refused past workers + max_queued
 
     @property
     def inflight_bytes(self) -> int:
@@ -447,7 +448,7 @@ class _Server(GuardedServer):
         self.service = service
         self.settings = settings
         self.budget = ByteBudget(settings.inflight_bytes)
-        self.gate = DecodeSlots(settings.workers, settings.max_queued, service.config.retry_after_s,
+        self.gate = DecodeSlots(settings.workers, settings.max_queued, settings.retry_after_s,
                                 waiting_for="for a receiver worker")
         super().__init__(address, _Handler, settings.max_connections, ssl_context)
 
