@@ -184,7 +184,8 @@ def shape_efficiency(m: Any, n: Any, sm_count: Any, groups: Any = 1) -> Any:
     ``groups`` equal (m x n) problems in one grouped kernel: tile utilisation per problem,
     waves over all ``groups`` problems' tiles (CUTLASS grouped GEMM schedules the tiles of
     every problem over the SMs as one grid). A batch is computed once per distinct shape
-    (``ops.on_distinct_rows``): a plan search's shapes repeat, and this was 8 of its 18.5 s.
+    (``ops.on_distinct_rows``): a plan search's shapes repeat (it was 4.4 of the DeepSeek-V3 16K
+    search's 11.7 s under cProfile, 1.1 s after).
     """
     if ops.is_batch(m, n, sm_count, groups):
         return ops.on_distinct_rows(_shape_efficiency, m, n, sm_count, groups)

@@ -271,9 +271,9 @@ class AdmissionInterceptor(grpc.ServerInterceptor):
     def watching(self, make: Callable[[], grpc.Server]) -> grpc.Server:
         """The gRPC server ``make`` creates (the one this interceptor sheds for), with the calls
         waiting in its core queue counted (:meth:`watch`). Without that count the pool's bound
-        alone is blind to the queue in core: past capacity it grew to gRPC's own bound, and the
-        dedicated OTLP port answered 983 of 14,000 exports CANCELLED and refused the rest after
-        0.6 s at p50 (issue 39, ``benchmarks/bench_overload.py``).
+        alone is blind to the queue in core: past capacity it grew to gRPC's own bound, and at 2x
+        load the dedicated OTLP port answered 852-1,606 exports CANCELLED and its refusals took
+        0.26-0.69 s at p50 (issue 39, ``benchmarks/bench_overload.py``).
         """
         server, arrivals = CoreArrivals.around(make)
         self.watch(arrivals)
