@@ -186,3 +186,30 @@ def test_jobs_on_one_placement_share_one_pass_over_the_parts(tmp_path, monkeypat
     moved = svc._inputs()[3]
     assert len(calls) == 4 and len(indexed) == 2 and moved["placed"] is not lives["placed"]
     assert moved["placed"].key() != lives["placed"].key()
+
+
+def test_divergence_evaluates_again_only_the_jobs_whose_own_inputs_moved(tmp_path, monkeypatch) -> None:
+    """A fault on one job's host re-evaluates that job, not every registered one (with 1,000
+    jobs each /metrics scrape and GetDivergence re-evaluated all of them), and the rows are
+    the ones a full evaluation gives."""
+    svc = TelemetryService(Engine(autoload=False), TelemetryConfig(state_dir=tmp_path, calibrate_interval_s=0))
+    for host in HOSTS:
+        svc.register_job(f"on-{host}", SCENARIO.read_text(), {"hosts": [host]})
+    t = time.time_ns()
+    for host in HOSTS:
+        svc.ingest(request({"host.name": host}, [("node_infiniband_state_id", "gauge",
+                                                  [({"device": "mlx5_0", "port": "1"}, 0, t, 4.0)])]))
+    evaluated = []
+    real_views = live_predict.job_views
+    monkeypatch.setattr(live_predict, "job_views", lambda engine, jobs, *rest: evaluated.append(sorted(jobs))
+                        or real_views(engine, jobs, *rest))
+    first = svc.divergence()
+    assert evaluated == [["on-s-1", "on-s-2"]]
+    svc.ingest(request({"host.name": "s-2"}, [("node_infiniband_state_id", "gauge",
+                                               [({"device": "mlx5_0", "port": "1"}, 0, time.time_ns(), 1.0)])]))
+    second = svc.divergence()
+    assert evaluated[1:] == [["on-s-2"]]  # s-1's job is untouched
+    jobs, obs, fitted, lives, _key = svc._inputs()
+    assert second == [v.to_dict() for v in real_views(svc.engine, jobs, obs, fitted, lives)]
+    assert second[0] == first[0] and second[1]["predicted_now_s"] > first[1]["predicted_now_s"]
+    svc.close()

@@ -170,3 +170,28 @@ def rec_call(rec: OtlpHttpReceiver, data: bytes) -> tuple[int, dict, str]:
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read().decode()
     finally:
         conn.close()
+
+
+def test_a_refused_body_is_drained_so_the_client_reads_the_answer(tmp_path):
+    """A request refused before its body is read (413 on its Content-Length) while the client is
+    still sending that body: the receiver reads and drops the rest before closing, so the client
+    gets the 413 instead of a connection reset (closing with unread data resets the connection,
+    RFC 1122 4.2.2.13; the 503 of a bounded in-flight budget was lost that way under load)."""
+    svc = TelemetryService(Engine(autoload=False), TelemetryConfig(state_dir=tmp_path, calibrate_interval_s=0))
+    rec = OtlpHttpReceiver(svc, "127.0.0.1", 0, HttpSettings(max_receive_bytes=MIB))
+    host, port = rec.address.rsplit(":", 1)
+    size = 8 * MIB
+    try:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: {PROTO}\r\n"
+                         f"Content-Length: {size}\r\n\r\n".encode())
+            sock.sendall(b"\0" * size)  # the whole body, as a client that does not read early answers does
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = sock.recv(65536)
+                assert chunk, answer
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 413 ") and b"Connection: close" in answer
+    finally:
+        rec.stop()
+        svc.close()

@@ -18,6 +18,7 @@ import math
 import socket
 import ssl
 import threading
+import time
 from http import HTTPStatus
 from typing import Any
 
@@ -89,6 +90,34 @@ def authorize(header: str | None, token: str | None) -> None:
     if hmac.compare_digest(given, f"Bearer {token}".encode()):
         return
     raise HttpError(HTTPStatus.UNAUTHORIZED, UNAUTHORIZED_MESSAGE, {"WWW-Authenticate": 'Bearer realm="fabric-twin"'})
+
+
+# After answering a request whose body is left unread, what the client still sends is read and
+# dropped for at most this long / this much before the connection closes (see linger_close).
+LINGER_S = 2.0
+LINGER_BYTES = 16 * 1024 * 1024
+
+
+def linger_close(sock: socket.socket, seconds: float = LINGER_S, max_bytes: int = LINGER_BYTES) -> None:
+    """Stop sending on ``sock`` (FIN) and read and drop what the client still sends, for at most
+    ``seconds`` or ``max_bytes``, before it is closed. A socket closed with unread data in its
+    receive buffer answers with a reset (RFC 1122, 4.2.2.13), and a client still sending the
+    body of a refused request then loses the answer it was sent (a 503 read as "connection
+    reset"); this is the lingering close of HTTP servers (Apache's lingering_close).
+    """
+    with contextlib.suppress(OSError, ValueError):
+        sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + seconds
+        got = 0
+        while got < max_bytes:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            sock.settimeout(left)
+            chunk = sock.recv(65536)
+            if not chunk:
+                return
+            got += len(chunk)
 
 
 def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str = "") -> ssl.SSLContext:

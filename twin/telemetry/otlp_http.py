@@ -51,6 +51,7 @@ from twin.telemetry.httpbase import (
     GuardedServer,
     HttpError,
     authorize,
+    linger_close,
     retry_after,
 )
 from twin.telemetry.ingest import DecodeSlots, Overloaded
@@ -410,6 +411,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
+        if close and not self.consumed:  # the body is unread: let the client read this answer first
+            linger_close(self.connection)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Protocol errors http.server detects itself (bad request line, headers...): a Status too."""

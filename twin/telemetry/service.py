@@ -150,6 +150,7 @@ class TelemetryService:
         # The last answer of divergence() / the last fit inputs of calibrate(), with the key of
         # what they were computed from (see _inputs): polling clients do not re-evaluate every job.
         self._divergence_cache: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None
+        self._job_rows: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}  # job -> (its inputs, its row)
         self._fit_cache: tuple[tuple[Any, ...], tuple[list[Any], dict[str, str], float]] | None = None
         # (parts_version, the parts index, JobLive per (placement id, NICs a node)): see job_live.
         self._parts_cache: tuple[int, PartIndex, dict[tuple[int, int], tuple[Any, JobLive]]] | None = None
@@ -470,7 +471,17 @@ class TelemetryService:
         cached = self._divergence_cache
         if cached is not None and cached[0] == key:
             return [dict(row) for row in cached[1]]
-        rows = [v.to_dict() for v in live_predict.job_views(self.engine, jobs, obs, fitted, lives)]
+        # Per job, what its row depends on (taken from the key: its scenario, its observations'
+        # count and last point, the calibration, its live key): only the jobs whose own inputs
+        # moved are evaluated again (a change on one host re-evaluated every registered job).
+        seen = {j: (n, last) for j, n, last in key[1]}
+        live_keys = dict(key[3])
+        own = {j: (scn, seen[j], fitted, live_keys[j]) for j, scn in jobs.items()}
+        previous = self._job_rows
+        stale = {j: scn for j, scn in jobs.items() if j not in previous or previous[j][0] != own[j]}
+        fresh = {v.job: v.to_dict() for v in live_predict.job_views(self.engine, stale, obs, fitted, lives)}
+        self._job_rows = {j: (own[j], fresh[j] if j in fresh else previous[j][1]) for j in jobs}
+        rows = [self._job_rows[j][1] for j in sorted(jobs)]
         self._divergence_cache = (key, rows)
         return [dict(row) for row in rows]
 
