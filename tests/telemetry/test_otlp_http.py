@@ -311,7 +311,7 @@ class _BlockingService:
 
 def test_requests_past_the_workers_and_their_queue_are_refused_before_their_body_is_read() -> None:
     """At most `workers` requests run and `max_queued` wait (issue 39: at 2x load every request
-    was held, accepted p99 11.8 s and Health p99 0.3 s, none refused); the one past both is
+    was held, accepted p99 11.8 s, none refused); the one past both is
     refused at once with 503 and Retry-After, and its connection stays open for the retry."""
     service = _BlockingService()
     receiver = OtlpHttpReceiver(service, "127.0.0.1", 0,
