@@ -23,9 +23,12 @@ remote write                   212, 196 ms            65, 100 ms
 calls CANCELLED by gRPC core   225, 358 (Health too)  0, 2
 =============================  =====================  =====================
 
-A second run pair at 1 ms gave Predict 63 ms and remote write 62 ms. Throughput past capacity
-moved within the runs' noise (Predict served 922-1,542/s at 5 ms and 1,275-1,355/s at 1 ms;
-remote write 132-135/s and 96-130/s). Only ``twin serve`` sets it (:func:`twin.server.grpc_app.serve`):
+A second run pair at 1 ms gave Predict 63 ms and remote write 62 ms. Under Predict the gain is
+not clear: two later alternating pairs on Predict alone gave 144 and 227 ms at 5 ms, 211 and
+106 ms at 1 ms (there Health shares gRPC's one accepting thread with the refusals; the
+Health-only port stayed at 7-9 ms either way). Throughput past capacity moved within the runs'
+noise (Predict served 884-1,542/s at 5 ms and 1,125-1,355/s at 1 ms; remote write 132-135/s
+and 96-130/s). Only ``twin serve`` sets it (:func:`twin.server.grpc_app.serve`):
 a server built in a test or a notebook leaves its host's interpreter alone.
 """
 
