@@ -94,6 +94,9 @@ def authorize(header: str | None, token: str | None) -> None:
 
 # After answering a request whose body is left unread, what the client still sends is read and
 # dropped for at most this long / this much before the connection closes (see linger_close).
+# 2 s: Apache httpd's SECONDS_TO_LINGER (server/connection.c, ap_lingering_close). The byte bound
+# is the project's own: it keeps a refusal from reading without end (a quarter of the default
+# 64 MiB receive limit, so a request refused on its own size is mostly read off).
 LINGER_S = 2.0
 LINGER_BYTES = 16 * 1024 * 1024
 
